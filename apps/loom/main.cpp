@@ -1,0 +1,53 @@
+// Entry point of the `loom` CLI: builds subcommands from the registry and runs the chosen one.
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "cli.h"
+
+namespace loom::cli {
+namespace {
+std::vector<Command>& registry() {
+  static std::vector<Command> commands;
+  return commands;
+}
+}  // namespace
+
+bool register_command(Command command) {
+  registry().push_back(std::move(command));
+  return true;
+}
+
+int report(const Status& status) {
+  std::fprintf(stderr, "loom: error: %s\n", status.to_string().c_str());
+  return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+}  // namespace loom::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"loom: run large language models fast on this machine's GPU or CPU"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "loom 0.1.0");
+  std::vector<std::pair<CLI::App*, loom::cli::Action>> actions;
+  for (auto& cmd : loom::cli::registry()) {
+    CLI::App* sub = app.add_subcommand(cmd.name, cmd.help);
+    actions.emplace_back(sub, cmd.setup(*sub));
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "loom: error: %s\n", e.what());
+    std::fprintf(stderr, "run 'loom --help' (or 'loom COMMAND --help') for usage\n");
+    return 2;
+  }
+  for (auto& [sub, action] : actions)
+    if (sub->parsed()) return action();
+  return 2;
+}

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs everything Loom needs on a fresh Debian machine, fetches the models and builds.
+#   tools/setup.sh          runtime deps + build + SmolLM2 (enough for `loom chat`)
+#   tools/setup.sh --dev    + test/oracle deps (llama-cpp-python, gguf, jinja2, clang for fuzzing)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+dev=0
+[[ "${1:-}" == "--dev" ]] && dev=1
+
+SUDO=""
+[[ $(id -u) -ne 0 ]] && SUDO="sudo"
+pkgs=(cmake ninja-build g++ pkg-config libpcre2-dev libfmt-dev nlohmann-json3-dev libcli11-dev
+      libsqlite3-dev libcpp-httplib-dev python3 python3-pip)
+if [[ $dev -eq 1 ]]; then
+  pkgs+=(libgtest-dev clang-19 llvm-19 lld-19)
+fi
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [[ ${#missing[@]} -gt 0 ]]; then
+  echo "setup: installing Debian packages: ${missing[*]}" >&2
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
+fi
+
+py=python3
+if [[ $dev -eq 1 ]]; then
+  # Oracles nobody here wrote: llama.cpp (llama-cpp-python), gguf, jinja2; pytest runs them.
+  need=()
+  for m in pytest:pytest numpy:numpy gguf:gguf jinja2:jinja2 llama_cpp:llama-cpp-python; do
+    $py -c "import ${m%%:*}" 2>/dev/null || need+=("${m##*:}")
+  done
+  if [[ ${#need[@]} -gt 0 ]]; then
+    echo "setup: pip install ${need[*]} (llama-cpp-python compiles llama.cpp: several minutes)" >&2
+    $py -m pip install -q "${need[@]}"
+  fi
+fi
+
+$py "$root/tools/fetch_models.py" smollm2 >/dev/null
+[[ $dev -eq 1 ]] && $py "$root/tools/fetch_models.py" gemma3 >/dev/null
+
+"$root/tools/build.sh"

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The test command: installs what the tests need, builds, then runs the C++ unit tests (ctest),
+# the oracle comparisons against llama.cpp / gguf / jinja2 (pytest) and bounded fuzz runs.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$root/tools/setup.sh" --dev
+build="${LOOM_BUILD_DIR:-$root/build}"
+export LOOM_BIN="$build/loom"
+
+echo "== unit tests (ctest)"
+ctest --test-dir "$build" --output-on-failure -j"$(nproc)"
+
+if [[ -x "$root/tools/fuzz.sh" ]]; then
+  echo "== fuzz (bounded)"
+  "$root/tools/fuzz.sh" "${LOOM_FUZZ_SECONDS:-30}"
+fi
+
+echo "== oracle tests (pytest)"
+cd "$root"
+python3 -m pytest -q tests/py "$@"
