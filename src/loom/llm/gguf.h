@@ -47,9 +47,14 @@ struct GgufValue {
 
 struct GgufArray {
   GgufType elem_type = GgufType::U8;
-  std::vector<GgufValue> items;
+  uint64_t count = 0;
+  // Storage by element kind, so a huge array costs at most ~2x its bytes in the file:
+  const uint8_t* raw = nullptr;  // fixed-size elements: little-endian, unaligned, in the mapping
+  std::vector<std::string_view> strs;                     // STRING elements
+  std::vector<std::shared_ptr<const GgufArray>> arrays;  // ARRAY elements (nested)
 
-  size_t size() const { return items.size(); }
+  size_t size() const { return static_cast<size_t>(count); }
+  GgufValue at(size_t i) const;  // i < size()
   // Typed copies; fail if an element cannot convert.
   Result<std::vector<std::string_view>> strings() const;
   Result<std::vector<float>> floats() const;
