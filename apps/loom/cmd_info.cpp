@@ -17,8 +17,8 @@ using llm::GgufType;
 using llm::GgufValue;
 
 // JSON form of a metadata value; arrays longer than `max_elems` are summarized.
-nlohmann::json to_json(const GgufValue& v, size_t max_elems) {
-  using nlohmann::json;
+nlohmann::ordered_json to_json(const GgufValue& v, size_t max_elems) {
+  using nlohmann::ordered_json;
   if (auto* u = std::get_if<uint64_t>(&v.v)) return *u;
   if (auto* i = std::get_if<int64_t>(&v.v)) return *i;
   if (auto* d = std::get_if<double>(&v.v)) return *d;
@@ -63,26 +63,26 @@ int run_info(const std::string& path, bool json_out) {
   const GgufValue* tmpl = f.find("tokenizer.chat_template");
 
   if (json_out) {
-    nlohmann::json j;
+    nlohmann::ordered_json j;
     j["file"] = path;
     j["version"] = f.version();
     j["alignment"] = f.alignment();
     j["data_offset"] = f.data_offset();
     j["architecture"] = arch;
-    j["name"] = f.find("general.name") ? to_json(*f.find("general.name"), 0) : nlohmann::json();
-    nlohmann::json hp = nlohmann::json::object();
-    nlohmann::json meta = nlohmann::json::object();
+    j["name"] = f.find("general.name") ? to_json(*f.find("general.name"), 0) : nlohmann::ordered_json();
+    nlohmann::ordered_json hp = nlohmann::ordered_json::object();
+    nlohmann::ordered_json meta = nlohmann::ordered_json::object();
     for (const auto& [k, v] : f.metadata()) {
       meta[k] = to_json(v, 64);
       if (!arch.empty() && k.rfind(arch + ".", 0) == 0) hp[k.substr(arch.size() + 1)] = to_json(v, 64);
     }
     j["hyperparameters"] = hp;
-    j["tokenizer"] = {{"model", f.find("tokenizer.ggml.model") ? to_json(*f.find("tokenizer.ggml.model"), 0) : nlohmann::json()},
-                      {"pre", f.find("tokenizer.ggml.pre") ? to_json(*f.find("tokenizer.ggml.pre"), 0) : nlohmann::json()},
-                      {"vocab_size", f.find("tokenizer.ggml.tokens") ? to_json(*f.find("tokenizer.ggml.tokens"), 0)["length"] : nlohmann::json()}};
+    j["tokenizer"] = {{"model", f.find("tokenizer.ggml.model") ? to_json(*f.find("tokenizer.ggml.model"), 0) : nlohmann::ordered_json()},
+                      {"pre", f.find("tokenizer.ggml.pre") ? to_json(*f.find("tokenizer.ggml.pre"), 0) : nlohmann::ordered_json()},
+                      {"vocab_size", f.find("tokenizer.ggml.tokens") ? to_json(*f.find("tokenizer.ggml.tokens"), 0)["length"] : nlohmann::ordered_json()}};
     j["chat_template"] = tmpl != nullptr;
     j["metadata"] = meta;
-    nlohmann::json tensors = nlohmann::json::array();
+    nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
     for (const auto& t : f.tensors()) {
       tensors.push_back({{"name", t.name}, {"type", std::string(llm::ggml_type_name(t.type))},
                          {"shape", t.shape}, {"bytes", t.n_bytes}, {"offset", t.offset}});
@@ -90,7 +90,7 @@ int run_info(const std::string& path, bool json_out) {
     j["tensors"] = tensors;
     j["total_bytes"] = total_bytes;
     j["total_elements"] = total_elems;
-    std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    std::printf("%s\n", j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
     return 0;
   }
 
