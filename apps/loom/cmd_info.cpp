@@ -18,7 +18,7 @@ using llm::GgufValue;
 
 // JSON form of a metadata value; arrays longer than `max_elems` are summarized.
 nlohmann::ordered_json to_json(const GgufValue& v, size_t max_elems) {
-  using nlohmann::ordered_json;
+  using json = nlohmann::ordered_json;
   if (auto* u = std::get_if<uint64_t>(&v.v)) return *u;
   if (auto* i = std::get_if<int64_t>(&v.v)) return *i;
   if (auto* d = std::get_if<double>(&v.v)) return *d;
