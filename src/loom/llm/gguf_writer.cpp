@@ -116,13 +116,11 @@ Status GgufWriter::write(const std::string& path) const {
   std::string h = header();
   if (std::fwrite(h.data(), 1, h.size(), f.get()) != h.size()) return internal_error("{}: write failed", path);
   std::vector<uint8_t> buf;
-  uint64_t written = 0;
   for (const auto& t : tensors_) {
     uint64_t padded = (t.n_bytes + alignment_ - 1) / alignment_ * alignment_;
     buf.assign(padded, 0);
     t.fill(buf.data(), t.n_bytes);
     if (std::fwrite(buf.data(), 1, buf.size(), f.get()) != buf.size()) return internal_error("{}: write failed", path);
-    written += padded;
   }
   if (std::fflush(f.get()) != 0) return internal_error("{}: write failed", path);
   return Status();
