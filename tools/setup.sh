@@ -28,12 +28,17 @@ py=python3
 if [[ $dev -eq 1 ]]; then
   # Oracles nobody here wrote: llama.cpp (llama-cpp-python), gguf, jinja2; pytest runs them.
   need=()
-  for m in pytest:pytest numpy:numpy gguf:gguf jinja2:jinja2 llama_cpp:llama-cpp-python; do
-    $py -c "import ${m%%:*}" 2>/dev/null || need+=("${m##*:}")
+  # Pinned so the oracles do not move under the tests.
+  for m in "pytest:pytest==9.2.0" "numpy:numpy==2.4.6" "gguf:gguf==0.19.0" "jinja2:jinja2==3.1.6" \
+           "llama_cpp:llama-cpp-python==0.3.36"; do
+    mod="${m%%:*}"; spec="${m#*:}"
+    $py -c "import importlib.metadata as m, sys; sys.exit(m.version('${spec%%==*}') != '${spec##*==}')" \
+      2>/dev/null || need+=("$spec")
   done
   if [[ ${#need[@]} -gt 0 ]]; then
     echo "setup: pip install ${need[*]} (llama-cpp-python compiles llama.cpp: several minutes)" >&2
-    $py -m pip install -q "${need[@]}"
+    # llava/mtmd is not needed by the tests; skipping it halves llama.cpp's build.
+    CMAKE_ARGS="-DLLAVA_BUILD=OFF ${CMAKE_ARGS:-}" $py -m pip install -q "${need[@]}"
   fi
 fi
 
