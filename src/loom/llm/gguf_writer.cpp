@@ -110,17 +110,20 @@ std::string GgufWriter::serialize() const {
   return out;
 }
 
-Status GgufWriter::write(const std::string& path) const {
+Status GgufWriter::write(const std::string& path, const std::function<void(uint64_t, uint64_t)>& progress) const {
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
   if (!f) return invalid_argument("{}: cannot open for writing", path);
   std::string h = header();
   if (std::fwrite(h.data(), 1, h.size(), f.get()) != h.size()) return internal_error("{}: write failed", path);
   std::vector<uint8_t> buf;
+  uint64_t done = 0;
   for (const auto& t : tensors_) {
     uint64_t padded = (t.n_bytes + alignment_ - 1) / alignment_ * alignment_;
     buf.assign(padded, 0);
     t.fill(buf.data(), t.n_bytes);
     if (std::fwrite(buf.data(), 1, buf.size(), f.get()) != buf.size()) return internal_error("{}: write failed", path);
+    done += padded;
+    if (progress) progress(done, data_size_);
   }
   if (std::fflush(f.get()) != 0) return internal_error("{}: write failed", path);
   return Status();

@@ -39,7 +39,9 @@ class GgufWriter {
 
   // Whole file in memory (tests) or streamed to disk.
   std::string serialize() const;
-  Status write(const std::string& path) const;
+  // `progress(done, total)` is called after each tensor with data bytes written so far.
+  Status write(const std::string& path, const std::function<void(uint64_t, uint64_t)>& progress = {}) const;
+  uint64_t data_bytes() const { return data_size_; }
 
  private:
   struct Tensor {

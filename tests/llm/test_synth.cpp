@@ -1,0 +1,65 @@
+// `loom model synth`: files carry the real shapes, the requested quant mix and sane weights.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "loom/llm/gguf.h"
+#include "loom/llm/quant.h"
+#include "loom/llm/synth.h"
+
+namespace loom::llm {
+namespace {
+
+TEST(Synth, SmolLM2ShapeQ4_0) {
+  std::string path = ::testing::TempDir() + "/synth_135m.gguf";
+  auto bytes = write_synthetic_model({"llama", "smollm2-135m", "q4_0", 7}, path);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
+  auto f = GgufFile::open(path);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  EXPECT_EQ(f->tensors().size(), 2u + 30u * 9u);  // embd + output_norm + 9 per layer, tied output
+  EXPECT_EQ(*f->get_u64("llama.block_count"), 30u);
+  EXPECT_EQ((*f->get_array("tokenizer.ggml.tokens"))->size(), 49152u);
+  const GgufTensor* q = f->tensor("blk.3.attn_q.weight");
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->type, GgmlType::Q4_0);
+  EXPECT_EQ(q->shape, (std::vector<int64_t>{576, 576}));
+  EXPECT_EQ(f->tensor("blk.0.attn_k.weight")->shape, (std::vector<int64_t>{576, 192}));
+  // Weights dequantize to finite values with a spread near 1/sqrt(n_embd).
+  std::vector<float> row(576 * 576);
+  ASSERT_TRUE(dequantize(q->type, q->data, row.data(), static_cast<int64_t>(row.size())).ok());
+  double ss = 0;
+  for (float x : row) { ASSERT_TRUE(std::isfinite(x)); ss += x * x; }
+  double sd = std::sqrt(ss / row.size());
+  EXPECT_GT(sd, 0.5 / 24);
+  EXPECT_LT(sd, 2.0 / 24);
+}
+
+TEST(Synth, Q4KMixUsesQ6KWhereLlamaCppDoes) {
+  std::string path = ::testing::TempDir() + "/synth_q4k.gguf";
+  auto bytes = write_synthetic_model({"llama", "smollm2-135m", "q4_k", 1}, path);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
+  auto f = GgufFile::open(path);
+  ASSERT_TRUE(f.ok());
+  // ffn_down has 1536-element rows: K-quants fit. The first and last eighth of the layers and
+  // every third between them get Q6_K, the others Q4_K.
+  EXPECT_EQ(f->tensor("blk.0.ffn_down.weight")->type, GgmlType::Q6_K);
+  EXPECT_EQ(f->tensor("blk.29.ffn_down.weight")->type, GgmlType::Q6_K);
+  int q6 = 0;
+  for (int l = 0; l < 30; ++l) q6 += f->tensor(fmt::format("blk.{}.ffn_down.weight", l))->type == GgmlType::Q6_K;
+  EXPECT_GT(q6, 5);
+  EXPECT_LT(q6, 25);
+  // 576-element rows cannot hold 256-element super-blocks: Q4_K falls back to Q5_0, Q6_K to Q8_0.
+  EXPECT_EQ(f->tensor("blk.10.ffn_gate.weight")->type, GgmlType::Q5_0);
+  EXPECT_EQ(f->tensor("blk.0.attn_v.weight")->type, GgmlType::Q8_0);
+}
+
+TEST(Synth, RefusesUnknownShapeQuantArch) {
+  std::string path = ::testing::TempDir() + "/synth_bad.gguf";
+  EXPECT_EQ(write_synthetic_model({"llama", "gpt5", "q4_0", 1}, path).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(write_synthetic_model({"llama", "llama3-8b", "q3_k", 1}, path).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(write_synthetic_model({"mamba", "llama3-8b", "q4_0", 1}, path).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace loom::llm
