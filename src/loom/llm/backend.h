@@ -1,0 +1,30 @@
+// Backend: executes a step Program against a Model's weights and its own KV cache. The
+// reference CPU backend (ops_ref) is the first; HRX backends implement the same interface.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "loom/base/status.h"
+#include "loom/llm/model.h"
+#include "loom/llm/program.h"
+
+namespace loom::llm {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  // Binds the model (which must outlive the backend) and allocates an F16 KV cache of n_ctx
+  // cells per layer. Called once.
+  virtual Status init(const Model& model, int64_t n_ctx) = 0;
+  // Runs one step: stores the batch's K/V at its positions and writes program.n_outputs rows of
+  // n_vocab logits to `logits`. Not thread-safe; one step at a time.
+  virtual Status execute(const Program& program, const StepInputs& in, float* logits) = 0;
+};
+
+// The reference CPU backend, splitting matmul rows and attention heads over n_threads.
+std::unique_ptr<Backend> make_ref_backend(int n_threads);
+
+}  // namespace loom::llm

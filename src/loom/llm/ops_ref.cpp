@@ -1,0 +1,315 @@
+// Reference CPU ops (see ops_ref.h): matmul driver, embedding lookup, norms, activations, rope,
+// softmax and attention over the F16 KV cache.
+#include "loom/llm/ops_ref.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numbers>
+
+#include "loom/base/thread_pool.h"
+#include "loom/llm/ops_ref_util.h"
+#include "loom/llm/quant.h"
+
+namespace loom::llm::ref {
+
+// ---- Matmul ---------------------------------------------------------------------------------
+
+Status matmul(const WeightView& w, const float* x, int64_t n_tok, float* y, ThreadPool* pool,
+              std::vector<uint8_t>* scratch) {
+  LOOM_ASSIGN_OR_RETURN(GgmlType dot_type, vec_dot_type(w.type));
+  auto info = ggml_type_info(static_cast<uint32_t>(dot_type));
+  if (!info || w.n_in % info->block_elems != 0)
+    return invalid_argument("matmul: row of {} elements is not a multiple of the {} block", w.n_in,
+                            ggml_type_name(dot_type));
+  const size_t xq_row = quantized_row_bytes(dot_type, w.n_in);
+  scratch->resize(xq_row * static_cast<size_t>(n_tok));
+  uint8_t* xq = scratch->data();
+  // Quantizing the activations is cheap next to the products; rows are independent.
+  auto quantize_rows = [&](int64_t t0, int64_t t1, int) {
+    for (int64_t t = t0; t < t1; ++t) quantize_activation(dot_type, x + t * w.n_in, xq + t * xq_row, w.n_in);
+  };
+  if (pool && n_tok > 1) pool->parallel_for(n_tok, quantize_rows);
+  else quantize_rows(0, n_tok, 0);
+
+  const GgmlType wt = w.type;
+  auto rows = [&](int64_t r0, int64_t r1, int) {
+    // Tiles of weight rows stay in cache while every token's activation streams past them.
+    constexpr int64_t kTile = 16;
+    for (int64_t rt = r0; rt < r1; rt += kTile) {
+      const int64_t re = std::min(r1, rt + kTile);
+      for (int64_t t = 0; t < n_tok; ++t) {
+        const uint8_t* xt = xq + t * xq_row;
+        float* yt = y + t * w.n_out;
+        for (int64_t r = rt; r < re; ++r) yt[r] = vec_dot(wt, w.row(r), xt, w.n_in);
+      }
+    }
+  };
+  if (pool) pool->parallel_for(w.n_out, rows, 16);
+  else rows(0, w.n_out, 0);
+  return Status();
+}
+
+Status get_rows(const WeightView& table, const int32_t* ids, int64_t n_ids, float* out) {
+  for (int64_t i = 0; i < n_ids; ++i) {
+    if (ids[i] < 0 || ids[i] >= table.n_out)
+      return out_of_range("token id {} is outside the vocabulary (0..{})", ids[i], table.n_out - 1);
+    LOOM_RETURN_IF_ERROR(dequantize(table.type, table.row(ids[i]), out + i * table.n_in, table.n_in));
+  }
+  return Status();
+}
+
+// ---- Elementwise ----------------------------------------------------------------------------
+
+void rms_norm(const float* x, const float* w, float* y, int64_t n_rows, int64_t n, float eps) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* xr = x + r * n;
+    float* yr = y + r * n;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i] * xr[i]);
+    const float mean = static_cast<float>(sum / static_cast<double>(n));
+    const float s = 1.0f / std::sqrt(mean + eps);
+    if (w) {
+      for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] * s) * w[i];
+    } else {
+      for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * s;
+    }
+  }
+}
+
+void add(const float* a, const float* b, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+void mul(const float* a, const float* b, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
+}
+void scale(const float* x, float s, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * s;
+}
+void softcap(const float* x, float cap, float* y, int64_t n) {
+  const float inv = 1.0f / cap;
+  for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i] * inv) * cap;
+}
+
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+float gelu_tanh(float x) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  constexpr float kCoef = 0.044715f;
+  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoef * x * x)));
+}
+
+namespace {
+// ggml evaluates GELU on the CPU through a 64K-entry fp16 table; mirroring it keeps the FFN
+// activations of GELU models bit-identical with llama.cpp.
+const std::array<uint16_t, 65536>& gelu_table() {
+  static const auto* table = [] {
+    auto* t = new std::array<uint16_t, 65536>();
+    for (uint32_t h = 0; h < 65536; ++h)
+      (*t)[h] = fp32_to_fp16(gelu_tanh(fp16_to_fp32(static_cast<uint16_t>(h))));
+    return t;
+  }();
+  return *table;
+}
+}  // namespace
+
+float gelu_ggml(float x) {
+  if (x <= -10.0f) return 0.0f;
+  if (x >= 10.0f) return x;
+  return half_to_float(gelu_table()[float_to_half(x)]);
+}
+
+void swiglu(const float* g, const float* u, float* y, int64_t n) {
+  // ggml's vector path (groups of 8) uses its own exp; a short tail uses libm's expf.
+  const int64_t n8 = n & ~int64_t{7};
+  for (int64_t i = 0; i < n8; ++i) y[i] = silu_ggml(g[i]) * u[i];
+  for (int64_t i = n8; i < n; ++i) y[i] = silu(g[i]) * u[i];
+}
+
+void geglu(const float* g, const float* u, float* y, int64_t n) {
+  const auto& table = gelu_table();
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = g[i];
+    float gx;
+    if (x <= -10.0f) gx = 0.0f;
+    else if (x >= 10.0f) gx = x;
+    else gx = half_to_float(table[float_to_half(x)]);
+    y[i] = gx * u[i];
+  }
+}
+
+namespace {
+// The x86 softmax reduction: exp values summed eight at a time (hi+lo halves, then pairwise) in
+// float, each group's sum added in double. `base` is the index the first element would have in
+// ggml's row, so groups line up with its 8-element vectors.
+double exp_sum_groups(float* e, int64_t n, int64_t base) {
+  double sum = 0.0;
+  int64_t g0 = base & ~int64_t{7};
+  for (int64_t g = g0; g < base + n; g += 8) {
+    float v[8];
+    for (int l = 0; l < 8; ++l) {
+      const int64_t k = g + l - base;
+      v[l] = (k >= 0 && k < n) ? e[k] : 0.0f;
+    }
+    float a[4];
+    for (int l = 0; l < 4; ++l) a[l] = v[l + 4] + v[l];
+    sum += static_cast<double>((a[0] + a[2]) + (a[1] + a[3]));
+  }
+  return sum;
+}
+}  // namespace
+
+bool softmax(float* x, const float* mask, int64_t n, float s) {
+  float max = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = x[i] * s;
+    if (mask) x[i] += mask[i];
+    max = std::max(max, x[i]);
+  }
+  if (max == -std::numeric_limits<float>::infinity()) return false;
+  for (int64_t i = 0; i < n; ++i) x[i] = expf_ggml(x[i] - max);
+  const double sum = exp_sum_groups(x, n, 0);
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+  return true;
+}
+
+int64_t argmax(const float* x, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
+
+void to_fp16(const float* x, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = float_to_half(x[i]);
+}
+
+// ---- RoPE -----------------------------------------------------------------------------------
+
+namespace {
+// Dimension at which the rotation of `n_rot` turns over the training context (YaRN).
+float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
+  return static_cast<float>(n_dims) *
+         std::log(static_cast<float>(n_ctx_orig) / (n_rot * 2.0f * std::numbers::pi_v<float>)) /
+         (2.0f * std::log(base));
+}
+
+float yarn_ramp(float low, float high, int i0) {
+  const float y = (static_cast<float>(i0 / 2) - low) / std::max(0.001f, high - low);
+  return 1.0f - std::min(1.0f, std::max(0.0f, y));
+}
+}  // namespace
+
+void rope(float* x, int64_t n_tok, int n_head, int head_dim, const int32_t* pos, const RopeParams& p) {
+  const int n_dims = p.n_dims;
+  const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(n_dims));
+  float corr[2] = {0.0f, 0.0f};
+  if (p.ext_factor != 0.0f) {
+    const float start = std::floor(yarn_corr_dim(n_dims, p.n_ctx_orig, p.beta_fast, p.freq_base));
+    const float end = std::ceil(yarn_corr_dim(n_dims, p.n_ctx_orig, p.beta_slow, p.freq_base));
+    corr[0] = std::max(0.0f, start);
+    corr[1] = std::min(static_cast<float>(n_dims - 1), end);
+  }
+  std::vector<float> cs(static_cast<size_t>(n_dims));  // cos, sin interleaved per pair
+  for (int64_t t = 0; t < n_tok; ++t) {
+    // theta_i = pos * base^(-2i/n_dims), by repeated multiplication in float (as ggml).
+    float theta = static_cast<float>(pos[t]);
+    for (int i0 = 0; i0 < n_dims; i0 += 2) {
+      const float ff = p.freq_factors ? p.freq_factors[i0 / 2] : 1.0f;
+      const float extrap = theta / ff;
+      const float interp = p.freq_scale * extrap;
+      float th = interp;
+      float mscale = p.attn_factor;
+      if (p.ext_factor != 0.0f) {
+        const float mix = yarn_ramp(corr[0], corr[1], i0) * p.ext_factor;
+        th = interp * (1.0f - mix) + extrap * mix;
+        mscale *= 1.0f + 0.1f * std::log(1.0f / p.freq_scale);
+      }
+      cs[i0] = std::cos(th) * mscale;
+      cs[i0 + 1] = std::sin(th) * mscale;
+      theta *= theta_scale;
+    }
+    for (int h = 0; h < n_head; ++h) {
+      float* v = x + (t * n_head + h) * head_dim;
+      for (int i0 = 0; i0 < n_dims; i0 += 2) {
+        const int a = p.mode == RopeMode::kNeox ? i0 / 2 : i0;
+        const int b = p.mode == RopeMode::kNeox ? i0 / 2 + n_dims / 2 : i0 + 1;
+        const float c = cs[i0], s = cs[i0 + 1];
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * c - x1 * s;
+        v[b] = x0 * s + x1 * c;
+      }
+    }
+  }
+}
+
+// ---- Attention ------------------------------------------------------------------------------
+
+Status attention(const float* q, const int32_t* q_pos, int64_t n_tok, const uint16_t* k_cache,
+                 const uint16_t* v_cache, int64_t n_kv, const AttentionParams& p, float* out,
+                 ThreadPool* pool) {
+  if (p.n_head <= 0 || p.n_head_kv <= 0 || p.n_head % p.n_head_kv != 0)
+    return invalid_argument("attention: {} query heads cannot share {} kv heads", p.n_head, p.n_head_kv);
+  const int group = p.n_head / p.n_head_kv;
+  const int dk = p.head_dim_k, dv = p.head_dim_v;
+  const int64_t k_stride = static_cast<int64_t>(p.n_head_kv) * dk;
+  const int64_t v_stride = static_cast<int64_t>(p.n_head_kv) * dv;
+  for (int64_t t = 0; t < n_tok; ++t)
+    if (q_pos[t] < 0 || q_pos[t] >= n_kv)
+      return out_of_range("attention: query position {} outside the {} cached cells", q_pos[t], n_kv);
+
+  // One task per (token, head); each computes its output row completely, in the arithmetic of
+  // llama.cpp's kq = k·q (f16 dot), softmax, kqv = v·kq (f16 dot over the cache cells) chain.
+  auto task = [&](int64_t i0, int64_t i1, int) {
+    std::vector<uint16_t> q16(static_cast<size_t>(dk));
+    std::vector<float> s(static_cast<size_t>(n_kv));
+    std::vector<float> acc(static_cast<size_t>(dv) * 32);
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t t = i / p.n_head;
+      const int h = static_cast<int>(i % p.n_head);
+      const int hk = h / group;
+      const int64_t pos = q_pos[t];
+      const int64_t j0 = p.n_swa > 0 ? std::max<int64_t>(0, pos - p.n_swa + 1) : 0;
+      const int64_t j1 = pos + 1;  // causal: keys at positions <= pos
+      const int64_t n = j1 - j0;
+      to_fp16(q + (t * p.n_head + h) * dk, q16.data(), dk);
+      for (int64_t j = j0; j < j1; ++j) {
+        const uint16_t* kr = k_cache + j * k_stride + static_cast<int64_t>(hk) * dk;
+        float sj = dot_f16_ggml(kr, q16.data(), dk);
+        if (p.softcap > 0.0f) sj = std::tanh(sj * (1.0f / p.softcap)) * p.softcap;
+        s[j - j0] = sj * p.scale;
+      }
+      float max = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < n; ++j) max = std::max(max, s[j]);
+      for (int64_t j = 0; j < n; ++j) s[j] = expf_ggml(s[j] - max);
+      const float inv = static_cast<float>(1.0 / exp_sum_groups(s.data(), n, j0));
+      // p·v: cell j feeds lane j % 8 of accumulator (j % 32) / 8 (cells outside the window
+      // contribute exact zeros there, so they are skipped).
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t j = j0; j < j1; ++j) {
+        const float pj = half_to_float(float_to_half(s[j - j0] * inv));
+        const uint16_t* vr = v_cache + j * v_stride + static_cast<int64_t>(hk) * dv;
+        const int64_t lane = j & 31;
+        for (int d = 0; d < dv; ++d) acc[d * 32 + lane] = std::fma(half_to_float(vr[d]), pj, acc[d * 32 + lane]);
+      }
+      float* o = out + (t * p.n_head + h) * dv;
+      for (int d = 0; d < dv; ++d) {
+        float* a = acc.data() + d * 32;
+        float r[8];
+        for (int l = 0; l < 8; ++l) r[l] = (a[l] + a[16 + l]) + (a[8 + l] + a[24 + l]);
+        float t4[4];
+        for (int l = 0; l < 4; ++l) t4[l] = r[l] + r[l + 4];
+        o[d] = (t4[0] + t4[1]) + (t4[2] + t4[3]);
+      }
+    }
+  };
+  const int64_t n_tasks = n_tok * p.n_head;
+  if (pool) pool->parallel_for(n_tasks, task);
+  else task(0, n_tasks, 0);
+  return Status();
+}
+
+}  // namespace loom::llm::ref

@@ -1,0 +1,65 @@
+// Token sampling: the chain llama.cpp applies by default (repetition/frequency/presence
+// penalties, top-k, top-p, min-p, temperature, then a seeded draw), or greedy at temperature 0.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "loom/base/status.h"
+
+namespace loom::llm {
+
+struct SamplerParams {
+  float temp = 0.8f;               // <= 0: greedy (argmax after penalties)
+  int top_k = 40;                  // <= 0: off
+  float top_p = 0.95f;             // >= 1: off
+  float min_p = 0.05f;             // <= 0: off
+  float repeat_penalty = 1.0f;     // 1: off
+  int repeat_last_n = 64;          // window of previous tokens the penalties look at
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  uint64_t seed = 0xFFFFFFFFull;   // kRandomSeed draws one from the OS
+  static constexpr uint64_t kRandomSeed = 0xFFFFFFFFull;
+
+  Status validate() const;
+};
+
+// Not thread-safe. Deterministic for a given seed, parameters and token history.
+class Sampler {
+ public:
+  Sampler(const SamplerParams& params, int64_t n_vocab);
+
+  // Picks the next token from one row of n_vocab logits (not modified).
+  int32_t sample(const float* logits);
+  // Records a token of the context (prompt or generated) for the penalties.
+  void accept(int32_t token);
+  void reset();
+  uint64_t seed() const { return seed_; }
+  const SamplerParams& params() const { return params_; }
+
+  struct Candidate {
+    int32_t id;
+    float logit;
+    float p;
+  };
+  // The individual stages, exposed for tests; each keeps at least one candidate.
+  static void apply_top_k(std::vector<Candidate>& c, int k);        // sorts by logit, descending
+  static void apply_top_p(std::vector<Candidate>& c, float p);      // needs sorted input
+  static void apply_min_p(std::vector<Candidate>& c, float p);
+  static void apply_temperature(std::vector<Candidate>& c, float t);
+  static void softmax(std::vector<Candidate>& c);                   // fills p
+  void apply_penalties(std::vector<Candidate>& c) const;
+
+ private:
+  SamplerParams params_;
+  int64_t n_vocab_;
+  uint64_t seed_;
+  std::mt19937_64 rng_;
+  std::deque<int32_t> history_;
+  std::vector<Candidate> cand_;
+};
+
+}  // namespace loom::llm
