@@ -1,0 +1,859 @@
+// Tree-walking evaluation of statements and expressions with Python's operator semantics and
+// jinja2's scoping (loop bodies and macros get their own scope, {% if %} does not).
+#include <cmath>
+#include <unordered_map>
+
+#include "loom/llm/jinja/builtins.h"
+#include "loom/llm/jinja/interp.h"
+#include "loom/llm/jinja/utf8.h"
+
+namespace loom::llm::jinja {
+
+// --- Scope -------------------------------------------------------------------------------------
+
+const Value* Scope::lookup(std::string_view name) const {
+  for (const Scope* s = this; s; s = s->parent_.get())
+    for (const auto& [k, v] : s->vars_)
+      if (k == name) return &v;
+  return nullptr;
+}
+
+void Scope::set(std::string_view name, Value v) {
+  for (auto& [k, old] : vars_) {
+    if (k == name) {
+      old = std::move(v);
+      return;
+    }
+  }
+  vars_.emplace_back(std::string(name), std::move(v));
+}
+
+// --- attribute and item access ------------------------------------------------------------------
+
+namespace {
+
+std::string object_type_repr(const Value& v) {
+  if (v.is_none()) return "None";
+  return type_name(v) + " object";
+}
+
+Value missing_attr(const Value& obj, std::string_view name) {
+  return Value::undefined(fmt::format("'{}' has no attribute '{}'", object_type_repr(obj), name));
+}
+
+Value missing_item(const Value& obj, const Value& key) {
+  if (key.is_string()) return missing_attr(obj, key.str());
+  return Value::undefined(fmt::format("{} has no element {}", object_type_repr(obj), py_repr(key)));
+}
+
+Status undefined_error(const Value& v) {
+  return invalid_argument("{}", v.hint().empty() ? "value is undefined" : v.hint());
+}
+
+Status overflow() { return invalid_argument("integer overflow (template integers are 64-bit)"); }
+
+// Python's slice.indices(): clamps start/stop for a sequence of `len` items.
+Result<std::vector<size_t>> slice_indices(int64_t len, const Value& start, const Value& stop, const Value& step) {
+  for (const Value* v : {&start, &stop, &step})
+    if (!v->is_none() && !v->is_undefined() && !v->is_integral())
+      return invalid_argument("slice indices must be integers or None");
+  int64_t st = step.is_integral() ? step.as_int() : 1;
+  if (st == 0) return invalid_argument("slice step cannot be zero");
+  auto clamp = [&](const Value& v, int64_t def) -> int64_t {
+    if (!v.is_integral()) return def;
+    int64_t i = v.as_int();
+    if (i < 0) {
+      i += len;
+      if (i < 0) i = st < 0 ? -1 : 0;
+    } else if (i >= len) {
+      i = st < 0 ? len - 1 : len;
+    }
+    return i;
+  };
+  int64_t b = clamp(start, st < 0 ? len - 1 : 0);
+  int64_t e = clamp(stop, st < 0 ? -1 : len);
+  std::vector<size_t> idx;
+  if (st > 0) {
+    for (int64_t i = b; i < e; i += st) idx.push_back(static_cast<size_t>(i));
+  } else {
+    for (int64_t i = b; i > e; i += st) idx.push_back(static_cast<size_t>(i));
+  }
+  return idx;
+}
+
+}  // namespace
+
+Result<Value> get_attr(const Value& obj, std::string_view name) {
+  if (obj.is_undefined()) return undefined_error(obj);
+  if (!name.empty() && name[0] == '_') {
+    if (obj.is_dict())
+      if (const Value* v = obj.dict().find(name)) return *v;
+    return Value::undefined(
+        fmt::format("access to attribute '{}' of '{}' object is unsafe.", name, type_name(obj)));
+  }
+  switch (obj.kind()) {
+    case Value::Kind::kDict: {
+      Value m = get_method(obj, name);
+      if (!m.is_undefined() || !m.hint().empty()) return m;
+      if (const Value* v = obj.dict().find(name)) return *v;
+      return missing_attr(obj, name);
+    }
+    case Value::Kind::kNamespace:
+      if (const Value* v = obj.dict().find(name)) return *v;
+      return missing_attr(obj, name);
+    case Value::Kind::kString:
+    case Value::Kind::kList:
+    case Value::Kind::kTuple: {
+      Value m = get_method(obj, name);
+      if (!m.is_undefined() || !m.hint().empty()) return m;
+      return missing_attr(obj, name);
+    }
+    default:
+      return missing_attr(obj, name);
+  }
+}
+
+Result<Value> get_item(const Value& obj, const Value& key) {
+  if (obj.is_undefined()) return undefined_error(obj);
+  switch (obj.kind()) {
+    case Value::Kind::kList:
+    case Value::Kind::kTuple:
+    case Value::Kind::kString: {
+      if (!key.is_integral()) break;
+      bool is_str = obj.is_string();
+      std::u32string cps;
+      int64_t len;
+      if (is_str) {
+        if (utf8::is_ascii(obj.str())) {
+          len = static_cast<int64_t>(obj.str().size());
+        } else {
+          cps = utf8::decode(obj.str());
+          len = static_cast<int64_t>(cps.size());
+        }
+      } else {
+        len = static_cast<int64_t>(obj.items().size());
+      }
+      int64_t i = key.as_int();
+      if (i < 0) i += len;
+      if (i < 0 || i >= len) return missing_item(obj, key);
+      if (!is_str) return obj.items()[static_cast<size_t>(i)];
+      if (cps.empty()) return Value(std::string(1, obj.str()[static_cast<size_t>(i)]));
+      return Value(utf8::encode(cps.substr(static_cast<size_t>(i), 1)));
+    }
+    case Value::Kind::kDict:
+      if (const Value* v = obj.dict().find(key)) return *v;
+      break;
+    default:
+      break;
+  }
+  // Python raised (TypeError/LookupError): jinja2 retries string keys as attributes.
+  if (key.is_string()) {
+    Result<Value> attr = get_attr(obj, key.str());
+    if (!attr.ok() || !attr->is_undefined() || attr->hint().rfind("access to", 0) == 0) return attr;
+  }
+  return missing_item(obj, key);
+}
+
+// --- macros ---------------------------------------------------------------------------------------
+
+namespace {
+
+// Whether `name` is read anywhere in the tree (jinja2 gives macros varargs/kwargs/caller
+// only when their body mentions them).
+bool mentions(const Expr* e, std::string_view name) {
+  if (!e) return false;
+  if (e->kind == ExprKind::kName && e->name == name) return true;
+  for (const auto& a : e->args)
+    if (mentions(a.get(), name)) return true;
+  for (const auto& kv : e->kwargs)
+    if (mentions(kv.second.get(), name)) return true;
+  return false;
+}
+
+bool mentions(const Body& body, std::string_view name) {
+  for (const auto& s : body) {
+    if (mentions(s->expr.get(), name) || mentions(s->cond.get(), name) || mentions(s->filter.get(), name) ||
+        mentions(s->body, name) || mentions(s->else_body, name))
+      return true;
+    for (const auto& [test, b] : s->branches)
+      if (mentions(test.get(), name) || mentions(b, name)) return true;
+    for (const auto& p : s->params)
+      if (mentions(p.default_value.get(), name)) return true;
+    for (const auto& a : s->assigns)
+      if (mentions(a.second.get(), name)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+// A {% macro %}, or the body of a {% call %} block (passed to the macro as `caller`).
+class MacroFunction : public Function {
+ public:
+  MacroFunction(const Stmt* def, ScopePtr closure, std::string name)
+      : def_(def), closure_(std::move(closure)), name_(std::move(name)) {
+    varargs_ = mentions(def->body, "varargs");
+    kwargs_ = mentions(def->body, "kwargs");
+    caller_ = mentions(def->body, "caller");
+  }
+
+  std::string repr() const override { return fmt::format("<Macro '{}'>", name_); }
+
+  Result<Value> call(Interpreter& in, CallArgs& args) override {
+    if (in.depth_ > in.limits_.max_depth)
+      return resource_exhausted("macro '{}': calls nested deeper than {} levels", name_, in.limits_.max_depth);
+    auto scope = std::make_shared<Scope>(closure_);
+    const auto& params = def_->params;
+    std::vector<bool> given(params.size(), false);
+    ValueList extra;
+    for (size_t i = 0; i < args.args.size(); ++i) {
+      if (i < params.size()) {
+        scope->set(params[i].name, args.args[i]);
+        given[i] = true;
+      } else if (varargs_) {
+        extra.push_back(args.args[i]);
+      } else {
+        return invalid_argument("macro '{}' takes not more than {} argument(s)", name_, params.size());
+      }
+    }
+    ValueDict kw;
+    Value caller;
+    for (auto& [k, v] : args.kwargs) {
+      size_t i = 0;
+      while (i < params.size() && params[i].name != k) ++i;
+      if (i < params.size()) {
+        if (given[i]) return invalid_argument("macro '{}' got multiple values for argument '{}'", name_, k);
+        scope->set(k, v);
+        given[i] = true;
+      } else if (k == "caller" && caller_) {
+        caller = v;
+      } else if (kwargs_) {
+        kw.set(Value(k), v);
+      } else {
+        return invalid_argument("macro '{}' takes no keyword argument '{}'", name_, k);
+      }
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (given[i]) continue;
+      if (params[i].default_value) {
+        LOOM_ASSIGN_OR_RETURN(Value d, in.eval(*params[i].default_value, scope));
+        scope->set(params[i].name, std::move(d));
+      } else {
+        scope->set(params[i].name, Value::undefined(fmt::format("parameter '{}' was not provided", params[i].name)));
+      }
+    }
+    if (varargs_) scope->set("varargs", Value::tuple(std::move(extra)));
+    if (kwargs_) scope->set("kwargs", Value::dict(std::move(kw)));
+    if (caller_ && !caller.is_undefined()) scope->set("caller", caller);
+    LOOM_ASSIGN_OR_RETURN(std::string text, in.capture(def_->body, scope));
+    return Value(std::move(text));
+  }
+
+ private:
+  const Stmt* def_;
+  ScopePtr closure_;
+  std::string name_;
+  bool varargs_ = false, kwargs_ = false, caller_ = false;
+};
+
+namespace {
+
+// loop.cycle(a, b, ...) for one iteration.
+class CycleFunction : public Function {
+ public:
+  explicit CycleFunction(size_t index0) : index0_(index0) {}
+  std::string repr() const override { return "<bound method LoopContext.cycle>"; }
+  Result<Value> call(Interpreter&, CallArgs& args) override {
+    if (args.args.empty()) return invalid_argument("no items for cycling given");
+    return args.args[index0_ % args.args.size()];
+  }
+
+ private:
+  size_t index0_;
+};
+
+// loop.changed(value): true when the value differs from the previous call's, per loop.
+class ChangedFunction : public Function {
+ public:
+  explicit ChangedFunction(std::shared_ptr<Value> last) : last_(std::move(last)) {}
+  std::string repr() const override { return "<bound method LoopContext.changed>"; }
+  Result<Value> call(Interpreter&, CallArgs& args) override {
+    Value now = Value::list(args.args);
+    if (!last_->is_undefined() && py_equal(*last_, now)) return Value(false);
+    *last_ = now;
+    return Value(true);
+  }
+
+ private:
+  std::shared_ptr<Value> last_;
+};
+
+}  // namespace
+
+// --- Interpreter: statements ------------------------------------------------------------------------
+
+Status Interpreter::locate(Pos pos, Status s) {
+  if (located_ || s.ok()) return s;
+  located_ = true;
+  Status out(s.code(), fmt::format("{}:{}: {}", pos.line, pos.col, s.message()));
+  return out;
+}
+
+Status Interpreter::step() {
+  if (++steps_ > limits_.max_steps)
+    return resource_exhausted("template exceeded {} evaluation steps", limits_.max_steps);
+  return {};
+}
+
+Status Interpreter::charge(size_t bytes) {
+  if (bytes > limits_.max_output_bytes)
+    return resource_exhausted("string of {} bytes exceeds the template limit of {} bytes", bytes,
+                              limits_.max_output_bytes);
+  string_work_ += bytes;
+  if (string_work_ > limits_.max_string_work)
+    return resource_exhausted("template built more than {} bytes of strings", limits_.max_string_work);
+  return {};
+}
+
+Status Interpreter::emit(std::string_view text) {
+  if (out_->size() + text.size() > limits_.max_output_bytes)
+    return resource_exhausted("template output exceeds {} bytes", limits_.max_output_bytes);
+  LOOM_RETURN_IF_ERROR(charge(text.size()));
+  out_->append(text);
+  return {};
+}
+
+Result<std::string> Interpreter::render(const Body& body, const ValueDict& globals) {
+  std::string out;
+  out_ = &out;
+  located_ = false;
+  auto root = std::make_shared<Scope>(nullptr);
+  for (const auto& [k, v] : globals.items())
+    if (k.is_string()) root->set(k.str(), v);
+  auto r = exec_body(body, root);
+  out_ = nullptr;
+  if (!r.ok()) return std::move(r).status();
+  return out;
+}
+
+Result<std::string> Interpreter::capture(const Body& body, const ScopePtr& scope) {
+  std::string buf;
+  std::string* saved = out_;
+  out_ = &buf;
+  ++depth_;
+  auto r = exec_body(body, scope);
+  --depth_;
+  out_ = saved;
+  if (!r.ok()) return std::move(r).status();
+  return buf;
+}
+
+Result<Interpreter::Flow> Interpreter::exec_body(const Body& body, const ScopePtr& scope) {
+  for (const auto& s : body) {
+    LOOM_ASSIGN_OR_RETURN(Flow f, exec(*s, scope));
+    if (f != Flow::kNormal) return f;
+  }
+  return Flow::kNormal;
+}
+
+Result<Interpreter::Flow> Interpreter::exec(const Stmt& s, const ScopePtr& scope) {
+  if (Status st = step(); !st.ok()) return locate(s.pos, std::move(st));
+  if (++depth_ > limits_.max_depth) {
+    --depth_;
+    return locate(s.pos, resource_exhausted("template evaluation nested deeper than {} levels", limits_.max_depth));
+  }
+  struct Leave {
+    int& d;
+    ~Leave() { --d; }
+  } leave{depth_};
+
+  auto wrap = [&](Status st) -> Result<Flow> {
+    if (!st.ok()) return locate(s.pos, std::move(st));
+    return Flow::kNormal;
+  };
+  switch (s.kind) {
+    case StmtKind::kText:
+      return wrap(emit(s.text));
+    case StmtKind::kOutput: {
+      LOOM_ASSIGN_OR_RETURN(Value v, eval(*s.expr, scope));
+      if (v.is_string()) return wrap(emit(v.str()));
+      return wrap(emit(py_str(v)));
+    }
+    case StmtKind::kIf:
+      for (const auto& [test, body] : s.branches) {
+        LOOM_ASSIGN_OR_RETURN(Value v, eval(*test, scope));
+        if (truthy(v)) return exec_body(body, scope);
+      }
+      return exec_body(s.else_body, scope);
+    case StmtKind::kFor:
+      return exec_for(s, scope);
+    case StmtKind::kSet: {
+      LOOM_ASSIGN_OR_RETURN(Value v, eval(*s.expr, scope));
+      return wrap(assign(s.target, std::move(v), scope, s.pos));
+    }
+    case StmtKind::kSetBlock: {
+      LOOM_ASSIGN_OR_RETURN(std::string text, capture(s.body, scope));
+      Value v(std::move(text));
+      if (s.filter) {
+        LOOM_ASSIGN_OR_RETURN(v, eval_filter(*s.filter, scope, &v));
+      }
+      return wrap(assign(s.target, std::move(v), scope, s.pos));
+    }
+    case StmtKind::kFilterBlock: {
+      LOOM_ASSIGN_OR_RETURN(std::string text, capture(s.body, scope));
+      Value input(std::move(text));
+      LOOM_ASSIGN_OR_RETURN(Value v, eval_filter(*s.filter, scope, &input));
+      return wrap(emit(py_str(v)));
+    }
+    case StmtKind::kMacro:
+      return wrap(exec_macro_def(s, scope));
+    case StmtKind::kCallBlock:
+      return wrap(exec_call_block(s, scope));
+    case StmtKind::kWith: {
+      auto inner = std::make_shared<Scope>(scope);
+      for (const auto& [target, expr] : s.assigns) {
+        LOOM_ASSIGN_OR_RETURN(Value v, eval(*expr, scope));
+        LOOM_RETURN_IF_ERROR(wrap(assign(target, std::move(v), inner, s.pos)));
+      }
+      return exec_body(s.body, inner);
+    }
+    case StmtKind::kGeneration: {
+      LOOM_ASSIGN_OR_RETURN(std::string text, capture(s.body, std::make_shared<Scope>(scope)));
+      return wrap(emit(text));
+    }
+    case StmtKind::kBreak:
+      return Flow::kBreak;
+    case StmtKind::kContinue:
+      return Flow::kContinue;
+  }
+  return Flow::kNormal;
+}
+
+Status Interpreter::assign(const Target& target, Value value, const ScopePtr& scope, Pos pos) {
+  if (!target.attr.empty()) {
+    const Value* ns = scope->lookup(target.names[0]);
+    if (!ns || !ns->is_namespace()) return invalid_argument("cannot assign attribute on non-namespace object");
+    ns->namespace_attrs().set(Value(target.attr), std::move(value));
+    return {};
+  }
+  if (!target.is_tuple) {
+    scope->set(target.names[0], std::move(value));
+    return {};
+  }
+  LOOM_ASSIGN_OR_RETURN(ValueList items, py_iterate(value));
+  if (items.size() < target.names.size())
+    return invalid_argument("not enough values to unpack (expected {}, got {})", target.names.size(), items.size());
+  if (items.size() > target.names.size())
+    return invalid_argument("too many values to unpack (expected {})", target.names.size());
+  for (size_t i = 0; i < items.size(); ++i) scope->set(target.names[i], std::move(items[i]));
+  return {};
+}
+
+Result<Interpreter::Flow> Interpreter::exec_for(const Stmt& s, const ScopePtr& scope) {
+  LOOM_ASSIGN_OR_RETURN(Value iterable, eval(*s.expr, scope));
+  auto listed = py_iterate(iterable);
+  if (!listed.ok()) return locate(s.expr->pos, listed.status());
+  ValueList items = std::move(listed).value();
+  if (s.cond) {
+    ValueList kept;
+    for (auto& item : items) {
+      auto inner = std::make_shared<Scope>(scope);
+      if (Status st = assign(s.target, item, inner, s.pos); !st.ok()) return locate(s.pos, std::move(st));
+      LOOM_ASSIGN_OR_RETURN(Value keep, eval(*s.cond, inner));
+      if (truthy(keep)) kept.push_back(std::move(item));
+    }
+    items = std::move(kept);
+  }
+  if (items.empty()) return exec_body(s.else_body, std::make_shared<Scope>(scope));
+  const size_t n = items.size();
+  auto changed_state = std::make_shared<Value>();
+  auto changed = Value::function(std::make_shared<ChangedFunction>(changed_state));
+  for (size_t i = 0; i < n; ++i) {
+    auto inner = std::make_shared<Scope>(scope);
+    if (Status st = assign(s.target, items[i], inner, s.pos); !st.ok()) return locate(s.pos, std::move(st));
+    ValueDict loop;
+    auto ii = static_cast<int64_t>(i), nn = static_cast<int64_t>(n);
+    loop.append_new(Value("index"), Value(ii + 1));
+    loop.append_new(Value("index0"), Value(ii));
+    loop.append_new(Value("revindex"), Value(nn - ii));
+    loop.append_new(Value("revindex0"), Value(nn - ii - 1));
+    loop.append_new(Value("first"), Value(i == 0));
+    loop.append_new(Value("last"), Value(i + 1 == n));
+    loop.append_new(Value("length"), Value(nn));
+    loop.append_new(Value("depth"), Value(1));
+    loop.append_new(Value("depth0"), Value(0));
+    if (i > 0) loop.append_new(Value("previtem"), items[i - 1]);
+    if (i + 1 < n) loop.append_new(Value("nextitem"), items[i + 1]);
+    loop.append_new(Value("cycle"), Value::function(std::make_shared<CycleFunction>(i)));
+    loop.append_new(Value("changed"), changed);
+    inner->set("loop", Value::dict(std::move(loop)));
+    LOOM_ASSIGN_OR_RETURN(Flow f, exec_body(s.body, inner));
+    if (f == Flow::kBreak) break;
+  }
+  return Flow::kNormal;
+}
+
+Status Interpreter::exec_macro_def(const Stmt& s, const ScopePtr& scope) {
+  scope->set(s.text, Value::function(std::make_shared<MacroFunction>(&s, scope, s.text)));
+  return {};
+}
+
+Status Interpreter::exec_call_block(const Stmt& s, const ScopePtr& scope) {
+  const Expr& call = *s.expr;
+  LOOM_ASSIGN_OR_RETURN(Value callee, eval(*call.args[0], scope));
+  CallArgs args;
+  LOOM_RETURN_IF_ERROR(eval_args(call, 1, scope, args));
+  args.kwargs.emplace_back("caller", Value::function(std::make_shared<MacroFunction>(&s, scope, "caller")));
+  LOOM_ASSIGN_OR_RETURN(Value v, this->call(callee, args));
+  return emit(py_str(v));
+}
+
+// --- Interpreter: expressions ----------------------------------------------------------------------
+
+Result<Value> Interpreter::call(const Value& callee, CallArgs& args) {
+  if (callee.is_function()) {
+    ++depth_;
+    auto r = callee.function()->call(*this, args);
+    --depth_;
+    return r;
+  }
+  if (callee.is_undefined()) return undefined_error(callee);
+  return invalid_argument("'{}' object is not callable", type_name(callee));
+}
+
+Status Interpreter::eval_args(const Expr& e, size_t first, const ScopePtr& scope, CallArgs& out) {
+  for (size_t i = first; i < e.args.size(); ++i) {
+    LOOM_ASSIGN_OR_RETURN(Value v, eval(*e.args[i], scope));
+    out.args.push_back(std::move(v));
+  }
+  for (const auto& [k, expr] : e.kwargs) {
+    LOOM_ASSIGN_OR_RETURN(Value v, eval(*expr, scope));
+    out.kwargs.emplace_back(k, std::move(v));
+  }
+  return {};
+}
+
+Result<Value> Interpreter::eval(const Expr& e, const ScopePtr& scope) {
+  if (Status st = step(); !st.ok()) return locate(e.pos, std::move(st));
+  if (++depth_ > limits_.max_depth) {
+    --depth_;
+    return locate(e.pos, resource_exhausted("template evaluation nested deeper than {} levels", limits_.max_depth));
+  }
+  auto r = eval_inner(e, scope);
+  --depth_;
+  if (!r.ok()) return locate(e.pos, std::move(r).status());
+  return r;
+}
+
+Result<Value> Interpreter::eval_filter(const Expr& e, const ScopePtr& scope, const Value* block_input) {
+  Value input;
+  if (!e.args[0]) {
+    input = *block_input;
+  } else if (block_input && e.args[0]->kind == ExprKind::kFilter) {
+    LOOM_ASSIGN_OR_RETURN(input, eval_filter(*e.args[0], scope, block_input));
+  } else {
+    LOOM_ASSIGN_OR_RETURN(input, eval(*e.args[0], scope));
+  }
+  CallArgs args;
+  LOOM_RETURN_IF_ERROR(eval_args(e, 1, scope, args));
+  if (!has_filter(e.name)) return locate(e.pos, invalid_argument("no filter named '{}'", e.name));
+  auto r = apply_filter(*this, e.name, input, args);
+  if (!r.ok()) return locate(e.pos, std::move(r).status());
+  return r;
+}
+
+Result<Value> Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
+  switch (e.kind) {
+    case ExprKind::kConst:
+      return e.value;
+    case ExprKind::kName: {
+      if (const Value* v = scope->lookup(e.name)) return *v;
+      return Value::undefined(fmt::format("'{}' is undefined", e.name));
+    }
+    case ExprKind::kList:
+    case ExprKind::kTuple: {
+      ValueList items;
+      items.reserve(e.args.size());
+      for (const auto& a : e.args) {
+        LOOM_ASSIGN_OR_RETURN(Value v, eval(*a, scope));
+        items.push_back(std::move(v));
+      }
+      return e.kind == ExprKind::kList ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+    }
+    case ExprKind::kDict: {
+      ValueDict d;
+      for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
+        LOOM_ASSIGN_OR_RETURN(Value k, eval(*e.args[i], scope));
+        LOOM_ASSIGN_OR_RETURN(Value v, eval(*e.args[i + 1], scope));
+        if (k.is_list() || k.is_dict() || k.is_undefined())
+          return invalid_argument("unhashable type: '{}'", type_name(k));
+        d.set(std::move(k), std::move(v));
+      }
+      return Value::dict(std::move(d));
+    }
+    case ExprKind::kGetAttr: {
+      LOOM_ASSIGN_OR_RETURN(Value obj, eval(*e.args[0], scope));
+      return get_attr(obj, e.name);
+    }
+    case ExprKind::kGetItem: {
+      LOOM_ASSIGN_OR_RETURN(Value obj, eval(*e.args[0], scope));
+      LOOM_ASSIGN_OR_RETURN(Value key, eval(*e.args[1], scope));
+      return get_item(obj, key);
+    }
+    case ExprKind::kSlice: {
+      LOOM_ASSIGN_OR_RETURN(Value obj, eval(*e.args[0], scope));
+      Value bounds[3] = {Value::none(), Value::none(), Value::none()};
+      for (int i = 0; i < 3; ++i)
+        if (e.args[1 + i]) {
+          LOOM_ASSIGN_OR_RETURN(bounds[i], eval(*e.args[1 + i], scope));
+        }
+      if (obj.is_undefined()) return undefined_error(obj);
+      if (!obj.is_sequence() && !obj.is_string()) return missing_item(obj, Value("slice"));
+      if (obj.is_string()) {
+        std::u32string cps = utf8::decode(obj.str());
+        LOOM_ASSIGN_OR_RETURN(auto idx, slice_indices(static_cast<int64_t>(cps.size()), bounds[0], bounds[1], bounds[2]));
+        std::u32string out;
+        for (size_t i : idx) out.push_back(cps[i]);
+        return Value(utf8::encode(out));
+      }
+      const auto& items = obj.items();
+      LOOM_ASSIGN_OR_RETURN(auto idx, slice_indices(static_cast<int64_t>(items.size()), bounds[0], bounds[1], bounds[2]));
+      ValueList out;
+      out.reserve(idx.size());
+      for (size_t i : idx) out.push_back(items[i]);
+      return obj.is_list() ? Value::list(std::move(out)) : Value::tuple(std::move(out));
+    }
+    case ExprKind::kCall: {
+      LOOM_ASSIGN_OR_RETURN(Value callee, eval(*e.args[0], scope));
+      CallArgs args;
+      LOOM_RETURN_IF_ERROR(eval_args(e, 1, scope, args));
+      return call(callee, args);
+    }
+    case ExprKind::kFilter:
+      return eval_filter(e, scope, nullptr);
+    case ExprKind::kTest: {
+      LOOM_ASSIGN_OR_RETURN(Value input, eval(*e.args[0], scope));
+      CallArgs args;
+      LOOM_RETURN_IF_ERROR(eval_args(e, 1, scope, args));
+      if (!has_test(e.name)) return invalid_argument("no test named '{}'", e.name);
+      LOOM_ASSIGN_OR_RETURN(bool r, apply_test(*this, e.name, input, args));
+      return Value(r != e.negated);
+    }
+    case ExprKind::kNeg:
+    case ExprKind::kPos: {
+      LOOM_ASSIGN_OR_RETURN(Value v, eval(*e.args[0], scope));
+      if (v.is_undefined()) return undefined_error(v);
+      if (!v.is_number())
+        return invalid_argument("bad operand type for unary {}: '{}'", e.kind == ExprKind::kNeg ? '-' : '+', type_name(v));
+      if (e.kind == ExprKind::kPos) return v.is_bool() ? Value(v.as_int()) : v;
+      if (v.is_float()) return Value(-v.as_double());
+      if (v.as_int() == INT64_MIN) return overflow();
+      return Value(-v.as_int());
+    }
+    case ExprKind::kNot: {
+      LOOM_ASSIGN_OR_RETURN(Value v, eval(*e.args[0], scope));
+      return Value(!truthy(v));
+    }
+    case ExprKind::kAnd:
+    case ExprKind::kOr: {
+      LOOM_ASSIGN_OR_RETURN(Value a, eval(*e.args[0], scope));
+      if (truthy(a) == (e.kind == ExprKind::kOr)) return a;
+      return eval(*e.args[1], scope);
+    }
+    case ExprKind::kBinary: {
+      LOOM_ASSIGN_OR_RETURN(Value a, eval(*e.args[0], scope));
+      LOOM_ASSIGN_OR_RETURN(Value b, eval(*e.args[1], scope));
+      return eval_binary(e, a, b);
+    }
+    case ExprKind::kCompare:
+      return eval_compare(e, scope);
+    case ExprKind::kCondExpr: {
+      LOOM_ASSIGN_OR_RETURN(Value test, eval(*e.args[1], scope));
+      if (truthy(test)) return eval(*e.args[0], scope);
+      if (e.args[2]) return eval(*e.args[2], scope);
+      return Value::undefined(fmt::format(
+          "the inline if-expression on line {} evaluated to false and no else section was defined.", e.pos.line));
+    }
+  }
+  return internal_error("unknown expression kind");
+}
+
+namespace {
+
+Status unsupported(std::string_view op, const Value& a, const Value& b) {
+  return invalid_argument("unsupported operand type(s) for {}: '{}' and '{}'", op, type_name(a), type_name(b));
+}
+
+// Python's int ** int for a non-negative exponent, refusing results beyond 64 bits.
+Result<Value> int_pow(int64_t base, int64_t exp) {
+  int64_t result = 1;
+  while (exp > 0) {
+    if (exp & 1)
+      if (__builtin_mul_overflow(result, base, &result)) return overflow();
+    exp >>= 1;
+    if (exp && __builtin_mul_overflow(base, base, &base)) return overflow();
+  }
+  return Value(result);
+}
+
+}  // namespace
+
+Result<Value> Interpreter::eval_binary(const Expr& e, const Value& a, const Value& b) {
+  const std::string& op = e.name;
+  if (op == "~") {
+    std::string sa = py_str(a), sb = py_str(b);
+    LOOM_RETURN_IF_ERROR(charge(sa.size() + sb.size()));
+    return Value(sa + sb);
+  }
+  if (a.is_undefined()) return undefined_error(a);
+  if (b.is_undefined()) return undefined_error(b);
+  if (a.is_number() && b.is_number()) {
+    bool fl = a.is_float() || b.is_float();
+    double x = a.as_double(), y = b.as_double();
+    int64_t i = a.as_int(), j = b.as_int(), r = 0;
+    if (op == "+") {
+      if (fl) return Value(x + y);
+      if (__builtin_add_overflow(i, j, &r)) return overflow();
+      return Value(r);
+    }
+    if (op == "-") {
+      if (fl) return Value(x - y);
+      if (__builtin_sub_overflow(i, j, &r)) return overflow();
+      return Value(r);
+    }
+    if (op == "*") {
+      if (fl) return Value(x * y);
+      if (__builtin_mul_overflow(i, j, &r)) return overflow();
+      return Value(r);
+    }
+    if (op == "/") {
+      if (y == 0) return invalid_argument("division by zero");
+      return Value(x / y);
+    }
+    if (op == "//" || op == "%") {
+      if (fl) {
+        if (y == 0) return invalid_argument("{}", op == "%" ? "float modulo" : "float floor division by zero");
+        // CPython's float floor division and modulo.
+        double mod = std::fmod(x, y), div = (x - mod) / y;
+        if (mod != 0) {
+          if ((y < 0) != (mod < 0)) {
+            mod += y;
+            div -= 1.0;
+          }
+        } else {
+          mod = std::copysign(0.0, y);
+        }
+        double floordiv;
+        if (div != 0) {
+          floordiv = std::floor(div);
+          if (div - floordiv > 0.5) floordiv += 1.0;
+        } else {
+          floordiv = std::copysign(0.0, x / y);
+        }
+        return Value(op == "%" ? mod : floordiv);
+      }
+      if (j == 0) return invalid_argument("integer division or modulo by zero");
+      if (i == INT64_MIN && j == -1) return overflow();
+      int64_t q = i / j, m = i % j;
+      if (m != 0 && ((m < 0) != (j < 0))) {
+        q -= 1;
+        m += j;
+      }
+      return Value(op == "%" ? m : q);
+    }
+    if (op == "**") {
+      if (!fl && j >= 0) return int_pow(i, j);
+      if (x == 0 && y < 0) return invalid_argument("0.0 cannot be raised to a negative power");
+      return Value(std::pow(x, y));
+    }
+  }
+  if (op == "+") {
+    if (a.is_string() && b.is_string()) {
+      LOOM_RETURN_IF_ERROR(charge(a.str().size() + b.str().size()));
+      if (a.is_markup() || b.is_markup()) {  // Markup escapes what is added to it
+        std::string l = a.is_markup() ? a.str() : html_escape(a.str());
+        std::string r = b.is_markup() ? b.str() : html_escape(b.str());
+        return Value::markup(l + r);
+      }
+      return Value(a.str() + b.str());
+    }
+    if (a.kind() == b.kind() && a.is_sequence()) {
+      LOOM_RETURN_IF_ERROR(charge((a.items().size() + b.items().size()) * sizeof(Value)));
+      ValueList items = a.items();
+      items.insert(items.end(), b.items().begin(), b.items().end());
+      return a.is_list() ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+    }
+    if (a.is_string() || a.is_sequence())
+      return invalid_argument("can only concatenate {} (not \"{}\") to {}", type_name(a), type_name(b), type_name(a));
+    return unsupported("+", a, b);
+  }
+  if (op == "*") {
+    const Value* seq = (a.is_string() || a.is_sequence()) ? &a : (b.is_string() || b.is_sequence()) ? &b : nullptr;
+    const Value* count = seq == &a ? &b : &a;
+    if (seq && count->is_integral()) {
+      int64_t n = std::max<int64_t>(0, count->as_int());
+      if (seq->is_string()) {
+        size_t unit = seq->str().size();
+        if (unit && static_cast<uint64_t>(n) > limits_.max_output_bytes / unit + 1) return charge(limits_.max_output_bytes + 1);
+        LOOM_RETURN_IF_ERROR(charge(unit * static_cast<size_t>(n)));
+        std::string out;
+        out.reserve(unit * static_cast<size_t>(n));
+        for (int64_t k = 0; k < n; ++k) out += seq->str();
+        return Value(std::move(out));
+      }
+      size_t unit = seq->items().size();
+      if (unit && static_cast<uint64_t>(n) > limits_.max_output_bytes / (unit * sizeof(Value)) + 1)
+        return charge(limits_.max_output_bytes + 1);
+      LOOM_RETURN_IF_ERROR(charge(unit * static_cast<size_t>(n) * sizeof(Value)));
+      ValueList out;
+      for (int64_t k = 0; k < n; ++k) out.insert(out.end(), seq->items().begin(), seq->items().end());
+      return seq->is_list() ? Value::list(std::move(out)) : Value::tuple(std::move(out));
+    }
+    if (seq) return invalid_argument("can't multiply sequence by non-int of type '{}'", type_name(*count));
+    return unsupported("*", a, b);
+  }
+  if (op == "%" && a.is_string()) return percent_format(*this, a.str(), b);
+  return unsupported(op, a, b);
+}
+
+Result<Value> Interpreter::eval_compare(const Expr& e, const ScopePtr& scope) {
+  LOOM_ASSIGN_OR_RETURN(Value left, eval(*e.args[0], scope));
+  for (size_t i = 0; i < e.ops.size(); ++i) {
+    LOOM_ASSIGN_OR_RETURN(Value right, eval(*e.args[i + 1], scope));
+    const std::string& op = e.ops[i];
+    bool ok;
+    if (op == "==") {
+      ok = py_equal(left, right);
+    } else if (op == "!=") {
+      ok = !py_equal(left, right);
+    } else if (op == "in" || op == "notin") {
+      if (right.is_string()) {
+        if (!left.is_string())
+          return invalid_argument("'in <string>' requires string as left operand, not {}", type_name(left));
+        ok = right.str().find(left.str()) != std::string::npos;
+      } else if (right.is_sequence()) {
+        ok = false;
+        for (const auto& item : right.items())
+          if (py_equal(item, left)) {
+            ok = true;
+            break;
+          }
+      } else if (right.is_dict()) {
+        ok = right.dict().find(left) != nullptr;
+      } else if (right.is_undefined()) {
+        ok = false;
+      } else {
+        return invalid_argument("argument of type '{}' is not iterable", type_name(right));
+      }
+      if (op == "notin") ok = !ok;
+    } else {
+      LOOM_ASSIGN_OR_RETURN(int c, py_compare(left, right, op));
+      ok = op == "<" ? c < 0 : op == "<=" ? c <= 0 : op == ">" ? c > 0 : c >= 0;
+    }
+    if (!ok) return Value(false);
+    left = std::move(right);
+  }
+  return Value(true);
+}
+
+}  // namespace loom::llm::jinja
