@@ -1,0 +1,37 @@
+// The cpp Target: C++ text, compiled into a cached shared object for this machine ("native").
+#include "loom/codegen/cpp/cpp_emitter.h"
+#include "loom/codegen/cpp/host_compiler.h"
+#include "loom/base/file.h"
+#include "loom/codegen/target.h"
+
+namespace loom::codegen {
+namespace {
+
+class CppTarget final : public Target {
+ public:
+  ir::TargetKind kind() const override { return ir::TargetKind::kCpp; }
+  std::vector<std::string> archs() const override { return {"native"}; }
+
+  Result<std::string> emit(const ir::Module& module, std::string_view arch) const override {
+    LOOM_RETURN_IF_ERROR(verify(module, arch));
+    return emit_cpp(module);
+  }
+
+  Result<Artifact> compile(const ir::Module& module, std::string_view arch) const override {
+    Artifact a;
+    LOOM_ASSIGN_OR_RETURN(a.text, emit(module, arch));
+    LOOM_ASSIGN_OR_RETURN(a.path, compile_shared_object(a.text));
+    LOOM_ASSIGN_OR_RETURN(std::string bytes, read_file(a.path));
+    a.binary.assign(bytes.begin(), bytes.end());
+    return a;
+  }
+};
+
+}  // namespace
+
+const Target& cpp_target() {
+  static const CppTarget t;
+  return t;
+}
+
+}  // namespace loom::codegen

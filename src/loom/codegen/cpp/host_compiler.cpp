@@ -1,0 +1,175 @@
+// Host compilation with a content-hash disk cache, dlopen wrappers, and the CPU grid launcher.
+#include "loom/codegen/cpp/host_compiler.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "loom/base/file.h"
+#include "loom/codegen/cpp/cpp_emitter.h"
+#include "loom/codegen/tool_run.h"
+#include "loom/ir/verifier.h"
+
+namespace loom::codegen {
+namespace {
+
+const std::vector<std::string>& compile_flags() {
+  static const std::vector<std::string> flags = {"-std=c++20", "-O3", "-march=native", "-fPIC", "-shared",
+                                                 "-fwrapv", "-fno-math-errno", "-w"};
+  return flags;
+}
+
+std::string compiler_name() {
+  const char* cxx = std::getenv("LOOM_CXX");
+  return cxx && *cxx ? cxx : "c++";
+}
+
+// "<path>\n<first line of --version>": part of the cache key, computed once per process.
+Result<std::string> compiler_identity(const std::string& compiler) {
+  static std::mutex mu;
+  static std::string cached_for, cached;
+  std::lock_guard<std::mutex> lock(mu);
+  if (cached_for == compiler && !cached.empty()) return cached;
+  LOOM_ASSIGN_OR_RETURN(std::string path, find_tool({compiler}));
+  LOOM_ASSIGN_OR_RETURN(ToolResult r, run_tool({path, "--version"}));
+  if (r.exit_code != 0) return unavailable("{} --version failed: {}", path, r.output);
+  cached_for = compiler;
+  cached = path + "\n" + r.output.substr(0, r.output.find('\n'));
+  return cached;
+}
+
+}  // namespace
+
+Result<std::string> compile_shared_object(std::string_view source) {
+  std::string compiler = compiler_name();
+  LOOM_ASSIGN_OR_RETURN(std::string identity, compiler_identity(compiler));
+  std::string key_text(source);
+  key_text += '\0';
+  key_text += identity;
+  for (const auto& f : compile_flags()) {
+    key_text += '\0';
+    key_text += f;
+  }
+  std::string hash = content_hash(key_text);
+
+  std::string dir = cache_dir() + "/kernels/cpp";
+  std::string so = dir + "/" + hash + ".so";
+  if (file_exists(so)) return so;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return unavailable("cannot create kernel cache {}: {}", dir, ec.message());
+
+  // Unique temporaries, renamed into place: concurrent compilers never see half-written files.
+  std::string tag = fmt::format("{}.{}", ::getpid(), std::hash<std::thread::id>()(std::this_thread::get_id()));
+  std::string src = dir + "/" + hash + ".cpp";
+  std::string tmp_src = src + ".tmp." + tag;
+  std::string tmp_so = so + ".tmp." + tag;
+  LOOM_RETURN_IF_ERROR(write_file(tmp_src, source));
+  std::vector<std::string> argv = {identity.substr(0, identity.find('\n'))};
+  for (const auto& f : compile_flags()) argv.push_back(f);
+  argv.insert(argv.end(), {"-x", "c++", tmp_src, "-o", tmp_so});
+  auto result = run_tool(argv);
+  if (!result.ok() || result->exit_code != 0) {
+    std::filesystem::remove(tmp_so, ec);
+    std::filesystem::rename(tmp_src, src, ec);  // keep the source for the bug report
+    if (!result.ok()) return std::move(result).status();
+    return internal_error("compiling generated C++ {} failed:\n{}", src, result->output.substr(0, 4000));
+  }
+  std::filesystem::rename(tmp_src, src, ec);
+  std::filesystem::rename(tmp_so, so, ec);
+  if (ec) return unavailable("cannot move {} into the kernel cache: {}", tmp_so, ec.message());
+  return so;
+}
+
+SharedLibrary::~SharedLibrary() {
+  if (handle_) ::dlclose(handle_);
+}
+
+SharedLibrary& SharedLibrary::operator=(SharedLibrary&& other) noexcept {
+  if (this != &other) {
+    if (handle_) ::dlclose(handle_);
+    handle_ = other.handle_;
+    other.handle_ = nullptr;
+  }
+  return *this;
+}
+
+Result<SharedLibrary> SharedLibrary::open(const std::string& path) {
+  void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char* err = ::dlerror();
+    return unavailable("dlopen {}: {}", path, err ? err : "unknown error");
+  }
+  SharedLibrary lib;
+  lib.handle_ = h;
+  return lib;
+}
+
+Result<void*> SharedLibrary::symbol(const std::string& name) const {
+  if (!handle_) return failed_precondition("symbol {} looked up in a closed library", name);
+  ::dlerror();
+  void* sym = ::dlsym(handle_, name.c_str());
+  if (!sym) return not_found("symbol {} not found in kernel library", name);
+  return sym;
+}
+
+Result<CpuModule> CpuModule::load(const std::string& so_path) {
+  CpuModule m;
+  LOOM_ASSIGN_OR_RETURN(m.lib_, SharedLibrary::open(so_path));
+  return m;
+}
+
+Result<CpuKernelFn> CpuModule::kernel(std::string_view name) const {
+  LOOM_ASSIGN_OR_RETURN(void* sym, lib_.symbol(std::string(name)));
+  return reinterpret_cast<CpuKernelFn>(sym);
+}
+
+Result<CpuModule> compile_cpu_module(const ir::Module& module) {
+  LOOM_RETURN_IF_ERROR(ir::verify(module, ir::TargetKind::kCpp));
+  LOOM_ASSIGN_OR_RETURN(std::string source, emit_cpp(module));
+  LOOM_ASSIGN_OR_RETURN(std::string so, compile_shared_object(source));
+  return CpuModule::load(so);
+}
+
+Status launch_cpu(CpuKernelFn fn, void* const* args, Dim3 grid, Dim3 block, unsigned threads) {
+  uint64_t blocks = uint64_t{grid[0]} * grid[1] * grid[2];
+  uint64_t block_threads = uint64_t{block[0]} * block[1] * block[2];
+  if (blocks == 0 || block_threads == 0) return invalid_argument("empty launch: grid {}x{}x{}, block {}x{}x{}",
+                                                                 grid[0], grid[1], grid[2], block[0], block[1], block[2]);
+  if (block_threads > kMaxBlockThreads)
+    return invalid_argument("block of {} threads exceeds the limit of {}", block_threads, kMaxBlockThreads);
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  if (threads > blocks) threads = static_cast<unsigned>(blocks);
+  auto dims_for = [&](uint64_t begin, uint64_t end) {
+    return LaunchDims{{grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, begin, end};
+  };
+  if (threads == 1) {
+    LaunchDims d = dims_for(0, blocks);
+    fn(args, &d);
+    return Status();
+  }
+  std::vector<std::thread> pool;
+  pool.reserve(threads);
+  for (unsigned t = 0; t < threads; ++t) {
+    uint64_t begin = blocks * t / threads, end = blocks * (t + 1) / threads;
+    auto work = [=] {
+      LaunchDims d = dims_for(begin, end);
+      fn(args, &d);
+    };
+    try {
+      pool.emplace_back(work);
+    } catch (const std::system_error&) {
+      work();  // no thread available: run this range here
+    }
+  }
+  for (auto& th : pool) th.join();
+  return Status();
+}
+
+}  // namespace loom::codegen

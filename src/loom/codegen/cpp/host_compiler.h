@@ -1,0 +1,62 @@
+// The cpp target's toolchain side: compiles generated C++ with the system compiler into a shared
+// object cached on disk by content hash, loads it with dlopen, and runs kernels over a grid.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "loom/base/status.h"
+#include "loom/codegen/cpp/cpu_abi.h"
+#include "loom/ir/ir.h"
+
+namespace loom::codegen {
+
+// Compiler and flags: $LOOM_CXX (default "c++") with
+// -std=c++20 -O3 -march=native -fPIC -shared -fwrapv -fno-math-errno.
+// Returns the path $LOOM_CACHE_DIR/kernels/cpp/<hash>.so, compiling only when it is missing
+// (the key covers the source, the flags and the compiler's version, so each machine compiles a
+// kernel once). Safe to call from several processes: results are renamed into place.
+// A compiler failure is an internal error carrying the compiler's output.
+Result<std::string> compile_shared_object(std::string_view source);
+
+// A dlopen'ed shared object; move-only, dlclose on destruction.
+class SharedLibrary {
+ public:
+  SharedLibrary() = default;
+  ~SharedLibrary();
+  SharedLibrary(SharedLibrary&& other) noexcept : handle_(other.handle_) { other.handle_ = nullptr; }
+  SharedLibrary& operator=(SharedLibrary&& other) noexcept;
+  SharedLibrary(const SharedLibrary&) = delete;
+  SharedLibrary& operator=(const SharedLibrary&) = delete;
+
+  static Result<SharedLibrary> open(const std::string& path);
+  // not_found when the symbol is missing.
+  Result<void*> symbol(const std::string& name) const;
+
+ private:
+  void* handle_ = nullptr;
+};
+
+// A compiled cpp module: its library and entry points (valid while the module lives).
+class CpuModule {
+ public:
+  static Result<CpuModule> load(const std::string& so_path);
+  Result<CpuKernelFn> kernel(std::string_view name) const;
+
+ private:
+  SharedLibrary lib_;
+};
+
+// Emits, compiles (or finds in the cache) and loads a verified module.
+Result<CpuModule> compile_cpu_module(const ir::Module& module);
+
+using Dim3 = std::array<uint32_t, 3>;
+
+// Runs `fn` over grid x block: blocks are split into contiguous ranges over `threads` OS threads
+// (0: std::thread::hardware_concurrency()). Blocks must not depend on each other (as on a GPU).
+// Rejects empty grids or blocks of more than kMaxBlockThreads threads.
+Status launch_cpu(CpuKernelFn fn, void* const* args, Dim3 grid, Dim3 block, unsigned threads = 0);
+
+}  // namespace loom::codegen

@@ -1,0 +1,119 @@
+// Builder implementation: instruction creation with op-table type inference.
+#include "loom/ir/builder.h"
+
+#include "loom/ir/type_rules.h"
+
+namespace loom::ir {
+
+Value* Builder::param(Type type, std::string name) {
+  Value* v = k_.new_value(type, std::move(name));
+  k_.params.push_back(v);
+  return v;
+}
+
+Inst* Builder::append(Op op, std::vector<Value*> operands, Mode mode) {
+  Inst* inst = k_.new_inst(op);
+  inst->operands = std::move(operands);
+  inst->mode = mode;
+  block_->insts.push_back(inst);
+  return inst;
+}
+
+Value* Builder::result(Inst* inst, Type type) {
+  Value* r = k_.new_value(type);
+  r->def = inst;
+  inst->results.push_back(r);
+  return r;
+}
+
+Value* Builder::op(Op op, std::vector<Value*> operands, Type type, Mode mode) {
+  Inst* inst = append(op, std::move(operands), mode);
+  if (!type.valid()) {
+    std::vector<Type> ts;
+    for (const Value* v : inst->operands) ts.push_back(v ? v->type : Type());
+    type = infer_result_type(op, ts);
+  }
+  return result(inst, type);
+}
+
+Inst* Builder::op_no_result(Op op, std::vector<Value*> operands, Mode mode) {
+  return append(op, std::move(operands), mode);
+}
+
+Value* Builder::const_int(Type type, int64_t v) {
+  Inst* inst = append(Op::kConst, {}, Mode::kNone);
+  inst->lit = make_literal(type.elem(), static_cast<double>(v), v);
+  return result(inst, type);
+}
+
+Value* Builder::const_float(Type type, double v) {
+  Inst* inst = append(Op::kConst, {}, Mode::kNone);
+  inst->lit = make_literal(type.elem(), v, static_cast<int64_t>(v));
+  return result(inst, type);
+}
+
+Value* Builder::extract(Value* v, int lane) {
+  Value* r = op(Op::kExtract, {v});
+  r->def->imm = lane;
+  return r;
+}
+
+Value* Builder::load(Value* ptr, Value* index, Type type, int align) {
+  Value* r = op(Op::kLoad, {ptr, index}, type);
+  r->def->imm = align;
+  return r;
+}
+
+void Builder::store(Value* ptr, Value* index, Value* value, int align) {
+  op_no_result(Op::kStore, {ptr, index, value})->imm = align;
+}
+
+Value* Builder::alloc_shared(Scalar elem, int64_t count) {
+  Value* r = op(Op::kAllocShared, {}, Type::pointer(AddrSpace::kShared, elem));
+  r->def->imm = count;
+  return r;
+}
+
+Value* Builder::alloc_local(Scalar elem, int64_t count) {
+  Value* r = op(Op::kAllocLocal, {}, Type::pointer(AddrSpace::kLocal, elem));
+  r->def->imm = count;
+  return r;
+}
+
+void Builder::build_region(Block& region, const std::function<std::vector<Value*>()>& body) {
+  Block* saved = block_;
+  block_ = &region;
+  std::vector<Value*> yields = body ? body() : std::vector<Value*>{};
+  if (!yields.empty()) append(Op::kYield, std::move(yields), Mode::kNone);
+  block_ = saved;
+}
+
+std::vector<Value*> Builder::for_loop(Value* lo, Value* hi, Value* step, std::vector<Value*> inits,
+                                      const ForBody& body) {
+  std::vector<Value*> operands = {lo, hi, step};
+  operands.insert(operands.end(), inits.begin(), inits.end());
+  Inst* inst = append(Op::kFor, std::move(operands), Mode::kNone);
+  inst->regions.resize(1);
+  Block& region = inst->regions[0];
+  region.args.push_back(k_.new_value(lo ? lo->type : Type(), "i"));
+  for (Value* init : inits) region.args.push_back(k_.new_value(init ? init->type : Type()));
+  Value* iv = region.args[0];
+  std::vector<Value*> iters(region.args.begin() + 1, region.args.end());
+  build_region(region, [&] { return body(iv, iters); });
+  std::vector<Value*> results;
+  for (Value* init : inits) results.push_back(result(inst, init ? init->type : Type()));
+  return results;
+}
+
+std::vector<Value*> Builder::if_then_else(Value* cond, std::vector<Type> result_types, const IfBody& then_body,
+                                          const IfBody& else_body) {
+  Inst* inst = append(Op::kIf, {cond}, Mode::kNone);
+  inst->regions.resize(2);
+  build_region(inst->regions[0], then_body);
+  build_region(inst->regions[1], else_body);
+  std::vector<Value*> results;
+  for (Type t : result_types) results.push_back(result(inst, t));
+  return results;
+}
+
+}  // namespace loom::ir

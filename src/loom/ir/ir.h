@@ -1,0 +1,126 @@
+// Loom IR data structures: SSA values, instructions with nested regions (structured `for` and
+// `if`), kernels and modules. A Kernel owns every Value and Inst created in it (arena); blocks
+// hold non-owning pointers. Not thread-safe; a Kernel is built and transformed by one thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "loom/ir/ops.h"
+#include "loom/ir/types.h"
+
+namespace loom::ir {
+
+// 1-based line and column in the source text; line 0 means "made by the builder".
+struct SourceLoc {
+  uint32_t line = 0;
+  uint32_t col = 0;
+  bool known() const { return line != 0; }
+};
+
+// A constant's value. Integers hold the value sign-extended (signed types) or zero-extended
+// (unsigned, i1) to 64 bits, already wrapped to the type's width; floats hold the value exactly
+// representable in the type (f32/f16/bf16 constants are rounded when created).
+struct Literal {
+  bool is_float = false;
+  int64_t i = 0;
+  double f = 0;
+  friend bool operator==(const Literal& a, const Literal& b);
+};
+
+struct Inst;
+
+struct Value {
+  Type type;
+  std::string name;     // source or builder name without '%'; may be empty or repeat
+  uint32_t id = 0;      // dense index within the kernel (for side tables in passes/emitters)
+  Inst* def = nullptr;  // defining instruction; null for kernel params and region arguments
+};
+
+// A straight-line list of instructions with arguments (region arguments of `for`).
+struct Block {
+  std::vector<Value*> args;
+  std::vector<Inst*> insts;
+};
+
+struct Inst {
+  Op op = Op::kConst;
+  Mode mode = Mode::kNone;
+  std::vector<Value*> operands;
+  std::vector<Value*> results;
+  std::vector<Block> regions;  // for: {body}; if: {then, else}
+  // extract: lane; load/store: alignment in bytes (0 = natural element alignment);
+  // alloc_shared/alloc_local: element count.
+  int64_t imm = 0;
+  Literal lit;  // const only
+  SourceLoc loc;
+
+  const OpInfo& info() const { return op_info(op); }
+  Value* result() const { return results.empty() ? nullptr : results[0]; }
+};
+
+class Kernel {
+ public:
+  Kernel() = default;
+  Kernel(const Kernel&) = delete;
+  Kernel& operator=(const Kernel&) = delete;
+
+  std::string name;
+  std::vector<Value*> params;  // pointers and scalars, in launch-argument order
+  Block body;
+  SourceLoc loc;
+
+  Value* new_value(Type type, std::string name = {});
+  Inst* new_inst(Op op, SourceLoc loc = {});
+  size_t num_values() const { return values_.size(); }
+
+ private:
+  std::vector<std::unique_ptr<Value>> values_;
+  std::vector<std::unique_ptr<Inst>> insts_;
+};
+
+struct Module {
+  std::vector<std::unique_ptr<Kernel>> kernels;
+  std::string source_name;  // file name used in error locations ("<input>" when none)
+
+  Kernel* add_kernel(std::string name);
+  Kernel* find(std::string_view name) const;
+};
+
+// Visits every instruction of a block in program order, regions included (pre-order).
+template <typename F>
+void walk(const Block& block, F&& f) {
+  for (Inst* inst : block.insts) {
+    f(inst);
+    for (const Block& r : inst->regions) walk(r, f);
+  }
+}
+
+// Literal helpers shared by the parser, builder and constant folder.
+// Wraps an integer to the width/signedness of `s` (i1: 0 or 1).
+int64_t wrap_int(Scalar s, int64_t v);
+// Rounds a double to the precision of float scalar `s` (f16/bf16 round to nearest even).
+double round_float(Scalar s, double v);
+Literal make_literal(Scalar s, double float_value, int64_t int_value);
+
+// --- Printing (printer.cpp) ---
+// Assigns each value of a kernel a unique printable name: its own when free, else a number.
+class Namer {
+ public:
+  explicit Namer(const Kernel& kernel);
+  const std::string& name(const Value* v) const;
+
+ private:
+  std::vector<std::string> names_;
+};
+
+std::string print(const Module& module);
+std::string print(const Kernel& kernel);
+// One instruction as it appears in the kernel text (the opening line only for region ops).
+std::string print_inst(const Inst& inst, const Namer& namer);
+std::string print_literal(const Literal& lit, Type type);
+
+}  // namespace loom::ir

@@ -1,0 +1,148 @@
+// The one op table of Loom IR. Each row names an op, its operand count, the type rule the
+// verifier applies (and the parser/builder use to infer result types), its modifiers, flags and
+// the targets where it is legal. Printer, parser, verifier, passes and emitters all read it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace loom::ir {
+
+enum class TargetKind : uint8_t { kPtx, kCpp, kAmdgpu };
+std::string_view target_kind_name(TargetKind t);
+std::optional<TargetKind> parse_target_kind(std::string_view name);
+
+// How operand and result types relate (checked by the verifier; see type_rules.cpp).
+enum class TypeRule : uint8_t {
+  kSame,        // all operands one type (of the category), result that type
+  kCmp,         // two operands of one type -> i1 with their lanes
+  kSelect,      // (i1 cond [lanes match or scalar], T, T) -> T
+  kConvert,     // numeric conversion, lanes kept; result type explicit
+  kBitcast,     // same total bits, or pointer -> pointer in one address space; explicit
+  kConst,       // literal; result type explicit, vectors are splats
+  kSplat,       // scalar -> vector of it; explicit
+  kBuild,       // n scalars -> vector of n lanes
+  kExtract,     // vector, lane (immediate) -> element
+  kLoad,        // (ptr, index) -> pointee elem with any lane count; explicit or scalar
+  kStore,       // (ptr, index, value)
+  kOffset,      // (ptr, index) -> same ptr type, moved by index elements
+  kAtomic,      // (ptr, index, value) -> old value (scalar pointee type)
+  kAlloc,       // -> ptr<shared|local, T>, count elements (immediate)
+  kSpecial,     // -> i32 (thread/block indices and sizes, lane id)
+  kShuffle,     // (32-bit scalar, i32 lane/delta/mask) -> same
+  kWarpReduce,  // 32-bit scalar -> same
+  kDot4,        // (i32 packed 4 x i8, i32 packed 4 x i8, i32 acc) -> i32
+  kMma,         // (f16x8 A fragment, f16x4 B fragment, f32x4 C fragment) -> f32x4
+  kFor,         // (lo, hi, step, inits...) -> types of inits; region(iv, iters...)
+  kIf,          // (i1) -> explicit types; regions then, else
+  kYield,       // values returned by the enclosing region
+  kNone,        // no operands, no results
+};
+
+// Operand categories for kSame.
+enum class Category : uint8_t { kAny, kNum, kIntOrBool, kInt, kFloat, kFloatNo64 };
+
+// Modifier sets an op accepts after a dot ("cmp.lt", "thread_id.x").
+enum class ModeSet : uint8_t { kNone, kCmp, kDim, kShuffle, kReduce, kAtomic };
+enum class Mode : uint8_t {
+  kNone, kEq, kNe, kLt, kLe, kGt, kGe, kX, kY, kZ, kIdx, kXor, kDown, kUp, kAdd, kMax, kMin,
+};
+std::string_view mode_name(Mode m);
+bool mode_in_set(Mode m, ModeSet set);
+std::optional<Mode> parse_mode(std::string_view text, ModeSet set);
+
+enum OpFlag : uint16_t {
+  kPure = 1 << 0,         // no side effects, result depends only on operands: CSE and DCE
+  kCommutative = 1 << 1,  // first two operands may swap (CSE canonicalizes)
+  kReadsMemory = 1 << 2,  // removable when unused, never merged
+  kSideEffects = 1 << 3,  // never removed or merged
+  kAllocates = 1 << 4,    // distinct storage per instruction: removable, never merged
+  kHasRegions = 1 << 5,
+  kTerminator = 1 << 6,
+  kConvergent = 1 << 7,   // whole warp/block must reach it together (barrier, shuffles)
+};
+
+enum TargetMask : uint8_t { kOnPtx = 1, kOnCpp = 2, kOnAmdgpu = 4, kOnAll = 7 };
+
+// X(enum, text, operands (-1: variadic), rule, category, modes, flags, targets)
+#define LOOM_IR_OPS(X)                                                                         \
+  X(kConst, "const", 0, kConst, kAny, kNone, kPure, kOnAll)                                    \
+  X(kAdd, "add", 2, kSame, kNum, kNone, kPure | kCommutative, kOnAll)                          \
+  X(kSub, "sub", 2, kSame, kNum, kNone, kPure, kOnAll)                                         \
+  X(kMul, "mul", 2, kSame, kNum, kNone, kPure | kCommutative, kOnAll)                          \
+  X(kDiv, "div", 2, kSame, kNum, kNone, kPure, kOnAll)                                         \
+  X(kRem, "rem", 2, kSame, kInt, kNone, kPure, kOnAll)                                         \
+  X(kMin, "min", 2, kSame, kNum, kNone, kPure | kCommutative, kOnAll)                          \
+  X(kMax, "max", 2, kSame, kNum, kNone, kPure | kCommutative, kOnAll)                          \
+  X(kAnd, "and", 2, kSame, kIntOrBool, kNone, kPure | kCommutative, kOnAll)                    \
+  X(kOr, "or", 2, kSame, kIntOrBool, kNone, kPure | kCommutative, kOnAll)                      \
+  X(kXor, "xor", 2, kSame, kIntOrBool, kNone, kPure | kCommutative, kOnAll)                    \
+  X(kShl, "shl", 2, kSame, kInt, kNone, kPure, kOnAll)                                         \
+  X(kShr, "shr", 2, kSame, kInt, kNone, kPure, kOnAll)                                         \
+  X(kNeg, "neg", 1, kSame, kNum, kNone, kPure, kOnAll)                                         \
+  X(kAbs, "abs", 1, kSame, kNum, kNone, kPure, kOnAll)                                         \
+  X(kNot, "not", 1, kSame, kIntOrBool, kNone, kPure, kOnAll)                                   \
+  X(kFma, "fma", 3, kSame, kFloat, kNone, kPure, kOnAll)                                       \
+  X(kExp, "exp", 1, kSame, kFloatNo64, kNone, kPure, kOnAll)                                   \
+  X(kExp2, "exp2", 1, kSame, kFloatNo64, kNone, kPure, kOnAll)                                 \
+  X(kLog, "log", 1, kSame, kFloatNo64, kNone, kPure, kOnAll)                                   \
+  X(kSqrt, "sqrt", 1, kSame, kFloatNo64, kNone, kPure, kOnAll)                                 \
+  X(kRsqrt, "rsqrt", 1, kSame, kFloatNo64, kNone, kPure, kOnAll)                               \
+  X(kTanh, "tanh", 1, kSame, kFloatNo64, kNone, kPure, kOnAll)                                 \
+  X(kSin, "sin", 1, kSame, kFloatNo64, kNone, kPure, kOnAll)                                   \
+  X(kCos, "cos", 1, kSame, kFloatNo64, kNone, kPure, kOnAll)                                   \
+  X(kErf, "erf", 1, kSame, kFloatNo64, kNone, kPure, kOnAll)                                   \
+  X(kCmp, "cmp", 2, kCmp, kAny, kCmp, kPure, kOnAll)                                           \
+  X(kSelect, "select", 3, kSelect, kAny, kNone, kPure, kOnAll)                                 \
+  X(kConvert, "convert", 1, kConvert, kAny, kNone, kPure, kOnAll)                              \
+  X(kBitcast, "bitcast", 1, kBitcast, kAny, kNone, kPure, kOnAll)                              \
+  X(kSplat, "splat", 1, kSplat, kAny, kNone, kPure, kOnAll)                                    \
+  X(kBuild, "build", -1, kBuild, kAny, kNone, kPure, kOnAll)                                   \
+  X(kExtract, "extract", 1, kExtract, kAny, kNone, kPure, kOnAll)                              \
+  X(kLoad, "load", 2, kLoad, kAny, kNone, kReadsMemory, kOnAll)                                \
+  X(kStore, "store", 3, kStore, kAny, kNone, kSideEffects, kOnAll)                             \
+  X(kOffset, "offset", 2, kOffset, kAny, kNone, kPure, kOnAll)                                 \
+  X(kAtomic, "atomic", 3, kAtomic, kAny, kAtomic, kSideEffects, kOnAll)                        \
+  X(kAllocShared, "alloc_shared", 0, kAlloc, kAny, kNone, kAllocates, kOnAll)                  \
+  X(kAllocLocal, "alloc_local", 0, kAlloc, kAny, kNone, kAllocates, kOnAll)                    \
+  X(kBarrier, "barrier", 0, kNone, kAny, kNone, kSideEffects | kConvergent, kOnAll)            \
+  X(kThreadId, "thread_id", 0, kSpecial, kAny, kDim, kPure, kOnAll)                            \
+  X(kBlockId, "block_id", 0, kSpecial, kAny, kDim, kPure, kOnAll)                              \
+  X(kBlockDim, "block_dim", 0, kSpecial, kAny, kDim, kPure, kOnAll)                            \
+  X(kGridDim, "grid_dim", 0, kSpecial, kAny, kDim, kPure, kOnAll)                              \
+  X(kLaneId, "lane_id", 0, kSpecial, kAny, kNone, kPure, kOnPtx | kOnAmdgpu)                   \
+  X(kShuffle, "shfl", 2, kShuffle, kAny, kShuffle, kPure | kConvergent, kOnPtx | kOnAmdgpu)    \
+  X(kWarpReduce, "warp_reduce", 1, kWarpReduce, kAny, kReduce, kPure | kConvergent,            \
+    kOnPtx | kOnAmdgpu)                                                                        \
+  X(kDot4, "dot4", 3, kDot4, kAny, kNone, kPure, kOnAll)                                       \
+  X(kMma, "mma", 3, kMma, kAny, kNone, kPure | kConvergent, kOnPtx)                            \
+  X(kFor, "for", -1, kFor, kAny, kNone, kHasRegions, kOnAll)                                   \
+  X(kIf, "if", 1, kIf, kAny, kNone, kHasRegions, kOnAll)                                       \
+  X(kYield, "yield", -1, kYield, kAny, kNone, kTerminator, kOnAll)
+
+enum class Op : uint8_t {
+#define LOOM_IR_OP_ENUM(e, ...) e,
+  LOOM_IR_OPS(LOOM_IR_OP_ENUM)
+#undef LOOM_IR_OP_ENUM
+};
+
+struct OpInfo {
+  std::string_view name;
+  int num_operands;  // -1: variadic
+  TypeRule rule;
+  Category category;
+  ModeSet modes;
+  uint16_t flags;
+  uint8_t targets;  // TargetMask bits
+
+  bool has(OpFlag f) const { return (flags & f) != 0; }
+  bool legal_on(TargetKind t) const { return (targets & (1u << static_cast<int>(t))) != 0; }
+};
+
+const OpInfo& op_info(Op op);
+inline std::string_view op_name(Op op) { return op_info(op).name; }
+std::optional<Op> parse_op(std::string_view name);
+int num_ops();
+
+}  // namespace loom::ir

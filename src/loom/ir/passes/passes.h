@@ -1,0 +1,28 @@
+// IR-to-IR passes: constant folding (with a few algebraic identities and constant if/select),
+// common subexpression elimination, dead code elimination and full unrolling of loops with a
+// constant trip count. Each takes a verified kernel, keeps it verified, and returns whether it
+// changed anything. Semantics are preserved exactly for integers; float folding evaluates with
+// IEEE double and rounds to the type (transcendentals fold to the correctly rounded value, which
+// a GPU's approximate instruction may not produce bit for bit).
+#pragma once
+
+#include "loom/ir/ir.h"
+
+namespace loom::ir {
+
+bool fold_constants(Kernel& kernel);
+bool eliminate_common_subexpressions(Kernel& kernel);
+bool eliminate_dead_code(Kernel& kernel);
+
+struct UnrollLimits {
+  int max_trip_count = 32;     // loops with more iterations stay loops
+  int max_unrolled_insts = 2048;  // trip count x body size (instructions, nested included)
+};
+bool unroll_loops(Kernel& kernel, UnrollLimits limits = {});
+
+// The standard pipeline used by `loom ir compile` and the golden tests: fold, CSE, DCE and
+// unroll, repeated until nothing changes (bounded).
+void optimize(Kernel& kernel);
+void optimize(Module& module);
+
+}  // namespace loom::ir

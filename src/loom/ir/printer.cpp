@@ -1,0 +1,244 @@
+// Text form of Loom IR. The output is canonical (fixed spacing, every result typed) and parses
+// back to the same IR; see docs/ir.md for the grammar.
+#include <cctype>
+#include <cmath>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "loom/ir/ir.h"
+
+namespace loom::ir {
+
+Namer::Namer(const Kernel& kernel) : names_(kernel.num_values()) {
+  std::unordered_set<std::string> used;
+  std::vector<const Value*> order;  // definition order: params, then program order
+  for (const Value* p : kernel.params) order.push_back(p);
+  walk(kernel.body, [&](const Inst* inst) {
+    for (const Block& r : inst->regions)
+      for (const Value* a : r.args) order.push_back(a);
+    for (const Value* v : inst->results) order.push_back(v);
+  });
+  // Names the lexer would not read back (builder names are free-form) are sanitized.
+  auto sanitize = [](std::string n) {
+    for (char& c : n)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.') c = '_';
+    return n;
+  };
+  std::vector<const Value*> unnamed;
+  for (const Value* v : order) {
+    if (!names_[v->id].empty()) continue;  // listed twice (malformed IR); keep the first name
+    std::string want = sanitize(v->name);
+    if (!want.empty() && used.insert(want).second) {
+      names_[v->id] = want;
+      continue;
+    }
+    unnamed.push_back(v);
+  }
+  // Anonymous values get numbers, repeated names a suffix; both skip every name in use.
+  int next = 0;
+  for (const Value* v : unnamed) {
+    std::string n;
+    if (v->name.empty()) {
+      do n = std::to_string(next++); while (!used.insert(n).second);
+    } else {
+      int k = 1;
+      do n = sanitize(v->name) + "_" + std::to_string(k++); while (!used.insert(n).second);
+    }
+    names_[v->id] = n;
+  }
+}
+
+const std::string& Namer::name(const Value* v) const {
+  static const std::string kUnknown = "<?>";
+  return v && v->id < names_.size() && !names_[v->id].empty() ? names_[v->id] : kUnknown;
+}
+
+std::string print_literal(const Literal& lit, Type type) {
+  if (!lit.is_float) {
+    if (type.valid() && type.elem() == Scalar::kU64) return fmt::format("{}", static_cast<uint64_t>(lit.i));
+    return fmt::format("{}", lit.i);
+  }
+  if (std::isnan(lit.f)) return "nan";
+  if (std::isinf(lit.f)) return lit.f < 0 ? "-inf" : "inf";
+  std::string s = fmt::format("{}", lit.f);  // shortest text that reads back to the same double
+  if (s.find_first_of(".en") == std::string::npos) s += ".0";
+  return s;
+}
+
+namespace {
+
+class Printer {
+ public:
+  Printer(const Namer& namer, std::string& out) : namer_(namer), out_(out) {}
+
+  void value(const Value* v) {
+    out_ += '%';
+    out_ += namer_.name(v);
+  }
+
+  void value_list(const std::vector<Value*>& vs, size_t from = 0, size_t to = SIZE_MAX) {
+    to = std::min(to, vs.size());
+    for (size_t i = from; i < to; ++i) {
+      if (i > from) out_ += ", ";
+      value(vs[i]);
+    }
+  }
+
+  void result_types(const Inst& inst) {
+    if (inst.results.empty()) return;
+    out_ += " : ";
+    for (size_t i = 0; i < inst.results.size(); ++i) {
+      if (i) out_ += ", ";
+      out_ += inst.results[i]->type.str();
+    }
+  }
+
+  // The instruction's text up to (not including) its regions' bodies.
+  void header(const Inst& inst) {
+    if (!inst.results.empty()) {
+      value_list(inst.results);
+      out_ += " = ";
+    }
+    out_ += op_name(inst.op);
+    if (inst.mode != Mode::kNone) {
+      out_ += '.';
+      out_ += mode_name(inst.mode);
+    }
+    const auto& ops = inst.operands;
+    switch (inst.op) {
+      case Op::kConst:
+        out_ += ' ';
+        out_ += print_literal(inst.lit, inst.results.empty() ? Type() : inst.results[0]->type);
+        break;
+      case Op::kLoad:
+      case Op::kStore:
+      case Op::kAtomic:
+        if (ops.size() >= 2) {
+          out_ += ' ';
+          value(ops[0]);
+          out_ += '[';
+          value(ops[1]);
+          out_ += ']';
+          if (ops.size() > 2) {
+            out_ += ", ";
+            value_list(ops, 2);
+          }
+        }
+        if (inst.imm != 0 && inst.op != Op::kAtomic) out_ += fmt::format(", align {}", inst.imm);
+        break;
+      case Op::kExtract:
+        out_ += ' ';
+        value_list(ops);
+        out_ += fmt::format("[{}]", inst.imm);
+        break;
+      case Op::kAllocShared:
+      case Op::kAllocLocal:
+        out_ += fmt::format(" {}", inst.imm);
+        break;
+      case Op::kFor:
+        if (ops.size() >= 3 && !inst.regions.empty() && !inst.regions[0].args.empty()) {
+          const Block& body = inst.regions[0];
+          out_ += ' ';
+          value(body.args[0]);
+          out_ += " = ";
+          value(ops[0]);
+          out_ += " to ";
+          value(ops[1]);
+          out_ += " step ";
+          value(ops[2]);
+          if (ops.size() > 3) {
+            out_ += " iter(";
+            for (size_t i = 3; i < ops.size(); ++i) {
+              if (i > 3) out_ += ", ";
+              if (i - 2 < body.args.size()) value(body.args[i - 2]);
+              out_ += " = ";
+              value(ops[i]);
+            }
+            out_ += ')';
+          }
+        }
+        break;
+      default:
+        if (!ops.empty()) {
+          out_ += ' ';
+          value_list(ops);
+        }
+        break;
+    }
+    result_types(inst);
+  }
+
+  void indent(int depth) { out_.append(static_cast<size_t>(depth) * 2, ' '); }
+
+  void block(const Block& b, int depth) {
+    for (const Inst* inst : b.insts) {
+      indent(depth);
+      header(*inst);
+      if (inst->op == Op::kFor && !inst->regions.empty()) {
+        out_ += " {\n";
+        block(inst->regions[0], depth + 1);
+        indent(depth);
+        out_ += '}';
+      } else if (inst->op == Op::kIf && inst->regions.size() == 2) {
+        out_ += " {\n";
+        block(inst->regions[0], depth + 1);
+        indent(depth);
+        out_ += '}';
+        if (!inst->regions[1].insts.empty() || !inst->results.empty()) {
+          out_ += " else {\n";
+          block(inst->regions[1], depth + 1);
+          indent(depth);
+          out_ += '}';
+        }
+      }
+      out_ += '\n';
+    }
+  }
+
+  void kernel(const Kernel& k) {
+    out_ += "kernel @";
+    out_ += k.name;
+    out_ += '(';
+    for (size_t i = 0; i < k.params.size(); ++i) {
+      if (i) out_ += ", ";
+      value(k.params[i]);
+      out_ += ": ";
+      out_ += k.params[i]->type.str();
+    }
+    out_ += ") {\n";
+    block(k.body, 1);
+    out_ += "}\n";
+  }
+
+ private:
+  const Namer& namer_;
+  std::string& out_;
+};
+
+}  // namespace
+
+std::string print_inst(const Inst& inst, const Namer& namer) {
+  std::string out;
+  Printer(namer, out).header(inst);
+  if (inst.info().has(kHasRegions)) out += " { ... }";
+  return out;
+}
+
+std::string print(const Kernel& kernel) {
+  std::string out;
+  Namer namer(kernel);
+  Printer(namer, out).kernel(kernel);
+  return out;
+}
+
+std::string print(const Module& module) {
+  std::string out;
+  for (size_t i = 0; i < module.kernels.size(); ++i) {
+    if (i) out += '\n';
+    out += print(*module.kernels[i]);
+  }
+  return out;
+}
+
+}  // namespace loom::ir

@@ -1,0 +1,252 @@
+// Type inference and checking, one case per TypeRule of the op table.
+#include "loom/ir/type_rules.h"
+
+#include <fmt/format.h>
+
+namespace loom::ir {
+namespace {
+
+bool in_category(Type t, Category c) {
+  switch (c) {
+    case Category::kAny: return t.is_value();
+    case Category::kNum: return t.is_int() || t.is_float();
+    case Category::kIntOrBool: return t.is_int() || t.is_bool();
+    case Category::kInt: return t.is_int();
+    case Category::kFloat: return t.is_float();
+    case Category::kFloatNo64: return t.is_float() && t.elem() != Scalar::kF64;
+  }
+  return false;
+}
+
+std::string_view category_text(Category c) {
+  switch (c) {
+    case Category::kAny: return "a scalar or vector";
+    case Category::kNum: return "an integer or float (scalar or vector)";
+    case Category::kIntOrBool: return "an integer or i1 (scalar or vector)";
+    case Category::kInt: return "an integer (scalar or vector)";
+    case Category::kFloat: return "a float (scalar or vector)";
+    case Category::kFloatNo64: return "f16, bf16 or f32 (scalar or vector)";
+  }
+  return "?";
+}
+
+bool is_index(Type t) { return t.is_scalar() && t.is_int() && scalar_bits(t.elem()) >= 32; }
+bool is_32bit_scalar(Type t) {
+  return t.is_scalar() && (t.elem() == Scalar::kI32 || t.elem() == Scalar::kU32 || t.elem() == Scalar::kF32);
+}
+
+}  // namespace
+
+bool valid_type(Type t) {
+  switch (t.kind()) {
+    case Type::Kind::kInvalid: return false;
+    case Type::Kind::kScalar: return true;
+    case Type::Kind::kVector: return valid_lanes(t.lanes());
+    case Type::Kind::kPointer: return t.elem() != Scalar::kI1;
+  }
+  return false;
+}
+
+bool valid_param_type(Type t) {
+  if (t.is_scalar()) return true;
+  return t.is_pointer() && valid_type(t) &&
+         (t.addr_space() == AddrSpace::kGlobal || t.addr_space() == AddrSpace::kConstant);
+}
+
+Type infer_result_type(Op op, std::span<const Type> ts) {
+  const OpInfo& info = op_info(op);
+  auto at = [&](size_t i) { return i < ts.size() ? ts[i] : Type(); };
+  switch (info.rule) {
+    case TypeRule::kSame: return in_category(at(0), info.category) ? at(0) : Type();
+    case TypeRule::kCmp: return at(0).is_value() ? Type::of(Scalar::kI1, at(0).lanes()) : Type();
+    case TypeRule::kSelect: return at(1).is_value() ? at(1) : Type();
+    case TypeRule::kBuild:
+      return at(0).is_scalar() && valid_lanes(static_cast<int>(ts.size()))
+                 ? Type::vector(at(0).elem(), static_cast<int>(ts.size()))
+                 : Type();
+    case TypeRule::kExtract: return at(0).is_vector() ? at(0).elem_type() : Type();
+    case TypeRule::kLoad:
+    case TypeRule::kAtomic: return at(0).is_pointer() ? at(0).elem_type() : Type();
+    case TypeRule::kOffset: return at(0).is_pointer() ? at(0) : Type();
+    case TypeRule::kSpecial: return Type::scalar(Scalar::kI32);
+    case TypeRule::kShuffle:
+    case TypeRule::kWarpReduce: return at(0).is_value() ? at(0) : Type();
+    case TypeRule::kDot4: return Type::scalar(Scalar::kI32);
+    case TypeRule::kMma: return Type::vector(Scalar::kF32, 4);
+    default: return Type();
+  }
+}
+
+std::string check_inst_types(const Inst& inst) {
+  const OpInfo& info = inst.info();
+  const auto& ops = inst.operands;
+  const size_t n = ops.size();
+  if (info.num_operands >= 0 && n != static_cast<size_t>(info.num_operands))
+    return fmt::format("'{}' takes {} operand(s), got {}", info.name, info.num_operands, n);
+  if (!mode_in_set(inst.mode, info.modes))
+    return info.modes == ModeSet::kNone ? fmt::format("'{}' takes no modifier", info.name)
+                                        : fmt::format("'{}' needs a valid modifier", info.name);
+  for (const Value* v : ops)
+    if (!v || !valid_type(v->type)) return "operand with an invalid type";
+  for (const Value* v : inst.results)
+    if (!v || !valid_type(v->type)) return "result with an invalid or missing type";
+  auto t = [&](size_t i) { return ops[i]->type; };
+  const bool region_op = info.rule == TypeRule::kFor || info.rule == TypeRule::kIf;
+  const bool no_result = info.rule == TypeRule::kStore || info.rule == TypeRule::kNone ||
+                         info.rule == TypeRule::kYield;
+  if (no_result && !inst.results.empty()) return fmt::format("'{}' has no result", info.name);
+  if (!no_result && !region_op && inst.results.size() != 1)
+    return fmt::format("'{}' has exactly one result", info.name);
+  Type r = inst.results.empty() ? Type() : inst.results[0]->type;
+  auto want = [&](Type expected) -> std::string {
+    if (r == expected) return "";
+    return fmt::format("'{}' result should be {}, not {}", info.name, expected.str(), r.str());
+  };
+
+  switch (info.rule) {
+    case TypeRule::kSame:
+      if (!in_category(t(0), info.category))
+        return fmt::format("'{}' needs {}, got {}", info.name, category_text(info.category), t(0).str());
+      for (size_t i = 1; i < n; ++i)
+        if (t(i) != t(0))
+          return fmt::format("'{}' operands must have one type, got {} and {}", info.name, t(0).str(), t(i).str());
+      return want(t(0));
+    case TypeRule::kCmp:
+      if (!t(0).is_value()) return fmt::format("'cmp' compares values, got {}", t(0).str());
+      if (t(1) != t(0)) return fmt::format("'cmp' operands must have one type, got {} and {}", t(0).str(), t(1).str());
+      if (t(0).is_bool() && inst.mode != Mode::kEq && inst.mode != Mode::kNe)
+        return "i1 values only compare with eq or ne";
+      return want(Type::of(Scalar::kI1, t(0).lanes()));
+    case TypeRule::kSelect:
+      if (!t(0).is_bool()) return fmt::format("'select' condition must be i1, got {}", t(0).str());
+      if (!t(1).is_value() || t(2) != t(1))
+        return fmt::format("'select' values must have one type, got {} and {}", t(1).str(), t(2).str());
+      if (t(0).is_vector() && t(0).lanes() != t(1).lanes())
+        return fmt::format("'select' condition {} does not match values {}", t(0).str(), t(1).str());
+      return want(t(1));
+    case TypeRule::kConvert:
+      if (!t(0).is_value() || !r.is_value()) return "'convert' converts scalars or vectors";
+      if (t(0).lanes() != r.lanes())
+        return fmt::format("'convert' keeps the lane count: {} to {}", t(0).str(), r.str());
+      return "";
+    case TypeRule::kBitcast:
+      if (t(0).is_pointer() || r.is_pointer()) {
+        if (!t(0).is_pointer() || !r.is_pointer() || t(0).addr_space() != r.addr_space())
+          return fmt::format("'bitcast' of pointers keeps the address space: {} to {}", t(0).str(), r.str());
+        return "";
+      }
+      if (t(0).elem() == Scalar::kI1 || r.elem() == Scalar::kI1) return "'bitcast' does not take i1";
+      if (t(0).bits() != r.bits())
+        return fmt::format("'bitcast' keeps the size: {} ({} bits) to {} ({} bits)", t(0).str(), t(0).bits(),
+                           r.str(), r.bits());
+      return "";
+    case TypeRule::kConst:
+      if (!r.is_value()) return "'const' makes a scalar or vector";
+      if (inst.lit.is_float != r.is_float())
+        return fmt::format("'const' literal kind does not match {}", r.str());
+      return "";
+    case TypeRule::kSplat:
+      if (!t(0).is_scalar()) return fmt::format("'splat' takes a scalar, got {}", t(0).str());
+      if (!r.is_vector() || r.elem() != t(0).elem())
+        return fmt::format("'splat' of {} makes a vector of {}, not {}", t(0).str(), t(0).str(), r.str());
+      return "";
+    case TypeRule::kBuild:
+      if (!valid_lanes(static_cast<int>(n))) return fmt::format("'build' takes 2, 4, 8 or 16 scalars, got {}", n);
+      for (size_t i = 0; i < n; ++i)
+        if (!t(i).is_scalar() || t(i) != t(0))
+          return fmt::format("'build' operands must be scalars of one type, got {} and {}", t(0).str(), t(i).str());
+      return want(Type::vector(t(0).elem(), static_cast<int>(n)));
+    case TypeRule::kExtract:
+      if (!t(0).is_vector()) return fmt::format("'extract' takes a vector, got {}", t(0).str());
+      if (inst.imm < 0 || inst.imm >= t(0).lanes())
+        return fmt::format("lane {} out of range for {}", inst.imm, t(0).str());
+      return want(t(0).elem_type());
+    case TypeRule::kLoad:
+    case TypeRule::kStore:
+    case TypeRule::kOffset:
+    case TypeRule::kAtomic: {
+      if (!t(0).is_pointer()) return fmt::format("'{}' needs a pointer, got {}", info.name, t(0).str());
+      if (!is_index(t(1)))
+        return fmt::format("'{}' index must be a 32- or 64-bit integer, got {}", info.name, t(1).str());
+      Type p = t(0);
+      if (info.rule == TypeRule::kOffset) return want(p);
+      Type v = info.rule == TypeRule::kLoad ? r : t(2);
+      if (!v.is_value() || v.elem() != p.elem())
+        return fmt::format("'{}' through {} moves {} elements, not {}", info.name, p.str(),
+                           scalar_name(p.elem()), v.str());
+      if (info.rule == TypeRule::kLoad || info.rule == TypeRule::kStore) {
+        if (inst.imm != 0) {
+          if (inst.imm < 0 || (inst.imm & (inst.imm - 1)) != 0 || inst.imm > 256)
+            return fmt::format("alignment {} is not a power of two up to 256", inst.imm);
+          if (inst.imm < p.elem_bytes())
+            return fmt::format("alignment {} is below the {}-byte element size", inst.imm, p.elem_bytes());
+        }
+        if (info.rule == TypeRule::kStore && p.addr_space() == AddrSpace::kConstant)
+          return "cannot store through a pointer to constant memory";
+        return "";
+      }
+      // atomics
+      if (p.addr_space() != AddrSpace::kGlobal && p.addr_space() != AddrSpace::kShared)
+        return fmt::format("atomics need global or shared memory, not {}", addr_space_name(p.addr_space()));
+      if (!v.is_scalar()) return "atomics take a scalar value";
+      Scalar s = v.elem();
+      bool int_ok = s == Scalar::kI32 || s == Scalar::kU32 || s == Scalar::kI64 || s == Scalar::kU64;
+      if (!(int_ok || (inst.mode == Mode::kAdd && s == Scalar::kF32)))
+        return fmt::format("'atomic.{}' does not support {}", mode_name(inst.mode), scalar_name(s));
+      return want(v);
+    }
+    case TypeRule::kAlloc: {
+      AddrSpace space = inst.op == Op::kAllocShared ? AddrSpace::kShared : AddrSpace::kLocal;
+      if (!r.is_pointer() || r.addr_space() != space)
+        return fmt::format("'{}' makes a ptr<{}, T>, not {}", info.name, addr_space_name(space), r.str());
+      if (inst.imm <= 0 || inst.imm * r.elem_bytes() > 65536)
+        return fmt::format("'{}' of {} elements is outside 1 .. 64 KiB", info.name, inst.imm);
+      return "";
+    }
+    case TypeRule::kSpecial: return want(Type::scalar(Scalar::kI32));
+    case TypeRule::kShuffle:
+      if (!is_32bit_scalar(t(0))) return fmt::format("'shfl' moves i32, u32 or f32, got {}", t(0).str());
+      if (t(1) != Type::scalar(Scalar::kI32)) return fmt::format("'shfl' lane operand must be i32, got {}", t(1).str());
+      return want(t(0));
+    case TypeRule::kWarpReduce:
+      if (!is_32bit_scalar(t(0))) return fmt::format("'warp_reduce' takes i32, u32 or f32, got {}", t(0).str());
+      return want(t(0));
+    case TypeRule::kDot4:
+      for (size_t i = 0; i < 3; ++i)
+        if (t(i) != Type::scalar(Scalar::kI32))
+          return fmt::format("'dot4' takes i32 operands (4 packed i8 each), got {}", t(i).str());
+      return want(Type::scalar(Scalar::kI32));
+    case TypeRule::kMma:
+      if (t(0) != Type::vector(Scalar::kF16, 8) || t(1) != Type::vector(Scalar::kF16, 4) ||
+          t(2) != Type::vector(Scalar::kF32, 4))
+        return fmt::format("'mma' takes (f16x8, f16x4, f32x4), got ({}, {}, {})", t(0).str(), t(1).str(), t(2).str());
+      return want(Type::vector(Scalar::kF32, 4));
+    case TypeRule::kFor: {
+      if (n < 3) return "'for' needs lower bound, upper bound and step";
+      if (!t(0).is_scalar() || !t(0).is_int())
+        return fmt::format("'for' bounds must be integer scalars, got {}", t(0).str());
+      if (t(1) != t(0) || t(2) != t(0))
+        return fmt::format("'for' bounds and step must have one type, got {}, {}, {}", t(0).str(), t(1).str(), t(2).str());
+      if (inst.results.size() != n - 3)
+        return fmt::format("'for' has {} loop-carried values but {} results", n - 3, inst.results.size());
+      for (size_t i = 3; i < n; ++i)
+        if (inst.results[i - 3]->type != t(i))
+          return fmt::format("'for' result {} is {} but its initial value is {}", i - 3, inst.results[i - 3]->type.str(), t(i).str());
+      if (inst.regions.size() != 1 || inst.regions[0].args.size() != n - 2) return "'for' body is malformed";
+      for (size_t i = 0; i < inst.regions[0].args.size(); ++i)
+        if (inst.regions[0].args[i]->type != (i == 0 ? t(0) : t(i + 2))) return "'for' body argument types are malformed";
+      return "";
+    }
+    case TypeRule::kIf:
+      if (t(0) != Type::scalar(Scalar::kI1)) return fmt::format("'if' condition must be i1, got {}", t(0).str());
+      if (inst.regions.size() != 2) return "'if' needs then and else regions";
+      for (const Value* v : inst.results)
+        if (!v->type.is_value() && !v->type.is_pointer()) return "'if' results must be values or pointers";
+      return "";
+    case TypeRule::kYield:
+    case TypeRule::kNone: return "";
+  }
+  return "";
+}
+
+}  // namespace loom::ir

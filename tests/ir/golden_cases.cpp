@@ -1,0 +1,330 @@
+// Inputs, launch shapes and references of the golden kernels (see golden_cases.h). References
+// are plain C++ computed in double (or exact integers); tolerances are per kernel.
+#include "golden_cases.h"
+
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace loom::test {
+namespace {
+
+template <class T>
+std::vector<uint8_t> to_bytes(const std::vector<T>& v) {
+  std::vector<uint8_t> b(v.size() * sizeof(T));
+  if (!b.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+template <class T>
+std::vector<T> from_bytes(const std::vector<uint8_t>& b) {
+  std::vector<T> v(b.size() / sizeof(T));
+  if (!v.empty()) std::memcpy(v.data(), b.data(), v.size() * sizeof(T));
+  return v;
+}
+
+// Output buffers start as 0xFF bytes (a NaN for floats), so an unwritten element is caught.
+std::vector<uint8_t> output(size_t bytes) { return std::vector<uint8_t>(bytes, 0xFF); }
+
+KernelArg buf(int i) {
+  KernelArg a;
+  a.buffer = i;
+  return a;
+}
+
+template <class T>
+KernelArg scalar(T v) {
+  KernelArg a;
+  std::memcpy(a.scalar.data(), &v, sizeof(T));
+  return a;
+}
+
+int uniform_int(std::mt19937& rng, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
+
+std::vector<float> random_floats(std::mt19937& rng, size_t n, float lo = -1, float hi = 1) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+uint32_t blocks_for(uint64_t n, uint32_t per_block) { return static_cast<uint32_t>((n + per_block - 1) / per_block); }
+
+// "" when every got[i] is within abs_tol + rel_tol * scale[i] of want[i].
+std::string compare(const std::vector<float>& got, const std::vector<double>& want, const std::vector<double>& scale,
+                    double abs_tol, double rel_tol) {
+  if (got.size() != want.size()) return fmt::format("size {} != {}", got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    double tol = abs_tol + rel_tol * scale[i];
+    double err = std::fabs(static_cast<double>(got[i]) - want[i]);
+    if (!(err <= tol))
+      return fmt::format("element {}: got {}, want {} (error {:.3g} > tolerance {:.3g})", i, got[i], want[i], err, tol);
+  }
+  return "";
+}
+
+std::vector<double> magnitudes(const std::vector<double>& want) {
+  std::vector<double> s(want.size());
+  for (size_t i = 0; i < want.size(); ++i) s[i] = std::fabs(want[i]);
+  return s;
+}
+
+GoldenRun vector_add(std::mt19937& rng) {
+  int n = uniform_int(rng, 1000, 5000);
+  auto a = random_floats(rng, n), b = random_floats(rng, n);
+  GoldenRun run;
+  run.buffers = {to_bytes(a), to_bytes(b), output(n * 4)};
+  run.args = {buf(0), buf(1), buf(2), scalar<int32_t>(n)};
+  run.block = {128, 1, 1};
+  run.grid = {blocks_for(n, 128), 1, 1};
+  run.check = [a, b](const std::vector<std::vector<uint8_t>>& out) {
+    auto c = from_bytes<float>(out[2]);
+    std::vector<double> want(a.size());
+    for (size_t i = 0; i < a.size(); ++i) want[i] = static_cast<double>(a[i] + b[i]);  // f32 add is exact
+    return compare(c, want, want, 0, 0);
+  };
+  return run;
+}
+
+GoldenRun reduce_rows(std::mt19937& rng) {
+  int rows = uniform_int(rng, 50, 200), n = 4 * uniform_int(rng, 8, 100);
+  auto x = random_floats(rng, static_cast<size_t>(rows) * n);
+  GoldenRun run;
+  run.buffers = {to_bytes(x), output(rows * 4)};
+  run.args = {buf(0), buf(1), scalar<int32_t>(rows), scalar<int32_t>(n)};
+  run.block = {64, 1, 1};
+  run.grid = {blocks_for(rows, 64), 1, 1};
+  run.check = [x, rows, n](const std::vector<std::vector<uint8_t>>& out) {
+    std::vector<double> want(rows, 0.0), scale(rows, 0.0);
+    for (int r = 0; r < rows; ++r)
+      for (int j = 0; j < n; ++j) {
+        want[r] += x[static_cast<size_t>(r) * n + j];
+        scale[r] += std::fabs(x[static_cast<size_t>(r) * n + j]);
+      }
+    return compare(from_bytes<float>(out[1]), want, scale, 1e-6, 1e-6);
+  };
+  return run;
+}
+
+GoldenRun softmax_rows(std::mt19937& rng) {
+  int rows = uniform_int(rng, 20, 100), n = uniform_int(rng, 10, 300);
+  auto x = random_floats(rng, static_cast<size_t>(rows) * n, -8, 8);
+  GoldenRun run;
+  run.buffers = {to_bytes(x), output(x.size() * 4)};
+  run.args = {buf(0), buf(1), scalar<int32_t>(rows), scalar<int32_t>(n)};
+  run.block = {32, 1, 1};
+  run.grid = {blocks_for(rows, 32), 1, 1};
+  run.check = [x, rows, n](const std::vector<std::vector<uint8_t>>& out) {
+    std::vector<double> want(x.size());
+    for (int r = 0; r < rows; ++r) {
+      const float* row = &x[static_cast<size_t>(r) * n];
+      double mx = -INFINITY, sum = 0;
+      for (int j = 0; j < n; ++j) mx = std::max(mx, static_cast<double>(row[j]));
+      for (int j = 0; j < n; ++j) sum += std::exp(row[j] - mx);
+      for (int j = 0; j < n; ++j) want[static_cast<size_t>(r) * n + j] = std::exp(row[j] - mx) / sum;
+    }
+    return compare(from_bytes<float>(out[1]), want, magnitudes(want), 1e-7, 2e-5);
+  };
+  return run;
+}
+
+GoldenRun rms_norm(std::mt19937& rng) {
+  int rows = uniform_int(rng, 20, 100), n = uniform_int(rng, 16, 400);
+  auto x = random_floats(rng, static_cast<size_t>(rows) * n, -3, 3);
+  auto w = random_floats(rng, n, 0.5f, 1.5f);
+  float eps = 1e-5f;
+  GoldenRun run;
+  run.buffers = {to_bytes(x), to_bytes(w), output(x.size() * 4)};
+  run.args = {buf(0), buf(1), buf(2), scalar<int32_t>(rows), scalar<int32_t>(n), scalar<float>(eps)};
+  run.block = {32, 1, 1};
+  run.grid = {blocks_for(rows, 32), 1, 1};
+  run.check = [x, w, rows, n, eps](const std::vector<std::vector<uint8_t>>& out) {
+    std::vector<double> want(x.size());
+    for (int r = 0; r < rows; ++r) {
+      const float* row = &x[static_cast<size_t>(r) * n];
+      double ss = 0;
+      for (int j = 0; j < n; ++j) ss += static_cast<double>(row[j]) * row[j];
+      double scale = 1.0 / std::sqrt(ss / n + eps);
+      for (int j = 0; j < n; ++j) want[static_cast<size_t>(r) * n + j] = row[j] * scale * w[j];
+    }
+    return compare(from_bytes<float>(out[2]), want, magnitudes(want), 1e-6, 2e-5);
+  };
+  return run;
+}
+
+GoldenRun matmul_tiled(std::mt19937& rng) {
+  int m = 4 * uniform_int(rng, 4, 20), n = 4 * uniform_int(rng, 4, 20), k = uniform_int(rng, 5, 70);
+  auto a = random_floats(rng, static_cast<size_t>(m) * k), b = random_floats(rng, static_cast<size_t>(k) * n);
+  GoldenRun run;
+  run.buffers = {to_bytes(a), to_bytes(b), output(static_cast<size_t>(m) * n * 4)};
+  run.args = {buf(0), buf(1), buf(2), scalar<int32_t>(m), scalar<int32_t>(n), scalar<int32_t>(k)};
+  run.block = {8, 4, 1};
+  run.grid = {blocks_for(n / 4, 8), blocks_for(m / 4, 4), 1};
+  run.check = [a, b, m, n, k](const std::vector<std::vector<uint8_t>>& out) {
+    std::vector<double> want(static_cast<size_t>(m) * n, 0.0), scale(want.size(), 0.0);
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j)
+        for (int p = 0; p < k; ++p) {
+          double prod = static_cast<double>(a[static_cast<size_t>(i) * k + p]) * b[static_cast<size_t>(p) * n + j];
+          want[static_cast<size_t>(i) * n + j] += prod;
+          scale[static_cast<size_t>(i) * n + j] += std::fabs(prod);
+        }
+    return compare(from_bytes<float>(out[2]), want, scale, 1e-6, 1e-6);
+  };
+  return run;
+}
+
+uint16_t to_f16_bits(float f) {
+  _Float16 h = static_cast<_Float16>(f);
+  uint16_t bits;
+  std::memcpy(&bits, &h, 2);
+  return bits;
+}
+
+float from_f16_bits(uint16_t bits) {
+  _Float16 h;
+  std::memcpy(&h, &bits, 2);
+  return static_cast<float>(h);
+}
+
+GoldenRun matvec_q4_0(std::mt19937& rng) {
+  int rows = uniform_int(rng, 10, 100), k = 32 * uniform_int(rng, 1, 8), nb = k / 32;
+  std::vector<uint8_t> w(static_cast<size_t>(rows) * nb * 18);
+  std::uniform_real_distribution<float> dd(0.001f, 0.05f);
+  for (size_t blk = 0; blk < static_cast<size_t>(rows) * nb; ++blk) {
+    uint16_t d = to_f16_bits(dd(rng) * (uniform_int(rng, 0, 1) ? 1 : -1));
+    std::memcpy(&w[blk * 18], &d, 2);
+    for (int j = 0; j < 16; ++j) w[blk * 18 + 2 + j] = static_cast<uint8_t>(uniform_int(rng, 0, 255));
+  }
+  auto x = random_floats(rng, k);
+  GoldenRun run;
+  run.buffers = {w, to_bytes(x), output(rows * 4)};
+  run.args = {buf(0), buf(1), buf(2), scalar<int32_t>(rows), scalar<int32_t>(k)};
+  run.block = {32, 1, 1};
+  run.grid = {blocks_for(rows, 32), 1, 1};
+  run.check = [w, x, rows, nb](const std::vector<std::vector<uint8_t>>& out) {
+    std::vector<double> want(rows, 0.0), scale(rows, 0.0);
+    for (int r = 0; r < rows; ++r)
+      for (int b = 0; b < nb; ++b) {
+        const uint8_t* blk = &w[(static_cast<size_t>(r) * nb + b) * 18];
+        uint16_t dbits;
+        std::memcpy(&dbits, blk, 2);
+        double d = from_f16_bits(dbits);
+        for (int j = 0; j < 32; ++j) {
+          int q = j < 16 ? (blk[2 + j] & 15) : (blk[2 + j - 16] >> 4);
+          double term = (q - 8) * d * x[static_cast<size_t>(b) * 32 + j];
+          want[r] += term;
+          scale[r] += std::fabs(term);
+        }
+      }
+    return compare(from_bytes<float>(out[2]), want, scale, 1e-6, 1e-5);
+  };
+  return run;
+}
+
+GoldenRun matvec_i8(std::mt19937& rng) {
+  int rows = uniform_int(rng, 10, 200), k = 4 * uniform_int(rng, 1, 64);
+  std::vector<int8_t> w(static_cast<size_t>(rows) * k), x(k);
+  for (auto& v : w) v = static_cast<int8_t>(uniform_int(rng, -128, 127));
+  for (auto& v : x) v = static_cast<int8_t>(uniform_int(rng, -128, 127));
+  auto sw = random_floats(rng, rows, 0.001f, 0.01f);
+  float sx = 0.02f;
+  GoldenRun run;
+  run.buffers = {to_bytes(w), to_bytes(x), to_bytes(sw), output(rows * 4)};
+  run.args = {buf(0), buf(1), buf(2), scalar<float>(sx), buf(3), scalar<int32_t>(rows), scalar<int32_t>(k)};
+  run.block = {64, 1, 1};
+  run.grid = {blocks_for(rows, 64), 1, 1};
+  run.check = [w, x, sw, sx, rows, k](const std::vector<std::vector<uint8_t>>& out) {
+    std::vector<double> want(rows);
+    for (int r = 0; r < rows; ++r) {
+      int64_t acc = 0;
+      for (int j = 0; j < k; ++j) acc += int64_t{w[static_cast<size_t>(r) * k + j]} * x[j];
+      want[r] = static_cast<double>(acc) * sw[r] * sx;
+    }
+    return compare(from_bytes<float>(out[3]), want, magnitudes(want), 1e-7, 1e-6);
+  };
+  return run;
+}
+
+GoldenRun transpose_shared(std::mt19937& rng) {
+  int rows = uniform_int(rng, 33, 120), cols = uniform_int(rng, 33, 120);
+  auto in = random_floats(rng, static_cast<size_t>(rows) * cols);
+  GoldenRun run;
+  run.buffers = {to_bytes(in), output(in.size() * 4)};
+  run.args = {buf(0), buf(1), scalar<int32_t>(rows), scalar<int32_t>(cols)};
+  run.block = {32, 8, 1};
+  run.grid = {blocks_for(cols, 32), blocks_for(rows, 32), 1};
+  run.check = [in, rows, cols](const std::vector<std::vector<uint8_t>>& out) {
+    std::vector<double> want(in.size());
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) want[static_cast<size_t>(c) * rows + r] = in[static_cast<size_t>(r) * cols + c];
+    return compare(from_bytes<float>(out[1]), want, want, 0, 0);
+  };
+  return run;
+}
+
+GoldenRun histogram(std::mt19937& rng) {
+  int n = uniform_int(rng, 5000, 20000);
+  std::vector<uint8_t> x(n);
+  int skew = uniform_int(rng, 1, 255);  // concentrate some bins so atomics contend
+  for (auto& v : x) v = static_cast<uint8_t>(uniform_int(rng, 0, 3) == 0 ? uniform_int(rng, 0, 255) : skew % 256);
+  GoldenRun run;
+  run.buffers = {x, std::vector<uint8_t>(256 * 4, 0)};
+  run.args = {buf(0), buf(1), scalar<int32_t>(n)};
+  run.block = {128, 1, 1};
+  run.grid = {blocks_for(n, 128), 1, 1};
+  run.check = [x](const std::vector<std::vector<uint8_t>>& out) -> std::string {
+    std::vector<int32_t> want(256, 0);
+    for (uint8_t v : x) ++want[v];
+    auto got = from_bytes<int32_t>(out[1]);
+    for (int b = 0; b < 256; ++b)
+      if (got[b] != want[b]) return fmt::format("bin {}: got {}, want {}", b, got[b], want[b]);
+    return "";
+  };
+  return run;
+}
+
+GoldenRun warp_sum(std::mt19937& rng) {
+  int n = 32 * uniform_int(rng, 4, 64) - uniform_int(rng, 0, 31);  // last warp partly empty
+  int warps = (n + 31) / 32;
+  auto x = random_floats(rng, n);
+  GoldenRun run;
+  run.buffers = {to_bytes(x), output(warps * 4), output(warps * 4)};
+  run.args = {buf(0), buf(1), buf(2), scalar<int32_t>(n)};
+  run.block = {128, 1, 1};
+  run.grid = {blocks_for(n, 128), 1, 1};
+  run.check = [x, n, warps](const std::vector<std::vector<uint8_t>>& out) {
+    std::vector<double> sums(warps, 0.0), maxs(warps, -INFINITY), scale(warps, 0.0);
+    for (int i = 0; i < n; ++i) {
+      sums[i / 32] += x[i];
+      scale[i / 32] += std::fabs(x[i]);
+      maxs[i / 32] = std::max(maxs[i / 32], static_cast<double>(x[i]));
+    }
+    std::string e = compare(from_bytes<float>(out[1]), sums, scale, 1e-6, 1e-6);
+    if (!e.empty()) return "sums: " + e;
+    e = compare(from_bytes<float>(out[2]), maxs, maxs, 0, 0);
+    return e.empty() ? e : "maxs: " + e;
+  };
+  return run;
+}
+
+}  // namespace
+
+const std::vector<GoldenCase>& golden_cases() {
+  static const std::vector<GoldenCase> cases = {
+      {"vector_add", true, vector_add},
+      {"reduce_rows", true, reduce_rows},
+      {"softmax_rows", true, softmax_rows},
+      {"rms_norm", true, rms_norm},
+      {"matmul_tiled", true, matmul_tiled},
+      {"matvec_q4_0", true, matvec_q4_0},
+      {"matvec_i8", true, matvec_i8},
+      {"transpose_shared", true, transpose_shared},
+      {"histogram", true, histogram},
+      {"warp_sum", false, warp_sum},
+  };
+  return cases;
+}
+
+}  // namespace loom::test
