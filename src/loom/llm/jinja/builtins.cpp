@@ -259,7 +259,7 @@ Result<Value> fn_range(Interpreter& in, CallArgs& args) {
   if (st < 0 && lo > hi) n = (lo - hi - 1) / (-st) + 1;
   if (n > kMaxRange)
     return invalid_argument("Range too big. The sandbox blocks ranges larger than MAX_RANGE ({}).", kMaxRange);
-  LOOM_RETURN_IF_ERROR(in.charge(static_cast<size_t>(n) * sizeof(Value)));
+  LOOM_RETURN_IF_ERROR(in.charge_work(static_cast<uint64_t>(n) * sizeof(Value)));
   ValueList out;
   out.reserve(static_cast<size_t>(n));
   for (int64_t k = 0; k < static_cast<int64_t>(n); ++k) out.emplace_back(start + k * step);

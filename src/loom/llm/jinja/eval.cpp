@@ -258,18 +258,19 @@ class MacroFunction : public Function {
 
 namespace {
 
-// loop.cycle(a, b, ...) for one iteration.
+// loop.cycle(a, b, ...): picks by the loop's current index (shared with the running loop, as
+// jinja2's bound LoopContext.cycle is).
 class CycleFunction : public Function {
  public:
-  explicit CycleFunction(size_t index0) : index0_(index0) {}
+  explicit CycleFunction(std::shared_ptr<size_t> index0) : index0_(std::move(index0)) {}
   std::string repr() const override { return "<bound method LoopContext.cycle>"; }
   Result<Value> call(Interpreter&, CallArgs& args) override {
     if (args.args.empty()) return invalid_argument("no items for cycling given");
-    return args.args[index0_ % args.args.size()];
+    return args.args[*index0_ % args.args.size()];
   }
 
  private:
-  size_t index0_;
+  std::shared_ptr<size_t> index0_;
 };
 
 // loop.changed(value): true when the value differs from the previous call's, per loop.
@@ -309,9 +310,13 @@ Status Interpreter::charge(size_t bytes) {
   if (bytes > limits_.max_output_bytes)
     return resource_exhausted("string of {} bytes exceeds the template limit of {} bytes", bytes,
                               limits_.max_output_bytes);
+  return charge_work(bytes);
+}
+
+Status Interpreter::charge_work(uint64_t bytes) {
   string_work_ += bytes;
-  if (string_work_ > limits_.max_string_work)
-    return resource_exhausted("template built more than {} bytes of strings", limits_.max_string_work);
+  if (bytes > limits_.max_string_work || string_work_ > limits_.max_string_work)
+    return resource_exhausted("template built more than {} bytes of strings and lists", limits_.max_string_work);
   return {};
 }
 
@@ -466,26 +471,36 @@ Result<Interpreter::Flow> Interpreter::exec_for(const Stmt& s, const ScopePtr& s
   }
   if (items.empty()) return exec_body(s.else_body, std::make_shared<Scope>(scope));
   const size_t n = items.size();
-  auto changed_state = std::make_shared<Value>();
-  auto changed = Value::function(std::make_shared<ChangedFunction>(changed_state));
+  // The loop object: a dict rebuilt per iteration from keys made once.
+  enum { kIndex, kIndex0, kRevindex, kRevindex0, kFirst, kLast, kLength, kDepth, kDepth0, kPrev, kNext,
+         kCycle, kChanged, kKeys };
+  static const char* const kNames[kKeys] = {"index", "index0", "revindex", "revindex0", "first", "last", "length",
+                                            "depth", "depth0", "previtem", "nextitem", "cycle", "changed"};
+  Value keys[kKeys];
+  for (int k = 0; k < kKeys; ++k) keys[k] = Value(kNames[k]);
+  auto index0 = std::make_shared<size_t>(0);
+  Value cycle = Value::function(std::make_shared<CycleFunction>(index0));
+  Value changed = Value::function(std::make_shared<ChangedFunction>(std::make_shared<Value>()));
   for (size_t i = 0; i < n; ++i) {
+    if (Status st = step(); !st.ok()) return locate(s.pos, std::move(st));
+    *index0 = i;
     auto inner = std::make_shared<Scope>(scope);
     if (Status st = assign(s.target, items[i], inner, s.pos); !st.ok()) return locate(s.pos, std::move(st));
     ValueDict loop;
     auto ii = static_cast<int64_t>(i), nn = static_cast<int64_t>(n);
-    loop.append_new(Value("index"), Value(ii + 1));
-    loop.append_new(Value("index0"), Value(ii));
-    loop.append_new(Value("revindex"), Value(nn - ii));
-    loop.append_new(Value("revindex0"), Value(nn - ii - 1));
-    loop.append_new(Value("first"), Value(i == 0));
-    loop.append_new(Value("last"), Value(i + 1 == n));
-    loop.append_new(Value("length"), Value(nn));
-    loop.append_new(Value("depth"), Value(1));
-    loop.append_new(Value("depth0"), Value(0));
-    if (i > 0) loop.append_new(Value("previtem"), items[i - 1]);
-    if (i + 1 < n) loop.append_new(Value("nextitem"), items[i + 1]);
-    loop.append_new(Value("cycle"), Value::function(std::make_shared<CycleFunction>(i)));
-    loop.append_new(Value("changed"), changed);
+    loop.append_new(keys[kIndex], Value(ii + 1));
+    loop.append_new(keys[kIndex0], Value(ii));
+    loop.append_new(keys[kRevindex], Value(nn - ii));
+    loop.append_new(keys[kRevindex0], Value(nn - ii - 1));
+    loop.append_new(keys[kFirst], Value(i == 0));
+    loop.append_new(keys[kLast], Value(i + 1 == n));
+    loop.append_new(keys[kLength], Value(nn));
+    loop.append_new(keys[kDepth], Value(1));
+    loop.append_new(keys[kDepth0], Value(0));
+    if (i > 0) loop.append_new(keys[kPrev], items[i - 1]);
+    if (i + 1 < n) loop.append_new(keys[kNext], items[i + 1]);
+    loop.append_new(keys[kCycle], cycle);
+    loop.append_new(keys[kChanged], changed);
     inner->set("loop", Value::dict(std::move(loop)));
     LOOM_ASSIGN_OR_RETURN(Flow f, exec_body(s.body, inner));
     if (f == Flow::kBreak) break;
@@ -778,7 +793,7 @@ Result<Value> Interpreter::eval_binary(const Expr& e, const Value& a, const Valu
       return Value(a.str() + b.str());
     }
     if (a.kind() == b.kind() && a.is_sequence()) {
-      LOOM_RETURN_IF_ERROR(charge((a.items().size() + b.items().size()) * sizeof(Value)));
+      LOOM_RETURN_IF_ERROR(charge_work((a.items().size() + b.items().size()) * sizeof(Value)));
       ValueList items = a.items();
       items.insert(items.end(), b.items().begin(), b.items().end());
       return a.is_list() ? Value::list(std::move(items)) : Value::tuple(std::move(items));
@@ -801,10 +816,10 @@ Result<Value> Interpreter::eval_binary(const Expr& e, const Value& a, const Valu
         for (int64_t k = 0; k < n; ++k) out += seq->str();
         return Value(std::move(out));
       }
-      size_t unit = seq->items().size();
-      if (unit && static_cast<uint64_t>(n) > limits_.max_output_bytes / (unit * sizeof(Value)) + 1)
-        return charge(limits_.max_output_bytes + 1);
-      LOOM_RETURN_IF_ERROR(charge(unit * static_cast<size_t>(n) * sizeof(Value)));
+      uint64_t unit = seq->items().size() * sizeof(Value);
+      if (unit && static_cast<uint64_t>(n) > limits_.max_string_work / unit + 1)
+        return charge_work(limits_.max_string_work + 1);
+      LOOM_RETURN_IF_ERROR(charge_work(unit * static_cast<uint64_t>(n)));
       ValueList out;
       for (int64_t k = 0; k < n; ++k) out.insert(out.end(), seq->items().begin(), seq->items().end());
       return seq->is_list() ? Value::list(std::move(out)) : Value::tuple(std::move(out));

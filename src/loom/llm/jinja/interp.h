@@ -46,8 +46,11 @@ class Interpreter {
 
   // Calls any callable value.
   Result<Value> call(const Value& callee, CallArgs& args);
-  // Charges `bytes` of string building against the limits (call before building a string).
+  // Charges a string of `bytes` about to be built: one string may not exceed the output limit,
+  // and all strings together not the string-work budget.
   Status charge(size_t bytes);
+  // Charges other allocations (lists) against the same budget.
+  Status charge_work(uint64_t bytes);
   // Counts one evaluation step against the limit.
   Status step();
 

@@ -785,7 +785,7 @@ class Parser {
   }
 
   Result<ExprPtr> parse_call(ExprPtr callee) {
-    auto e = make_expr(ExprKind::kCall, cur().pos);
+    auto e = make_expr(ExprKind::kCall, callee->pos);  // errors of a call point at the callee
     e->args.push_back(std::move(callee));
     LOOM_RETURN_IF_ERROR(parse_call_args(*e));
     return e;

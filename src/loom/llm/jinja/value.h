@@ -23,6 +23,7 @@ class ValueDict {
  public:
   const Value* find(const Value& key) const;
   const Value* find(std::string_view key) const;
+  const Value* find(const char* key) const { return find(std::string_view(key)); }
   void set(Value key, Value value);
   // Appends without looking for an equal key; the caller guarantees there is none.
   void append_new(Value key, Value value);
