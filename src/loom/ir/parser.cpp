@@ -539,6 +539,8 @@ class Parser {
         for (const Value* v : inst->operands) ots.push_back(v->type);
         t = infer_result_type(*op, ots);
         if (!t.valid()) {
+          std::string why = check_inst_types(*inst, /*check_results=*/false);
+          if (!why.empty()) return error_at(inst->loc, why);
           std::string list;
           for (size_t i = 0; i < ots.size(); ++i) list += (i ? ", " : "") + ots[i].str();
           return error_at(op_loc, fmt::format("cannot infer the result type of '{}' from ({}); write ': TYPE'",

@@ -77,7 +77,7 @@ Type infer_result_type(Op op, std::span<const Type> ts) {
   }
 }
 
-std::string check_inst_types(const Inst& inst) {
+std::string check_inst_types(const Inst& inst, bool check_results) {
   const OpInfo& info = inst.info();
   const auto& ops = inst.operands;
   const size_t n = ops.size();
@@ -88,18 +88,19 @@ std::string check_inst_types(const Inst& inst) {
                                         : fmt::format("'{}' needs a valid modifier", info.name);
   for (const Value* v : ops)
     if (!v || !valid_type(v->type)) return "operand with an invalid type";
-  for (const Value* v : inst.results)
-    if (!v || !valid_type(v->type)) return "result with an invalid or missing type";
+  if (check_results)
+    for (const Value* v : inst.results)
+      if (!v || !valid_type(v->type)) return "result with an invalid or missing type";
   auto t = [&](size_t i) { return ops[i]->type; };
   const bool region_op = info.rule == TypeRule::kFor || info.rule == TypeRule::kIf;
   const bool no_result = info.rule == TypeRule::kStore || info.rule == TypeRule::kNone ||
                          info.rule == TypeRule::kYield;
-  if (no_result && !inst.results.empty()) return fmt::format("'{}' has no result", info.name);
-  if (!no_result && !region_op && inst.results.size() != 1)
+  if (check_results && no_result && !inst.results.empty()) return fmt::format("'{}' has no result", info.name);
+  if (check_results && !no_result && !region_op && inst.results.size() != 1)
     return fmt::format("'{}' has exactly one result", info.name);
   Type r = inst.results.empty() ? Type() : inst.results[0]->type;
   auto want = [&](Type expected) -> std::string {
-    if (r == expected) return "";
+    if (!check_results || r == expected) return "";
     return fmt::format("'{}' result should be {}, not {}", info.name, expected.str(), r.str());
   };
 
@@ -125,11 +126,14 @@ std::string check_inst_types(const Inst& inst) {
         return fmt::format("'select' condition {} does not match values {}", t(0).str(), t(1).str());
       return want(t(1));
     case TypeRule::kConvert:
-      if (!t(0).is_value() || !r.is_value()) return "'convert' converts scalars or vectors";
+      if (!t(0).is_value()) return "'convert' converts scalars or vectors";
+      if (!check_results) return "";
+      if (!r.is_value()) return "'convert' converts scalars or vectors";
       if (t(0).lanes() != r.lanes())
         return fmt::format("'convert' keeps the lane count: {} to {}", t(0).str(), r.str());
       return "";
     case TypeRule::kBitcast:
+      if (!check_results) return "";
       if (t(0).is_pointer() || r.is_pointer()) {
         if (!t(0).is_pointer() || !r.is_pointer() || t(0).addr_space() != r.addr_space())
           return fmt::format("'bitcast' of pointers keeps the address space: {} to {}", t(0).str(), r.str());
@@ -141,12 +145,14 @@ std::string check_inst_types(const Inst& inst) {
                            r.str(), r.bits());
       return "";
     case TypeRule::kConst:
+      if (!check_results) return "";
       if (!r.is_value()) return "'const' makes a scalar or vector";
       if (inst.lit.is_float != r.is_float())
         return fmt::format("'const' literal kind does not match {}", r.str());
       return "";
     case TypeRule::kSplat:
       if (!t(0).is_scalar()) return fmt::format("'splat' takes a scalar, got {}", t(0).str());
+      if (!check_results) return "";
       if (!r.is_vector() || r.elem() != t(0).elem())
         return fmt::format("'splat' of {} makes a vector of {}, not {}", t(0).str(), t(0).str(), r.str());
       return "";
@@ -171,6 +177,7 @@ std::string check_inst_types(const Inst& inst) {
       Type p = t(0);
       if (info.rule == TypeRule::kOffset) return want(p);
       Type v = info.rule == TypeRule::kLoad ? r : t(2);
+      if (info.rule == TypeRule::kLoad && !check_results) v = p.elem_type();
       if (!v.is_value() || v.elem() != p.elem())
         return fmt::format("'{}' through {} moves {} elements, not {}", info.name, p.str(),
                            scalar_name(p.elem()), v.str());
@@ -196,6 +203,7 @@ std::string check_inst_types(const Inst& inst) {
       return want(v);
     }
     case TypeRule::kAlloc: {
+      if (!check_results) return "";
       AddrSpace space = inst.op == Op::kAllocShared ? AddrSpace::kShared : AddrSpace::kLocal;
       if (!r.is_pointer() || r.addr_space() != space)
         return fmt::format("'{}' makes a ptr<{}, T>, not {}", info.name, addr_space_name(space), r.str());

@@ -16,8 +16,9 @@ namespace loom::ir {
 Type infer_result_type(Op op, std::span<const Type> operand_types);
 
 // Checks operand count, modes, operand and result types of one instruction (not its regions'
-// bodies). Returns an empty string when fine, else a one-line reason.
-std::string check_inst_types(const Inst& inst);
+// bodies). Returns an empty string when fine, else a one-line reason. With check_results false,
+// results are ignored (the parser uses this to explain why a result type cannot be inferred).
+std::string check_inst_types(const Inst& inst, bool check_results = true);
 
 // Whether `t` may be a kernel parameter (scalar, or pointer to global/constant memory).
 bool valid_param_type(Type t);
