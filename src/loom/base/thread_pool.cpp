@@ -13,7 +13,8 @@
 
 namespace loom {
 namespace {
-constexpr int kSpinIterations = 1 << 14;
+constexpr int kSpinIterations = 1 << 13;
+constexpr int64_t kChunksPerThread = 4;
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
@@ -32,24 +33,30 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::parallel_for(int64_t n, const RangeFn& fn, int64_t grain) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
-  int64_t n_grains = (n + grain - 1) / grain;
-  int64_t per = (n_grains + n_threads_ - 1) / n_threads_;
-  int64_t chunk = per * grain;
-  if (n_threads_ == 1 || chunk >= n) {
+  const int64_t n_grains = (n + grain - 1) / grain;
+  const int64_t n_chunks = std::min<int64_t>(n_grains, n_threads_ * kChunksPerThread);
+  if (n_threads_ == 1 || n_chunks <= 1) {
     fn(0, n, 0);
     return;
   }
+  const int64_t chunk = (n_grains + n_chunks - 1) / n_chunks * grain;
   {
     std::lock_guard<std::mutex> lock(mu_);
     fn_ = &fn;
     n_ = n;
     chunk_ = chunk;
-    pending_.store(n_threads_ - 1, std::memory_order_relaxed);
+    n_chunks_ = (n + chunk - 1) / chunk;
+    next_chunk_.store(0);
+    open_ = true;
     generation_.fetch_add(1, std::memory_order_release);
   }
   start_cv_.notify_all();
-  fn(0, std::min(n, chunk), 0);
-  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+  for (int64_t c; (c = next_chunk_.fetch_add(1)) < n_chunks_;) fn(c * chunk, std::min(n, (c + 1) * chunk), 0);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = false;
+  }
+  for (int spins = 0; active_.load(std::memory_order_acquire) != 0; ++spins) {
     if (spins < kSpinIterations) LOOM_CPU_RELAX();
     else std::this_thread::yield();
   }
@@ -68,18 +75,20 @@ void ThreadPool::worker_loop(int index) {
       start_cv_.wait(lock, [&] { return stop_.load() || generation_.load() != seen; });
     }
     if (stop_.load()) return;
-    const RangeFn* fn;
-    int64_t begin, end;
+    const RangeFn* fn = nullptr;
+    int64_t n = 0, chunk = 0, n_chunks = 0;
     {
-      // The lock orders our reads of fn_/n_/chunk_ after the publisher's writes.
       std::lock_guard<std::mutex> lock(mu_);
       seen = generation_.load();
+      if (!open_) continue;  // came too late: the caller already did the work
+      active_.fetch_add(1);
       fn = fn_;
-      begin = std::min(n_, chunk_ * index);
-      end = std::min(n_, begin + chunk_);
+      n = n_;
+      chunk = chunk_;
+      n_chunks = n_chunks_;
     }
-    if (begin < end) (*fn)(begin, end, index);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    for (int64_t c; (c = next_chunk_.fetch_add(1)) < n_chunks;) (*fn)(c * chunk, std::min(n, (c + 1) * chunk), index);
+    active_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 

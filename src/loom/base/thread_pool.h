@@ -26,8 +26,10 @@ class ThreadPool {
 
   int n_threads() const { return n_threads_; }
 
-  // Runs fn(begin, end, thread_index) over a partition of [0, n) into at most n_threads chunks
-  // whose sizes are multiples of `grain` (except the last). Blocks until all chunks finished.
+  // Runs fn(begin, end, thread_index) over a partition of [0, n) into chunks whose sizes are
+  // multiples of `grain` (except the last). Threads take chunks from a shared counter, so a
+  // worker that is not scheduled in time costs nothing: the caller takes its chunks. Blocks
+  // until all chunks finished.
   using RangeFn = std::function<void(int64_t begin, int64_t end, int thread_index)>;
   void parallel_for(int64_t n, const RangeFn& fn, int64_t grain = 1);
 
@@ -38,13 +40,17 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   // A job is published by bumping generation_; workers spin on it briefly (decode issues
   // hundreds of tiny jobs per token, and a futex wake per job would dominate), then sleep.
+  // Workers join a job only while it is open (under mu_); the caller closes it once no chunk
+  // is left and then waits just for the joined workers (active_) to finish theirs.
   std::mutex mu_;
   std::condition_variable start_cv_;
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  std::atomic<int64_t> next_chunk_{0};
+  std::atomic<int> active_{0};
   std::atomic<bool> stop_{false};
+  bool open_ = false;
   const RangeFn* fn_ = nullptr;
-  int64_t n_ = 0, chunk_ = 0;
+  int64_t n_ = 0, chunk_ = 0, n_chunks_ = 0;
 };
 
 // Default thread count for the CLI: $LOOM_THREADS if set, else 2.

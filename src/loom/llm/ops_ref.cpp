@@ -10,6 +10,7 @@
 #include <numbers>
 
 #include "loom/base/thread_pool.h"
+#include "loom/llm/ops_ref_dot_impl.h"
 #include "loom/llm/ops_ref_util.h"
 #include "loom/llm/quant.h"
 
@@ -278,7 +279,7 @@ Status attention(const float* q, const int32_t* q_pos, int64_t n_tok, const uint
       to_fp16(q + (t * p.n_head + h) * dk, q16.data(), dk);
       for (int64_t j = j0; j < j1; ++j) {
         const uint16_t* kr = k_cache + j * k_stride + static_cast<int64_t>(hk) * dk;
-        float sj = dot_f16_ggml(kr, q16.data(), dk);
+        float sj = dot_f16_fast(kr, q16.data(), dk);
         if (p.softcap > 0.0f) sj = std::tanh(sj * (1.0f / p.softcap)) * p.softcap;
         s[j - j0] = sj * p.scale;
       }

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "loom/llm/ops_ref.h"
+#include "loom/llm/ops_ref_dot_impl.h"
 #include "loom/llm/ops_ref_util.h"
 #include "loom/llm/quant.h"
 #include "loom/llm/quant_blocks.h"
@@ -36,6 +37,10 @@ void quantize_q8_x86(const float* x, Block* y, int64_t nb, bool with_sum) {
   }
 }
 
+}  // namespace
+
+namespace scalar {
+namespace {
 // The dot products reproduce the arithmetic of llama.cpp's x86 AVX2 kernels operation for
 // operation: integer products are summed exactly in eight 32-bit lanes (lane l takes elements
 // 4l..4l+3 of each 32-element group, as maddubs+madd do), each lane accumulates its blocks with
@@ -83,6 +88,8 @@ inline void unpack_q5(const uint8_t* qs, const uint8_t* qh_bytes, int8_t* out, i
     out[j + 16] = static_cast<int8_t>(((qs[j] >> 4) | hi1) - offset);
   }
 }
+
+}  // namespace
 
 float dot_q4_0(const void* vw, const void* vx, int64_t n) {
   const auto* w = static_cast<const BlockQ4_0*>(vw);
@@ -160,7 +167,7 @@ float dot_q8_0(const void* vw, const void* vx, int64_t n) {
 // Q4_K / Q5_K: in 64-element group g, lane l sums scale[2g] * (products of elements 64g+4l..+3)
 // and scale[2g+1] * (products of 64g+32+4l..+3); one fma per super-block per lane with d. The
 // mins go through four lanes (pairs of sub-blocks) with their own fma by -dmin.
-void k4_lanes(const int8_t* q, const int8_t* q8, const uint8_t* sc, int32_t* lanes) {
+inline void k4_lanes(const int8_t* q, const int8_t* q8, const uint8_t* sc, int32_t* lanes) {
   for (int l = 0; l < 8; ++l) lanes[l] = 0;
   for (int g = 0; g < 4; ++g) {
     for (int h = 0; h < 2; ++h) {
@@ -275,12 +282,11 @@ float dot_q6_K(const void* vw, const void* vx, int64_t n) {
 // F16 (also the attention's q·k and p·v): four accumulators of eight lanes over 32-element
 // steps, fma per element, reduced (0+2, 1+3, then 0+1, then hi+lo halves, pairwise); leftovers
 // are added in double, as ggml_vec_dot_f16 does.
-float dot_f16(const void* vw, const void* vx, int64_t n) {
-  const auto* w = static_cast<const uint16_t*>(vw);
-  const auto* x = static_cast<const uint16_t*>(vx);
-  return dot_f16_ggml(w, x, n);
-}
+float dot_f16(const uint16_t* x, const uint16_t* y, int64_t n) { return dot_f16_ggml(x, y, n); }
 
+}  // namespace scalar
+
+namespace {
 float dot_f32(const void* vw, const void* vx, int64_t n) {
   const auto* w = static_cast<const float*>(vw);
   const auto* x = static_cast<const float*>(vx);
@@ -329,17 +335,31 @@ void quantize_activation(GgmlType dot_type, const float* x, void* dst, int64_t n
   }
 }
 
+float dot_f16_fast(const uint16_t* x, const uint16_t* y, int64_t n) {
+#if LOOM_REF_DOT_AVX2
+  return avx2::dot_f16(x, y, n);
+#else
+  return scalar::dot_f16(x, y, n);
+#endif
+}
+
 float vec_dot(GgmlType weight_type, const void* w_row, const void* x_q, int64_t n) {
+#if LOOM_REF_DOT_AVX2
+  namespace impl = avx2;
+#else
+  namespace impl = scalar;
+#endif
   switch (weight_type) {
-    case GgmlType::Q4_0: return dot_q4_0(w_row, x_q, n);
-    case GgmlType::Q4_1: return dot_q4_1(w_row, x_q, n);
-    case GgmlType::Q5_0: return dot_q5_0(w_row, x_q, n);
-    case GgmlType::Q5_1: return dot_q5_1(w_row, x_q, n);
-    case GgmlType::Q8_0: return dot_q8_0(w_row, x_q, n);
-    case GgmlType::Q4_K: return dot_q4_K(w_row, x_q, n);
-    case GgmlType::Q5_K: return dot_q5_K(w_row, x_q, n);
-    case GgmlType::Q6_K: return dot_q6_K(w_row, x_q, n);
-    case GgmlType::F16: return dot_f16(w_row, x_q, n);
+    case GgmlType::Q4_0: return impl::dot_q4_0(w_row, x_q, n);
+    case GgmlType::Q4_1: return impl::dot_q4_1(w_row, x_q, n);
+    case GgmlType::Q5_0: return impl::dot_q5_0(w_row, x_q, n);
+    case GgmlType::Q5_1: return impl::dot_q5_1(w_row, x_q, n);
+    case GgmlType::Q8_0: return impl::dot_q8_0(w_row, x_q, n);
+    case GgmlType::Q4_K: return impl::dot_q4_K(w_row, x_q, n);
+    case GgmlType::Q5_K: return impl::dot_q5_K(w_row, x_q, n);
+    case GgmlType::Q6_K: return impl::dot_q6_K(w_row, x_q, n);
+    case GgmlType::F16:
+      return impl::dot_f16(static_cast<const uint16_t*>(w_row), static_cast<const uint16_t*>(x_q), n);
     case GgmlType::F32: return dot_f32(w_row, x_q, n);
     default: return NAN;
   }
