@@ -3,8 +3,9 @@
 //
 // Defaults mirror llama-cpp-python's Llama.tokenize(text, add_bos=True, special=True): the model
 // adds its BOS/EOS as its metadata says, and special tokens written in the text are matched.
-// --no-bos turns off BOS/EOS, --no-special matches only user-defined tokens. detokenize renders
-// special tokens as text and keeps every byte (no clean-up) unless asked otherwise.
+// --no-bos turns off BOS/EOS, --no-special matches only user-defined tokens. detokenize drops the
+// BOS/EOS the model adds by itself, renders other special tokens as their text and keeps every
+// byte (no clean-up), so `loom tokenize | loom detokenize` gives the input back.
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -80,12 +81,31 @@ std::string format_tokens(const llm::Tokenizer& tok, const std::vector<TokenId>&
 
 struct TokenizeArgs {
   std::string model;
-  bool no_bos = false, no_special = false, text = false, jsonl = false;
+  bool no_bos = false, no_special = false, text = false, jsonl = false, info = false;
 };
+
+json vocab_info(const llm::Tokenizer& tok) {
+  return json{{"model", tok.model_name()},
+              {"pre", tok.pre_name()},
+              {"vocab_size", tok.vocab_size()},
+              {"bos", tok.bos_id()},
+              {"eos", tok.eos_id()},
+              {"eot", tok.eot_id()},
+              {"unk", tok.unk_id()},
+              {"pad", tok.pad_id()},
+              {"add_bos", tok.add_bos()},
+              {"add_eos", tok.add_eos()},
+              {"add_space_prefix", tok.add_space_prefix()},
+              {"eog", tok.eog_ids()}};
+}
 
 int run_tokenize(const TokenizeArgs& a) {
   auto tok = load_tokenizer(a.model);
   if (!tok.ok()) return report(tok.status());
+  if (a.info) {
+    write_stdout(vocab_info(*tok).dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
+    return 0;
+  }
   const bool add_special = !a.no_bos, parse_special = !a.no_special;
   if (!a.jsonl) {
     auto ids = tok->encode(read_all_stdin(), add_special, parse_special);
@@ -109,7 +129,7 @@ int run_tokenize(const TokenizeArgs& a) {
 
 struct DetokenizeArgs {
   std::string model;
-  bool no_special = false, remove_special = false, clean_spaces = false, jsonl = false;
+  bool no_special = false, keep_special = false, clean_spaces = false, jsonl = false;
 };
 
 int run_detokenize(const DetokenizeArgs& a) {
@@ -117,7 +137,7 @@ int run_detokenize(const DetokenizeArgs& a) {
   if (!tok.ok()) return report(tok.status());
   llm::DecodeOptions opts;
   opts.render_special = !a.no_special;
-  opts.remove_special = a.remove_special;
+  opts.remove_special = !a.keep_special;
   opts.clean_spaces = a.clean_spaces;
   if (!a.jsonl) {
     auto ids = parse_ids(read_all_stdin(), "stdin");
@@ -153,6 +173,7 @@ LOOM_COMMAND(kTokenize, "tokenize",
                sub.add_flag("--text", a->text, "print the tokens' text pieces instead of ids");
                sub.add_flag("--jsonl", a->jsonl,
                             "one input per line (a JSON string, or an array of byte values); one JSON array out per line");
+               sub.add_flag("--info", a->info, "print the vocabulary's special ids and flags as JSON (reads no input)");
                return [a] { return run_tokenize(*a); };
              });
 
@@ -161,7 +182,7 @@ LOOM_COMMAND(kDetokenize, "detokenize", "Read a JSON array of token ids on stdin
                auto a = std::make_shared<DetokenizeArgs>();
                sub.add_option("-m,--model", a->model, "GGUF model (default: $LOOM_MODEL or the SmolLM2 model in the cache)");
                sub.add_flag("--no-special", a->no_special, "render control tokens as nothing");
-               sub.add_flag("--remove-special", a->remove_special, "drop the BOS/EOS the model adds by itself");
+               sub.add_flag("--keep-special", a->keep_special, "keep a leading BOS / trailing EOS that the model adds by itself");
                sub.add_flag("--clean-spaces", a->clean_spaces,
                             "apply the model's clean_up_tokenization_spaces (as llama_detokenize does)");
                sub.add_flag("--jsonl", a->jsonl, "one id array per line; one JSON array of byte values out per line");

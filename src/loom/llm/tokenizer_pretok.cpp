@@ -224,26 +224,35 @@ std::string translate_llama_regex(std::string_view p) {
   return out;
 }
 
+namespace {
+
+Result<std::unique_ptr<PreTokenizer::Regex>> compile_pcre2(const std::string& pattern) {
+  int err = 0;
+  PCRE2_SIZE off = 0;
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                   PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &err, &off, nullptr);
+  if (!code) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(err, msg, sizeof(msg));
+    return invalid_argument("pre-tokenizer regex does not compile at offset {}: {} (pattern {})", off,
+                            reinterpret_cast<const char*>(msg), pattern);
+  }
+  auto re = std::make_unique<PreTokenizer::Regex>();
+  re->code = code;
+  re->jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
+  return re;
+}
+
+}  // namespace
+
 Result<PreTokenizer> PreTokenizer::from_patterns(const std::vector<std::string>& patterns) {
   PreTokenizer pt;
   pt.traits_.canonical = "custom";
   for (const auto& p : patterns) {
-    int err = 0;
-    PCRE2_SIZE off = 0;
-    const std::string translated = translate_llama_regex(p);
-    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
-                                     PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &err, &off, nullptr);
-    if (!code) {
-      PCRE2_UCHAR msg[256];
-      pcre2_get_error_message(err, msg, sizeof(msg));
-      return internal_error("pre-tokenizer regex does not compile at offset {}: {} (pattern {})", off,
-                            reinterpret_cast<const char*>(msg), translated);
-    }
-    auto re = std::make_unique<Regex>();
-    re->code = code;
-    re->jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
+    LOOM_ASSIGN_OR_RETURN(auto re, compile_pcre2(translate_llama_regex(p)));
     pt.regexes_.push_back(std::move(re));
   }
+  LOOM_ASSIGN_OR_RETURN(pt.wide_space_, compile_pcre2("(?![\\x00-\\x7F])\\p{White_Space}"));
   return pt;
 }
 
@@ -340,23 +349,56 @@ Status split_segment(const pcre2_code* code, std::string_view subject, std::vect
 
 }  // namespace
 
+namespace {
+
+// The UTF-8 subject PCRE2 matches, with the code point index of each byte (read only at
+// character starts) and the byte offset of each code point (plus the end).
+struct Subject {
+  std::string bytes;
+  std::vector<uint32_t> cpt_at;
+  std::vector<size_t> byte_of;
+
+  explicit Subject(const std::vector<uint32_t>& cpts) {
+    bytes.reserve(cpts.size() + 8);
+    cpt_at.reserve(cpts.size() + 8);
+    byte_of.resize(cpts.size() + 1);
+    for (size_t i = 0; i < cpts.size(); ++i) {
+      byte_of[i] = bytes.size();
+      unicode::append_utf8(bytes, cpts[i]);
+      cpt_at.resize(bytes.size(), static_cast<uint32_t>(i));
+    }
+    byte_of[cpts.size()] = bytes.size();
+    cpt_at.push_back(static_cast<uint32_t>(cpts.size()));
+  }
+};
+
+}  // namespace
+
 Result<std::vector<std::string>> PreTokenizer::split_raw(std::string_view text) const {
   const std::vector<uint32_t> cpts = unicode::decode_utf8_lenient(text);
-  // The subject PCRE2 sees (valid UTF-8) and, for each of its character starts, the code point
-  // index; `cpt_at` is indexed by byte offset and only read at character boundaries.
-  std::string subject;
-  subject.reserve(text.size() + 8);
-  std::vector<uint32_t> cpt_at;
-  cpt_at.reserve(text.size() + 8);
-  std::vector<size_t> byte_of(cpts.size() + 1);
-  for (size_t i = 0; i < cpts.size(); ++i) {
-    byte_of[i] = subject.size();
-    const uint32_t c = (cpts[i] >= 0xD800 && cpts[i] <= 0xDFFF) ? kSurrogateStandIn : cpts[i];
-    unicode::append_utf8(subject, c);
-    cpt_at.resize(subject.size(), static_cast<uint32_t>(i));
+  // What the regexes see: surrogates (not encodable for PCRE2) as a private-use stand-in, and
+  // non-ASCII White_Space as U+000B, the substitution llama.cpp makes before its std::regex runs.
+  std::vector<uint32_t> seen = cpts;
+  bool non_ascii = false;
+  for (uint32_t& c : seen) {
+    if (c >= 0xD800 && c <= 0xDFFF) c = kSurrogateStandIn;
+    non_ascii |= c >= 0x80;
   }
-  byte_of[cpts.size()] = subject.size();
-  cpt_at.push_back(static_cast<uint32_t>(cpts.size()));
+  if (non_ascii) {
+    const Subject first(seen);
+    MatchData data(wide_space_->code);
+    if (!data.md) return resource_exhausted("out of memory for regex match data");
+    size_t pos = 0;
+    while (pos < first.bytes.size()) {
+      const int rc = match_once(wide_space_->code, first.bytes, pos, 0, data.md);
+      if (rc == PCRE2_ERROR_NOMATCH) break;
+      if (rc < 0) return pcre2_failure(rc);
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(data.md);
+      seen[first.cpt_at[ov[0]]] = 0x0B;
+      pos = ov[1];
+    }
+  }
+  const Subject subject(seen);
 
   // Segments as code point index ranges, refined by each regex in turn.
   std::vector<size_t> bounds = {0, cpts.size()};  // segment i = [bounds[i], bounds[i+1])
@@ -365,10 +407,10 @@ Result<std::vector<std::string>> PreTokenizer::split_raw(std::string_view text) 
   for (const auto& re : regexes_) {
     std::vector<size_t> next = {0};
     for (size_t s = 0; s + 1 < bounds.size(); ++s) {
-      const size_t b0 = byte_of[bounds[s]], b1 = byte_of[bounds[s + 1]];
+      const size_t b0 = subject.byte_of[bounds[s]], b1 = subject.byte_of[bounds[s + 1]];
       cuts.clear();
-      LOOM_RETURN_IF_ERROR(split_segment(re->code, std::string_view(subject).substr(b0, b1 - b0), cuts));
-      for (size_t c : cuts) next.push_back(cpt_at[b0 + c]);
+      LOOM_RETURN_IF_ERROR(split_segment(re->code, std::string_view(subject.bytes).substr(b0, b1 - b0), cuts));
+      for (size_t c : cuts) next.push_back(subject.cpt_at[b0 + c]);
     }
     bounds = std::move(next);
   }

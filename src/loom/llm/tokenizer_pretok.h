@@ -32,23 +32,27 @@ class PreTokenizer {
   // Builds a cascade from explicit patterns in llama.cpp's dialect (tests).
   static Result<PreTokenizer> from_patterns(const std::vector<std::string>& patterns);
 
+  struct Regex;  // a compiled PCRE2 pattern (opaque)
+
   PreTokenizer(PreTokenizer&&) noexcept;
   PreTokenizer& operator=(PreTokenizer&&) noexcept;
   ~PreTokenizer();
 
   const PreTokenizerTraits& traits() const { return traits_; }
 
-  // Splits `text` into words, each GPT-2 byte-encoded (valid UTF-8). Invalid input bytes become
-  // U+FFFD first, as in llama.cpp. Errors only if PCRE2 fails (match limits).
+  // Splits `text` into words, each GPT-2 byte-encoded (valid UTF-8). As in llama.cpp, invalid
+  // input bytes become U+FFFD first, and the regexes see every non-ASCII White_Space character
+  // as U+000B (so "[\u0800-\u4e00]" does not match U+3000, while \s still does). Errors only
+  // if PCRE2 fails (match limits).
   Result<std::vector<std::string>> split(std::string_view text) const;
   // Same cascade, returning the raw (not byte-encoded) words; for tests.
   Result<std::vector<std::string>> split_raw(std::string_view text) const;
 
  private:
   PreTokenizer() = default;
-  struct Regex;
   PreTokenizerTraits traits_;
   std::vector<std::unique_ptr<Regex>> regexes_;
+  std::unique_ptr<Regex> wide_space_;  // non-ASCII White_Space characters
 };
 
 // Translates a pattern in llama.cpp's dialect into PCRE2 syntax with the semantics llama.cpp
