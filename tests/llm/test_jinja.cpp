@@ -256,6 +256,23 @@ TEST(JinjaLimits, EvaluationStepsAreBounded) {
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
 }
 
+TEST(JinjaLimits, RenderTimeIsBounded) {
+  // Each step scans a 100000-element list: few steps, much work; the clock stops it.
+  Limits quick;
+  quick.max_millis = 200;
+  Status s = error_of("{% set xs = range(100000)|list %}{% for i in range(100000) %}{% if -1 in xs %}{% endif %}{% endfor %}",
+                      "took longer than 200 ms", "{}", quick);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+}
+
+TEST(JinjaLimits, RepeatedLargeFilterResultsExhaustTheWorkBudget) {
+  Limits small;
+  small.max_string_work = 32 << 20;  // a few sorted copies of a 100000-element list
+  Status s = error_of("{% set xs = range(100000)|list %}{% for i in range(1000) %}{{ xs|sort|length }}{% endfor %}",
+                      "bytes of strings and lists", "{}", small);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+}
+
 TEST(JinjaLimits, StringRepetitionIsBounded) {
   expect_error("{{ 'x' * 9000000000000000000 }}", "exceeds");
   expect_error("{{ [1, 2] * 9000000000000000000 }}", "bytes of strings and lists");

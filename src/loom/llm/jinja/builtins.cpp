@@ -360,6 +360,9 @@ ValueDict builtin_globals() {
   add("joiner", fn_joiner);
   add("raise_exception", fn_raise_exception);
   add("strftime_now", fn_strftime_now);
+  // jinja2's `self` (the template's blocks): Loom has no blocks, so every self.NAME is
+  // undefined, as it is in a template without that block.
+  g.append_new(Value("self"), Value::make_namespace({}));
   return g;
 }
 

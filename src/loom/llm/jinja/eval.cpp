@@ -303,6 +303,15 @@ Status Interpreter::locate(Pos pos, Status s) {
 Status Interpreter::step() {
   if (++steps_ > limits_.max_steps)
     return resource_exhausted("template exceeded {} evaluation steps", limits_.max_steps);
+  if ((steps_ & 1023) == 0 && std::chrono::steady_clock::now() > deadline_)
+    return resource_exhausted("template rendering took longer than {} ms", limits_.max_millis);
+  return {};
+}
+
+Status Interpreter::charge_result(const Value& v) {
+  if (v.is_sequence()) return charge_work(v.items().size() * sizeof(Value));
+  if (v.is_dict()) return charge_work(v.dict().size() * 2 * sizeof(Value));
+  if (v.is_string()) return charge_work(v.str().size());
   return {};
 }
 
@@ -332,6 +341,7 @@ Result<std::string> Interpreter::render(const Body& body, const ValueDict& globa
   std::string out;
   out_ = &out;
   located_ = false;
+  deadline_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(limits_.max_millis);
   auto root = std::make_shared<Scope>(nullptr);
   for (const auto& [k, v] : globals.items())
     if (k.is_string()) root->set(k.str(), v);
@@ -530,6 +540,7 @@ Result<Value> Interpreter::call(const Value& callee, CallArgs& args) {
     ++depth_;
     auto r = callee.function()->call(*this, args);
     --depth_;
+    if (r.ok()) LOOM_RETURN_IF_ERROR(charge_result(*r));
     return r;
   }
   if (callee.is_undefined()) return undefined_error(callee);
@@ -573,6 +584,9 @@ Result<Value> Interpreter::eval_filter(const Expr& e, const ScopePtr& scope, con
   LOOM_RETURN_IF_ERROR(eval_args(e, 1, scope, args));
   if (!has_filter(e.name)) return locate(e.pos, invalid_argument("no filter named '{}'", e.name));
   auto r = apply_filter(*this, e.name, input, args);
+  if (r.ok()) {
+    if (Status st = charge_result(*r); !st.ok()) return locate(e.pos, std::move(st));
+  }
   if (!r.ok()) return locate(e.pos, std::move(r).status());
   return r;
 }

@@ -3,6 +3,7 @@
 // Internal to the jinja directory (builtins call back into it); use template.h instead.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -51,8 +52,10 @@ class Interpreter {
   Status charge(size_t bytes);
   // Charges other allocations (lists) against the same budget.
   Status charge_work(uint64_t bytes);
-  // Counts one evaluation step against the limit.
+  // Counts one evaluation step against the limit (and checks the clock now and then).
   Status step();
+  // Charges a list or string that a builtin returned against the work budget.
+  Status charge_result(const Value& v);
 
   // Runs `body` in `scope`, capturing its output (macro and caller bodies).
   Result<std::string> capture(const Body& body, const ScopePtr& scope);
@@ -84,6 +87,7 @@ class Interpreter {
 
   friend class MacroFunction;
   Limits limits_;
+  std::chrono::steady_clock::time_point deadline_;
   bool located_ = false;
   std::string* out_ = nullptr;
   uint64_t steps_ = 0;

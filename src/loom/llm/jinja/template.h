@@ -22,6 +22,7 @@ struct Limits {
   uint64_t max_string_work = uint64_t{256} << 20;  // total bytes built by string operations
   uint64_t max_steps = 20'000'000;                 // expression + statement evaluations
   int max_depth = 500;                             // nested evaluations (macro recursion included)
+  uint64_t max_millis = 10'000;                    // wall-clock time of one render
 };
 
 // Immutable after parse; render() may run concurrently from several threads.
