@@ -309,6 +309,37 @@ GoldenRun warp_sum(std::mt19937& rng) {
   return run;
 }
 
+GoldenRun mma_tile(std::mt19937& rng) {
+  int tiles = uniform_int(rng, 1, 8);
+  std::vector<uint16_t> a(tiles * 256), b(tiles * 128);
+  std::uniform_real_distribution<float> d(-1, 1);
+  for (auto& v : a) v = to_f16_bits(d(rng));
+  for (auto& v : b) v = to_f16_bits(d(rng));
+  auto c = random_floats(rng, tiles * 128);
+  GoldenRun run;
+  run.buffers = {to_bytes(a), to_bytes(b), to_bytes(c), output(c.size() * 4)};
+  run.args = {buf(0), buf(1), buf(2), buf(3)};
+  run.block = {32, 1, 1};
+  run.grid = {static_cast<uint32_t>(tiles), 1, 1};
+  run.check = [a, b, c, tiles](const std::vector<std::vector<uint8_t>>& out) {
+    std::vector<double> want(c.size()), scale(c.size());
+    for (int t = 0; t < tiles; ++t)
+      for (int i = 0; i < 16; ++i)
+        for (int j = 0; j < 8; ++j) {
+          double acc = c[t * 128 + i * 8 + j], mag = std::fabs(acc);
+          for (int k = 0; k < 16; ++k) {
+            double p = static_cast<double>(from_f16_bits(a[t * 256 + i * 16 + k])) * from_f16_bits(b[t * 128 + k * 8 + j]);
+            acc += p;
+            mag += std::fabs(p);
+          }
+          want[t * 128 + i * 8 + j] = acc;
+          scale[t * 128 + i * 8 + j] = mag;
+        }
+    return compare(from_bytes<float>(out[3]), want, scale, 1e-6, 1e-5);
+  };
+  return run;
+}
+
 }  // namespace
 
 const std::vector<GoldenCase>& golden_cases() {
@@ -323,6 +354,7 @@ const std::vector<GoldenCase>& golden_cases() {
       {"transpose_shared", true, transpose_shared},
       {"histogram", true, histogram},
       {"warp_sum", false, warp_sum},
+      {"mma_tile", false, mma_tile},
   };
   return cases;
 }

@@ -99,6 +99,9 @@ void walk(const Block& block, F&& f) {
   }
 }
 
+// A deep copy (new values and instructions, same names and locations).
+Module clone_module(const Module& module);
+
 // Literal helpers shared by the parser, builder and constant folder.
 // Wraps an integer to the width/signedness of `s` (i1: 0 or 1).
 int64_t wrap_int(Scalar s, int64_t v);

@@ -472,8 +472,12 @@ class CppEmitter {
       for (const Value* r : i->results) phase_of[r->id] = static_cast<int>(phases.size()) - 1;
     }
     // Values a later phase uses: rematerialized (constants, indices) or spilled per thread.
-    std::vector<std::set<const Value*>> needs(phases.size());
-    std::set<const Value*> spilled;
+    // Ordered by id, so the output does not depend on pointer values.
+    struct ById {
+      bool operator()(const Value* a, const Value* b) const { return a->id < b->id; }
+    };
+    std::vector<std::set<const Value*, ById>> needs(phases.size());
+    std::set<const Value*, ById> spilled;
     for (size_t p = 0; p < phases.size(); ++p) {
       for (const Inst* top : phases[p]) {
         auto visit = [&](const Inst* i) {

@@ -65,3 +65,24 @@ std::vector<Value*> clone_block(Kernel& k, const Block& src, std::vector<Value*>
 }
 
 }  // namespace loom::ir::passes
+
+namespace loom::ir {
+
+Module clone_module(const Module& module) {
+  Module out;
+  out.source_name = module.source_name;
+  for (const auto& k : module.kernels) {
+    Kernel* c = out.add_kernel(k->name);
+    c->loc = k->loc;
+    std::vector<Value*> map(k->num_values(), nullptr);
+    for (const Value* p : k->params) {
+      Value* v = c->new_value(p->type, p->name);
+      c->params.push_back(v);
+      map[p->id] = v;
+    }
+    passes::clone_block(*c, k->body, map, c->body.insts, true);
+  }
+  return out;
+}
+
+}  // namespace loom::ir

@@ -1,0 +1,23 @@
+// PTX emitter of the ptx target: Loom IR -> PTX text for sm_80 / sm_90 (.version 8.0,
+// .address_size 64), loadable with cuModuleLoadDataEx and checked with ptxas in CI.
+//
+// Mapping: each scalar is one virtual register (.pred for i1, .b16 for 8/16-bit values, which
+// 8-bit values keep sign/zero-extended, .b32, .b64), vectors are one register per lane, loops
+// and ifs become branches. f16/bf16 arithmetic is computed in f32 and rounded back. exp, exp2,
+// log, sin, cos use the approximate hardware instructions (ex2/lg2/sin/cos.approx, as CUDA's
+// fast intrinsics); rsqrt uses rsqrt.approx; tanh and erf are expanded from ex2 (relative error
+// about 1e-6 and absolute error 1.5e-7 respectively); add/mul carry .rn so nothing is contracted.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "loom/base/status.h"
+#include "loom/ir/ir.h"
+
+namespace loom::codegen {
+
+// `arch` is "sm_80" or "sm_90". Expects a module verified for TargetKind::kPtx.
+Result<std::string> emit_ptx(const ir::Module& module, std::string_view arch);
+
+}  // namespace loom::codegen
