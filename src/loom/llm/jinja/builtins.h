@@ -2,6 +2,7 @@
 // of Python that jinja2's ImmutableSandboxedEnvironment allows).
 #pragma once
 
+#include <cstdint>
 #include <initializer_list>
 #include <optional>
 #include <string_view>
@@ -31,6 +32,10 @@ Value get_method(const Value& obj, std::string_view name);
 Result<Value> percent_format(Interpreter& in, const std::string& format, const Value& args);
 // Python's str.format(*args, **kwargs) with the format-spec mini-language.
 Result<Value> str_format(Interpreter& in, const std::string& format, const CallArgs& args);
+
+// Python's int(text, base) and float(text); nullopt where Python raises ValueError.
+std::optional<int64_t> py_parse_int(std::string_view text, int base);
+std::optional<double> py_parse_float(std::string_view text);
 
 // Binds call arguments to named parameters (Python rules); parameters not passed stay empty.
 struct ParamSpec {

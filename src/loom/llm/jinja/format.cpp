@@ -1,6 +1,8 @@
-// String formatting as Python does it: `"%s" % args` and str.format() with format specs.
+// String formatting as Python does it: `"%s" % args` and str.format() with format specs, and
+// Python's int()/float() parsing of strings.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "loom/llm/jinja/builtins.h"
 #include "loom/llm/jinja/interp.h"
@@ -186,6 +188,76 @@ Result<std::string> format_with_spec(const Value& v, const std::string& spec_tex
 }
 
 }  // namespace
+
+// Python's int(str, base): optional sign, digits with single underscores, spaces around.
+std::optional<int64_t> py_parse_int(std::string_view s, int base) {
+  s = utf8::strip(s, nullptr, true, true);
+  bool neg = false;
+  if (!s.empty() && (s[0] == '+' || s[0] == '-')) {
+    neg = s[0] == '-';
+    s.remove_prefix(1);
+  }
+  if (s.size() > 1 && s[0] == '0' && (base == 0 || base == 16 || base == 8 || base == 2)) {
+    char p = static_cast<char>(s[1] | 0x20);
+    int pb = p == 'x' ? 16 : p == 'o' ? 8 : p == 'b' ? 2 : 0;
+    if (pb && (base == 0 || base == pb)) {
+      base = pb;
+      s.remove_prefix(2);
+      if (!s.empty() && s[0] == '_') s.remove_prefix(1);
+    }
+  }
+  if (base == 0) base = 10;
+  if (s.empty() || s.front() == '_' || s.back() == '_') return std::nullopt;
+  __int128 v = 0;
+  char prev = 0;
+  for (char c : s) {
+    if (c == '_') {
+      if (prev == '_') return std::nullopt;
+      prev = c;
+      continue;
+    }
+    int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'z') ? c - 'a' + 10 : (c >= 'A' && c <= 'Z') ? c - 'A' + 10 : 99;
+    if (d >= base) return std::nullopt;
+    v = v * base + d;
+    if (v > static_cast<__int128>(INT64_MAX) + 1) return std::nullopt;
+    prev = c;
+  }
+  if (neg) v = -v;
+  if (v > INT64_MAX) return std::nullopt;
+  return static_cast<int64_t>(v);
+}
+
+// Python's float(str): decimal or exponent notation, inf/nan words, underscores between digits.
+std::optional<double> py_parse_float(std::string_view s) {
+  s = utf8::strip(s, nullptr, true, true);
+  std::string clean;
+  std::string_view body = s;
+  if (!body.empty() && (body[0] == '+' || body[0] == '-')) body.remove_prefix(1);
+  std::string lower = utf8::lower(body);
+  if (lower == "inf" || lower == "infinity" || lower == "nan") return std::strtod(std::string(s).c_str(), nullptr);
+  bool digit = false, dot = false, exp = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    char c = s[i];
+    if (c >= '0' && c <= '9') {
+      digit = true;
+    } else if (c == '_') {
+      if (i == 0 || i + 1 >= s.size() || !(s[i - 1] >= '0' && s[i - 1] <= '9') || !(s[i + 1] >= '0' && s[i + 1] <= '9'))
+        return std::nullopt;
+      continue;
+    } else if (c == '.' && !dot && !exp) {
+      dot = true;
+    } else if ((c == 'e' || c == 'E') && digit && !exp) {
+      exp = true;
+      digit = false;
+    } else if ((c == '+' || c == '-') && (i == 0 || s[i - 1] == 'e' || s[i - 1] == 'E')) {
+    } else {
+      return std::nullopt;
+    }
+    clean.push_back(c);
+  }
+  if (!digit) return std::nullopt;
+  return std::strtod(clean.c_str(), nullptr);
+}
 
 Result<Value> str_format(Interpreter& in, const std::string& format, const CallArgs& args) {
   std::string out;

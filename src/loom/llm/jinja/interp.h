@@ -38,6 +38,10 @@ using ScopePtr = std::shared_ptr<Scope>;
 Result<Value> get_attr(const Value& obj, std::string_view name);
 Result<Value> get_item(const Value& obj, const Value& key);
 
+// The error of using an Undefined where a value is needed (its hint, or a generic message).
+Status undefined_error(const Value& v);
+Status overflow_error();
+
 class Interpreter {
  public:
   explicit Interpreter(const Limits& limits) : limits_(limits) {}
