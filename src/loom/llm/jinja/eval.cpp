@@ -637,8 +637,12 @@ Result<Value> Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
         if (e.args[1 + i]) {
           LOOM_ASSIGN_OR_RETURN(bounds[i], eval(*e.args[1 + i], scope));
         }
+      // jinja2 compiles slices to plain Python subscripts (not environment.getitem), so
+      // slicing what is not a sequence raises.
       if (obj.is_undefined()) return undefined_error(obj);
-      if (!obj.is_sequence() && !obj.is_string()) return missing_item(obj, Value("slice"));
+      if (obj.is_dict()) return invalid_argument("unhashable type: 'slice'");
+      if (!obj.is_sequence() && !obj.is_string())
+        return invalid_argument("'{}' object is not subscriptable", type_name(obj));
       if (obj.is_string()) {
         std::u32string cps = utf8::decode(obj.str());
         LOOM_ASSIGN_OR_RETURN(auto idx, slice_indices(static_cast<int64_t>(cps.size()), bounds[0], bounds[1], bounds[2]));

@@ -34,6 +34,8 @@ Result<Value> Interpreter::eval_binary(const Expr& e, const Value& a, const Valu
     LOOM_RETURN_IF_ERROR(charge(sa.size() + sb.size()));
     return Value(sa + sb);
   }
+  // str % Undefined is legal Python (Undefined looks like a mapping to the % operator).
+  if (op == "%" && a.is_string() && b.is_undefined()) return percent_format(*this, a.str(), b);
   if (a.is_undefined()) return undefined_error(a);
   if (b.is_undefined()) return undefined_error(b);
   if (a.is_number() && b.is_number()) {

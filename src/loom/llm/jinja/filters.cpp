@@ -134,8 +134,8 @@ LOOM_FILTER(f_title) {
     while (j < cps.size() && sep(cps[j]) == is_sep) ++j;
     for (size_t k = i; k < j; ++k) {
       char32_t c = cps[k];
-      if (k == i && c == 0xDF) {
-        out += "Ss";
+      if (k == i && c == 0xDF) {  // jinja2 upper()s the first letter: ß -> SS
+        out += "SS";
         continue;
       }
       utf8::append(out, k == i ? utf8::to_upper(c) : utf8::to_lower(c));
@@ -481,6 +481,7 @@ LOOM_FILTER(f_reverse) {
 }
 
 LOOM_FILTER(f_map) {
+  if (!truthy(v)) return Value::list({});  // jinja2 maps nothing over a falsy value
   LOOM_ASSIGN_OR_RETURN(ValueList items, py_iterate(v));
   ValueList out;
   if (args.args.empty()) {
@@ -512,6 +513,7 @@ LOOM_FILTER(f_map) {
 
 // select/reject/selectattr/rejectattr: args are ([attribute,] [test name, test args...]).
 Result<Value> select_common(Interpreter& in, const Value& v, CallArgs& args, bool by_attr, bool keep) {
+  if (!truthy(v)) return Value::list({});  // as jinja2: a falsy value selects nothing
   LOOM_ASSIGN_OR_RETURN(ValueList items, py_iterate(v));
   size_t off = 0;
   Value attribute;
@@ -590,8 +592,10 @@ LOOM_FILTER(f_indent) {
     pad.assign(static_cast<size_t>(std::clamp<int64_t>(w, 0, 1024)), ' ');
   }
   bool first = arg_bool(a[1], false), blank = arg_bool(a[2], false);
+  if (v.is_undefined()) return undefined_error(v);
+  if (!v.is_string()) return invalid_argument("unsupported operand type(s) for +=: '{}' and 'str'", type_name(v));
   // Python's str.splitlines() of s + "\n".
-  std::u32string cps = utf8::decode(soft_str(v));
+  std::u32string cps = utf8::decode(v.str());
   cps.push_back('\n');
   std::vector<std::string> lines;
   std::u32string line;
@@ -653,10 +657,13 @@ LOOM_FILTER(f_truncate) {
   LOOM_ASSIGN_OR_RETURN(int64_t length, arg_int(a[0], 255, "length"));
   LOOM_ASSIGN_OR_RETURN(int64_t leeway, arg_int(a[3], 5, "leeway"));
   std::string end = a[2] ? py_str(*a[2]) : "...";
-  std::u32string s = utf8::decode(soft_str(v)), e = utf8::decode(end);
+  std::u32string e = utf8::decode(end);
   if (length < static_cast<int64_t>(e.size())) return invalid_argument("expected length >= {}, got {}", e.size(), length);
   if (leeway < 0) return invalid_argument("expected leeway >= 0, got {}", leeway);
-  if (static_cast<int64_t>(s.size()) <= length + leeway) return Value(utf8::encode(s));
+  LOOM_ASSIGN_OR_RETURN(int64_t len, py_len(v));  // jinja2 takes len() of whatever it is given
+  if (len <= length + leeway) return v;
+  if (!v.is_string()) return invalid_argument("'{}' object has no attribute 'rsplit'", type_name(v));
+  std::u32string s = utf8::decode(v.str());
   std::u32string cut = s.substr(0, static_cast<size_t>(length) - e.size());
   if (!arg_bool(a[1], false)) {
     size_t sp = cut.rfind(U' ');

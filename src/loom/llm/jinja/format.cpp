@@ -349,7 +349,9 @@ Result<Value> str_format(Interpreter& in, const std::string& format, const CallA
 
 Result<Value> percent_format(Interpreter& in, const std::string& format, const Value& args) {
   ValueList positional;
-  const ValueDict* mapping = args.is_dict() ? &args.dict() : nullptr;
+  static const ValueDict kNoKeys;
+  // Python treats anything with __getitem__ (dicts, and jinja2's Undefined) as a mapping here.
+  const ValueDict* mapping = args.is_dict() ? &args.dict() : args.is_undefined() ? &kNoKeys : nullptr;
   if (args.is_tuple()) positional = args.items();
   else positional.push_back(args);
   size_t next = 0;
