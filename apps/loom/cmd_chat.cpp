@@ -57,6 +57,7 @@ Result<std::vector<int32_t>> tokenize_chat(const llm::Tokenizer& tok, const std:
 }
 
 Status chat(const ChatFlags& f) {
+  SigintGuard guard;
   LOOM_RETURN_IF_ERROR(f.gen.sampling().validate());
   LOOM_ASSIGN_OR_RETURN(std::string path, llm::resolve_model_path(f.gen.model));
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<llm::Model> model, llm::Model::load(path));
@@ -68,7 +69,6 @@ Status chat(const ChatFlags& f) {
   llm::Sampler sampler(f.gen.sampling(), model->config().n_vocab);
 
   const bool tty = isatty(STDIN_FILENO) == 1;
-  SigintGuard guard;
   if (tty)
     std::fprintf(stderr, "loom chat: %s (context %lld tokens). Type /exit or press Ctrl-D to quit, /reset to forget.\n",
                  model->config().name.empty() ? path.c_str() : model->config().name.c_str(),
