@@ -14,10 +14,17 @@ Value* expand_tanh(Builder& b, Value* x) {
   Type t = x->type;
   auto c = [&](double v) { return b.const_float(t, v); };
   Value* a = b.unary(Op::kAbs, x);
-  Value* e = b.unary(Op::kExp2, b.mul(a, c(-2 * kLog2e)));  // exp(-2|x|) in (0, 1]
-  Value* r = b.div(b.sub(c(1), e), b.add(c(1), e));         // tanh(|x|)
-  Value* signed_r = b.select(b.cmp(Mode::kLt, x, c(0)), b.neg(r), r);
-  return b.select(b.cmp(Mode::kLt, a, c(5e-4)), x, signed_r);  // tiny x: tanh(x) = x to 1e-7
+  // |x| >= 0.6: (1 - e) / (1 + e) with e = exp(-2|x|) <= 0.3, so nothing cancels.
+  Value* e = b.unary(Op::kExp2, b.mul(a, c(-2 * kLog2e)));
+  Value* r = b.div(b.sub(c(1), e), b.add(c(1), e));
+  Value* large = b.select(b.cmp(Mode::kLt, x, c(0)), b.neg(r), r);
+  // |x| < 0.6: the Taylor series to x^15 (truncation error below 2e-7 relative).
+  const double taylor[] = {-929569.0 / 638512875, 21844.0 / 6081075, -1382.0 / 155925, 62.0 / 2835,
+                           -17.0 / 315,           2.0 / 15,          -1.0 / 3,          1.0};
+  Value* z = b.mul(x, x);
+  Value* p = c(taylor[0]);
+  for (int i = 1; i < 8; ++i) p = b.fma(p, z, c(taylor[i]));
+  return b.select(b.cmp(Mode::kLt, a, c(0.6)), b.mul(x, p), large);
 }
 
 Value* expand_erf(Builder& b, Value* x) {

@@ -21,8 +21,8 @@ struct UnrollLimits {
 bool unroll_loops(Kernel& kernel, UnrollLimits limits = {});
 
 // Rewrites tanh and erf into exp2, fma, div and selects (for targets without accurate
-// instructions for them): tanh via exp2(-2|x| log2 e) (relative error ~1e-6, exact sign, x itself
-// for |x| < 5e-4), erf via a Taylor series for |x| < 0.5 and Abramowitz & Stegun 7.1.26 above
+// instructions for them): tanh via exp2(-2|x| log2 e) for |x| >= 0.6 and a Taylor series below
+// (relative error ~1e-6 with an exact exp2), erf via a Taylor series for |x| < 0.5 and Abramowitz & Stegun 7.1.26 above
 // (absolute error <= 1.5e-7). Returns whether anything was rewritten.
 bool lower_tanh_erf(Kernel& kernel);
 
