@@ -17,6 +17,7 @@ can split differently in BPE pre-tokenization.
 import ctypes
 import json
 import pathlib
+import random
 import subprocess
 
 import gguf
@@ -168,6 +169,44 @@ def test_whole_corpus_in_one_call(loom_bin, model):
     actual = json.loads(loom(loom_bin, ["tokenize", "-m", model], text))
     assert len(actual) == len(expected) and actual == expected, (
         f"differs at token {first_diff(expected, actual)} of {len(expected)}")
+
+
+def random_docs(n, seed):
+    """Random byte strings mixing special-token texts, ASCII and multi-byte pieces. Four-byte forms
+    above U+10FFFF are rewritten: llama.cpp aborts on them (a known divergence, see unicode.h)."""
+    rng = random.Random(seed)
+    pieces = [b"<|im_start|>", b"<|im_end|>", b"<start_of_turn>", b"<end_of_turn>", b"<bos>", b"<eos>",
+              b"<unused7>", b"<reponame>", b"\n", b"\n\n\n", b"\t\t", b"  ", b" ", b"\xe2\x96\x81",
+              "é".encode(), "日本".encode(), "\U0001F600".encode(), b"'s", b"123", b"Hello", b"\r\n"]
+    docs = []
+    for i in range(n):
+        parts = []
+        for _ in range(rng.randrange(1, 12)):
+            k = rng.randrange(3)
+            if k == 0:
+                parts.append(rng.choice(pieces))
+            elif k == 1:
+                parts.append(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 8))))
+            else:
+                parts.append(bytes(rng.randrange(32, 127) for _ in range(rng.randrange(1, 12))))
+        data = bytearray(b"".join(parts))
+        for j in range(len(data)):
+            if 0xF5 <= data[j] <= 0xF7:
+                data[j] = 0xF8
+            elif data[j] == 0xF4 and j + 1 < len(data) and 0x90 <= data[j + 1] <= 0xBF:
+                data[j + 1] = 0x80
+        docs.append((f"random_{i:03d}", bytes(data)))
+    return docs
+
+
+def test_random_bytes_match_llama(loom_bin, model):
+    docs = random_docs(400, seed=20261129)
+    llm = llama_for(model)
+    names = [n for n, _ in docs]
+    for flags, kw in [MODES["default"], MODES["no_special"]]:
+        expected = [llm.tokenize(data, **kw) for _, data in docs]
+        assert_all_equal(f"{model.name} random bytes {flags}", names, expected,
+                         loom_tokenize(loom_bin, model, docs, *flags), docs)
 
 
 def test_text_pieces(loom_bin, model):

@@ -425,6 +425,7 @@ Result<Tokenizer> Tokenizer::create(TokenizerMetadata m) {
     if (t.attr[i] & (kAttrControl | kAttrUserDefined | kAttrUnknown)) t.special_tokens.push_back(static_cast<TokenId>(i));
   std::sort(t.special_tokens.begin(), t.special_tokens.end(),
             [&](TokenId a, TokenId b) { return t.text[a].size() > t.text[b].size(); });
+  t.build_special_trie();
 
   // Piece cache (special tokens rendered).
   t.piece.resize(n);
@@ -478,6 +479,51 @@ Result<Tokenizer> Tokenizer::create(TokenizerMetadata m) {
   }
 
   return Tokenizer(std::unique_ptr<const Impl>(std::move(impl)));
+}
+
+void Tokenizer::Impl::build_special_trie() {
+  trie.assign(1, TrieNode{});
+  root_child.fill(-1);
+  for (TokenId id : special_tokens) {
+    int32_t node = 0;
+    for (char ch : text[id]) {
+      const uint8_t c = static_cast<uint8_t>(ch);
+      int32_t child = -1;
+      if (node == 0) {
+        child = root_child[c];
+      } else {
+        for (const auto& [b, n] : trie[node].next)
+          if (b == c) child = n;
+      }
+      if (child < 0) {
+        child = static_cast<int32_t>(trie.size());
+        trie.emplace_back();
+        if (node == 0) root_child[c] = child;
+        else trie[node].next.emplace_back(c, child);
+      }
+      node = child;
+    }
+    trie[node].token = id;
+  }
+}
+
+std::vector<TokenId> Tokenizer::Impl::specials_in(std::string_view raw) const {
+  std::vector<TokenId> found;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    int32_t node = root_child[static_cast<uint8_t>(raw[i])];
+    for (size_t j = i + 1; node >= 0; ++j) {
+      if (trie[node].token != kNoToken) found.push_back(trie[node].token);
+      if (j >= raw.size()) break;
+      int32_t child = -1;
+      const uint8_t c = static_cast<uint8_t>(raw[j]);
+      for (const auto& [b, n] : trie[node].next)
+        if (b == c) child = n;
+      node = child;
+    }
+  }
+  std::sort(found.begin(), found.end());
+  found.erase(std::unique(found.begin(), found.end()), found.end());
+  return found;
 }
 
 // ---- Accessors -------------------------------------------------------------------------------

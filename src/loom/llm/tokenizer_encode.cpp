@@ -1,5 +1,6 @@
 // Encoding: special-token partitioning, then SentencePiece-style merges (by score, with byte
 // fallback) or byte-level BPE merges (by rank) on each text fragment, as llama.cpp does them.
+#include <algorithm>
 #include <queue>
 
 #include "loom/llm/tokenizer.h"
@@ -24,8 +25,13 @@ std::vector<Tokenizer::Impl::Fragment> Tokenizer::Impl::partition(std::string_vi
   std::vector<Fragment> frags;
   if (raw.empty()) return frags;
   frags.push_back({kNoToken, 0, raw.size()});
+  // Fragments are substrings of `raw`, so tokens absent from it can be skipped up front; the
+  // rest are still applied one at a time, longest first, as llama.cpp does.
+  const std::vector<TokenId> present = specials_in(raw);
+  if (present.empty()) return frags;
   std::vector<Fragment> next;
   for (TokenId id : special_tokens) {
+    if (!std::binary_search(present.begin(), present.end(), id)) continue;
     const uint32_t a = attr[id];
     // Without parse_special only user-defined tokens are split out.
     if (!parse_special && (a & (kAttrControl | kAttrUnknown))) continue;

@@ -29,6 +29,16 @@ struct Tokenizer::Impl {
   std::unordered_map<std::string, int32_t> bpe_ranks;
   std::vector<std::string> piece;             // id -> bytes with special tokens rendered
   std::vector<TokenId> special_tokens;        // control/user-defined/unknown, longest first
+  // Trie over the special tokens' texts, so partition() only walks the tokens that occur in the
+  // text (Gemma has thousands). Node 0 is the root; root_child indexes its children by byte.
+  struct TrieNode {
+    std::vector<std::pair<uint8_t, int32_t>> next;
+    TokenId token = kNoToken;
+  };
+  std::vector<TrieNode> trie;
+  std::array<int32_t, 256> root_child{};
+  void build_special_trie();
+  std::vector<TokenId> specials_in(std::string_view raw) const;  // sorted ids
   std::array<TokenId, 256> byte_token{};      // SPM byte fallback, kNoToken if absent
   std::optional<PreTokenizer> pretok;         // BPE only
 
