@@ -292,9 +292,9 @@ Result<Value> fn_dict(Interpreter&, CallArgs& args) {
   return Value::dict(std::move(d));
 }
 
-Result<Value> fn_namespace(Interpreter&, CallArgs& args) {
+Result<Value> fn_namespace(Interpreter& in, CallArgs& args) {
   LOOM_ASSIGN_OR_RETURN(ValueDict d, build_dict(args, "namespace"));
-  return Value::make_namespace(std::move(d));
+  return in.track(Value::make_namespace(std::move(d)));
 }
 
 Result<Value> fn_raise_exception(Interpreter&, CallArgs& args) {
@@ -335,16 +335,17 @@ class Joiner : public Function {
     }
     return sep_;
   }
+  void release() override { sep_ = Value(); }
 
  private:
   Value sep_;
   bool used_ = false;
 };
 
-Result<Value> fn_joiner(Interpreter&, CallArgs& args) {
+Result<Value> fn_joiner(Interpreter& in, CallArgs& args) {
   std::vector<std::optional<Value>> a;
   LOOM_RETURN_IF_ERROR(bind_args("joiner", args, {{"sep"}}, a));
-  return Value::function(std::make_shared<Joiner>(a[0].value_or(Value(", "))));
+  return in.track(Value::function(std::make_shared<Joiner>(a[0].value_or(Value(", ")))));
 }
 
 }  // namespace

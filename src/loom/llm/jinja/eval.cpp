@@ -203,6 +203,7 @@ class MacroFunction : public Function {
   Result<Value> call(Interpreter& in, CallArgs& args) override {
     if (in.depth_ > in.limits_.max_depth)
       return resource_exhausted("macro '{}': calls nested deeper than {} levels", name_, in.limits_.max_depth);
+    if (!closure_) return failed_precondition("macro '{}' called after its template finished rendering", name_);
     auto scope = std::make_shared<Scope>(closure_);
     const auto& params = def_->params;
     std::vector<bool> given(params.size(), false);
@@ -250,6 +251,8 @@ class MacroFunction : public Function {
     return Value(std::move(text));
   }
 
+  void release() override { closure_.reset(); }
+
  private:
   const Stmt* def_;
   ScopePtr closure_;
@@ -285,6 +288,7 @@ class ChangedFunction : public Function {
     *last_ = now;
     return Value(true);
   }
+  void release() override { *last_ = Value(); }
 
  private:
   std::shared_ptr<Value> last_;
@@ -307,6 +311,12 @@ Status Interpreter::step() {
   if ((steps_ & 1023) == 0 && std::chrono::steady_clock::now() > deadline_)
     return resource_exhausted("template rendering took longer than {} ms", limits_.max_millis);
   return {};
+}
+
+const Value& Interpreter::track(const Value& v) {
+  if (v.is_function()) functions_.push_back(v.function_ptr());
+  if (v.is_namespace()) namespaces_.push_back(v.namespace_ref());
+  return v;
 }
 
 Status Interpreter::charge_result(const Value& v) {
@@ -348,6 +358,13 @@ Result<std::string> Interpreter::render(const Body& body, const ValueDict& globa
     if (k.is_string()) root->set(k.str(), v);
   auto r = exec_body(body, root);
   out_ = nullptr;
+  // Break the reference cycles this render may have made.
+  for (auto& w : functions_)
+    if (auto f = w.lock()) f->release();
+  for (auto& w : namespaces_)
+    if (auto d = w.lock()) d->clear();
+  functions_.clear();
+  namespaces_.clear();
   if (!r.ok()) return std::move(r).status();
   return out;
 }
@@ -491,7 +508,7 @@ Result<Interpreter::Flow> Interpreter::exec_for(const Stmt& s, const ScopePtr& s
   for (int k = 0; k < kKeys; ++k) keys[k] = Value(kNames[k]);
   auto index0 = std::make_shared<size_t>(0);
   Value cycle = Value::function(std::make_shared<CycleFunction>(index0));
-  Value changed = Value::function(std::make_shared<ChangedFunction>(std::make_shared<Value>()));
+  Value changed = track(Value::function(std::make_shared<ChangedFunction>(std::make_shared<Value>())));
   for (size_t i = 0; i < n; ++i) {
     if (Status st = step(); !st.ok()) return locate(s.pos, std::move(st));
     *index0 = i;
@@ -520,7 +537,7 @@ Result<Interpreter::Flow> Interpreter::exec_for(const Stmt& s, const ScopePtr& s
 }
 
 Status Interpreter::exec_macro_def(const Stmt& s, const ScopePtr& scope) {
-  scope->set(s.text, Value::function(std::make_shared<MacroFunction>(&s, scope, s.text)));
+  scope->set(s.text, track(Value::function(std::make_shared<MacroFunction>(&s, scope, s.text))));
   return {};
 }
 
@@ -529,7 +546,7 @@ Status Interpreter::exec_call_block(const Stmt& s, const ScopePtr& scope) {
   LOOM_ASSIGN_OR_RETURN(Value callee, eval(*call.args[0], scope));
   CallArgs args;
   LOOM_RETURN_IF_ERROR(eval_args(call, 1, scope, args));
-  args.kwargs.emplace_back("caller", Value::function(std::make_shared<MacroFunction>(&s, scope, "caller")));
+  args.kwargs.emplace_back("caller", track(Value::function(std::make_shared<MacroFunction>(&s, scope, "caller"))));
   LOOM_ASSIGN_OR_RETURN(Value v, this->call(callee, args));
   return emit(py_str(v));
 }

@@ -64,6 +64,8 @@ class Interpreter {
   // Runs `body` in `scope`, capturing its output (macro and caller bodies).
   Result<std::string> capture(const Body& body, const ScopePtr& scope);
   int& depth() { return depth_; }
+  // Registers a callable or namespace made during this render, to be released when it ends.
+  const Value& track(const Value& v);
   const Limits& limits() const { return limits_; }
 
  private:
@@ -97,6 +99,8 @@ class Interpreter {
   uint64_t steps_ = 0;
   uint64_t string_work_ = 0;
   int depth_ = 0;
+  std::vector<std::weak_ptr<Function>> functions_;
+  std::vector<std::weak_ptr<ValueDict>> namespaces_;
 };
 
 }  // namespace loom::llm::jinja

@@ -27,6 +27,7 @@ class ValueDict {
   void set(Value key, Value value);
   // Appends without looking for an equal key; the caller guarantees there is none.
   void append_new(Value key, Value value);
+  void clear() { items_.clear(); }
   size_t size() const { return items_.size(); }
   bool empty() const { return items_.empty(); }
   const std::vector<std::pair<Value, Value>>& items() const { return items_; }
@@ -48,6 +49,9 @@ class Function {
   virtual ~Function() = default;
   virtual std::string repr() const = 0;
   virtual Result<Value> call(Interpreter& in, CallArgs& args) = 0;
+  // Drops the values and scopes the function holds. Called when a render ends, so reference
+  // cycles (a macro in the scope it closes over, a namespace holding itself) do not leak.
+  virtual void release() {}
 };
 
 class Value {
@@ -103,6 +107,7 @@ class Value {
   const ValueList& items() const { return *list_; }   // list or tuple
   const ValueDict& dict() const { return *dict_; }    // dict or namespace
   ValueDict& namespace_attrs() const { return *dict_; }  // namespace: shared and mutable
+  std::weak_ptr<ValueDict> namespace_ref() const { return dict_; }
   Function* function() const { return fn_.get(); }
   const std::shared_ptr<Function>& function_ptr() const { return fn_; }
   bool same_object(const Value& o) const;  // Python's `is` for containers
