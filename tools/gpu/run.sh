@@ -23,13 +23,35 @@ for step in "${steps[@]}"; do
       "$bin/loom" devices --json | tee "$out/devices.json" || rc=1
       ;;
     tests)
+      # One log for all binaries, one gtest JSON per binary merged into tests.json (the device
+      # tool returns at most 8 files).
+      mkdir -p /tmp/gpu-tests
       for t in "$bin"/test_*; do
         name="$(basename "$t")"
-        "$t" --gtest_output="json:$out/$name.json" > "$out/$name.log" 2>&1
+        "$t" --gtest_output="json:/tmp/gpu-tests/$name.json" >> "$out/tests.log" 2>&1
         r=$?
-        echo "$name: exit $r, $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$name.log" | tr '\n' ' ')"
-        [[ $r -ne 0 ]] && { rc=1; tail -30 "$out/$name.log"; }
+        echo "$name: exit $r"
+        [[ $r -ne 0 ]] && rc=1
       done
+      python3 - "$out/tests.json" "$commit" /tmp/gpu-tests/*.json <<'PY'
+import json, sys, subprocess
+out, commit, files = sys.argv[1], sys.argv[2], sys.argv[3:]
+dev = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+res = {"commit": commit, "device": dev, "command": "bash tools/gpu/run.sh tests", "binaries": {}}
+for f in files:
+    j = json.load(open(f))
+    name = f.rsplit("/", 1)[1][:-5]
+    cases = []
+    for suite in j.get("testsuites", []):
+        for c in suite.get("testsuite", []):
+            status = "skipped" if c.get("result") == "SKIPPED" else ("failed" if c.get("failures") else "passed")
+            cases.append({"name": f"{suite['name']}.{c['name']}", "status": status, "time": c.get("time")})
+    res["binaries"][name] = {"tests": j.get("tests"), "failures": j.get("failures"), "cases": cases}
+    print(f"{name}: {j.get('tests')} tests, {j.get('failures')} failures, "
+          f"{sum(c['status'] == 'skipped' for c in cases)} skipped")
+json.dump(res, open(out, "w"), indent=1)
+PY
+      grep -E "FAILED|SKIPPED" "$out/tests.log" | sort | uniq | head -40
       ;;
     *) echo "unknown step $step"; rc=2 ;;
   esac
