@@ -15,4 +15,5 @@ cp "$build/loom" "$root/.gpu/bin/"
 for t in "$build"/tests/test_*; do [[ -x "$t" && ! -d "$t" ]] && cp "$t" "$root/.gpu/bin/"; done
 strip "$root"/.gpu/bin/* 2>/dev/null || true
 git -C "$root" rev-parse HEAD > "$root/.gpu/commit"
+echo "$root" > "$root/.gpu/source_dir"  # tests find their data under the build-time source path
 du -sh "$root/.gpu"

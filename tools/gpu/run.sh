@@ -14,6 +14,11 @@ commit="$(cat .gpu/commit 2>/dev/null || echo unknown)"
 steps=("$@")
 [[ ${#steps[@]} -eq 0 ]] && steps=(devices tests)
 export LOOM_CACHE_DIR=/tmp/loom-cache LOOM_BIN="$bin/loom"
+# Test binaries look for test data under the source path they were built from: point it here.
+src_dir="$(cat .gpu/source_dir 2>/dev/null || true)"
+if [[ -n "$src_dir" && "$src_dir" != "$root" && ! -e "$src_dir" ]]; then
+  mkdir -p "$(dirname "$src_dir")" && ln -s "$root" "$src_dir"
+fi
 rc=0
 for step in "${steps[@]}"; do
   echo "=== $step"
