@@ -83,7 +83,7 @@ class Recipe {
   ProgramBuilder b_;
 };
 
-// Binds a matrix and checks the reference backend can multiply by it (arch_llama.cpp).
+// Binds a matrix and checks the reference backend can multiply by it (model.cpp).
 Status bind_matrix_checked(Model& m, const std::string& name, int64_t n_in, int64_t n_out, int32_t* id);
 // Binds token_embd / output_norm / output (tied to token_embd when absent); sets n_vocab.
 Status bind_globals_checked(Model& m);

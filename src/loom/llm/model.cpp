@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "loom/base/log.h"
+#include "loom/llm/arch_util.h"
 #include "loom/llm/quant.h"
 
 namespace loom::llm {
@@ -194,6 +195,38 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, bool show_pr
   }
   if (progress) progress->finish();
   return m;
+}
+
+namespace {
+
+// The embedding table, final norm and output matrix, shared by every architecture.
+Status bind_globals(Model& m) {
+  const GgufTensor* emb = m.gguf().tensor("token_embd.weight");
+  if (!emb || emb->shape.size() < 2) return not_found("tensor 'token_embd.weight' is missing or not 2-D");
+  ModelConfig& c = m.mutable_config();
+  c.n_vocab = emb->shape[1];
+  if (!emb->data || !ggml_type_info(static_cast<uint32_t>(emb->type))->dequantizable)
+    return unimplemented("token_embd.weight is {}; cannot look up embeddings", ggml_type_name(emb->type));
+  LOOM_ASSIGN_OR_RETURN(int32_t tok, m.bind("token_embd.weight", c.n_embd, c.n_vocab));
+  LOOM_ASSIGN_OR_RETURN(int32_t norm, m.bind_vector("output_norm.weight", c.n_embd));
+  LOOM_ASSIGN_OR_RETURN(int32_t out, m.bind("output.weight", c.n_embd, c.n_vocab, /*required=*/false));
+  if (out < 0) out = tok;  // tied embeddings
+  m.set_globals(tok, norm, out);
+  return Status();
+}
+
+}  // namespace
+
+Status bind_matrix_checked(Model& m, const std::string& name, int64_t n_in, int64_t n_out, int32_t* id) {
+  LOOM_ASSIGN_OR_RETURN(*id, m.bind(name, n_in, n_out));
+  LOOM_RETURN_IF_ERROR(ref::vec_dot_type(m.weight(*id).view.type).status().with_context("tensor '" + name + "'"));
+  return Status();
+}
+
+Status bind_globals_checked(Model& m) {
+  LOOM_RETURN_IF_ERROR(bind_globals(m));
+  LOOM_RETURN_IF_ERROR(ref::vec_dot_type(m.weight(m.output()).view.type).status().with_context("output matrix"));
+  return Status();
 }
 
 Program Model::build_program(int64_t n_tokens, int64_t n_outputs) const {

@@ -87,8 +87,9 @@ float gelu_ggml(float x);
 void swiglu(const float* g, const float* u, float* y, int64_t n);
 void geglu(const float* g, const float* u, float* y, int64_t n);
 
-// In-place softmax of one row: x = exp(x*scale + mask - max) / sum (sum in double). mask may be
-// null (else -INFINITY entries are excluded). Returns false if every entry was masked.
+// In-place softmax of one row as ggml computes it: w = x*scale + mask, e = expf_ggml(w - max),
+// the e summed eight at a time in float and the group sums in double, x = e * (float)(1/sum).
+// mask may be null (else -INFINITY entries get 0). Returns false if every entry was masked.
 bool softmax(float* x, const float* mask, int64_t n, float scale);
 
 int64_t argmax(const float* x, int64_t n);  // first index of the maximum
