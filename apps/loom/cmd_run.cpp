@@ -41,7 +41,8 @@ Result<std::vector<int32_t>> parse_ids(const std::string& text) {
 Status run(const RunFlags& f) {
   LOOM_RETURN_IF_ERROR(f.gen.sampling().validate());
   int given = !f.prompt.empty() + !f.prompt_file.empty() + !f.prompt_ids.empty();
-  if (given != 1) return invalid_argument("give exactly one of -p PROMPT, -f FILE or --prompt-ids JSON");
+  if (given != 1 && !f.dump_program)
+    return invalid_argument("give exactly one of -p PROMPT, -f FILE or --prompt-ids JSON");
   LOOM_ASSIGN_OR_RETURN(std::string path, llm::resolve_model_path(f.gen.model));
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<llm::Model> model, llm::Model::load(path, !f.json));
   LOOM_ASSIGN_OR_RETURN(llm::Tokenizer tok, llm::Tokenizer::from_gguf(model->gguf()));
