@@ -38,7 +38,13 @@ if [[ $dev -eq 1 ]]; then
   if [[ ${#need[@]} -gt 0 ]]; then
     echo "setup: pip install ${need[*]} (llama-cpp-python compiles llama.cpp: several minutes)" >&2
     # llava/mtmd is not needed by the tests; skipping it halves llama.cpp's build.
-    CMAKE_ARGS="-DLLAVA_BUILD=OFF ${CMAKE_ARGS:-}" $py -m pip install -q "${need[@]}"
+    # On AVX2 machines pin llama.cpp's CPU kernels to the AVX2 set whose numerics the reference
+    # engine mirrors (docs/engine.md), so token-exactness does not depend on AVX-512 being there.
+    oracle_args="-DLLAVA_BUILD=OFF"
+    if grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
+      oracle_args+=" -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+    fi
+    CMAKE_ARGS="$oracle_args ${CMAKE_ARGS:-}" $py -m pip install -q "${need[@]}"
   fi
 fi
 
