@@ -15,6 +15,7 @@ in Debian 12 is Unicode 14, so letters first assigned in 15.0/15.1 (e.g. Kawi, C
 can split differently in BPE pre-tokenization.
 """
 import ctypes
+import functools
 import json
 import pathlib
 import random
@@ -288,17 +289,29 @@ PRE_VARIANTS = ["default", "gpt-2", "llama-bpe", "qwen2", "qwen35", "deepseek-ll
                 "granite-embed-multi-97m", "superbpe", "laguna", "smaug-bpe", "bloom"]
 
 
-def write_variant(src, dst, pre):
+@functools.lru_cache(maxsize=None)
+def metadata_of(src):
+    """(name, type, sub_type, value) of every metadata key; reading is the slow part, so once."""
     reader = gguf.GGUFReader(str(src))
-    arch = reader.fields["general.architecture"].contents()
-    writer = gguf.GGUFWriter(str(dst), arch)
+    out = []
     for name, field in reader.fields.items():
-        if name.startswith("GGUF.") or name == "general.architecture":
+        if name.startswith("GGUF."):
             continue
         vtype = field.types[0]
-        value = pre if name == "tokenizer.ggml.pre" else field.contents()
         sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        writer.add_key_value(name, value, vtype, sub_type=sub)
+        out.append((name, vtype, sub, field.contents()))
+    return tuple(out)
+
+
+def write_variant(src, dst, pre):
+    """A tensor-less copy of `src`'s metadata with tokenizer.ggml.pre set to `pre`."""
+    meta = metadata_of(src)
+    arch = next(value for name, _, _, value in meta if name == "general.architecture")
+    writer = gguf.GGUFWriter(str(dst), arch)
+    for name, vtype, sub, value in meta:
+        if name == "general.architecture":
+            continue
+        writer.add_key_value(name, pre if name == "tokenizer.ggml.pre" else value, vtype, sub_type=sub)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
