@@ -76,7 +76,8 @@ class Tokenizer {
   // Everything llama.cpp's llama_vocab::load does for SPM and BPE vocabularies: defaults per
   // kind, special ids (out-of-range ids fall back to defaults with a warning), EOG set detection
   // by token text, attribute fixes. Errors: unknown tokenizer model, missing/mismatched arrays,
-  // duplicate token strings, bad merges/pre-tokenizer.
+  // duplicate token strings, bad merges/pre-tokenizer. Everything is copied: the GgufFile may be
+  // closed afterwards. Loading Gemma 3's 262k-token vocabulary takes about half a second.
   static Result<Tokenizer> from_gguf(const GgufFile& file);
   static Result<Tokenizer> create(TokenizerMetadata meta);
 
