@@ -8,11 +8,19 @@
 #include <memory>
 #include <random>
 
+#include "loom/base/thread_pool.h"
 #include "loom/ir/parser.h"
 
 namespace loom::test {
 
-std::string golden_dir() { return std::string(LOOM_SOURCE_DIR) + "/tests/ir/golden"; }
+std::string golden_dir() {
+  // The build's source tree, else the working directory's (binaries carried to another machine
+  // run from a copy of the repository root), unless $LOOM_IR_GOLDEN_DIR says otherwise.
+  if (const char* d = std::getenv("LOOM_IR_GOLDEN_DIR"); d && *d) return d;
+  std::string built = std::string(LOOM_SOURCE_DIR) + "/tests/ir/golden";
+  if (std::filesystem::exists(built)) return built;
+  return "tests/ir/golden";
+}
 
 std::string golden_path(const std::string& name, const std::string& ext) { return golden_dir() + "/" + name + "." + ext; }
 
@@ -40,8 +48,28 @@ struct AlignedFree {
 };
 }  // namespace
 
+namespace {
+std::string run_on_cpu_with(const codegen::CpuModule& module, const std::string& name, const GoldenRun& run,
+                            const std::function<Status(codegen::CpuKernelFn, void* const*)>& launch);
+}  // namespace
+
 std::string run_on_cpu(const codegen::CpuModule& module, const std::string& name, const GoldenRun& run,
                        unsigned threads) {
+  return run_on_cpu_with(module, name, run, [&](codegen::CpuKernelFn fn, void* const* args) {
+    return codegen::launch_cpu(fn, args, run.grid, run.block, threads);
+  });
+}
+
+std::string run_on_cpu(const codegen::CpuModule& module, const std::string& name, const GoldenRun& run,
+                       ThreadPool& pool) {
+  return run_on_cpu_with(module, name, run, [&](codegen::CpuKernelFn fn, void* const* args) {
+    return codegen::launch_cpu(fn, args, run.grid, run.block, pool);
+  });
+}
+
+namespace {
+std::string run_on_cpu_with(const codegen::CpuModule& module, const std::string& name, const GoldenRun& run,
+                            const std::function<Status(codegen::CpuKernelFn, void* const*)>& launch) {
   auto fn = module.kernel(name);
   if (!fn.ok()) return fn.status().to_string();
   std::vector<std::unique_ptr<uint8_t, AlignedFree>> mem;
@@ -65,7 +93,7 @@ std::string run_on_cpu(const codegen::CpuModule& module, const std::string& name
       args[i] = scalars[i].data();
     }
   }
-  Status s = codegen::launch_cpu(*fn, args.data(), run.grid, run.block, threads);
+  Status s = launch(*fn, args.data());
   if (!s.ok()) return s.to_string();
   std::vector<std::vector<uint8_t>> after(run.buffers.size());
   for (size_t i = 0; i < run.buffers.size(); ++i) {
@@ -82,5 +110,6 @@ std::string run_on_cpu(const codegen::CpuModule& module, const std::string& name
   }
   return run.check(after);
 }
+}  // namespace
 
 }  // namespace loom::test

@@ -11,7 +11,7 @@
 
 namespace loom::test {
 
-std::string golden_dir();                      // <source>/tests/ir/golden
+std::string golden_dir();  // <source>/tests/ir/golden (see the definition for overrides)
 std::string golden_path(const std::string& name, const std::string& ext);  // golden_dir()/name.ext
 std::vector<std::string> golden_names();       // stems of every golden .loom file, sorted
 
@@ -23,6 +23,9 @@ Result<ir::Module> load_golden(const std::string& name);
 // what went wrong (launch error, guard overwrite, reference mismatch).
 std::string run_on_cpu(const codegen::CpuModule& module, const std::string& name, const GoldenRun& run,
                        unsigned threads);
+// The same on a loom::ThreadPool.
+std::string run_on_cpu(const codegen::CpuModule& module, const std::string& name, const GoldenRun& run,
+                       ThreadPool& pool);
 
 // A seed from std::random_device, or $LOOM_TEST_SEED when set (to replay a failure).
 uint32_t test_seed();

@@ -7,6 +7,7 @@
 
 #include "ir_test_util.h"
 #include "loom/base/file.h"
+#include "loom/base/thread_pool.h"
 #include "loom/codegen/cpp/cpp_emitter.h"
 #include "loom/codegen/target.h"
 #include "loom/codegen/tool_run.h"
@@ -92,6 +93,25 @@ TEST(CppBackend, SharedObjectIsCachedByContentHash) {
   EXPECT_NE(third->path, first->path);
   ::unsetenv("LOOM_CACHE_DIR");
   std::filesystem::remove_all(dir);
+}
+
+TEST(CppBackend, RunsOnAThreadPool) {
+  REQUIRE_HOST_COMPILER();
+  ThreadPool pool(3);
+  for (const char* name : {"histogram", "transpose_shared"}) {
+    SCOPED_TRACE(name);
+    auto m = load_golden(name);
+    ASSERT_TRUE(m.ok());
+    auto cpu = codegen::compile_cpu_module(*m);
+    ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+    for (const auto& c : golden_cases()) {
+      if (c.name != name) continue;
+      uint32_t seed = test_seed();
+      SCOPED_TRACE(fmt::format("seed {}", seed));
+      std::mt19937 rng(seed);
+      EXPECT_EQ(run_on_cpu(*cpu, name, c.make(rng), pool), "");
+    }
+  }
 }
 
 TEST(CppBackend, LaunchRejectsOversizedBlocks) {

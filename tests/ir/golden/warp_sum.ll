@@ -92,15 +92,16 @@ if0.end:
   %t74 = call float @llvm.maxnum.f32(float %t67, float %t73)
   %t75 = call i32 @llvm.amdgcn.mbcnt.lo(i32 -1, i32 0)
   %t76 = icmp eq i32 %t75, 0
-  br i1 %t76, label %if1.then, label %if1.else
+  %t77 = and i1 %t76, %t6
+  br i1 %t77, label %if1.then, label %if1.else
 if1.then:
-  %t77 = ashr i32 %t5, 5
-  %t78 = sext i32 %t77 to i64
-  %t79 = getelementptr inbounds float, ptr addrspace(1) %v_sums, i64 %t78
-  store float %t39, ptr addrspace(1) %t79, align 4
-  %t80 = sext i32 %t77 to i64
-  %t81 = getelementptr inbounds float, ptr addrspace(1) %v_maxs, i64 %t80
-  store float %t74, ptr addrspace(1) %t81, align 4
+  %t78 = ashr i32 %t5, 5
+  %t79 = sext i32 %t78 to i64
+  %t80 = getelementptr inbounds float, ptr addrspace(1) %v_sums, i64 %t79
+  store float %t39, ptr addrspace(1) %t80, align 4
+  %t81 = sext i32 %t78 to i64
+  %t82 = getelementptr inbounds float, ptr addrspace(1) %v_maxs, i64 %t81
+  store float %t74, ptr addrspace(1) %t82, align 4
   br label %if1.end
 if1.else:
   br label %if1.end

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "loom/base/file.h"
+#include "loom/base/thread_pool.h"
 #include "loom/codegen/cpp/cpp_emitter.h"
 #include "loom/codegen/tool_run.h"
 #include "loom/ir/verifier.h"
@@ -137,20 +138,40 @@ Result<CpuModule> compile_cpu_module(const ir::Module& module) {
   return CpuModule::load(so);
 }
 
-Status launch_cpu(CpuKernelFn fn, void* const* args, Dim3 grid, Dim3 block, unsigned threads) {
-  uint64_t blocks = uint64_t{grid[0]} * grid[1] * grid[2];
+namespace {
+Status check_launch(Dim3 grid, Dim3 block, uint64_t* blocks) {
+  *blocks = uint64_t{grid[0]} * grid[1] * grid[2];
   uint64_t block_threads = uint64_t{block[0]} * block[1] * block[2];
-  if (blocks == 0 || block_threads == 0) return invalid_argument("empty launch: grid {}x{}x{}, block {}x{}x{}",
-                                                                 grid[0], grid[1], grid[2], block[0], block[1], block[2]);
+  if (*blocks == 0 || block_threads == 0)
+    return invalid_argument("empty launch: grid {}x{}x{}, block {}x{}x{}", grid[0], grid[1], grid[2], block[0], block[1],
+                            block[2]);
   if (block_threads > kMaxBlockThreads)
     return invalid_argument("block of {} threads exceeds the limit of {}", block_threads, kMaxBlockThreads);
+  return Status();
+}
+
+LaunchDims dims_for(Dim3 grid, Dim3 block, uint64_t begin, uint64_t end) {
+  return LaunchDims{{grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, begin, end};
+}
+}  // namespace
+
+Status launch_cpu(CpuKernelFn fn, void* const* args, Dim3 grid, Dim3 block, ThreadPool& pool) {
+  uint64_t blocks = 0;
+  LOOM_RETURN_IF_ERROR(check_launch(grid, block, &blocks));
+  pool.parallel_for(static_cast<int64_t>(blocks), [&](int64_t begin, int64_t end, int) {
+    LaunchDims d = dims_for(grid, block, static_cast<uint64_t>(begin), static_cast<uint64_t>(end));
+    fn(args, &d);
+  });
+  return Status();
+}
+
+Status launch_cpu(CpuKernelFn fn, void* const* args, Dim3 grid, Dim3 block, unsigned threads) {
+  uint64_t blocks = 0;
+  LOOM_RETURN_IF_ERROR(check_launch(grid, block, &blocks));
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   if (threads > blocks) threads = static_cast<unsigned>(blocks);
-  auto dims_for = [&](uint64_t begin, uint64_t end) {
-    return LaunchDims{{grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, begin, end};
-  };
   if (threads == 1) {
-    LaunchDims d = dims_for(0, blocks);
+    LaunchDims d = dims_for(grid, block, 0, blocks);
     fn(args, &d);
     return Status();
   }
@@ -159,7 +180,7 @@ Status launch_cpu(CpuKernelFn fn, void* const* args, Dim3 grid, Dim3 block, unsi
   for (unsigned t = 0; t < threads; ++t) {
     uint64_t begin = blocks * t / threads, end = blocks * (t + 1) / threads;
     auto work = [=] {
-      LaunchDims d = dims_for(begin, end);
+      LaunchDims d = dims_for(grid, block, begin, end);
       fn(args, &d);
     };
     try {

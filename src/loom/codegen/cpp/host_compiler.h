@@ -11,6 +11,10 @@
 #include "loom/codegen/cpp/cpu_abi.h"
 #include "loom/ir/ir.h"
 
+namespace loom {
+class ThreadPool;
+}
+
 namespace loom::codegen {
 
 // Compiler and flags: $LOOM_CXX (default "c++") with
@@ -58,5 +62,7 @@ using Dim3 = std::array<uint32_t, 3>;
 // (0: std::thread::hardware_concurrency()). Blocks must not depend on each other (as on a GPU).
 // Rejects empty grids or blocks of more than kMaxBlockThreads threads.
 Status launch_cpu(CpuKernelFn fn, void* const* args, Dim3 grid, Dim3 block, unsigned threads = 0);
+// The same on an existing pool (one caller at a time, as ThreadPool requires).
+Status launch_cpu(CpuKernelFn fn, void* const* args, Dim3 grid, Dim3 block, ThreadPool& pool);
 
 }  // namespace loom::codegen
