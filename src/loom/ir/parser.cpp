@@ -380,11 +380,11 @@ class Parser {
       }
     }
     LOOM_RETURN_IF_ERROR(expect(Tok::kRParen, "',' or ')'"));
-    return region(k_->body, nullptr, kloc, 0);
+    return region(k_->body, 0);
   }
 
   // `{` NEWLINE statements `}`; the caller has declared the region's arguments.
-  Status region(Block& block, const Inst* parent, SourceLoc opener, int depth) {
+  Status region(Block& block, int depth) {
     if (depth > kMaxDepth) return error(fmt::format("regions nest deeper than {} levels", kMaxDepth));
     SourceLoc open = tok_.loc;
     LOOM_RETURN_IF_ERROR(expect(Tok::kLBrace));
@@ -398,8 +398,6 @@ class Parser {
       LOOM_RETURN_IF_ERROR(statement(block, depth));
     }
     advance();  // '}'
-    (void)parent;
-    (void)opener;
     while (scope_.size() > mark) {
       names_[scope_.back()].visible = false;
       scope_.pop_back();
@@ -649,7 +647,7 @@ class Parser {
       body.args.push_back(a);
       LOOM_RETURN_IF_ERROR(define(a, iter_names[i].first, iter_names[i].second));
     }
-    LOOM_RETURN_IF_ERROR(region(body, inst, inst->loc, depth + 1));
+    LOOM_RETURN_IF_ERROR(region(body, depth + 1));
     while (scope_.size() > mark) {  // the induction variable and iter args end with the body
       names_[scope_.back()].visible = false;
       scope_.pop_back();
@@ -668,10 +666,10 @@ class Parser {
       LOOM_ASSIGN_OR_RETURN(types, type_list());
     }
     inst->regions.resize(2);
-    LOOM_RETURN_IF_ERROR(region(inst->regions[0], inst, inst->loc, depth + 1));
+    LOOM_RETURN_IF_ERROR(region(inst->regions[0], depth + 1));
     if (at_word("else")) {
       advance();
-      LOOM_RETURN_IF_ERROR(region(inst->regions[1], inst, inst->loc, depth + 1));
+      LOOM_RETURN_IF_ERROR(region(inst->regions[1], depth + 1));
     } else if (!types.empty()) {
       return error_at(inst->loc, "an 'if' with results needs an 'else' region that yields them");
     }
