@@ -7,6 +7,9 @@
 
 #include <fmt/format.h>
 
+#include "loom/codegen/emit_util.h"
+#include "loom/ir/ir.h"
+
 namespace loom::test {
 namespace {
 
@@ -175,17 +178,14 @@ GoldenRun matmul_tiled(std::mt19937& rng) {
   return run;
 }
 
-uint16_t to_f16_bits(float f) {
-  _Float16 h = static_cast<_Float16>(f);
-  uint16_t bits;
-  std::memcpy(&bits, &h, 2);
-  return bits;
-}
+// f16/bf16 references from the IR's rounding (frexp-based, independent of the emitted C++'s
+// bit manipulation and of the GPU's cvt instructions).
+uint16_t to_f16_bits(float f) { return codegen::f16_bits(ir::round_float(ir::Scalar::kF16, f)); }
 
 float from_f16_bits(uint16_t bits) {
-  _Float16 h;
-  std::memcpy(&h, &bits, 2);
-  return static_cast<float>(h);
+  int e = (bits >> 10) & 0x1F, m = bits & 0x3FF;
+  double v = e == 0 ? std::ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : std::ldexp(1024 + m, e - 25);
+  return static_cast<float>((bits & 0x8000) ? -v : v);
 }
 
 GoldenRun matvec_q4_0(std::mt19937& rng) {
@@ -340,6 +340,142 @@ GoldenRun mma_tile(std::mt19937& rng) {
   return run;
 }
 
+float round_f16(float f) { return from_f16_bits(to_f16_bits(f)); }
+
+GoldenRun mixed_ops(std::mt19937& rng) {
+  int n = uniform_int(rng, 500, 3000);
+  auto x = random_floats(rng, n, -2, 2);
+  std::vector<int32_t> k(n);
+  for (auto& v : k) v = static_cast<int32_t>(rng());
+  GoldenRun run;
+  run.buffers = {to_bytes(x), to_bytes(k), output(static_cast<size_t>(n) * 16 * 4), output(static_cast<size_t>(n) * 20 * 4)};
+  run.args = {buf(0), buf(1), buf(2), buf(3), scalar<int32_t>(n)};
+  run.block = {64, 1, 1};
+  run.grid = {blocks_for(n, 64), 1, 1};
+  run.check = [x, k, n](const std::vector<std::vector<uint8_t>>& out) -> std::string {
+    auto of = from_bytes<float>(out[2]);
+    auto oi = from_bytes<int32_t>(out[3]);
+    // Per float slot: reference and tolerance (absolute + relative). GPU math is approximate.
+    const double kAbs[16] = {1e-6, 1e-6, 2e-6, 1e-7, 1e-6, 2e-6, 2e-6, 2e-7, 6e-7, 1e-7, 0, 0, 0, 0, 0, 1e-6};
+    const double kRel[16] = {2e-6, 2e-6, 1e-6, 2e-7, 2e-6, 0, 0, 2e-6, 0, 2e-7, 0, 0, 0, 0, 0, 1e-6};
+    for (int i = 0; i < n; ++i) {
+      const float xv = x[i];
+      const float yv = std::fmaf(xv, 0.5f, 0.25f);
+      const float xh = round_f16(xv), yh = round_f16(yv);
+      const float ax = std::fabs(xv);
+      double want[16] = {
+          std::exp(static_cast<double>(xv)),
+          std::exp2(static_cast<double>(xv)),
+          std::log(static_cast<double>(ax + 0.5f)),
+          std::sqrt(static_cast<double>(ax)),
+          1.0 / std::sqrt(static_cast<double>(ax + 0.25f)),
+          std::sin(static_cast<double>(xv)),
+          std::cos(static_cast<double>(xv)),
+          std::tanh(static_cast<double>(xv * 2.0f)),
+          std::erf(static_cast<double>(xv)),
+          std::fma(static_cast<double>(xv), yv, 1.0),
+          std::fmin(xv, yv),
+          std::fmax(xv, yv),
+          xh,
+          ir::round_float(ir::Scalar::kBF16, xv),
+          round_f16(round_f16(xh * yh) + xh),
+          std::fabs(xv) * 1.0 + std::fabs(yv) * 2.0 + std::fabs(static_cast<double>(xv * yv)) * 3.0 + std::fabs(xv) * 4.0,
+      };
+      for (int s = 0; s < 16; ++s) {
+        double got = of[static_cast<size_t>(i) * 16 + s];
+        double tol = kAbs[s] + kRel[s] * std::fabs(want[s]);
+        if (!(std::fabs(got - want[s]) <= tol))
+          return fmt::format("element {} float slot {} (x = {}): got {}, want {}", i, s, xv, got, want[s]);
+      }
+      const int32_t a = k[i], b = a ^ 0x5A5A5A5A;
+      const uint32_t ua = static_cast<uint32_t>(a), ub = static_cast<uint32_t>(b);
+      const int32_t bp = (b & 0xFFFF) | 1, sa = b & 31;
+      int32_t i0 = static_cast<int32_t>(ua + ub), i1 = static_cast<int32_t>(ua * ub), i2 = a / bp, i3 = a % bp;
+      int8_t s8 = static_cast<int8_t>(static_cast<int8_t>(a) + static_cast<int8_t>(b));
+      int8_t p8 = static_cast<int8_t>(s8 * static_cast<int8_t>(b));
+      uint8_t d8 = static_cast<uint8_t>(static_cast<uint8_t>(a) - static_cast<uint8_t>(b));
+      int32_t dot = 7;
+      for (int q = 0; q < 4; ++q) dot += static_cast<int8_t>(ua >> (8 * q)) * static_cast<int8_t>(ub >> (8 * q));
+      int16_t t16 = static_cast<int16_t>(static_cast<int16_t>(a) * 3);
+      uint32_t loc[4] = {static_cast<uint32_t>(i0), static_cast<uint32_t>(i1), static_cast<uint32_t>(i2),
+                         static_cast<uint32_t>(i3)};
+      uint32_t acc = 0;
+      for (int j = 0; j < 4; ++j) acc = acc * 31 + loc[3 - j];
+      const int32_t want_i[20] = {
+          i0, i1, i2, i3,
+          a >> sa,
+          static_cast<int32_t>(ua >> sa),
+          static_cast<int32_t>(ua << sa),
+          std::min(a, b),
+          static_cast<int32_t>(std::max(ua, ub)),
+          a < 0 ? static_cast<int32_t>(0u - ua) : a,
+          p8,
+          d8,
+          dot,
+          static_cast<int32_t>(xv * 100.0f),
+          ua >= ub ? 1 : 0,
+          static_cast<int32_t>(to_f16_bits(xv) | (static_cast<uint32_t>(to_f16_bits(yv)) << 16)),
+          static_cast<int16_t>(t16 >> 1),
+          static_cast<int32_t>(acc),
+          static_cast<int32_t>(static_cast<uint32_t>((uint64_t{ua} * ub) >> 32)),
+          ~a,
+      };
+      for (int s = 0; s < 20; ++s)
+        if (oi[static_cast<size_t>(i) * 20 + s] != want_i[s])
+          return fmt::format("element {} int slot {} (a = {}): got {}, want {}", i, s, a, oi[static_cast<size_t>(i) * 20 + s],
+                             want_i[s]);
+    }
+    return "";
+  };
+  return run;
+}
+
+GoldenRun convert_half(std::mt19937& rng) {
+  const int n = 65536;  // every f16 bit pattern, and as many floats
+  std::vector<uint16_t> bits(n);
+  for (int i = 0; i < n; ++i) bits[i] = static_cast<uint16_t>(i);
+  // Floats: edge cases around f16/bf16 ties, subnormals and overflow, then random bit patterns.
+  std::vector<float> x;
+  for (int k = 0; k < 4096; ++k) {
+    double quantum = std::ldexp(1.0, -24);  // ties between f16 subnormals
+    x.push_back(static_cast<float>((k + 0.5) * quantum));
+    x.push_back(static_cast<float>(-(k + 0.5) * quantum));
+  }
+  for (float v : {65504.0f, 65519.99f, 65520.0f, 65536.0f, 1e9f, INFINITY, -INFINITY, NAN, 0.0f, -0.0f,
+                  std::ldexp(1.0f, -25), std::ldexp(1.5f, -25), std::ldexp(1.0f, -14), 1.0f + std::ldexp(1.0f, -11)})
+    x.push_back(v);
+  while (x.size() < static_cast<size_t>(n)) {
+    uint32_t u = rng();
+    float f;
+    std::memcpy(&f, &u, 4);
+    x.push_back(f);
+  }
+  GoldenRun run;
+  run.buffers = {to_bytes(bits), to_bytes(x), output(n * 4), output(n * 2), output(n * 2)};
+  run.args = {buf(0), buf(1), buf(2), buf(3), buf(4), scalar<int32_t>(n)};
+  run.block = {256, 1, 1};
+  run.grid = {blocks_for(n, 256), 1, 1};
+  run.check = [x, n](const std::vector<std::vector<uint8_t>>& out) -> std::string {
+    auto h2f = from_bytes<float>(out[2]);
+    auto f2h = from_bytes<uint16_t>(out[3]);
+    auto f2b = from_bytes<uint16_t>(out[4]);
+    for (int i = 0; i < n; ++i) {
+      float want = from_f16_bits(static_cast<uint16_t>(i));
+      bool same = std::isnan(want) ? std::isnan(h2f[i]) : (h2f[i] == want && std::signbit(h2f[i]) == std::signbit(want));
+      if (!same) return fmt::format("f16 bits 0x{:04x}: got {}, want {}", i, h2f[i], want);
+      const float v = x[i];
+      uint16_t wh = to_f16_bits(v), wb = codegen::bf16_bits(ir::round_float(ir::Scalar::kBF16, v));
+      bool nan = std::isnan(v);
+      bool h_ok = nan ? ((f2h[i] & 0x7C00) == 0x7C00 && (f2h[i] & 0x3FF) != 0) : f2h[i] == wh;
+      bool b_ok = nan ? ((f2b[i] & 0x7F80) == 0x7F80 && (f2b[i] & 0x7F) != 0) : f2b[i] == wb;
+      if (!h_ok) return fmt::format("f16 of {} ({:a}): got 0x{:04x}, want 0x{:04x}", v, v, f2h[i], wh);
+      if (!b_ok) return fmt::format("bf16 of {} ({:a}): got 0x{:04x}, want 0x{:04x}", v, v, f2b[i], wb);
+    }
+    return "";
+  };
+  return run;
+}
+
 }  // namespace
 
 const std::vector<GoldenCase>& golden_cases() {
@@ -353,6 +489,8 @@ const std::vector<GoldenCase>& golden_cases() {
       {"matvec_i8", true, matvec_i8},
       {"transpose_shared", true, transpose_shared},
       {"histogram", true, histogram},
+      {"mixed_ops", true, mixed_ops},
+      {"convert_half", true, convert_half},
       {"warp_sum", false, warp_sum},
       {"mma_tile", false, mma_tile},
   };

@@ -14,16 +14,45 @@ struct LoomLaunchDims {
 typedef uint16_t loom_f16;   // IEEE half, raw bits
 typedef uint16_t loom_bf16;  // bfloat16, raw bits
 
+// Integer-only half conversions: compilers may keep _Float16 values in float precision
+// (excess precision), which would skip the rounding these must do.
 inline float loom_f16_to_f32(loom_f16 h) {
-  _Float16 x;
-  std::memcpy(&x, &h, 2);
-  return static_cast<float>(x);
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t e = (h >> 10) & 0x1F, m = h & 0x3FF, bits;
+  if (e == 0x1F) {
+    bits = sign | 0x7F800000 | (m << 13);
+  } else if (e != 0) {
+    bits = sign | ((e + 112) << 23) | (m << 13);
+  } else {
+    float f = static_cast<float>(m) * 5.9604644775390625e-8f;  // subnormal: m * 2^-24, exact
+    std::memcpy(&bits, &f, 4);
+    bits |= sign;
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
 }
-inline loom_f16 loom_f32_to_f16(float f) {
-  _Float16 x = static_cast<_Float16>(f);
-  loom_f16 h;
-  std::memcpy(&h, &x, 2);
-  return h;
+inline loom_f16 loom_f32_to_f16(float f) {  // round to nearest even
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000, mag = x & 0x7FFFFFFF;
+  if (mag >= 0x7F800000) return static_cast<loom_f16>(sign | (mag > 0x7F800000 ? 0x7E00 : 0x7C00));
+  if (mag >= 0x477FF000) return static_cast<loom_f16>(sign | 0x7C00);  // >= 65520 rounds to infinity
+  uint32_t q, rem, half;
+  if (mag < 0x38800000) {  // below 2^-14: an f16 subnormal (quantum 2^-24) or zero
+    if (mag < 0x33000000) return static_cast<loom_f16>(sign);  // <= 2^-25 rounds to zero
+    uint32_t shift = 126 - (mag >> 23), m = (mag & 0x7FFFFF) | 0x800000;
+    q = m >> shift;
+    rem = m & ((1u << shift) - 1);
+    half = 1u << (shift - 1);
+  } else {
+    uint32_t r = mag - 0x38000000;  // exponent rebiased from 127 to 15
+    q = r >> 13;
+    rem = r & 0x1FFF;
+    half = 0x1000;
+  }
+  if (rem > half || (rem == half && (q & 1))) ++q;  // a carry moves into the exponent, as it should
+  return static_cast<loom_f16>(sign | q);
 }
 inline float loom_bf16_to_f32(loom_bf16 h) {
   uint32_t u = static_cast<uint32_t>(h) << 16;
