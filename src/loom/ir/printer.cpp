@@ -2,6 +2,7 @@
 // back to the same IR; see docs/ir.md for the grammar.
 #include <cctype>
 #include <cmath>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -36,14 +37,17 @@ Namer::Namer(const Kernel& kernel) : names_(kernel.num_values()) {
     unnamed.push_back(v);
   }
   // Anonymous values get numbers, repeated names a suffix; both skip every name in use.
+  // Counters continue per base name, so naming stays linear when unrolling repeats a name.
   int next = 0;
+  std::unordered_map<std::string, int> next_suffix;
   for (const Value* v : unnamed) {
     std::string n;
     if (v->name.empty()) {
       do n = std::to_string(next++); while (!used.insert(n).second);
     } else {
-      int k = 1;
-      do n = sanitize(v->name) + "_" + std::to_string(k++); while (!used.insert(n).second);
+      std::string base = sanitize(v->name);
+      int& k = next_suffix.try_emplace(base, 1).first->second;
+      do n = base + "_" + std::to_string(k++); while (!used.insert(n).second);
     }
     names_[v->id] = n;
   }
