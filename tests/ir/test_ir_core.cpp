@@ -244,7 +244,9 @@ TEST(IrErrors, IllegalOpsForATargetAreRefusedByItsVerifier) {
     EXPECT_NE(s.message().find(c.reason), std::string::npos) << s.message();
     EXPECT_EQ(s.message().rfind("t.loom:", 0), 0u) << s.message();
     // The other targets accept what they support.
-    if (c.target == TargetKind::kCpp) EXPECT_TRUE(verify(*m, TargetKind::kPtx).ok()) << verify(*m, TargetKind::kPtx).to_string();
+    if (c.target == TargetKind::kCpp) {
+      EXPECT_TRUE(verify(*m, TargetKind::kPtx).ok()) << verify(*m, TargetKind::kPtx).to_string();
+    }
   }
   // A top-level barrier is fine on cpp (the thread loop is split there).
   auto m = load_golden("transpose_shared");
