@@ -17,42 +17,8 @@ class Value;
 class Interpreter;
 using ValueList = std::vector<Value>;
 
-// Insertion-ordered mapping; keys compare with Python's == (so 1, 1.0 and True are one key).
-// Lookup is linear: template dicts are small.
-class ValueDict {
- public:
-  const Value* find(const Value& key) const;
-  const Value* find(std::string_view key) const;
-  const Value* find(const char* key) const { return find(std::string_view(key)); }
-  void set(Value key, Value value);
-  // Appends without looking for an equal key; the caller guarantees there is none.
-  void append_new(Value key, Value value);
-  void clear() { items_.clear(); }
-  size_t size() const { return items_.size(); }
-  bool empty() const { return items_.empty(); }
-  const std::vector<std::pair<Value, Value>>& items() const { return items_; }
-
- private:
-  std::vector<std::pair<Value, Value>> items_;
-};
-
-// Arguments of a call: positional then keyword, in source order.
-struct CallArgs {
-  std::vector<Value> args;
-  std::vector<std::pair<std::string, Value>> kwargs;
-};
-
-// Anything callable from a template. Errors need no source location: the interpreter adds the
-// position of the innermost expression that was being evaluated.
-class Function {
- public:
-  virtual ~Function() = default;
-  virtual std::string repr() const = 0;
-  virtual Result<Value> call(Interpreter& in, CallArgs& args) = 0;
-  // Drops the values and scopes the function holds. Called when a render ends, so reference
-  // cycles (a macro in the scope it closes over, a namespace holding itself) do not leak.
-  virtual void release() {}
-};
+class ValueDict;
+class Function;
 
 class Value {
  public:
@@ -125,6 +91,43 @@ class Value {
   std::shared_ptr<ValueList> list_;
   std::shared_ptr<ValueDict> dict_;
   std::shared_ptr<Function> fn_;
+};
+
+// Insertion-ordered mapping; keys compare with Python's == (so 1, 1.0 and True are one key).
+// Lookup is linear: template dicts are small.
+class ValueDict {
+ public:
+  const Value* find(const Value& key) const;
+  const Value* find(std::string_view key) const;
+  const Value* find(const char* key) const { return find(std::string_view(key)); }
+  void set(Value key, Value value);
+  // Appends without looking for an equal key; the caller guarantees there is none.
+  void append_new(Value key, Value value);
+  void clear() { items_.clear(); }
+  size_t size() const { return items_.size(); }
+  bool empty() const { return items_.empty(); }
+  const std::vector<std::pair<Value, Value>>& items() const { return items_; }
+
+ private:
+  std::vector<std::pair<Value, Value>> items_;
+};
+
+// Arguments of a call: positional then keyword, in source order.
+struct CallArgs {
+  std::vector<Value> args;
+  std::vector<std::pair<std::string, Value>> kwargs;
+};
+
+// Anything callable from a template. Errors need no source location: the interpreter adds the
+// position of the innermost expression that was being evaluated.
+class Function {
+ public:
+  virtual ~Function() = default;
+  virtual std::string repr() const = 0;
+  virtual Result<Value> call(Interpreter& in, CallArgs& args) = 0;
+  // Drops the values and scopes the function holds. Called when a render ends, so reference
+  // cycles (a macro in the scope it closes over, a namespace holding itself) do not leak.
+  virtual void release() {}
 };
 
 // --- Python semantics -------------------------------------------------------------------
