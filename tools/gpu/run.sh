@@ -3,19 +3,21 @@
 # tools/gpu/build.sh in .gpu/bin). Every GPU result in bench/results/ comes from this script:
 #   device run: bash tools/gpu/run.sh [STEP...]     (carry .gpu; results land in $OUT)
 # Steps: devices, tests (every test binary, GPU tests included), golden (Loom IR goldens from
-# PTX through the CUDA driver). Default: all.
+# PTX through the CUDA driver). Default: devices tests.
+# LOOM_GPU_STAGE names the staging folder (default .gpu), as for tools/gpu/build.sh.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 out="${OUT:-$root/gpu-out}"
 mkdir -p "$out"
-bin="$root/.gpu/bin"
-commit="$(cat .gpu/commit 2>/dev/null || echo unknown)"
+stage="${LOOM_GPU_STAGE:-.gpu}"   # staged by tools/gpu/build.sh
+bin="$root/$stage/bin"
+commit="$(cat "$stage/commit" 2>/dev/null || echo unknown)"
 steps=("$@")
 [[ ${#steps[@]} -eq 0 ]] && steps=(devices tests)
 export LOOM_CACHE_DIR=/tmp/loom-cache LOOM_BIN="$bin/loom"
 # Test binaries look for test data under the source path they were built from: point it here.
-src_dir="$(cat .gpu/source_dir 2>/dev/null || true)"
+src_dir="$(cat "$stage/source_dir" 2>/dev/null || true)"
 if [[ -n "$src_dir" && "$src_dir" != "$root" && ! -e "$src_dir" ]]; then
   mkdir -p "$(dirname "$src_dir")" && ln -s "$root" "$src_dir"
 fi
@@ -38,25 +40,14 @@ for step in "${steps[@]}"; do
         echo "$name: exit $r"
         [[ $r -ne 0 ]] && rc=1
       done
-      python3 - "$out/tests.json" "$commit" /tmp/gpu-tests/*.json <<'PY'
-import json, sys, subprocess
-out, commit, files = sys.argv[1], sys.argv[2], sys.argv[3:]
-dev = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
-res = {"commit": commit, "device": dev, "command": "bash tools/gpu/run.sh tests", "binaries": {}}
-for f in files:
-    j = json.load(open(f))
-    name = f.rsplit("/", 1)[1][:-5]
-    cases = []
-    for suite in j.get("testsuites", []):
-        for c in suite.get("testsuite", []):
-            status = "skipped" if c.get("result") == "SKIPPED" else ("failed" if c.get("failures") else "passed")
-            cases.append({"name": f"{suite['name']}.{c['name']}", "status": status, "time": c.get("time")})
-    res["binaries"][name] = {"tests": j.get("tests"), "failures": j.get("failures"), "cases": cases}
-    print(f"{name}: {j.get('tests')} tests, {j.get('failures')} failures, "
-          f"{sum(c['status'] == 'skipped' for c in cases)} skipped")
-json.dump(res, open(out, "w"), indent=1)
-PY
+      python3 tools/gpu/gtest_summary.py "$out/tests.json" "$commit" "bash tools/gpu/run.sh tests" /tmp/gpu-tests/*.json
       grep -E "FAILED|SKIPPED" "$out/tests.log" | sort | uniq | head -40
+      ;;
+    golden)
+      # Every Loom IR golden kernel from its PTX through the CUDA driver, against its reference.
+      "$bin/test_ir" --gtest_filter='Golden/PtxOnGpu.*' --gtest_output="json:/tmp/golden.json" 2>&1 | tail -30
+      [[ ${PIPESTATUS[0]} -ne 0 ]] && rc=1
+      python3 tools/gpu/gtest_summary.py "$out/golden.json" "$commit" "bash tools/gpu/run.sh golden" /tmp/golden.json
       ;;
     *) echo "unknown step $step"; rc=2 ;;
   esac
