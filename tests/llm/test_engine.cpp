@@ -85,7 +85,7 @@ std::string write_tiny(const TinySpec& s, const std::string& name) {
       EXPECT_TRUE(w.add_tensor(p + "post_ffw_norm.weight", GgmlType::F32, {kEmbd}, ones(kEmbd)).ok());
     }
   }
-  const std::string path = std::string(LOOM_BINARY_DIR) + "/test_engine_" + name + ".gguf";
+  const std::string path = ::testing::TempDir() + "/test_engine_" + name + ".gguf";
   EXPECT_TRUE(w.write(path).ok());
   return path;
 }
@@ -220,7 +220,7 @@ TEST(Model, MissingTensorIsNamed) {
   w.set_u32("llama.attention.head_count", 4);
   ASSERT_TRUE(w.add_tensor("token_embd.weight", GgmlType::Q8_0, {kEmbd, kVocab}, bytes_of(GgmlType::Q8_0, kEmbd, kVocab, 3, 1.0f)).ok());
   ASSERT_TRUE(w.add_tensor("output_norm.weight", GgmlType::F32, {kEmbd}, ones(kEmbd)).ok());
-  const std::string path = std::string(LOOM_BINARY_DIR) + "/test_engine_missing.gguf";
+  const std::string path = ::testing::TempDir() + "/test_engine_missing.gguf";
   ASSERT_TRUE(w.write(path).ok());
   auto m = Model::load(path, false);
   ASSERT_FALSE(m.ok());
