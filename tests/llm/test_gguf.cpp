@@ -136,7 +136,9 @@ TEST(GgufHostile, EveryBadFileGivesOneClearError) {
     std::string msg = r.status().to_string();
     EXPECT_EQ(msg.rfind("bad.gguf: ", 0), 0u) << msg;
     EXPECT_NE(msg.find(c.field), std::string::npos) << msg;
-    if (c.offset >= 0) EXPECT_NE(msg.find(fmt::format("at byte {}:", c.offset)), std::string::npos) << msg;
+    if (c.offset >= 0) {
+      EXPECT_NE(msg.find(fmt::format("at byte {}:", c.offset)), std::string::npos) << msg;
+    }
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
   }
 }
