@@ -51,6 +51,7 @@ Loaded load() {
   R(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
   R(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
   R(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
+  R(cuMemcpyAsync, "cuMemcpyAsync");
   R(cuMemsetD8Async, "cuMemsetD8Async");
   R(cuModuleLoadDataEx, "cuModuleLoadDataEx");
   R(cuModuleUnload, "cuModuleUnload");
@@ -104,7 +105,16 @@ Status check(CUresult r, const char* what) {
     (*a)->cuGetErrorName(r, &name);
     (*a)->cuGetErrorString(r, &text);
   }
-  return internal_error("{} failed: {} ({}): {}", what, name ? name : "?", r, text ? text : "");
+  std::string msg = fmt::format("{} failed: {} ({}): {}", what, name ? name : "?", r, text ? text : "");
+  switch (r) {
+    case CUDA_ERROR_OUT_OF_MEMORY: return Status(StatusCode::kResourceExhausted, std::move(msg));
+    case CUDA_ERROR_INVALID_VALUE:
+    case CUDA_ERROR_INVALID_DEVICE:
+    case CUDA_ERROR_NO_BINARY_FOR_GPU:
+    case CUDA_ERROR_INVALID_PTX: return Status(StatusCode::kInvalidArgument, std::move(msg));
+    case CUDA_ERROR_NOT_FOUND: return Status(StatusCode::kNotFound, std::move(msg));
+    default: return Status(StatusCode::kInternal, std::move(msg));
+  }
 }
 
 }  // namespace loom::hrx::cuda

@@ -24,7 +24,18 @@ using CUgraph = struct CUgraph_st*;
 using CUgraphExec = struct CUgraphExec_st*;
 
 constexpr CUresult CUDA_SUCCESS = 0;
+constexpr CUresult CUDA_ERROR_INVALID_VALUE = 1;
+constexpr CUresult CUDA_ERROR_OUT_OF_MEMORY = 2;
 constexpr CUresult CUDA_ERROR_NO_DEVICE = 100;
+constexpr CUresult CUDA_ERROR_INVALID_DEVICE = 101;
+constexpr CUresult CUDA_ERROR_NO_BINARY_FOR_GPU = 209;
+constexpr CUresult CUDA_ERROR_INVALID_PTX = 218;
+constexpr CUresult CUDA_ERROR_NOT_FOUND = 500;
+
+// Other constants (values as in cuda.h).
+constexpr unsigned CU_STREAM_NON_BLOCKING = 1;
+constexpr int CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;
+constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 
 // Device attributes (values as in cuda.h's CUdevice_attribute).
 enum class Attr : int {
@@ -69,6 +80,7 @@ struct Api {
   CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr dst, const void* src, size_t bytes, CUstream s);
   CUresult (*cuMemcpyDtoHAsync)(void* dst, CUdeviceptr src, size_t bytes, CUstream s);
   CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream s);
+  CUresult (*cuMemcpyAsync)(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream s);
   CUresult (*cuMemsetD8Async)(CUdeviceptr dst, unsigned char v, size_t n, CUstream s);
   CUresult (*cuModuleLoadDataEx)(CUmodule* mod, const void* image, unsigned n_options, int* options, void** values);
   CUresult (*cuModuleUnload)(CUmodule mod);
@@ -98,7 +110,9 @@ struct Api {
 // or cuInit fails. Loaded and initialized once per process.
 Result<const Api*> api();
 
-// Status for a driver result: OK, or an error naming the call and the driver's error text.
+// Status for a driver result: OK, or an error naming the call and the driver's error text. The
+// code follows the cause: out of memory -> kResourceExhausted, invalid value/PTX/device ->
+// kInvalidArgument, not found -> kNotFound, anything else -> kInternal.
 Status check(CUresult r, const char* what);
 
 }  // namespace loom::hrx::cuda
