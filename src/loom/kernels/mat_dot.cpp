@@ -1,0 +1,301 @@
+// Block dot products as Loom IR (see mat_dot.h). Integer lanes are built without a shuffle op:
+// a 32-byte group viewed as i32x8 already holds elements 4l..4l+3 in lane l, so two i16
+// multiplies (low and high bytes of each 16-bit pair) and one pairwise add of the 16-bit halves
+// give the reference's eight lane sums; on the cpp target these are AVX2 vector instructions.
+#include "loom/kernels/mat_dot.h"
+
+#include <tuple>
+
+namespace loom::kernels {
+namespace {
+
+using ir::Scalar;
+using ir::Type;
+using ir::Value;
+using llm::GgmlType;
+
+const Type kI16x16 = Type::vector(Scalar::kI16, 16);
+const Type kI32x8 = Type::vector(Scalar::kI32, 8);
+const Type kU32x8 = Type::vector(Scalar::kU32, 8);
+const Type kU32x4 = Type::vector(Scalar::kU32, 4);
+const Type kF32x8 = Type::vector(Scalar::kF32, 8);
+const Type kF32x4 = Type::vector(Scalar::kF32, 4);
+
+// Low and high bytes (sign-extended) of each 16-bit pair of a 32-byte group of int8 values.
+std::pair<Value*, Value*> split_bytes_signed(Emit& b, Value* v32) {
+  Value* a = b.bitcast(v32, kI16x16);
+  return {b.shrc(b.shlc(a, 8), 8), b.shrc(a, 8)};
+}
+
+// Lane sums of a 32-element group: w packed as bytes (u32x8, unsigned values < 64, minus
+// `offset`; or signed bytes), x as prepared by split_bytes_signed.
+Value* dot32(Emit& b, Value* w32, bool w_signed, int offset, Value* xlo, Value* xhi) {
+  Value* alo;
+  Value* ahi;
+  if (w_signed) {
+    std::tie(alo, ahi) = split_bytes_signed(b, w32);
+  } else {
+    Value* a = b.bitcast(w32, kI16x16);
+    alo = b.andc(a, 0xFF);
+    ahi = b.shrc(a, 8);
+  }
+  if (offset) {
+    alo = b.addc(alo, -offset);
+    ahi = b.addc(ahi, -offset);
+  }
+  Value* p = b.add(b.mul(alo, xlo), b.mul(ahi, xhi));
+  Value* p32 = b.bitcast(p, kI32x8);
+  return b.add(b.shrc(b.shlc(p32, 16), 16), b.shrc(p32, 16));
+}
+
+Value* fma_lanes(Emit& b, Value* d, Value* lanes, Value* acc) {
+  return b.fma(b.splat(d, 8), b.convert(lanes, kF32x8), acc);
+}
+
+// hsum_float_8: (hi + lo) lane pairs, then (0+2) + (1+3).
+Value* hsum8(Emit& b, Value* v) {
+  Value* r[4];
+  for (int i = 0; i < 4; ++i) r[i] = b.add(b.extract(v, i + 4), b.extract(v, i));
+  return b.add(b.add(r[0], r[2]), b.add(r[1], r[3]));
+}
+
+// 16 bytes of nibbles (qs[j]: element j low, j+16 high) as the 32 elements packed in u32x8.
+Value* nibbles32(Emit& b, Value* w, Value* off, int align) {
+  Value* q = b.load_at(w, off, kU32x4, align);
+  Value* lo = b.andc(q, 0x0F0F0F0F);
+  Value* hi = b.andc(b.shrc(q, 4), 0x0F0F0F0F);
+  std::vector<Value*> l;
+  for (int i = 0; i < 4; ++i) l.push_back(b.extract(lo, i));
+  for (int i = 0; i < 4; ++i) l.push_back(b.extract(hi, i));
+  return b.build(l);
+}
+
+// Bit 4 of element j is bit j of the 32-bit qh: spread lane l's four bits into its bytes.
+Value* q5_high_bits(Emit& b, Value* w, Value* off) {
+  Value* qh = b.load_at(w, off, ty::u32, 2);
+  Value* h = b.andc(b.shr(b.splat(qh, 8), b.lanes(Scalar::kU32, {0, 4, 8, 12, 16, 20, 24, 28})), 0xF);
+  return b.shlc(b.andc(b.mulc(h, 0x00204081), 0x01010101), 4);
+}
+
+Value* load_u8_i32(Emit& b, Value* w, Value* off) { return b.convert(b.load_at(w, off, ty::s(Scalar::kU8), 1), ty::i32); }
+
+// Scales and mins (6-bit) of the 8 sub-blocks of a Q4_K/Q5_K block (12 packed bytes at off).
+void unpack_k4_scales(Emit& b, Value* w, Value* off, Value* sc[8], Value* mn[8]) {
+  Value* q[12];
+  for (int i = 0; i < 12; ++i) q[i] = load_u8_i32(b, w, b.addc(off, i));
+  for (int j = 0; j < 8; ++j) {
+    if (j < 4) {
+      sc[j] = b.andc(q[j], 63);
+      mn[j] = b.andc(q[j + 4], 63);
+    } else {
+      sc[j] = b.bit_or(b.andc(q[j + 4], 0xF), b.shlc(b.shrc(q[j - 4], 6), 4));
+      mn[j] = b.bit_or(b.shrc(q[j + 4], 4), b.shlc(b.shrc(q[j], 6), 4));
+    }
+  }
+}
+
+}  // namespace
+
+DotFormat dot_format(GgmlType w) {
+  switch (w) {
+    case GgmlType::Q4_0: return {w, GgmlType::Q8_0, 32, 18, 34};
+    case GgmlType::Q4_1: return {w, GgmlType::Q8_1, 32, 20, 36};
+    case GgmlType::Q5_0: return {w, GgmlType::Q8_0, 32, 22, 34};
+    case GgmlType::Q5_1: return {w, GgmlType::Q8_1, 32, 24, 36};
+    case GgmlType::Q8_0: return {w, GgmlType::Q8_0, 32, 34, 34};
+    case GgmlType::Q4_K: return {w, GgmlType::Q8_K, 256, 144, 292};
+    case GgmlType::Q5_K: return {w, GgmlType::Q8_K, 256, 176, 292};
+    case GgmlType::Q6_K: return {w, GgmlType::Q8_K, 256, 210, 292};
+    case GgmlType::F16: return {w, GgmlType::F16, 32, 64, 64};
+    case GgmlType::F32: return {w, GgmlType::F32, 32, 128, 128};
+    default: return {w, w, 0, 0, 0};
+  }
+}
+
+bool dot_supported(GgmlType w) { return dot_format(w).block_elems != 0; }
+
+std::vector<Value*> dot_init(Emit& b, const DotFormat& f) {
+  switch (f.wtype) {
+    case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q5_K:
+      return {b.cf(kF32x8, 0), b.f32(0)};
+    case GgmlType::Q4_K: return {b.cf(kF32x8, 0), b.cf(kF32x4, 0)};
+    case GgmlType::F16: return {b.cf(kF32x8, 0), b.cf(kF32x8, 0), b.cf(kF32x8, 0), b.cf(kF32x8, 0)};
+    case GgmlType::F32: return {b.cf(ty::s(Scalar::kF64), 0)};
+    default: return {b.cf(kF32x8, 0)};
+  }
+}
+
+DotX dot_prep_x(Emit& b, const DotFormat& f, Value* x, Value* xoff) {
+  DotX r;
+  switch (f.xtype) {
+    case GgmlType::Q8_0:
+    case GgmlType::Q8_1: {
+      const bool q81 = f.xtype == GgmlType::Q8_1;
+      auto [lo, hi] = split_bytes_signed(b, b.load_at(x, b.addc(xoff, q81 ? 4 : 2), kI32x8, q81 ? 4 : 2));
+      r.v = {b.load_f16(x, xoff), lo, hi};
+      if (q81) r.v.push_back(b.load_f16(x, b.addc(xoff, 2)));
+      return r;
+    }
+    case GgmlType::Q8_K: {
+      r.v.push_back(b.load_at(x, xoff, ty::f32, 4));  // [0] d
+      for (int c = 0; c < 8; ++c) {                   // [1 + 2c], [2 + 2c]: chunk c bytes
+        auto [lo, hi] = split_bytes_signed(b, b.load_at(x, b.addc(xoff, 4 + 32 * c), kI32x8, 4));
+        r.v.push_back(lo);
+        r.v.push_back(hi);
+      }
+      for (int g = 0; g < 16; ++g)  // [17 + g]: bsums
+        r.v.push_back(b.convert(b.load_at(x, b.addc(xoff, 260 + 2 * g), ty::s(Scalar::kI16), 2), ty::i32));
+      return r;
+    }
+    case GgmlType::F16:
+      for (int j = 0; j < 4; ++j)
+        r.v.push_back(b.convert(b.load_at(x, b.addc(xoff, 16 * j), Type::vector(Scalar::kF16, 8), 2), kF32x8));
+      return r;
+    default:  // F32: the step reads x itself (sequential double sum)
+      r.v.push_back(xoff);
+      r.v.push_back(x);
+      return r;
+  }
+}
+
+std::vector<Value*> dot_step(Emit& b, const DotFormat& f, Value* w, Value* woff, const DotX& x,
+                             std::span<Value* const> acc) {
+  std::vector<Value*> out(acc.begin(), acc.end());
+  switch (f.wtype) {
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1:
+    case GgmlType::Q8_0: {
+      const bool has_m = f.wtype == GgmlType::Q4_1 || f.wtype == GgmlType::Q5_1;
+      const bool q5 = f.wtype == GgmlType::Q5_0 || f.wtype == GgmlType::Q5_1;
+      Value* d = b.mul(b.load_f16(w, woff), x.v[0]);
+      if (has_m) out[1] = b.fma(b.load_f16(w, b.addc(woff, 2)), x.v[3], acc[1]);
+      Value* lanes;
+      if (f.wtype == GgmlType::Q8_0) {
+        lanes = dot32(b, b.load_at(w, b.addc(woff, 2), kI32x8, 2), true, 0, x.v[1], x.v[2]);
+      } else {
+        const int qh_off = has_m ? 4 : 2;
+        const int qs_off = (has_m ? 4 : 2) + (q5 ? 4 : 0);
+        Value* q = nibbles32(b, w, b.addc(woff, qs_off), has_m ? 4 : 2);
+        if (q5) q = b.bit_or(q, q5_high_bits(b, w, b.addc(woff, qh_off)));
+        const int offset = has_m ? 0 : (q5 ? 16 : 8);
+        lanes = dot32(b, q, false, offset, x.v[1], x.v[2]);
+      }
+      out[0] = fma_lanes(b, d, lanes, acc[0]);
+      return out;
+    }
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K: {
+      const bool q5 = f.wtype == GgmlType::Q5_K;
+      Value* xd = x.v[0];
+      Value* d = b.mul(xd, b.load_f16(w, woff));
+      Value* dmin = b.mul(b.neg(xd), b.load_f16(w, b.addc(woff, 2)));
+      Value* sc[8];
+      Value* mn[8];
+      unpack_k4_scales(b, w, b.addc(woff, 4), sc, mn);
+      auto bs = [&](int g) { return x.v[17 + g]; };
+      if (!q5) {
+        std::vector<Value*> m;
+        for (int i = 0; i < 4; ++i) {
+          Value* s0 = b.add(bs(4 * i), bs(4 * i + 1));
+          Value* s1 = b.add(bs(4 * i + 2), bs(4 * i + 3));
+          m.push_back(b.add(b.mul(mn[2 * i], s0), b.mul(mn[2 * i + 1], s1)));
+        }
+        out[1] = b.fma(b.splat(dmin, 4), b.convert(b.build(m), kF32x4), acc[1]);
+      } else {
+        Value* msum = b.i32(0);
+        for (int j = 0; j < 8; ++j) msum = b.add(msum, b.mul(mn[j], b.add(bs(2 * j), bs(2 * j + 1))));
+        out[1] = b.fma(dmin, b.convert(msum, ty::f32), acc[1]);
+      }
+      const int qs_off = q5 ? 48 : 16;
+      Value* qh = q5 ? b.load_at(w, b.addc(woff, 16), kU32x8, 4) : nullptr;
+      Value* lanes = nullptr;
+      for (int g = 0; g < 4; ++g) {
+        Value* q = b.load_at(w, b.addc(woff, qs_off + 32 * g), kU32x8, 4);
+        for (int h = 0; h < 2; ++h) {
+          Value* v = b.andc(h ? b.shrc(q, 4) : q, 0x0F0F0F0F);
+          if (q5) v = b.bit_or(v, b.shlc(b.andc(b.shrc(qh, 2 * g + h), 0x01010101), 4));
+          Value* s = b.mul(dot32(b, v, false, 0, x.v[1 + 2 * (2 * g + h)], x.v[2 + 2 * (2 * g + h)]),
+                           b.splat(sc[2 * g + h], 8));
+          lanes = lanes ? b.add(lanes, s) : s;
+        }
+      }
+      out[0] = fma_lanes(b, d, lanes, acc[0]);
+      return out;
+    }
+    case GgmlType::Q6_K: {
+      Value* d = b.mul(x.v[0], b.load_f16(w, b.addc(woff, 208)));
+      Value* sc[16];
+      for (int i = 0; i < 16; ++i)
+        sc[i] = b.convert(b.load_at(w, b.addc(woff, 192 + i), ty::s(Scalar::kI8), 1), ty::i32);
+      Value* lanes = nullptr;
+      for (int h = 0; h < 2; ++h) {
+        Value* ql0 = b.load_at(w, b.addc(woff, 64 * h), kU32x8, 2);
+        Value* ql1 = b.load_at(w, b.addc(woff, 64 * h + 32), kU32x8, 2);
+        Value* qh = b.load_at(w, b.addc(woff, 128 + 32 * h), kU32x8, 2);
+        for (int c = 0; c < 4; ++c) {
+          Value* ql = c % 2 ? ql1 : ql0;
+          Value* v = b.andc(c >= 2 ? b.shrc(ql, 4) : ql, 0x0F0F0F0F);
+          Value* hb = b.andc(c ? b.shrc(qh, 2 * c) : qh, 0x03030303);
+          v = b.bit_or(v, b.shlc(hb, 4));
+          const int ch = 4 * h + c;
+          Value* s = dot32(b, v, false, 0, x.v[1 + 2 * ch], x.v[2 + 2 * ch]);
+          std::vector<Value*> scl;
+          for (int l = 0; l < 8; ++l) scl.push_back(sc[2 * ch + (l >= 4 ? 1 : 0)]);
+          s = b.mul(s, b.build(scl));
+          lanes = lanes ? b.add(lanes, s) : s;
+        }
+      }
+      std::vector<Value*> corr;
+      for (int l = 0; l < 8; ++l)
+        corr.push_back(b.mulc(b.add(b.mul(x.v[17 + 2 * l], sc[2 * l]), b.mul(x.v[17 + 2 * l + 1], sc[2 * l + 1])), 32));
+      lanes = b.sub(lanes, b.build(corr));
+      out[0] = fma_lanes(b, d, lanes, acc[0]);
+      return out;
+    }
+    case GgmlType::F16:
+      for (int j = 0; j < 4; ++j) {
+        Value* wv = b.convert(b.load_at(w, b.addc(woff, 16 * j), Type::vector(Scalar::kF16, 8), 2), kF32x8);
+        out[j] = b.fma(wv, x.v[j], acc[j]);
+      }
+      return out;
+    case GgmlType::F32: {
+      Value* s = acc[0];
+      const ir::Type d64 = ty::s(Scalar::kF64);
+      for (int k = 0; k < 32; ++k) {
+        Value* wk = b.load_at(w, b.addc(woff, 4 * k), ty::f32, 4);
+        Value* xk = b.load_at(x.v[1], b.addc(x.v[0], 4 * k), ty::f32, 4);
+        s = b.add(s, b.mul(b.convert(wk, d64), b.convert(xk, d64)));
+      }
+      out[0] = s;
+      return out;
+    }
+    default:
+      return out;
+  }
+}
+
+Value* dot_finish(Emit& b, const DotFormat& f, std::span<Value* const> acc) {
+  switch (f.wtype) {
+    case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q5_K:
+      return b.add(hsum8(b, acc[0]), acc[1]);
+    case GgmlType::Q4_K: {
+      Value* m = acc[1];
+      Value* ms = b.add(b.add(b.extract(m, 0), b.extract(m, 2)), b.add(b.extract(m, 1), b.extract(m, 3)));
+      return b.add(hsum8(b, acc[0]), ms);
+    }
+    case GgmlType::F16: {
+      Value* a0 = b.add(acc[0], acc[2]);
+      Value* a1 = b.add(acc[1], acc[3]);
+      a0 = b.add(a0, a1);
+      Value* t[4];
+      for (int l = 0; l < 4; ++l) t[l] = b.add(b.extract(a0, l), b.extract(a0, l + 4));
+      return b.add(b.add(t[0], t[1]), b.add(t[2], t[3]));
+    }
+    case GgmlType::F32: return b.convert(acc[0], ty::f32);
+    default: return hsum8(b, acc[0]);
+  }
+}
+
+}  // namespace loom::kernels

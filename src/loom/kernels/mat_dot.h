@@ -1,0 +1,45 @@
+// Block dot products of the weight-streaming ops, as Loom IR: for each weight type, how one
+// weight block meets one block of the activation format llm::ref uses for it
+// (ref::vec_dot_type), mirroring the lane structure of llm::ref's dot products: integer
+// products summed exactly in eight 32-bit lanes (lane l takes elements 4l..4l+3 of each
+// 32-element group), one fused multiply-add per block and lane, the lanes reduced in the
+// reference's fixed order. A kernel that walks a row's blocks in order with one DotState is
+// therefore bit-identical to llm::ref::vec_dot; kernels that split a row (GPU warps) reorder the
+// float sums only.
+#pragma once
+
+#include <vector>
+
+#include "loom/kernels/op_util.h"
+#include "loom/llm/ggml_types.h"
+
+namespace loom::kernels {
+
+struct DotFormat {
+  llm::GgmlType wtype;
+  llm::GgmlType xtype;   // ref::vec_dot_type(wtype)
+  int block_elems;       // elements per step (a block; 32 for F16/F32 rows)
+  int w_bytes;           // weight bytes per step
+  int x_bytes;           // activation bytes per step
+};
+
+// nullptr-like (block_elems == 0) for unsupported types.
+DotFormat dot_format(llm::GgmlType wtype);
+bool dot_supported(llm::GgmlType wtype);
+
+// The activation block prepared once and shared by the rows that use it.
+struct DotX {
+  std::vector<ir::Value*> v;
+};
+
+// Accumulators of one row (carried through the block loop).
+std::vector<ir::Value*> dot_init(Emit& b, const DotFormat& f);
+// Loads and unpacks the activation step at byte offset xoff of x (u8 pointer).
+DotX dot_prep_x(Emit& b, const DotFormat& f, ir::Value* x, ir::Value* xoff);
+// Adds one weight step at byte offset woff of w to `acc`; returns the new accumulators.
+std::vector<ir::Value*> dot_step(Emit& b, const DotFormat& f, ir::Value* w, ir::Value* woff, const DotX& x,
+                                 std::span<ir::Value* const> acc);
+// The row's dot product (f32) from its accumulators.
+ir::Value* dot_finish(Emit& b, const DotFormat& f, std::span<ir::Value* const> acc);
+
+}  // namespace loom::kernels

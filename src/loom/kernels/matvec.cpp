@@ -1,0 +1,248 @@
+// matvec (n_tokens = 1) and matmul (n_tokens > 1): y[t][r] = dot(W row r, x[t]) with W in its
+// stored (quantized) layout and x already in the activation format ref::vec_dot_type(W) (the
+// output of quantize_act). On the cpp target one thread walks whole rows (a tile of rows shares
+// each activation block), bit-identical to llm::ref::matmul; on GPU targets a warp splits a row
+// over its lanes and reduces with warp_reduce.
+#include <cmath>
+#include <cstring>
+
+#include "loom/kernels/mat_dot.h"
+#include "loom/kernels/op_list.h"
+#include "loom/kernels/op_util.h"
+#include "loom/llm/ops_ref.h"
+
+namespace loom::kernels {
+namespace {
+
+using ir::Mode;
+using ir::Scalar;
+using ir::Type;
+using ir::Value;
+using llm::GgmlType;
+
+class MatOp final : public OpSpec {
+ public:
+  explicit MatOp(bool multi) : multi_(multi) {}
+  std::string_view name() const override { return multi_ ? "matmul" : "matvec"; }
+  std::string_view description() const override {
+    return multi_ ? "y = x W^T for n_tokens > 1 rows of quantized activations (weights in GGUF layout)"
+                  : "y = W x for one token (weights in GGUF layout, x in the weight's activation format)";
+  }
+
+  Status validate(const Shape& s) const override {
+    LOOM_ASSIGN_OR_RETURN(GgmlType wt, shape_type(s, "wtype"));
+    if (!dot_supported(wt))
+      return invalid_argument("{}: weight type {} is not supported", name(), llm::ggml_type_name(wt));
+    LOOM_ASSIGN_OR_RETURN(int64_t n_in, s.get("n_in"));
+    LOOM_ASSIGN_OR_RETURN(int64_t n_out, s.get("n_out"));
+    LOOM_ASSIGN_OR_RETURN(int64_t nt, s.get("n_tokens"));
+    DotFormat f = dot_format(wt);
+    if (n_in <= 0 || n_in % f.block_elems != 0)
+      return invalid_argument("{}: n_in={} must be a positive multiple of {}", name(), n_in, f.block_elems);
+    if (n_out <= 0 || n_out > (1 << 24)) return invalid_argument("{}: n_out={} out of range", name(), n_out);
+    if (multi_ ? (nt < 2 || nt > 65535) : nt != 1)
+      return invalid_argument("{}: n_tokens={} ({})", name(), nt, multi_ ? "2..65535" : "matvec takes 1; use matmul");
+    if (n_in / f.block_elems * f.x_bytes * nt > (int64_t{1} << 31))
+      return invalid_argument("{}: activations too large", name());
+    return Status();
+  }
+
+  std::vector<ArgSpec> args(const Shape& s) const override {
+    DotFormat f = dot_format(static_cast<GgmlType>(s.at("wtype")));
+    int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
+    int64_t nb = n_in / f.block_elems;
+    return {{"w", ArgKind::kBuffer, ArgRole::kInput, n_out * nb * f.w_bytes, Scalar::kU8},
+            {"xq", ArgKind::kBuffer, ArgRole::kInput, nt * nb * f.x_bytes, Scalar::kU8},
+            {"y", ArgKind::kBuffer, ArgRole::kOutput, nt * n_out * 4, Scalar::kF32}};
+  }
+
+  Cost cost(const Shape& s) const override {
+    auto a = args(s);
+    double flops = 2.0 * static_cast<double>(s.at("n_in")) * static_cast<double>(s.at("n_out")) *
+                   static_cast<double>(s.at("n_tokens"));
+    return {static_cast<double>(a[0].bytes + a[1].bytes + a[2].bytes), flops};
+  }
+
+  // The cpp kernels are bit-identical to the reference; GPU kernels sum a row's blocks in
+  // another order (per lane, then across the warp): float rounding of ~n_in/32 terms of
+  // magnitude <= 1, far below what a wrong block (errors of order 0.1) produces.
+  Tolerance tolerance(const Shape& s) const override {
+    double n = static_cast<double>(s.at("n_in"));
+    return {2e-6 * std::sqrt(n), 1e-5, false};
+  }
+
+  std::vector<Knob> schedule_space(const Shape&, ir::TargetKind t) const override {
+    if (t == ir::TargetKind::kCpp) return {{"rows_per_block", {1, 2, 4, 8, 16}}, {"row_tile", {1, 2, 4}}};
+    return {{"rows_per_block", {1, 2, 4, 8}}, {"lanes_per_row", {8, 16, 32}}};
+  }
+  Schedule default_schedule(const Shape&, ir::TargetKind t) const override {
+    if (t == ir::TargetKind::kCpp) return {{"rows_per_block", 8}, {"row_tile", 2}};
+    return {{"rows_per_block", 4}, {"lanes_per_row", 32}};
+  }
+
+  Result<Generated> generate(const Shape& s, const Schedule& sch, ir::TargetKind target) const override {
+    LOOM_RETURN_IF_ERROR(validate(s));
+    LOOM_RETURN_IF_ERROR(check_schedule(schedule_space(s, target), sch));
+    const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
+    const DotFormat f = dot_format(wt);
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
+    const int64_t nb = n_in / f.block_elems;
+    const int64_t w_row = nb * f.w_bytes, x_row = nb * f.x_bytes;
+    const int64_t rpb = sch.at("rows_per_block");
+    const std::string kname = fmt::format("{}_{}", name(), llm::ggml_type_name(wt));
+    Generated g;
+    ir::Kernel* k = g.module.add_kernel(kname);
+    Emit b(*k);
+    Value* w = b.param(ty::gptr(Scalar::kU8), "w");
+    Value* xq = b.param(ty::gptr(Scalar::kU8), "xq");
+    Value* y = b.param(ty::gptr(Scalar::kF32), "y");
+    Value* tok = b.block_id(Mode::kY);
+    Value* xrow = b.offset(xq, b.mul(tok, b.i32(static_cast<int32_t>(x_row))));
+    Value* yrow = b.offset(y, b.mul(tok, b.i32(static_cast<int32_t>(n_out))));
+    auto wrow_of = [&](Value* r) {
+      return b.offset(w, b.mul(b.convert(r, ty::s(Scalar::kI64)), b.i64(w_row)));
+    };
+    KernelLaunch l;
+    l.kernel = kname;
+    l.args = {0, 1, 2};
+    if (target == ir::TargetKind::kCpp) {
+      // One thread per block of rows; rows in tiles of row_tile that share each activation step.
+      const int64_t tile = std::min(sch.at("row_tile"), rpb);
+      Value* r0 = b.mul(b.block_id(Mode::kX), b.i32(static_cast<int32_t>(rpb)));
+      Value* rend = b.min(b.add(r0, b.i32(static_cast<int32_t>(rpb))), b.i32(static_cast<int32_t>(n_out)));
+      // Full tiles, then single rows (n_out need not be a multiple of the tile).
+      Value* full_end = b.sub(rend, b.rem(b.sub(rend, r0), b.i32(static_cast<int32_t>(tile))));
+      auto emit_rows = [&](Value* r, int64_t count) {
+        std::vector<Value*> wr;
+        std::vector<Value*> init;
+        for (int64_t t = 0; t < count; ++t) {
+          wr.push_back(wrow_of(b.add(r, b.i32(static_cast<int32_t>(t)))));
+          for (Value* v : dot_init(b, f)) init.push_back(v);
+        }
+        const size_t per = init.size() / static_cast<size_t>(count);
+        auto acc = b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(nb)), b.i32(1), init,
+                              [&](Value* blk, std::span<Value* const> it) {
+                                DotX x = dot_prep_x(b, f, xrow, b.mul(blk, b.i32(f.x_bytes)));
+                                Value* woff = b.mul(blk, b.i32(f.w_bytes));
+                                std::vector<Value*> next;
+                                for (int64_t t = 0; t < count; ++t) {
+                                  auto part = dot_step(b, f, wr[static_cast<size_t>(t)], woff, x,
+                                                       it.subspan(static_cast<size_t>(t) * per, per));
+                                  next.insert(next.end(), part.begin(), part.end());
+                                }
+                                return next;
+                              });
+        for (int64_t t = 0; t < count; ++t) {
+          Value* v = dot_finish(b, f, std::span<Value* const>(acc).subspan(static_cast<size_t>(t) * per, per));
+          b.store(yrow, b.add(r, b.i32(static_cast<int32_t>(t))), v);
+        }
+      };
+      b.for_loop(r0, full_end, b.i32(static_cast<int32_t>(tile)), {}, [&](Value* r, std::span<Value* const>) {
+        emit_rows(r, tile);
+        return std::vector<Value*>{};
+      });
+      if (tile > 1)
+        b.for_loop(full_end, rend, b.i32(1), {}, [&](Value* r, std::span<Value* const>) {
+          emit_rows(r, 1);
+          return std::vector<Value*>{};
+        });
+      l.grid = {static_cast<uint32_t>((n_out + rpb - 1) / rpb), static_cast<uint32_t>(nt), 1};
+      l.block = {1, 1, 1};
+    } else {
+      // A group of lanes_per_row lanes per row (groups never straddle a warp); lane i of a
+      // group takes blocks i, i + lanes, ...; a shuffle butterfly sums within the group.
+      const int64_t lanes = sch.at("lanes_per_row");
+      Value* tx = b.thread_id(Mode::kX);  // 0 .. 32*rpb-1 (warps of 32)
+      Value* lane = b.rem(tx, b.i32(static_cast<int32_t>(lanes)));
+      Value* r = b.add(b.mul(b.block_id(Mode::kX), b.i32(static_cast<int32_t>(rpb * 32 / lanes))),
+                       b.div(tx, b.i32(static_cast<int32_t>(lanes))));
+      Value* valid = b.cmp(Mode::kLt, r, b.i32(static_cast<int32_t>(n_out)));
+      Value* rc = b.select(valid, r, b.i32(0));  // out-of-range rows compute row 0, store nothing
+      Value* wr = wrow_of(rc);
+      auto acc = b.for_loop(lane, b.i32(static_cast<int32_t>(nb)), b.i32(static_cast<int32_t>(lanes)), dot_init(b, f),
+                            [&](Value* blk, std::span<Value* const> it) {
+                              DotX x = dot_prep_x(b, f, xrow, b.mul(blk, b.i32(f.x_bytes)));
+                              return dot_step(b, f, wr, b.mul(blk, b.i32(f.w_bytes)), x, it);
+                            });
+      Value* part = dot_finish(b, f, acc);
+      // Butterfly over the group (xor offsets below the group size stay inside it).
+      for (int64_t o = lanes / 2; o >= 1; o /= 2)
+        part = b.add(part, b.shfl(Mode::kXor, part, b.i32(static_cast<int32_t>(o))));
+      Value* store = b.bit_and(valid, b.cmp(Mode::kEq, lane, b.i32(0)));
+      b.if_then_else(store, {}, [&] {
+        b.store(yrow, r, part);
+        return std::vector<Value*>{};
+      });
+      const int64_t rows_per_cta = rpb * 32 / lanes;
+      l.grid = {static_cast<uint32_t>((n_out + rows_per_cta - 1) / rows_per_cta), static_cast<uint32_t>(nt), 1};
+      l.block = {static_cast<uint32_t>(rpb * 32), 1, 1};
+    }
+    g.launches.push_back(l);
+    return g;
+  }
+
+  void fill_inputs(const Shape& s, std::mt19937_64& rng, std::span<HostArg> a) const override {
+    const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
+    const DotFormat f = dot_format(wt);
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
+    auto specs = args(s);
+    a[0].bytes.resize(static_cast<size_t>(specs[0].bytes));
+    random_rows(rng, wt, n_out, n_in, 0.1f, a[0].bytes.data());
+    a[1].bytes.resize(static_cast<size_t>(specs[1].bytes));
+    const int64_t xr = specs[1].bytes / nt;
+    for (int64_t t = 0; t < nt; ++t) {
+      std::vector<float> x = random_floats(rng, static_cast<size_t>(n_in), -1.0f, 1.0f);
+      llm::ref::quantize_activation(f.xtype, x.data(), a[1].bytes.data() + t * xr, n_in);
+    }
+  }
+
+  Status reference(const Shape& s, std::span<HostArg> a) const override {
+    const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
+    auto specs = args(s);
+    const int64_t wr = specs[0].bytes / n_out, xr = specs[1].bytes / nt;
+    a[2].bytes.resize(static_cast<size_t>(specs[2].bytes));
+    float* y = reinterpret_cast<float*>(a[2].bytes.data());
+    for (int64_t t = 0; t < nt; ++t)
+      for (int64_t r = 0; r < n_out; ++r)
+        y[t * n_out + r] = llm::ref::vec_dot(wt, a[0].bytes.data() + r * wr, a[1].bytes.data() + t * xr, n_in);
+    return Status();
+  }
+
+  std::vector<Shape> test_shapes() const override {
+    std::vector<Shape> out;
+    const int64_t nt = multi_ ? 5 : 1;
+    for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                       GgmlType::Q8_0}) {
+      const int64_t wt = static_cast<int64_t>(t);
+      out.push_back({{{"n_in", 64}, {"n_out", 37}, {"n_tokens", nt}, {"wtype", wt}}});
+      out.push_back({{{"n_in", 576}, {"n_out", 1536}, {"n_tokens", nt}, {"wtype", wt}}});  // SmolLM2 up
+    }
+    for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+      const int64_t wt = static_cast<int64_t>(t);
+      out.push_back({{{"n_in", 512}, {"n_out", 19}, {"n_tokens", nt}, {"wtype", wt}}});
+      out.push_back({{{"n_in", 1536}, {"n_out", 640}, {"n_tokens", nt}, {"wtype", wt}}});
+    }
+    if (!multi_) {
+      out.push_back({{{"n_in", 1536}, {"n_out", 576}, {"n_tokens", 1}, {"wtype", 3}}});   // SmolLM2 down
+      out.push_back({{{"n_in", 4096}, {"n_out", 1024}, {"n_tokens", 1}, {"wtype", 2}}});  // Llama-3-8B k rows
+    }
+    return out;
+  }
+
+ private:
+  bool multi_;
+};
+
+}  // namespace
+
+const OpSpec& matvec_op() {
+  static const MatOp op(false);
+  return op;
+}
+const OpSpec& matmul_op() {
+  static const MatOp op(true);
+  return op;
+}
+
+}  // namespace loom::kernels

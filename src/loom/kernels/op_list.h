@@ -1,0 +1,22 @@
+// The accessors of every built-in op (one per op file), listed in op_registry.cpp.
+//
+// To add an op: define `const OpSpec& <name>_op();` in src/loom/kernels/<name>.cpp (a function
+// returning a reference to a function-local static instance), declare it below in the group of
+// its owner, and add `&<name>_op(),` to the same owner's group in all_ops() in op_registry.cpp.
+// Keep one line per op; the groups keep concurrent additions by different helpers apart.
+#pragma once
+
+#include "loom/kernels/op_spec.h"
+
+namespace loom::kernels {
+
+// Weight-streaming ops (kernels-mat).
+const OpSpec& quantize_act_op();
+const OpSpec& matvec_op();
+const OpSpec& matmul_op();
+const OpSpec& get_rows_op();
+const OpSpec& argmax_op();
+
+// Element-wise, norm, rope, attention ops (kernels-elt): add lines here.
+
+}  // namespace loom::kernels

@@ -1,0 +1,25 @@
+// The registry of built-in ops: an explicit list (see op_list.h for how to add one).
+#include "loom/kernels/op_list.h"
+
+namespace loom::kernels {
+
+const std::vector<const OpSpec*>& all_ops() {
+  static const std::vector<const OpSpec*> ops = {
+      // kernels-mat
+      &quantize_act_op(),
+      &matvec_op(),
+      &matmul_op(),
+      &get_rows_op(),
+      &argmax_op(),
+      // kernels-elt: add lines here
+  };
+  return ops;
+}
+
+const OpSpec* find_op(std::string_view name) {
+  for (const OpSpec* op : all_ops())
+    if (op->name() == name) return op;
+  return nullptr;
+}
+
+}  // namespace loom::kernels

@@ -1,0 +1,79 @@
+// Helpers shared by the op generators: short names for IR types, a builder wrapper with typed
+// constants and byte-addressed loads (quantized blocks are byte layouts), schedule checks, and
+// host-side helpers for random inputs.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "loom/ir/builder.h"
+#include "loom/kernels/op_spec.h"
+#include "loom/llm/ggml_types.h"
+
+namespace loom::kernels {
+
+namespace ty {
+using ir::AddrSpace;
+using ir::Scalar;
+using ir::Type;
+inline Type s(Scalar e) { return Type::scalar(e); }
+inline Type v(Scalar e, int lanes) { return Type::of(e, lanes); }
+inline Type gptr(Scalar e) { return Type::pointer(AddrSpace::kGlobal, e); }
+inline const Type i32 = Type::scalar(Scalar::kI32);
+inline const Type u32 = Type::scalar(Scalar::kU32);
+inline const Type f32 = Type::scalar(Scalar::kF32);
+}  // namespace ty
+
+// A Builder with the conveniences every generator needs. Integer constants take the type of
+// the value they combine with, so code reads like arithmetic on typed values.
+class Emit : public ir::Builder {
+ public:
+  using ir::Builder::Builder;
+
+  ir::Value* c(ir::Type t, int64_t v) { return const_int(t, v); }
+  ir::Value* cf(ir::Type t, double v) { return const_float(t, v); }
+  // A vector of distinct integer lane values (const only makes splats).
+  ir::Value* lanes(ir::Scalar e, std::initializer_list<int64_t> vals);
+  // x op constant of x's type.
+  ir::Value* addc(ir::Value* x, int64_t k) { return add(x, c(x->type, k)); }
+  ir::Value* mulc(ir::Value* x, int64_t k) { return mul(x, c(x->type, k)); }
+  ir::Value* andc(ir::Value* x, int64_t k) { return bit_and(x, c(x->type, k)); }
+  ir::Value* shrc(ir::Value* x, int64_t k) { return shr(x, c(x->type, k)); }
+  ir::Value* shlc(ir::Value* x, int64_t k) { return shl(x, c(x->type, k)); }
+
+  // Loads `type` (scalar or vector of `elem`) at byte offset `byte_off` (i32/i64) from a
+  // byte pointer; `align` is the alignment the offset is known to have.
+  ir::Value* load_at(ir::Value* base_u8, ir::Value* byte_off, ir::Type type, int align);
+  void store_at(ir::Value* base_u8, ir::Value* byte_off, ir::Value* value, int align);
+  // f16 bits (u16) at a byte offset -> f32.
+  ir::Value* load_f16(ir::Value* base_u8, ir::Value* byte_off);
+
+  // Linear global thread index (block_id.x * block_dim.x + thread_id.x).
+  ir::Value* global_x();
+};
+
+// invalid_argument unless every knob of `space` is set in `s` to one of its choices (and no
+// other knob is present).
+Status check_schedule(const std::vector<Knob>& space, const Schedule& s);
+int64_t knob(const Schedule& s, const std::string& name, int64_t fallback);
+
+// Weight/activation type from a shape dimension.
+Result<llm::GgmlType> shape_type(const Shape& shape, std::string_view dim);
+// Bytes of `n` elements of `type` (n a multiple of the block size).
+int64_t type_row_bytes(llm::GgmlType type, int64_t n);
+int64_t type_block_elems(llm::GgmlType type);
+
+// Random helpers for fill_inputs: uniform floats in [lo, hi).
+std::vector<float> random_floats(std::mt19937_64& rng, size_t n, float lo, float hi);
+// A random row-major matrix of `rows` x `n` elements in `type` (quantized from random floats,
+// so blocks have sane scales), written into dst (type_row_bytes(type, n) * rows bytes).
+void random_rows(std::mt19937_64& rng, llm::GgmlType type, int64_t rows, int64_t n, float amp,
+                 uint8_t* dst);
+
+// The reference's block geometry, for validate(): k elements in blocks of `type`.
+Status check_row(llm::GgmlType type, int64_t n, std::string_view what);
+
+}  // namespace loom::kernels

@@ -1,0 +1,211 @@
+// quantize_act: f32 activation rows -> the format the matmul of a weight type consumes (Q8_0,
+// Q8_1, Q8_K blocks, or F16), bit-exact with llm::ref::quantize_activation, which decides
+// token-exactness with llama.cpp. One thread per block (per element for F16/F32).
+#include <cmath>
+#include <cstring>
+
+#include "loom/kernels/op_list.h"
+#include "loom/kernels/op_util.h"
+#include "loom/llm/ops_ref.h"
+
+namespace loom::kernels {
+namespace {
+
+using ir::Mode;
+using ir::Scalar;
+using ir::Type;
+using ir::Value;
+using llm::GgmlType;
+
+// Round to nearest, ties to even, of |v| < 2^22: the float adder rounds v + 1.5 * 2^23.
+Value* nearest_int(Emit& b, Value* v) {
+  Value* t = b.add(v, b.f32(12582912.0));
+  Value* bits = b.bitcast(t, ty::i32);
+  return b.sub(b.andc(bits, 0x007fffff), b.i32(0x00400000));
+}
+
+// Q8_0 / Q8_1 of one 32-element block: d = amax/127 (fp16), q = nearbyint(x * 127/amax).
+void emit_q8_block(Emit& b, Value* x, Value* xq, Value* blk, bool with_sum) {
+  const int bytes = with_sum ? 36 : 34, qoff = with_sum ? 4 : 2;
+  Value* xb = b.offset(x, b.mulc(blk, 32));
+  Value* amax = b.for_loop(b.i32(0), b.i32(32), b.i32(1), {b.f32(0)},
+                           [&](Value* j, std::span<Value* const> it) {
+                             Value* a = b.op(ir::Op::kAbs, {b.load(xb, j)});
+                             // std::max(amax, a): a NaN-free max where ties keep amax.
+                             Value* gt = b.cmp(Mode::kLt, it[0], a);
+                             return std::vector<Value*>{b.select(gt, a, it[0])};
+                           })[0];
+  Value* d = b.div(amax, b.f32(127.0));
+  Value* nz = b.cmp(Mode::kNe, amax, b.f32(0));
+  Value* id = b.select(nz, b.div(b.f32(127.0), amax), b.f32(0));
+  Value* base = b.mulc(blk, bytes);
+  b.store_at(xq, base, b.bitcast(b.convert(d, ty::s(Scalar::kF16)), ty::s(Scalar::kU16)), 2);
+  Value* qbase = b.addc(base, qoff);
+  Value* sum = b.for_loop(b.i32(0), b.i32(32), b.i32(1), {b.i32(0)},
+                          [&](Value* j, std::span<Value* const> it) {
+                            Value* q = nearest_int(b, b.mul(b.load(xb, j), id));
+                            b.store_at(xq, b.add(qbase, j), b.convert(q, ty::s(Scalar::kI8)), 1);
+                            return std::vector<Value*>{b.add(it[0], q)};
+                          })[0];
+  if (with_sum) {
+    Value* s = b.mul(d, b.convert(sum, ty::f32));
+    b.store_at(xq, b.addc(base, 2), b.bitcast(b.convert(s, ty::s(Scalar::kF16)), ty::s(Scalar::kU16)), 2);
+  }
+}
+
+// Q8_K of one 256-element block: max = first element of largest magnitude, iscale = -127/max,
+// q = min(127, nearest(iscale * x)), bsums per 16, d = 1/iscale (f32).
+void emit_q8k_block(Emit& b, Value* x, Value* xq, Value* blk) {
+  Value* xb = b.offset(x, b.mulc(blk, 256));
+  auto mm = b.for_loop(b.i32(0), b.i32(256), b.i32(1), {b.f32(0), b.f32(0)},
+                       [&](Value* j, std::span<Value* const> it) {
+                         Value* v = b.load(xb, j);
+                         Value* a = b.op(ir::Op::kAbs, {v});
+                         Value* gt = b.cmp(Mode::kGt, a, it[0]);
+                         return std::vector<Value*>{b.select(gt, a, it[0]), b.select(gt, v, it[1])};
+                       });
+  Value* amax = mm[0];
+  Value* mx = mm[1];
+  Value* base = b.mulc(blk, 292);
+  Value* zero = b.cmp(Mode::kEq, amax, b.f32(0));
+  Value* iscale = b.select(zero, b.f32(0), b.div(b.f32(-127.0), mx));
+  Value* d = b.select(zero, b.f32(0), b.div(b.f32(1.0), iscale));
+  b.store_at(xq, base, d, 4);
+  Value* qbase = b.addc(base, 4);
+  Value* sbase = b.addc(base, 260);
+  b.for_loop(b.i32(0), b.i32(16), b.i32(1), {}, [&](Value* g, std::span<Value* const>) {
+    Value* g16 = b.mulc(g, 16);
+    Value* sum = b.for_loop(b.i32(0), b.i32(16), b.i32(1), {b.i32(0)},
+                            [&](Value* l, std::span<Value* const> it) {
+                              Value* j = b.add(g16, l);
+                              Value* q = b.min(b.i32(127), nearest_int(b, b.mul(iscale, b.load(xb, j))));
+                              b.store_at(xq, b.add(qbase, j), b.convert(q, ty::s(Scalar::kI8)), 1);
+                              return std::vector<Value*>{b.add(it[0], q)};
+                            })[0];
+    b.store_at(xq, b.add(sbase, b.mulc(g, 2)), b.convert(sum, ty::s(Scalar::kI16)), 2);
+    return std::vector<Value*>{};
+  });
+}
+
+class QuantizeActOp final : public OpSpec {
+ public:
+  std::string_view name() const override { return "quantize_act"; }
+  std::string_view description() const override {
+    return "f32 activation rows -> Q8_0/Q8_1/Q8_K blocks or F16 (the matmul's activation operand)";
+  }
+
+  Status validate(const Shape& s) const override {
+    LOOM_ASSIGN_OR_RETURN(GgmlType t, shape_type(s, "dtype"));
+    if (t != GgmlType::Q8_0 && t != GgmlType::Q8_1 && t != GgmlType::Q8_K && t != GgmlType::F16 &&
+        t != GgmlType::F32)
+      return invalid_argument("quantize_act: dtype {} is not an activation format", llm::ggml_type_name(t));
+    LOOM_ASSIGN_OR_RETURN(int64_t n, s.get("n_in"));
+    LOOM_ASSIGN_OR_RETURN(int64_t nt, s.get("n_tokens"));
+    if (nt <= 0 || nt > (1 << 20)) return invalid_argument("quantize_act: n_tokens={} out of range", nt);
+    LOOM_RETURN_IF_ERROR(check_row(t, n, "n_in"));
+    if (n * nt > (int64_t{1} << 30)) return invalid_argument("quantize_act: too large");
+    return Status();
+  }
+
+  std::vector<ArgSpec> args(const Shape& s) const override {
+    GgmlType t = static_cast<GgmlType>(s.at("dtype"));
+    int64_t n = s.at("n_in"), nt = s.at("n_tokens");
+    return {{"x", ArgKind::kBuffer, ArgRole::kInput, n * nt * 4, Scalar::kF32},
+            {"xq", ArgKind::kBuffer, ArgRole::kOutput, type_row_bytes(t, n) * nt,
+             t == GgmlType::F32 ? Scalar::kF32 : Scalar::kU8}};
+  }
+
+  Cost cost(const Shape& s) const override {
+    GgmlType t = static_cast<GgmlType>(s.at("dtype"));
+    int64_t n = s.at("n_in"), nt = s.at("n_tokens");
+    return {static_cast<double>(n * nt * 4 + type_row_bytes(t, n) * nt), static_cast<double>(3 * n * nt)};
+  }
+
+  Tolerance tolerance(const Shape&) const override { return {0, 0, true}; }
+
+  std::vector<Knob> schedule_space(const Shape&, ir::TargetKind) const override {
+    return {{"threads", {32, 64, 128, 256}}};
+  }
+  Schedule default_schedule(const Shape&, ir::TargetKind t) const override {
+    return {{"threads", t == ir::TargetKind::kCpp ? 32 : 128}};
+  }
+
+  Result<Generated> generate(const Shape& s, const Schedule& sch, ir::TargetKind target) const override {
+    LOOM_RETURN_IF_ERROR(validate(s));
+    LOOM_RETURN_IF_ERROR(check_schedule(schedule_space(s, target), sch));
+    GgmlType t = static_cast<GgmlType>(s.at("dtype"));
+    const int64_t n = s.at("n_in"), nt = s.at("n_tokens");
+    const int64_t per = (t == GgmlType::F16 || t == GgmlType::F32) ? 1 : type_block_elems(t);
+    const int64_t units = n * nt / per;  // rows are whole blocks, so blocks never straddle rows
+    const int64_t threads = sch.at("threads");
+    Generated g;
+    std::string kname = fmt::format("quantize_act_{}", llm::ggml_type_name(t));
+    ir::Kernel* k = g.module.add_kernel(kname);
+    Emit b(*k);
+    Value* x = b.param(ty::gptr(Scalar::kF32), "x");
+    Value* xq = b.param(ty::gptr(Scalar::kU8), "xq");
+    Value* i = b.global_x();
+    b.if_then_else(b.cmp(Mode::kLt, i, b.i32(static_cast<int32_t>(units))), {}, [&] {
+      switch (t) {
+        case GgmlType::Q8_0: emit_q8_block(b, x, xq, i, false); break;
+        case GgmlType::Q8_1: emit_q8_block(b, x, xq, i, true); break;
+        case GgmlType::Q8_K: emit_q8k_block(b, x, xq, i); break;
+        case GgmlType::F16: {
+          Value* h = b.bitcast(b.convert(b.load(x, i), ty::s(Scalar::kF16)), ty::s(Scalar::kU16));
+          b.store_at(xq, b.mulc(i, 2), h, 2);
+          break;
+        }
+        default: b.store_at(xq, b.mulc(i, 4), b.load(x, i), 4); break;
+      }
+      return std::vector<Value*>{};
+    });
+    KernelLaunch l;
+    l.kernel = kname;
+    l.grid = {static_cast<uint32_t>((units + threads - 1) / threads), 1, 1};
+    l.block = {static_cast<uint32_t>(threads), 1, 1};
+    l.args = {0, 1};
+    g.launches.push_back(l);
+    return g;
+  }
+
+  void fill_inputs(const Shape& s, std::mt19937_64& rng, std::span<HostArg> a) const override {
+    int64_t n = s.at("n_in"), nt = s.at("n_tokens");
+    std::vector<float> v = random_floats(rng, static_cast<size_t>(n * nt), -2.0f, 2.0f);
+    // Exact halves exercise the ties-to-even rounding; one all-zero block the amax == 0 path
+    // (the rest of the data stays random).
+    std::uniform_int_distribution<size_t> pick(0, v.size() - 1);
+    for (int i = 0; i < 8; ++i) v[pick(rng)] = 0.5f * static_cast<float>(static_cast<int>(pick(rng) % 9) - 4);
+    if (n >= 512 && nt >= 1) std::fill(v.begin() + 256, v.begin() + 512, 0.0f);
+    a[0].bytes.resize(v.size() * 4);
+    std::memcpy(a[0].bytes.data(), v.data(), a[0].bytes.size());
+  }
+
+  Status reference(const Shape& s, std::span<HostArg> a) const override {
+    GgmlType t = static_cast<GgmlType>(s.at("dtype"));
+    int64_t n = s.at("n_in"), nt = s.at("n_tokens");
+    const float* x = reinterpret_cast<const float*>(a[0].bytes.data());
+    int64_t rb = type_row_bytes(t, n);
+    a[1].bytes.resize(static_cast<size_t>(rb * nt));
+    for (int64_t r = 0; r < nt; ++r) llm::ref::quantize_activation(t, x + r * n, a[1].bytes.data() + r * rb, n);
+    return Status();
+  }
+
+  std::vector<Shape> test_shapes() const override {
+    std::vector<Shape> out;
+    for (int dt : {8, 9, 15, 1}) {
+      out.push_back({{{"n_in", 256}, {"n_tokens", 1}, {"dtype", dt}}});
+      out.push_back({{{"n_in", dt == 15 ? 1536 : 576}, {"n_tokens", 3}, {"dtype", dt}}});
+    }
+    out.push_back({{{"n_in", 4096}, {"n_tokens", 2}, {"dtype", 8}}});
+    return out;
+  }
+};
+
+}  // namespace
+
+const OpSpec& quantize_act_op() {
+  static const QuantizeActOp op;
+  return op;
+}
+
+}  // namespace loom::kernels
