@@ -1,65 +1,34 @@
-// `loom devices`: the compute devices Loom can use here (the CPU, and NVIDIA GPUs through the
-// CUDA driver when one is installed), with the properties that bound kernel speed.
-#include <unistd.h>
-
+// `loom devices`: the compute devices Loom can use here (HRX's cpu device, and NVIDIA GPUs through
+// the CUDA driver when one is installed), with the properties that bound kernel speed.
 #include <cstdio>
-#include <fstream>
 #include <string>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
-#include "loom/hrx/cuda_api.h"
+#include "loom/hrx/runtime.h"
 
 namespace loom::cli {
 namespace {
 
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown CPU";
-}
-
 int run_devices(bool json_out) {
-  using namespace hrx::cuda;
   nlohmann::ordered_json devs = nlohmann::ordered_json::array();
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  devs.push_back({{"id", "cpu"}, {"name", cpu_model()}, {"threads", std::thread::hardware_concurrency()},
-                  {"memory_bytes", static_cast<double>(pages) * static_cast<double>(page)}});
-  std::string cuda_note;
-  auto a = api();
-  if (!a.ok()) {
-    cuda_note = a.status().to_string();
-  } else {
-    const Api& cu = **a;
-    int n = 0, ver = 0;
-    cu.cuDriverGetVersion(&ver);
-    if (auto s = check(cu.cuDeviceGetCount(&n), "cuDeviceGetCount"); !s.ok()) return report(s);
-    for (int i = 0; i < n; ++i) {
-      CUdevice d;
-      if (auto s = check(cu.cuDeviceGet(&d, i), "cuDeviceGet"); !s.ok()) return report(s);
-      char name[256] = {};
-      cu.cuDeviceGetName(name, sizeof name, d);
-      auto attr = [&](Attr at) {
-        int v = 0;
-        cu.cuDeviceGetAttribute(&v, static_cast<int>(at), d);
-        return v;
-      };
-      size_t mem = 0;
-      cu.cuDeviceTotalMem(&mem, d);
-      double peak_bw = 2.0 * attr(Attr::kMemoryClockKHz) * 1e3 * attr(Attr::kMemoryBusWidthBits) / 8.0;
-      devs.push_back({{"id", fmt::format("cuda:{}", i)}, {"name", name},
-                      {"compute_capability", fmt::format("{}.{}", attr(Attr::kCcMajor), attr(Attr::kCcMinor))},
-                      {"sm_count", attr(Attr::kSmCount)}, {"clock_khz", attr(Attr::kClockRateKHz)},
-                      {"memory_bytes", mem}, {"l2_bytes", attr(Attr::kL2CacheBytes)},
-                      {"shared_per_block_optin", attr(Attr::kMaxSharedPerBlockOptin)},
-                      {"theoretical_bandwidth_gbs", peak_bw / 1e9}, {"driver_version", ver}});
+  for (const hrx::Device& d : hrx::Device::enumerate()) {
+    const hrx::DeviceProps& p = d.props();
+    if (p.driver == hrx::DriverKind::kCpu) {
+      devs.push_back({{"id", p.spec}, {"name", p.name}, {"arch", p.arch}, {"threads", p.compute_units},
+                      {"memory_bytes", static_cast<double>(p.memory_bytes)}});
+      continue;
     }
-    if (n == 0) cuda_note = "CUDA driver loaded, no devices";
+    devs.push_back({{"id", p.spec}, {"name", p.name}, {"arch", p.arch},
+                    {"compute_capability", fmt::format("{}.{}", p.cc_major, p.cc_minor)},
+                    {"sm_count", p.compute_units}, {"clock_khz", p.clock_khz}, {"memory_bytes", p.memory_bytes},
+                    {"l2_bytes", p.l2_bytes}, {"shared_per_block_optin", p.max_shared_per_block_optin},
+                    {"theoretical_bandwidth_gbs", p.peak_bandwidth_gbs()}, {"driver_version", p.driver_version}});
   }
+  std::string cuda_note;
+  if (Status s = hrx::Device::cuda_status(); !s.ok()) cuda_note = s.to_string();
+  else if (devs.size() == 1) cuda_note = "CUDA driver loaded, no devices";
   if (json_out) {
     std::printf("%s\n", nlohmann::ordered_json{{"devices", devs}, {"cuda", cuda_note.empty() ? "ok" : cuda_note}}.dump(2).c_str());
     return 0;

@@ -3,7 +3,8 @@
 # tools/gpu/build.sh in .gpu/bin). Every GPU result in bench/results/ comes from this script:
 #   device run: bash tools/gpu/run.sh [STEP...]     (carry .gpu; results land in $OUT)
 # Steps: devices, tests (every test binary, GPU tests included), golden (Loom IR goldens from
-# PTX through the CUDA driver). Default: devices tests.
+# PTX through the CUDA driver), launch (HRX launch overhead vs cuLaunchKernel and cudaLaunchKernel:
+# launch.json). Default: devices tests.
 # LOOM_GPU_STAGE names the staging folder (default .gpu), as for tools/gpu/build.sh.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -48,6 +49,45 @@ for step in "${steps[@]}"; do
       "$bin/test_ir" --gtest_filter='Golden/PtxOnGpu.*' --gtest_output="json:/tmp/golden.json" 2>&1 | tail -30
       [[ ${PIPESTATUS[0]} -ne 0 ]] && rc=1
       python3 tools/gpu/gtest_summary.py "$out/golden.json" "$commit" "bash tools/gpu/run.sh golden" /tmp/golden.json
+      ;;
+    launch)
+      # HRX launch overhead (loom hrx bench-launch: HRX vs bare cuLaunchKernel vs graph replay,
+      # and the cpu driver) side by side with the CUDA runtime's cudaLaunchKernel
+      # (bench/peers/launch_cudart.cu, built here with nvcc); all numbers in $out/launch.json.
+      nvcc_bin="$(command -v nvcc || ls /usr/local/cuda*/bin/nvcc 2>/dev/null | head -1)"
+      peer=/tmp/launch_cudart
+      { "$nvcc_bin" -O2 -arch=native -o "$peer" bench/peers/launch_cudart.cu ||
+        "$nvcc_bin" -O2 -arch=sm_90 -o "$peer" bench/peers/launch_cudart.cu; } 2>&1 | tail -5
+      launch_cmd="loom hrx bench-launch --launches 2000 --reps 30 --json"
+      "$bin/loom" hrx bench-launch --device cuda:0 --launches 2000 --reps 30 --json > /tmp/launch_hrx.json || rc=1
+      "$peer" 2000 30 > /tmp/launch_cudart.json || rc=1
+      "$bin/loom" hrx bench-launch --device cuda:0 --launches 2000 --reps 30 --json > /tmp/launch_hrx2.json || rc=1
+      "$bin/loom" hrx bench-launch --device cpu --launches 2000 --reps 30 --json > /tmp/launch_cpu.json || rc=1
+      python3 - "$out/launch.json" "$commit" "$launch_cmd" <<'PY' || rc=1
+import json, sys
+out, commit, cmd = sys.argv[1:4]
+def load(p):
+    try:
+        return json.load(open(p))
+    except Exception as e:
+        return {"error": str(e)}
+hrx, hrx2, peer, cpu = (load(f"/tmp/launch_{n}.json") for n in ("hrx", "hrx2", "cudart", "cpu"))
+res = {"commit": commit, "device": hrx.get("device", "?"),
+       "command": "bash tools/gpu/run.sh launch (" + cmd + " --device cuda:0|cpu; bench/peers/launch_cudart 2000 30)",
+       "hrx_cuda": hrx, "hrx_cuda_rerun": hrx2, "cudart": peer, "hrx_cpu": cpu}
+try:
+    med = {r["variant"]: r["enqueue"]["median_us"] for r in hrx["results"]}
+    cudart = peer["cudaLaunchKernel"]["enqueue"]["median_us"]
+    res["floors"] = {"hrx_launch_us": med["hrx_launch"], "cuLaunchKernel_us": med["cuLaunchKernel"],
+                     "cudaLaunchKernel_us": cudart,
+                     "hrx_over_bare": round(med["hrx_launch"] / med["cuLaunchKernel"], 3),
+                     "within_10_percent_of_bare": med["hrx_launch"] <= 1.10 * med["cuLaunchKernel"],
+                     "below_cudaLaunchKernel": med["hrx_launch"] < cudart}
+except Exception as e:
+    res["floors"] = {"error": repr(e)}
+json.dump(res, open(out, "w"), indent=2)
+print(json.dumps(res.get("floors"), indent=2))
+PY
       ;;
     *) echo "unknown step $step"; rc=2 ;;
   esac
