@@ -16,11 +16,12 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
-  // Binds the model (which must outlive the backend) and allocates an F16 KV cache of n_ctx
-  // cells per layer. Called once.
-  virtual Status init(const Model& model, int64_t n_ctx) = 0;
-  // Runs one step: stores the batch's K/V at its positions and writes program.n_outputs rows of
-  // n_vocab logits to `logits`. Not thread-safe; one step at a time.
+  // Binds the model (which must outlive the backend) and allocates an F16 KV cache of n_seq
+  // sequence slots of n_ctx cells each, per layer. Called once.
+  virtual Status init(const Model& model, int64_t n_ctx, int64_t n_seq) = 0;
+  // Runs one step: stores the batch's K/V at the cells of (seq_ids, positions) and writes
+  // program.n_outputs rows of n_vocab logits to `logits` (see StepInputs in program.h for the
+  // sequence rules). Not thread-safe; one step at a time.
   virtual Status execute(const Program& program, const StepInputs& in, float* logits) = 0;
 };
 

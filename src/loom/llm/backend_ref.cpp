@@ -19,18 +19,21 @@ class RefBackend final : public Backend {
   explicit RefBackend(int n_threads) : pool_(n_threads) {}
   std::string_view name() const override { return "cpu-ref"; }
 
-  Status init(const Model& model, int64_t n_ctx) override {
+  Status init(const Model& model, int64_t n_ctx, int64_t n_seq) override {
     model_ = &model;
     const ModelConfig& c = model.config();
     return cache_.init(c.n_layer, n_ctx, static_cast<int64_t>(c.n_head_kv) * c.head_dim_k,
-                       static_cast<int64_t>(c.n_head_kv) * c.head_dim_v);
+                       static_cast<int64_t>(c.n_head_kv) * c.head_dim_v, n_seq);
   }
 
   Status execute(const Program& p, const StepInputs& in, float* logits) override {
     if (!model_) return failed_precondition("backend used before init");
-    for (int64_t t = 0; t < p.n_tokens; ++t)
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
       if (in.positions[t] < 0 || in.positions[t] >= cache_.n_ctx())
         return resource_exhausted("position {} is beyond the context of {} tokens", in.positions[t], cache_.n_ctx());
+      if (in.seq_ids && (in.seq_ids[t] < 0 || in.seq_ids[t] >= cache_.n_seq()))
+        return out_of_range("sequence {} outside the cache's {} slots", in.seq_ids[t], cache_.n_seq());
+    }
     if (in.n_kv > cache_.n_ctx()) return resource_exhausted("{} cells exceed the context of {}", in.n_kv, cache_.n_ctx());
     if (slots_.size() < p.slot_floats.size()) slots_.resize(p.slot_floats.size());
     for (size_t s = 0; s < p.slot_floats.size(); ++s)
@@ -94,7 +97,7 @@ class RefBackend final : public Backend {
         if (id->cols != cache_.k_row() || vd.cols != cache_.v_row())
           return internal_error("kv rows {}/{} do not match the cache {}/{}", id->cols, vd.cols, cache_.k_row(), cache_.v_row());
         for (int64_t t = 0; t < id->rows; ++t) {
-          const int64_t cell = in.positions[t];
+          const int64_t cell = (in.seq_ids ? in.seq_ids[t] * cache_.n_ctx() : 0) + in.positions[t];
           ref::to_fp16(a + t * id->cols, cache_.k(l.layer) + cell * cache_.k_row(), id->cols);
           ref::to_fp16(b + t * vd.cols, cache_.v(l.layer) + cell * cache_.v_row(), vd.cols);
         }
@@ -102,7 +105,7 @@ class RefBackend final : public Backend {
       }
       case OpCode::kAttention:
         return ref::attention(a, in.positions, id->rows, cache_.k(l.layer), cache_.v(l.layer), in.n_kv, l.attn,
-                              out, &pool_);
+                              out, &pool_, in.seq_ids, cache_.n_ctx());
       case OpCode::kGatherRows:
         for (int64_t i = 0; i < od->rows; ++i) {
           const int32_t r = in.output_rows[i];

@@ -1,8 +1,11 @@
 // Host KV cache storage for the reference CPU backend: per layer, K and V as IEEE half rows
-// [n_ctx, n_head_kv * head_dim]; cell i holds position i.
+// [n_seq * n_ctx, n_head_kv * head_dim]; sequence s owns cells [s * n_ctx, (s + 1) * n_ctx) and
+// its cell s * n_ctx + p holds position p (fixed partitions, like llama.cpp's --parallel).
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <vector>
 
 #include "loom/base/status.h"
@@ -12,19 +15,27 @@ namespace loom::llm {
 class KvCache {
  public:
   KvCache() = default;
-  // Allocates n_layer x n_ctx cells (zero-filled). Fails cleanly when memory is short.
-  Status init(int64_t n_layer, int64_t n_ctx, int64_t k_row, int64_t v_row);
+  // Allocates n_layer x (n_seq * n_ctx) cells, zero-filled. The memory comes from calloc, so
+  // the OS commits pages only as cells get written: many idle sequence slots cost little.
+  // Fails cleanly when memory is short.
+  Status init(int64_t n_layer, int64_t n_ctx, int64_t k_row, int64_t v_row, int64_t n_seq = 1);
 
-  int64_t n_ctx() const { return n_ctx_; }
+  int64_t n_ctx() const { return n_ctx_; }      // cells per sequence
+  int64_t n_seq() const { return n_seq_; }
+  int64_t n_cells() const { return n_ctx_ * n_seq_; }
   int64_t k_row() const { return k_row_; }
   int64_t v_row() const { return v_row_; }
-  uint16_t* k(int64_t layer) { return k_[static_cast<size_t>(layer)].data(); }
-  uint16_t* v(int64_t layer) { return v_[static_cast<size_t>(layer)].data(); }
-  uint64_t bytes() const;
+  uint16_t* k(int64_t layer) { return k_[static_cast<size_t>(layer)].get(); }
+  uint16_t* v(int64_t layer) { return v_[static_cast<size_t>(layer)].get(); }
+  uint64_t bytes() const;  // reserved (not necessarily committed) bytes
 
  private:
-  int64_t n_ctx_ = 0, k_row_ = 0, v_row_ = 0;
-  std::vector<std::vector<uint16_t>> k_, v_;
+  struct Free {
+    void operator()(uint16_t* p) const { std::free(p); }
+  };
+  using Buffer = std::unique_ptr<uint16_t[], Free>;
+  int64_t n_ctx_ = 0, n_seq_ = 0, k_row_ = 0, v_row_ = 0;
+  std::vector<Buffer> k_, v_;
 };
 
 }  // namespace loom::llm

@@ -251,16 +251,20 @@ void rope(float* x, int64_t n_tok, int n_head, int head_dim, const int32_t* pos,
 
 Status attention(const float* q, const int32_t* q_pos, int64_t n_tok, const uint16_t* k_cache,
                  const uint16_t* v_cache, int64_t n_kv, const AttentionParams& p, float* out,
-                 ThreadPool* pool) {
+                 ThreadPool* pool, const int32_t* q_seq, int64_t seq_cells) {
   if (p.n_head <= 0 || p.n_head_kv <= 0 || p.n_head % p.n_head_kv != 0)
     return invalid_argument("attention: {} query heads cannot share {} kv heads", p.n_head, p.n_head_kv);
   const int group = p.n_head / p.n_head_kv;
   const int dk = p.head_dim_k, dv = p.head_dim_v;
   const int64_t k_stride = static_cast<int64_t>(p.n_head_kv) * dk;
   const int64_t v_stride = static_cast<int64_t>(p.n_head_kv) * dv;
-  for (int64_t t = 0; t < n_tok; ++t)
+  for (int64_t t = 0; t < n_tok; ++t) {
     if (q_pos[t] < 0 || q_pos[t] >= n_kv)
       return out_of_range("attention: query position {} outside the {} cached cells", q_pos[t], n_kv);
+    if (q_seq && (q_seq[t] < 0 || q_pos[t] >= seq_cells))
+      return out_of_range("attention: token of sequence {} at position {} outside its {} cells", q_seq[t], q_pos[t],
+                          seq_cells);
+  }
 
   // One task per (token, head); each computes its output row completely, in the arithmetic of
   // llama.cpp's kq = k·q (f16 dot), softmax, kqv = v·kq (f16 dot over the cache cells) chain.
@@ -273,12 +277,16 @@ Status attention(const float* q, const int32_t* q_pos, int64_t n_tok, const uint
       const int h = static_cast<int>(i % p.n_head);
       const int hk = h / group;
       const int64_t pos = q_pos[t];
+      // The token's own sequence: its cells are a contiguous block, indexed by position.
+      const int64_t base = q_seq ? static_cast<int64_t>(q_seq[t]) * seq_cells : 0;
+      const uint16_t* k_seq = k_cache + base * k_stride;
+      const uint16_t* v_seq = v_cache + base * v_stride;
       const int64_t j0 = p.n_swa > 0 ? std::max<int64_t>(0, pos - p.n_swa + 1) : 0;
       const int64_t j1 = pos + 1;  // causal: keys at positions <= pos
       const int64_t n = j1 - j0;
       to_fp16(q + (t * p.n_head + h) * dk, q16.data(), dk);
       for (int64_t j = j0; j < j1; ++j) {
-        const uint16_t* kr = k_cache + j * k_stride + static_cast<int64_t>(hk) * dk;
+        const uint16_t* kr = k_seq + j * k_stride + static_cast<int64_t>(hk) * dk;
         float sj = dot_f16_fast(kr, q16.data(), dk);
         if (p.softcap > 0.0f) sj = std::tanh(sj * (1.0f / p.softcap)) * p.softcap;
         s[j - j0] = sj * p.scale;
@@ -292,7 +300,7 @@ Status attention(const float* q, const int32_t* q_pos, int64_t n_tok, const uint
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t j = j0; j < j1; ++j) {
         const float pj = half_to_float(float_to_half(s[j - j0] * inv));
-        const uint16_t* vr = v_cache + j * v_stride + static_cast<int64_t>(hk) * dv;
+        const uint16_t* vr = v_seq + j * v_stride + static_cast<int64_t>(hk) * dv;
         const int64_t lane = j & 31;
         for (int d = 0; d < dv; ++d) acc[d * 32 + lane] = std::fma(half_to_float(vr[d]), pj, acc[d * 32 + lane]);
       }

@@ -136,9 +136,13 @@ struct AttentionParams {
 // q: [n_tok, n_head*head_dim_k]; token t attends cache cells j <= q_pos[t] (cell j holds
 // position j) within the window; k_cache/v_cache: [n_kv, n_head_kv*head_dim] halves;
 // out: [n_tok, n_head*head_dim_v]. Heads are split over the pool's threads.
+// Several sequences (continuous batching): with q_seq given, token t belongs to sequence
+// q_seq[t], whose cells start at q_seq[t] * seq_cells (cell base + j holds its position j), and
+// it sees only those; n_kv then bounds positions, not cells. The arithmetic of a token does not
+// depend on the other tokens of the step, so a batch gives each sequence its solo results.
 Status attention(const float* q, const int32_t* q_pos, int64_t n_tok, const uint16_t* k_cache,
                  const uint16_t* v_cache, int64_t n_kv, const AttentionParams& p, float* out,
-                 ThreadPool* pool);
+                 ThreadPool* pool, const int32_t* q_seq = nullptr, int64_t seq_cells = 0);
 
 // Rounds x (n values) to fp16 into dst (KV cache store).
 void to_fp16(const float* x, uint16_t* dst, int64_t n);

@@ -81,11 +81,21 @@ class ProgramBuilder {
 };
 
 // What changes from step to step without changing the Program.
+//
+// One step may carry tokens of several sequences (continuous batching). The backend's KV cache
+// has n_seq sequence slots of n_ctx cells each (Backend::init); token t is stored in the cell of
+// (seq_ids[t], positions[t]) and attends only to the cells of its own sequence with positions
+// <= positions[t] (and inside the sliding window, where the layer has one). Rows never mix:
+// every op of a step is row-wise except attention, which is per token, so a batched step gives
+// each sequence exactly the logits it would get alone. The Program does not know about
+// sequences; only these inputs do.
 struct StepInputs {
   const int32_t* tokens = nullptr;       // [n_tokens]
-  const int32_t* positions = nullptr;    // [n_tokens], position == KV cache cell
+  const int32_t* positions = nullptr;    // [n_tokens], position in the token's own sequence
+  const int32_t* seq_ids = nullptr;      // [n_tokens] sequence slot of each token; null: all 0
   const int32_t* output_rows = nullptr;  // [n_outputs] indices into the batch
-  int64_t n_kv = 0;                      // cells [0, n_kv) are valid after this step's store
+  int64_t n_kv = 0;                      // > every position of the step: positions [0, n_kv) of
+                                         // the step's sequences are valid after its store
 };
 
 }  // namespace loom::llm
