@@ -12,7 +12,7 @@ SUDO=""
 pkgs=(cmake ninja-build g++ pkg-config libpcre2-dev libfmt-dev nlohmann-json3-dev libcli11-dev
       libsqlite3-dev libcpp-httplib-dev python3 python3-pip)
 if [[ $dev -eq 1 ]]; then
-  pkgs+=(libgtest-dev clang-19 llvm-19 lld-19)
+  pkgs+=(libgtest-dev clang-19 llvm-19 lld-19 chromium fonts-dejavu-core)
 fi
 missing=()
 for p in "${pkgs[@]}"; do
@@ -30,7 +30,7 @@ if [[ $dev -eq 1 ]]; then
   need=()
   # Pinned so the oracles do not move under the tests.
   for m in "pytest:pytest==9.2.0" "numpy:numpy==2.4.6" "gguf:gguf==0.19.0" "jinja2:jinja2==3.1.6" \
-           "llama_cpp:llama-cpp-python==0.3.36"; do
+           "llama_cpp:llama-cpp-python==0.3.36" "openai:openai==3.57.0" "requests:requests==2.34.2"; do
     mod="${m%%:*}"; spec="${m#*:}"
     $py -c "import importlib.metadata as m, sys; sys.exit(m.version('${spec%%==*}') != '${spec##*==}')" \
       2>/dev/null || need+=("$spec")

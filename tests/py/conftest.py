@@ -35,3 +35,72 @@ def run_loom(loom_bin, *args, input=None, check=True, timeout=600):
     """Runs loom; returns CompletedProcess with text stdout/stderr."""
     return subprocess.run([str(loom_bin), *map(str, args)], input=input, capture_output=True,
                           text=isinstance(input, str) or input is None, timeout=timeout, check=check)
+
+
+# ---- `loom serve` (tests/py/test_serve*.py) -------------------------------------------------
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LoomServer:
+    """A `loom serve` process on a free local port, ready when /health answers. Use as a context
+    manager; exit sends SIGTERM (the draining shutdown) and waits. Its log is in self.log_path."""
+
+    def __init__(self, loom_bin, model, *args, log_dir=None):
+        import tempfile
+        self.cmd = [str(loom_bin), "serve", "-m", str(model), *map(str, args)]
+        self.port = free_port()
+        self.cmd += ["--port", str(self.port)]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = pathlib.Path(log_dir or tempfile.mkdtemp()) / f"serve-{self.port}.log"
+        self.proc = None
+
+    def start(self, timeout=180):
+        import time
+        import urllib.request
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"loom serve exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError(f"loom serve did not become ready in {timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self, timeout=120) -> int:
+        import signal
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if getattr(self, "_log", None):
+            self._log.close()
+        return self.proc.returncode if self.proc else 0
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+@pytest.fixture(scope="module")
+def loom_server(loom_bin):
+    """SmolLM2 behind `loom serve` with 16 slots (module-scoped: the tests of one file share it)."""
+    with LoomServer(loom_bin, model_path("smollm2"), "--parallel", "16", "-c", "1024") as server:
+        yield server

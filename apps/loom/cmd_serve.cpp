@@ -1,0 +1,122 @@
+// `loom serve`: an OpenAI-compatible HTTP server with continuous batching over --parallel
+// sequence slots, /metrics, and a chat page at /. SIGTERM or Ctrl-C drains and exits.
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "cli.h"
+#include "loom/base/thread_pool.h"
+#include "loom/llm/chat_template.h"
+#include "loom/llm/engine.h"
+#include "loom/llm/model.h"
+#include "loom/llm/model_path.h"
+#include "loom/llm/tokenizer.h"
+#include "loom/serve/metrics.h"
+#include "loom/serve/scheduler.h"
+#include "loom/serve/server.h"
+
+namespace loom::cli {
+namespace {
+
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop.store(true); }
+
+struct ServeFlags {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int parallel = 4;
+  int64_t n_ctx = 4096;
+  int n_threads = default_thread_count();
+  int64_t n_batch = 512;
+  std::string api_key;
+  size_t max_queue = 64;
+  size_t max_body = 1 << 20;
+  double drain_seconds = 30.0;
+  bool quiet = false;
+};
+
+Status serve(const ServeFlags& f) {
+  LOOM_ASSIGN_OR_RETURN(std::string path, llm::resolve_model_path(f.model));
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<llm::Model> model, llm::Model::load(path));
+  LOOM_ASSIGN_OR_RETURN(llm::Tokenizer tok, llm::Tokenizer::from_gguf(model->gguf()));
+  auto tmpl_or = llm::ChatTemplate::from_gguf(model->gguf());
+  std::unique_ptr<llm::ChatTemplate> tmpl;
+  if (tmpl_or.ok()) tmpl = std::make_unique<llm::ChatTemplate>(std::move(tmpl_or).value());
+  else std::fprintf(stderr, "loom serve: no chat template (%s); /v1/chat/completions will refuse requests\n",
+                    tmpl_or.status().to_string().c_str());
+
+  llm::EngineOptions eo;
+  eo.n_ctx = f.n_ctx;
+  eo.n_threads = f.n_threads;
+  eo.n_batch = f.n_batch;
+  eo.n_seq = f.parallel;
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<llm::Engine> engine, llm::Engine::create(*model, eo));
+
+  serve::Metrics metrics;
+  serve::SchedulerOptions so;
+  so.n_batch = f.n_batch;
+  so.max_queue = f.max_queue;
+  serve::Scheduler scheduler(*engine, tok, metrics, so);
+
+  serve::ApiContext ctx;
+  ctx.tok = &tok;
+  ctx.tmpl = tmpl.get();
+  ctx.n_ctx = engine->n_ctx();
+  ctx.model_id = std::filesystem::path(path).stem().string();
+
+  serve::ServerOptions opt;
+  opt.host = f.host;
+  opt.port = f.port;
+  opt.api_key = f.api_key.empty() && std::getenv("LOOM_API_KEY") ? std::getenv("LOOM_API_KEY") : f.api_key;
+  opt.max_body_bytes = f.max_body;
+  opt.drain_seconds = f.drain_seconds;
+  opt.log_requests = !f.quiet;
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<serve::Server> server, serve::Server::create(scheduler, metrics, ctx, opt));
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  std::fprintf(stderr, "loom serve: %s on http://%s:%d (%d slots x %lld tokens, %d threads%s)\n",
+               ctx.model_id.c_str(), f.host.c_str(), server->port(), f.parallel,
+               static_cast<long long>(engine->n_ctx()), f.n_threads, opt.api_key.empty() ? "" : ", API key required");
+  std::fflush(stderr);
+  LOOM_RETURN_IF_ERROR(server->run(g_stop));
+  std::fputs("loom serve: stopped\n", stderr);
+  return Status();
+}
+
+}  // namespace
+
+LOOM_COMMAND(kServe, "serve", "OpenAI-compatible HTTP server with continuous batching and a chat page", [](CLI::App& app) -> Action {
+  auto f = std::make_shared<ServeFlags>();
+  app.add_option("-m,--model", f->model, "GGUF model file (default: $LOOM_MODEL or SmolLM2-135M-Instruct)");
+  app.add_option("--host", f->host, "address to listen on")->capture_default_str();
+  app.add_option("--port", f->port, "port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
+  app.add_option("--parallel", f->parallel, "sequence slots: requests decoded together in one batched step")
+      ->capture_default_str()->check(CLI::Range(1, 256));
+  app.add_option("-c,--ctx,--ctx-size", f->n_ctx, "context per slot in tokens (capped at the model's; 0: the model's)")
+      ->capture_default_str();
+  app.add_option("-t,--threads", f->n_threads, "CPU threads")->capture_default_str()->check(CLI::Range(1, 1024));
+  app.add_option("-b,--batch-size", f->n_batch, "tokens per batched step (decode tokens + prompt chunks)")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--api-key", f->api_key, "require 'Authorization: Bearer KEY' on /v1/* (default: $LOOM_API_KEY)");
+  app.add_option("--max-queue", f->max_queue, "requests that may wait for a slot; more get 503")->capture_default_str();
+  app.add_option("--max-body", f->max_body, "largest request body in bytes; larger get 413")->capture_default_str();
+  app.add_option("--drain-timeout", f->drain_seconds, "seconds in-flight requests get to finish after SIGTERM")
+      ->capture_default_str();
+  app.add_flag("-q,--quiet", f->quiet, "no log line per request");
+  return [f] {
+    Status s = serve(*f);
+    return s.ok() ? 0 : report(s);
+  };
+});
+
+}  // namespace loom::cli

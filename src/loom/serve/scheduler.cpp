@@ -1,0 +1,332 @@
+// The scheduler thread: admission with prefix reuse, batched steps, sampling, stop handling.
+#include "loom/serve/scheduler.h"
+
+#include <algorithm>
+
+#include "loom/base/log.h"
+#include "loom/llm/session.h"
+
+namespace loom::serve {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// ---- Job ------------------------------------------------------------------------------------
+
+Job::Update Job::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait_for(lk, timeout, [&] { return !pending_.empty() || (finished_ && !delivered_end_); });
+  Update u;
+  u.text.swap(pending_);
+  if (finished_) {
+    u.finished = true;
+    u.finish_reason = reason_;
+    u.error = error_;
+    delivered_end_ = true;
+  }
+  return u;
+}
+
+void Job::append(const std::string& text) {
+  if (text.empty()) return;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    pending_ += text;
+  }
+  cv_.notify_all();
+}
+
+void Job::finish(std::string reason, Status error) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (finished_) return;
+    finished_ = true;
+    reason_ = std::move(reason);
+    error_ = std::move(error);
+    end = now_seconds();
+  }
+  cv_.notify_all();
+}
+
+// ---- Scheduler ------------------------------------------------------------------------------
+
+struct Scheduler::Slot {
+  int seq = 0;
+  std::shared_ptr<Job> job;
+  std::shared_ptr<GenParams> params;
+  size_t fed = 0;             // prompt tokens in the cache
+  bool decoding = false;      // prompt done, generating
+  int32_t last = 0;           // token to feed next while decoding
+  std::unique_ptr<llm::Sampler> sampler;
+  std::unique_ptr<llm::StreamDecoder> detok;
+  std::unique_ptr<llm::StopMatcher> stop;
+  uint64_t admitted = 0;      // admission order (older prompts get the chunk budget first)
+};
+
+Scheduler::Scheduler(llm::Engine& engine, const llm::Tokenizer& tokenizer, Metrics& metrics, SchedulerOptions options)
+    : engine_(engine), tok_(tokenizer), metrics_(metrics), opt_(options) {
+  for (int s = 0; s < engine_.n_seq(); ++s) {
+    slots_.push_back(std::make_unique<Slot>());
+    slots_.back()->seq = s;
+  }
+  metrics_.slots_total = engine_.n_seq();
+  metrics_.kv_cells_total = engine_.n_seq() * engine_.n_ctx();
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() { stop(); }
+
+Result<std::shared_ptr<Job>> Scheduler::submit(GenParams params) {
+  if (params.prompt.empty()) return invalid_argument("the prompt is empty");
+  if (static_cast<int64_t>(params.prompt.size()) >= engine_.n_ctx())
+    return invalid_argument("the prompt has {} tokens; this server's context is {} tokens per request",
+                            params.prompt.size(), engine_.n_ctx());
+  auto job = std::make_shared<Job>();
+  job->arrival = now_seconds();
+  job->n_prompt = static_cast<int64_t>(params.prompt.size());
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (draining_ || stop_) return unavailable("the server is shutting down");
+    if (queue_.size() >= opt_.max_queue) {
+      metrics_.rejected_queue_full.fetch_add(1);
+      return resource_exhausted("the request queue is full ({} waiting)", queue_.size());
+    }
+    queue_.push_back(job);
+    queue_params_.push_back(std::make_shared<GenParams>(std::move(params)));
+    metrics_.queue_depth = static_cast<int64_t>(queue_.size());
+  }
+  cv_.notify_all();
+  return job;
+}
+
+void Scheduler::begin_drain() {
+  std::lock_guard<std::mutex> lk(mu_);
+  draining_ = true;
+  metrics_.draining = true;
+}
+
+bool Scheduler::wait_idle(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lk(mu_);
+  return idle_cv_.wait_until(lk, deadline, [&] { return queue_.empty() && n_busy_ == 0; });
+}
+
+void Scheduler::stop() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stop_ && !thread_.joinable()) return;
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+// Moves queued requests into free slots. A free slot whose cached tokens share the longest
+// prefix with the prompt is preferred, and that prefix is not computed again.
+void Scheduler::admit_locked() {
+  static uint64_t counter = 0;
+  while (!queue_.empty()) {
+    auto job = queue_.front();
+    auto params = queue_params_.front();
+    if (job->cancelled()) {
+      queue_.pop_front();
+      queue_params_.pop_front();
+      metrics_.cancelled.fetch_add(1);
+      job->finish("cancelled");
+      continue;
+    }
+    Slot* best = nullptr;
+    size_t best_common = 0;
+    for (auto& s : slots_) {
+      if (s->job) continue;
+      const auto& cached = engine_.tokens(s->seq);
+      size_t c = 0;
+      while (c < cached.size() && c < params->prompt.size() && cached[c] == params->prompt[c]) ++c;
+      if (!best || c > best_common) {
+        best = s.get();
+        best_common = c;
+      }
+    }
+    if (!best) break;
+    queue_.pop_front();
+    queue_params_.pop_front();
+    // At least the last prompt token is decoded again, so its logits are fresh.
+    const size_t common = std::min(best_common, params->prompt.size() - 1);
+    engine_.truncate(best->seq, static_cast<int64_t>(common));
+    best->job = job;
+    best->params = params;
+    best->fed = common;
+    best->decoding = false;
+    best->sampler = std::make_unique<llm::Sampler>(params->sampling, engine_.n_vocab());
+    for (int32_t t : params->prompt) best->sampler->accept(t);
+    best->detok = std::make_unique<llm::StreamDecoder>(tok_, /*render_special=*/false);
+    best->stop = std::make_unique<llm::StopMatcher>(params->stop);
+    best->admitted = ++counter;
+    job->n_reused = static_cast<int64_t>(common);
+    job->slot = best->seq;
+    ++n_busy_;
+    metrics_.prompt_tokens.fetch_add(static_cast<int64_t>(params->prompt.size()));
+    metrics_.reused_tokens.fetch_add(static_cast<int64_t>(common));
+  }
+  metrics_.queue_depth = static_cast<int64_t>(queue_.size());
+}
+
+void Scheduler::finish_slot(Slot& s, const std::string& reason, Status error) {
+  if (reason != "stop" && reason != "cancelled" && reason != "error" && s.detok && s.stop) {
+    // The tail held back by the detokenizer and the stop matcher belongs to the text.
+    s.job->append(s.stop->feed(s.detok->finish()));
+    s.job->append(s.stop->flush());
+  }
+  if (reason == "cancelled") metrics_.cancelled.fetch_add(1);
+  s.job->finish(reason, std::move(error));
+  s.job.reset();
+  s.params.reset();
+  s.sampler.reset();
+  s.detok.reset();
+  s.stop.reset();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    --n_busy_;
+  }
+  idle_cv_.notify_all();
+}
+
+// One sampled token for a slot, with the stop rules of llm::generate (session.cpp), so a
+// request gets what `loom run` would give for the same prompt and sampling.
+void Scheduler::advance(Slot& s, const float* logits) {
+  Job& job = *s.job;
+  const GenParams& p = *s.params;
+  const int32_t id = s.sampler->sample(logits);
+  s.sampler->accept(id);
+  if (job.n_generated.load() == 0) {
+    job.first_token = now_seconds();
+    metrics_.observe_ttft(job.first_token - job.arrival);
+  }
+  if (!p.ignore_eos && tok_.is_eog(id)) {
+    finish_slot(s, "eos");
+    return;
+  }
+  job.tokens.push_back(id);
+  job.n_generated.fetch_add(1);
+  metrics_.generated_tokens.fetch_add(1);
+  job.append(s.stop->feed(s.detok->push(id)));
+  if (s.stop->stopped()) {
+    finish_slot(s, "stop");
+    return;
+  }
+  if (p.max_tokens >= 0 && job.n_generated.load() >= p.max_tokens) {
+    finish_slot(s, "length");
+    return;
+  }
+  if (engine_.n_past(s.seq) >= engine_.n_ctx()) {
+    finish_slot(s, "length");
+    return;
+  }
+  s.last = id;
+  s.decoding = true;
+}
+
+void Scheduler::update_gauges() {
+  int64_t used = 0, cached = 0, busy = 0;
+  for (auto& s : slots_) {
+    const int64_t n = engine_.n_past(s->seq);
+    cached += n;
+    if (s->job) {
+      used += n;
+      ++busy;
+    }
+  }
+  metrics_.kv_cells_used = used;
+  metrics_.kv_cells_cached = cached;
+  metrics_.slots_busy = busy;
+  const double now = now_seconds();
+  while (!recent_.empty() && recent_.front().first < now - 5.0) recent_.pop_front();
+  int64_t n = 0;
+  for (const auto& r : recent_) n += r.second;
+  const double span = recent_.empty() ? 0.0 : std::max(1e-3, now - recent_.front().first);
+  metrics_.gen_tokens_per_second = recent_.size() >= 2 ? static_cast<double>(n) / span : 0.0;
+}
+
+void Scheduler::loop() {
+  std::vector<llm::SeqTokens> parts;
+  std::vector<Slot*> part_slot;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty() || n_busy_ > 0; });
+      if (stop_) break;
+      admit_locked();
+    }
+    // A client that went away frees its slot before the next step.
+    for (auto& s : slots_)
+      if (s->job && s->job->cancelled()) finish_slot(*s, "cancelled");
+
+    parts.clear();
+    part_slot.clear();
+    int64_t budget = opt_.n_batch;
+    for (auto& s : slots_) {
+      if (!s->job || !s->decoding) continue;
+      parts.push_back(llm::SeqTokens{s->seq, std::span<const int32_t>(&s->last, 1), true});
+      part_slot.push_back(s.get());
+      --budget;
+    }
+    std::vector<Slot*> reading;
+    for (auto& s : slots_)
+      if (s->job && !s->decoding) reading.push_back(s.get());
+    std::sort(reading.begin(), reading.end(), [](Slot* a, Slot* b) { return a->admitted < b->admitted; });
+    for (Slot* s : reading) {
+      // Prompts share what the decoding slots leave of the budget; one token at least, so a
+      // full house of decoders cannot starve a new request.
+      const int64_t left = static_cast<int64_t>(s->params->prompt.size() - s->fed);
+      const int64_t take = std::min(left, std::max<int64_t>(budget, parts.empty() ? opt_.n_batch : 1));
+      if (take <= 0) continue;
+      parts.push_back(llm::SeqTokens{s->seq,
+                                     std::span<const int32_t>(s->params->prompt.data() + s->fed, static_cast<size_t>(take)),
+                                     take == left});
+      part_slot.push_back(s);
+      budget -= take;
+      if (budget <= 0) budget = 0;
+    }
+    if (parts.empty()) {
+      update_gauges();
+      continue;
+    }
+    const double t0 = now_seconds();
+    Status st = engine_.step(parts);
+    const double t1 = now_seconds();
+    metrics_.steps.fetch_add(1);
+    metrics_.step_sequences.fetch_add(static_cast<int64_t>(parts.size()));
+    int64_t n_tok = 0;
+    for (const auto& p : parts) n_tok += static_cast<int64_t>(p.tokens.size());
+    metrics_.step_tokens.fetch_add(n_tok);
+    metrics_.step_seconds.fetch_add(t1 - t0);
+    if (!st.ok()) {
+      log_error("serve: batched step failed: {}", st.to_string());
+      for (Slot* s : part_slot) finish_slot(*s, "error", st);
+      update_gauges();
+      continue;
+    }
+    int64_t generated_before = metrics_.generated_tokens.load();
+    for (size_t i = 0; i < parts.size(); ++i) {
+      Slot& s = *part_slot[i];
+      if (!s.job) continue;
+      if (!s.decoding) {
+        s.fed += parts[i].tokens.size();
+        if (s.fed < s.params->prompt.size()) continue;
+      }
+      advance(s, engine_.step_logits(i));
+    }
+    recent_.emplace_back(t1, metrics_.generated_tokens.load() - generated_before);
+    update_gauges();
+  }
+  // Stopped: whatever is left ends now.
+  for (auto& s : slots_)
+    if (s->job) finish_slot(*s, "cancelled");
+  std::lock_guard<std::mutex> lk(mu_);
+  for (auto& j : queue_) j->finish("cancelled");
+  queue_.clear();
+  queue_params_.clear();
+  idle_cv_.notify_all();
+}
+
+}  // namespace loom::serve

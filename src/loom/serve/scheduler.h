@@ -1,0 +1,126 @@
+// Continuous batching: one scheduler thread owns the Engine; requests wait in a bounded queue,
+// take a sequence slot, and every step carries one token of each decoding slot plus prompt
+// chunks of the slots still reading their prompt (one batched engine step). Text streams to
+// each request's Job as it becomes final.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "loom/base/status.h"
+#include "loom/llm/engine.h"
+#include "loom/llm/sampler.h"
+#include "loom/llm/tokenizer.h"
+#include "loom/serve/metrics.h"
+
+namespace loom::serve {
+
+struct GenParams {
+  std::vector<int32_t> prompt;       // token ids (non-empty, shorter than the slot context)
+  llm::SamplerParams sampling;
+  int64_t max_tokens = -1;           // -1: until end of generation or a full context
+  std::vector<std::string> stop;     // generation ends before the first occurrence of any
+  bool ignore_eos = false;
+};
+
+// One request as both sides see it. The scheduler writes (append/finish); the HTTP handler
+// reads with wait() and may cancel() from any thread. Shared through shared_ptr.
+class Job {
+ public:
+  struct Update {
+    std::string text;           // new text since the last wait()
+    bool finished = false;
+    std::string finish_reason;  // "eos" | "stop" (a stop string) | "length" | "cancelled" | "error"
+    Status error;               // set when finish_reason == "error"
+  };
+  // Blocks until new text, the end, or the timeout; returns (and consumes) what is new.
+  Update wait(std::chrono::milliseconds timeout);
+  // The client went away: the scheduler frees the slot before its next step.
+  void cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+
+  // Filled by the scheduler; read them after `finished`.
+  int64_t n_prompt = 0, n_reused = 0;
+  std::atomic<int64_t> n_generated{0};
+  std::vector<int32_t> tokens;  // generated ids (end-of-generation token not included)
+  double arrival = 0.0, first_token = 0.0, end = 0.0;  // steady-clock seconds
+  int slot = -1;
+
+  // Scheduler side.
+  void append(const std::string& text);
+  void finish(std::string reason, Status error = Status());
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string pending_;
+  bool finished_ = false;
+  bool delivered_end_ = false;
+  std::string reason_;
+  Status error_;
+  std::atomic<bool> cancelled_{false};
+};
+
+struct SchedulerOptions {
+  int64_t n_batch = 512;     // tokens per step (decode tokens first, then prompt chunks)
+  size_t max_queue = 64;     // requests waiting for a slot; more get kResourceExhausted
+};
+
+double now_seconds();
+
+// Thread-safe front (submit, drain, stop); the Engine is touched only by the scheduler thread.
+class Scheduler {
+ public:
+  // engine, tokenizer and metrics must outlive the scheduler. Starts its thread.
+  Scheduler(llm::Engine& engine, const llm::Tokenizer& tokenizer, Metrics& metrics, SchedulerOptions options);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a request. kResourceExhausted: the queue is full (retry later); kUnavailable: the
+  // server is draining; kInvalidArgument: the prompt does not fit a slot.
+  Result<std::shared_ptr<Job>> submit(GenParams params);
+
+  // Refuses new requests from now on; in-flight and queued ones go on.
+  void begin_drain();
+  // Waits until no request is queued or running, or the deadline passes; true if idle.
+  bool wait_idle(std::chrono::steady_clock::time_point deadline);
+  // Ends every remaining request ("cancelled") and joins the thread. Idempotent.
+  void stop();
+
+  int64_t n_ctx() const { return engine_.n_ctx(); }
+  int n_slots() const { return engine_.n_seq(); }
+
+ private:
+  struct Slot;
+  void loop();
+  void admit_locked();
+  void finish_slot(Slot& s, const std::string& reason, Status error = Status());
+  void advance(Slot& s, const float* logits);
+  void update_gauges();
+
+  llm::Engine& engine_;
+  const llm::Tokenizer& tok_;
+  Metrics& metrics_;
+  SchedulerOptions opt_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+
+  std::mutex mu_;
+  std::condition_variable cv_, idle_cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  std::deque<std::shared_ptr<GenParams>> queue_params_;
+  int n_busy_ = 0;
+  bool stop_ = false, draining_ = false;
+  std::deque<std::pair<double, int64_t>> recent_;  // (time, tokens generated) per step
+  std::thread thread_;
+};
+
+}  // namespace loom::serve

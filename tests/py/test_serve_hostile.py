@@ -1,0 +1,165 @@
+"""Malformed and hostile requests against `loom serve`: each gets the right 4xx in OpenAI's error
+shape, and the server keeps serving (a real completion works after every one of them)."""
+import json
+import socket
+
+import pytest
+import requests
+
+from conftest import LoomServer, model_path
+
+KEY = "sekrit-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+CHAT = "/v1/chat/completions"
+COMP = "/v1/completions"
+
+
+@pytest.fixture(scope="module")
+def server(loom_bin):
+    with LoomServer(loom_bin, model_path("smollm2"), "--parallel", "2", "-c", "256", "--max-body", "65536",
+                    "--api-key", KEY) as s:
+        yield s
+
+
+def msgs(content="Hi"):
+    return [{"role": "user", "content": content}]
+
+
+def chat(**kw):
+    return json.dumps({"messages": msgs(), "max_tokens": 4, **kw})
+
+
+# (name, method, path, body (str/bytes/None), headers, expected status, expected error param or None)
+CASES = [
+    ("malformed json", "POST", CHAT, '{"messages": [', AUTH, 400, None),
+    ("empty body", "POST", CHAT, "", AUTH, 400, None),
+    ("body is an array", "POST", CHAT, "[1, 2]", AUTH, 400, None),
+    ("body is a string", "POST", CHAT, '"hello"', AUTH, 400, None),
+    ("body is null", "POST", CHAT, "null", AUTH, 400, None),
+    ("trailing garbage", "POST", CHAT, chat() + "}}", AUTH, 400, None),
+    ("invalid utf-8", "POST", CHAT, b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}', AUTH, 400, None),
+    ("nul bytes", "POST", CHAT, b"\x00\x00\x00", AUTH, 400, None),
+    ("messages missing", "POST", CHAT, json.dumps({"max_tokens": 3}), AUTH, 400, "messages"),
+    ("messages not an array", "POST", CHAT, json.dumps({"messages": "hi"}), AUTH, 400, "messages"),
+    ("messages empty", "POST", CHAT, json.dumps({"messages": []}), AUTH, 400, "messages"),
+    ("message not an object", "POST", CHAT, json.dumps({"messages": ["hi"]}), AUTH, 400, "messages[0]"),
+    ("role missing", "POST", CHAT, json.dumps({"messages": [{"content": "hi"}]}), AUTH, 400, "messages[0].role"),
+    ("role unknown", "POST", CHAT, json.dumps({"messages": [{"role": "wizard", "content": "hi"}]}), AUTH, 400,
+     "messages[0].role"),
+    ("role is a number", "POST", CHAT, json.dumps({"messages": [{"role": 7, "content": "hi"}]}), AUTH, 400,
+     "messages[0].role"),
+    ("content is a number", "POST", CHAT, json.dumps({"messages": [{"role": "user", "content": 42}]}), AUTH, 400,
+     "messages[0].content"),
+    ("content image part", "POST", CHAT, json.dumps({"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]}), AUTH, 400, "messages[0].content"),
+    ("user content null", "POST", CHAT, json.dumps({"messages": [{"role": "user", "content": None}]}), AUTH, 400,
+     "messages[0].content"),
+    ("temperature string", "POST", CHAT, chat(temperature="hot"), AUTH, 400, "temperature"),
+    ("temperature negative", "POST", CHAT, chat(temperature=-1), AUTH, 400, "temperature"),
+    ("temperature too high", "POST", CHAT, chat(temperature=5), AUTH, 400, "temperature"),
+    ("top_p above 1", "POST", CHAT, chat(top_p=1.5), AUTH, 400, "top_p"),
+    ("top_k negative", "POST", CHAT, chat(top_k=-3), AUTH, 400, "top_k"),
+    ("min_p bool", "POST", CHAT, chat(min_p=True), AUTH, 400, "min_p"),
+    ("max_tokens zero", "POST", CHAT, chat(max_tokens=0), AUTH, 400, "max_tokens"),
+    ("max_tokens negative", "POST", CHAT, chat(max_tokens=-5), AUTH, 400, "max_tokens"),
+    ("max_tokens string", "POST", CHAT, chat(max_tokens="10"), AUTH, 400, "max_tokens"),
+    ("max_tokens fractional", "POST", CHAT, chat(max_tokens=2.5), AUTH, 400, "max_tokens"),
+    ("n = 2", "POST", CHAT, chat(n=2), AUTH, 400, "n"),
+    ("stop is a number", "POST", CHAT, chat(stop=5), AUTH, 400, "stop"),
+    ("five stop strings", "POST", CHAT, chat(stop=["a", "b", "c", "d", "e"]), AUTH, 400, "stop"),
+    ("stop array with a number", "POST", CHAT, chat(stop=["a", 1]), AUTH, 400, "stop"),
+    ("seed is a string", "POST", CHAT, chat(seed="abc"), AUTH, 400, "seed"),
+    ("stream is a string", "POST", CHAT, chat(stream="yes"), AUTH, 400, "stream"),
+    ("stream_options not an object", "POST", CHAT, chat(stream=True, stream_options=3), AUTH, 400, "stream_options"),
+    ("presence_penalty too big", "POST", CHAT, chat(presence_penalty=3), AUTH, 400, "presence_penalty"),
+    ("frequency_penalty string", "POST", CHAT, chat(frequency_penalty="x"), AUTH, 400, "frequency_penalty"),
+    ("model is a number", "POST", CHAT, chat(model=3), AUTH, 400, "model"),
+    ("tools requested", "POST", CHAT, chat(tools=[{"type": "function", "function": {"name": "f"}}]), AUTH, 400,
+     "tools"),
+    ("logprobs requested", "POST", CHAT, chat(logprobs=True), AUTH, 400, "logprobs"),
+    ("json response format", "POST", CHAT, chat(response_format={"type": "json_object"}), AUTH, 400,
+     "response_format"),
+    ("prompt longer than the context", "POST", CHAT, json.dumps({"messages": msgs("hello " * 400)}), AUTH, 400,
+     "messages"),
+    ("completion prompt missing", "POST", COMP, json.dumps({"max_tokens": 3}), AUTH, 400, "prompt"),
+    ("completion prompt is a number", "POST", COMP, json.dumps({"prompt": 12}), AUTH, 400, "prompt"),
+    ("completion prompt token out of vocabulary", "POST", COMP, json.dumps({"prompt": [1, 2, 99999999]}), AUTH, 400,
+     "prompt"),
+    ("completion negative token", "POST", COMP, json.dumps({"prompt": [1, -2]}), AUTH, 400, "prompt"),
+    ("completion two prompts", "POST", COMP, json.dumps({"prompt": ["a", "b"]}), AUTH, 400, "prompt"),
+    ("completion prompt too long", "POST", COMP, json.dumps({"prompt": list(range(1, 300))}), AUTH, 400, "prompt"),
+    ("completion echo", "POST", COMP, json.dumps({"prompt": "a", "echo": True}), AUTH, 400, "echo"),
+    ("deeply nested json", "POST", CHAT, "[" * 20000 + "]" * 20000, AUTH, 400, None),
+    ("body over the limit", "POST", CHAT, json.dumps({"messages": msgs("x" * 70000)}), AUTH, 413, None),
+    ("missing api key", "POST", CHAT, chat(), {}, 401, None),
+    ("wrong api key", "POST", CHAT, chat(), {"Authorization": "Bearer nope"}, 401, None),
+    ("key without Bearer", "POST", CHAT, chat(), {"Authorization": KEY}, 401, None),
+    ("models without key", "GET", "/v1/models", None, {}, 401, None),
+    ("unknown endpoint", "POST", "/v1/embeddings", chat(), AUTH, 404, None),
+    ("unknown path", "GET", "/etc/passwd", None, {}, 404, None),
+    ("GET on a POST endpoint", "GET", CHAT, None, AUTH, 405, None),
+    ("DELETE on a POST endpoint", "DELETE", COMP, None, AUTH, 405, None),
+]
+
+
+def check_still_serving(server):
+    r = requests.post(server.url + COMP, json={"prompt": "Hello", "max_tokens": 2, "temperature": 0}, headers=AUTH,
+                      timeout=120)
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 2
+
+
+def test_there_are_at_least_30_cases():
+    assert len(CASES) >= 30 and len({c[0] for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_hostile_request(server, case):
+    name, method, path, body, headers, status, param = case
+    h = dict(headers)
+    if body is not None:
+        h.setdefault("Content-Type", "application/json")
+    r = requests.request(method, server.url + path, data=body, headers=h, timeout=60)
+    assert r.status_code == status, f"{name}: {r.status_code} {r.text[:300]}"
+    err = r.json()["error"]
+    assert isinstance(err["message"], str) and err["message"]
+    assert isinstance(err["type"], str) and err["type"]
+    if param is not None:
+        assert err["param"] == param, err
+    if name.startswith("prompt longer") or name == "completion prompt too long":
+        assert err["code"] == "context_length_exceeded"
+    check_still_serving(server)
+
+
+def raw(server, data: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+        return out
+
+
+@pytest.mark.parametrize("data", [
+    b"GARBAGE\r\n\r\n",
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"mess",
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
+    b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nZZZ\r\nabc\r\n",
+], ids=["garbage request line", "truncated body", "negative length", "huge request line", "bad chunked encoding"])
+def test_broken_http_is_refused_and_the_server_survives(server, data):
+    out = raw(server, data)
+    assert out == b"" or out.startswith(b"HTTP/1.1 4"), out[:200]
+    check_still_serving(server)
+
+
+def test_abrupt_disconnects_during_requests(server):
+    body = json.dumps({"messages": msgs("Tell me a story"), "max_tokens": 50, "stream": True}).encode()
+    for _ in range(5):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+                      b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode() +
+                      b"\r\n\r\n" + body)
+            s.recv(100)
+    check_still_serving(server)

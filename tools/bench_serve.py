@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Load benchmark of `loom serve`: aggregate generation tokens/s and time to first token at
+1, 4 and 16 concurrent streams (by default), as one user of each stream would see them.
+
+Starts its own server (or uses --url), validates first (every stream gets exactly max_tokens
+tokens; identical greedy requests give identical text alone and under load), warms up, then
+runs each concurrency level --repeat times and reports the median and the spread.
+
+  tools/bench_serve.py --loom build/loom -m ~/.cache/loom/models/SmolLM2-135M-Instruct-Q4_1.gguf \
+      --json bench/results/<date>-<device>-serve.json
+"""
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import requests
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def cpu_name():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def one_stream(url, prompt, max_tokens, out, i, barrier):
+    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}}
+    barrier.wait()
+    t0 = time.perf_counter()
+    ttft, text, usage = None, "", None
+    with requests.post(url + "/v1/completions", json=body, stream=True, timeout=3600) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith(b"data: {"):
+                continue
+            j = json.loads(line[6:])
+            if j.get("usage"):
+                usage = j["usage"]["completion_tokens"]
+            for c in j.get("choices", []):
+                if c.get("text"):
+                    if ttft is None:
+                        ttft = time.perf_counter() - t0
+                    text += c["text"]
+    out[i] = {"ttft": ttft, "text": text, "tokens": usage, "end": time.perf_counter(), "start": t0}
+
+
+def run_level(url, n, max_tokens):
+    prompts = [f"Story number {i}: Once upon a time, in a village by the sea," for i in range(n)]
+    out = [None] * n
+    barrier = threading.Barrier(n)
+    ts = [threading.Thread(target=one_stream, args=(url, prompts[i], max_tokens, out, i, barrier)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    start = min(o["start"] for o in out)
+    end = max(o["end"] for o in out)
+    tokens = sum(o["tokens"] for o in out)
+    return {"streams": n, "tokens": tokens, "seconds": end - start, "tokens_per_second": tokens / (end - start),
+            "ttft_median": statistics.median(o["ttft"] for o in out), "ttft_max": max(o["ttft"] for o in out),
+            "texts": [o["text"] for o in out], "token_counts": [o["tokens"] for o in out]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--loom", default=str(ROOT / "build" / "loom"))
+    ap.add_argument("-m", "--model", default=str(pathlib.Path.home() / ".cache/loom/models/SmolLM2-135M-Instruct-Q4_1.gguf"))
+    ap.add_argument("--url", help="use a running server instead of starting one")
+    ap.add_argument("--streams", default="1,4,16")
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--json", help="write the results here")
+    a = ap.parse_args()
+    levels = [int(x) for x in a.streams.split(",")]
+    proc = None
+    url = a.url
+    if not url:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        cmd = [a.loom, "serve", "-m", a.model, "--port", str(port), "--parallel", str(max(levels)), "-c", "512",
+               "-t", str(a.threads), "-q"]
+        proc = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(600):
+            try:
+                if requests.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except requests.RequestException:
+                time.sleep(0.2)
+    try:
+        # Validate: greedy + ignore_eos -> exactly max_tokens each, and the same text alone as
+        # under the heaviest load (continuous batching must not change results).
+        alone = run_level(url, 1, a.max_tokens)
+        loaded = run_level(url, max(levels), a.max_tokens)
+        assert all(c == a.max_tokens for c in loaded["token_counts"]), loaded["token_counts"]
+        assert loaded["texts"][0] == alone["texts"][0], "stream 0 differs under load"
+        results = []
+        for n in levels:
+            runs = [run_level(url, n, a.max_tokens) for _ in range(a.repeat)]
+            tps = [r["tokens_per_second"] for r in runs]
+            ttft = [r["ttft_median"] for r in runs]
+            row = {"streams": n, "max_tokens": a.max_tokens, "repeat": a.repeat,
+                   "tokens_per_second_median": statistics.median(tps), "tokens_per_second_min": min(tps),
+                   "tokens_per_second_max": max(tps), "ttft_seconds_median": statistics.median(ttft),
+                   "ttft_seconds_min": min(ttft), "ttft_seconds_max": max(ttft),
+                   "ttft_worst_stream_seconds": max(r["ttft_max"] for r in runs)}
+            results.append(row)
+            print(f"{n:3d} streams: {row['tokens_per_second_median']:7.1f} tok/s aggregate "
+                  f"({row['tokens_per_second_min']:.1f}..{row['tokens_per_second_max']:.1f}), "
+                  f"TTFT median {row['ttft_seconds_median'] * 1e3:.0f} ms "
+                  f"({row['ttft_seconds_min'] * 1e3:.0f}..{row['ttft_seconds_max'] * 1e3:.0f})", flush=True)
+        base = results[0]["tokens_per_second_median"]
+        for r in results:
+            r["speedup_vs_first"] = r["tokens_per_second_median"] / base
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True).stdout.strip()
+        doc = {"what": "loom serve load benchmark (completions, greedy, ignore_eos, streaming)",
+               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               "commit": commit, "device": f"CPU: {cpu_name()} ({os.cpu_count()} cores visible)",
+               "threads": a.threads, "model": pathlib.Path(a.model).name,
+               "command": " ".join([sys.argv[0]] + sys.argv[1:]), "results": results}
+        if a.json:
+            pathlib.Path(a.json).write_text(json.dumps(doc, indent=2) + "\n")
+        print(json.dumps(doc, indent=2))
+    finally:
+        if proc:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=120)
+
+
+if __name__ == "__main__":
+    main()
