@@ -1,0 +1,465 @@
+// Attention over the F16 KV cache with online softmax: attention_decode (one query token per
+// sequence, the keys split over blocks: partials into a scratch buffer, then a combine kernel)
+// and attention_prompt (n_tokens > 1: a block takes a tile of query tokens and every query head
+// of one KV head, so each K/V row it loads serves all of them). Causal, GQA, soft-capping,
+// sliding window; positions (and sequence slots) come from device buffers.
+#include <algorithm>
+#include <cmath>
+
+#include "loom/ir/builder.h"
+#include "loom/kernels/elementwise.h"
+#include "loom/kernels/elementwise_util.h"
+#include "loom/llm/ops_ref.h"
+
+namespace loom::kernels {
+namespace {
+
+using elt::dim_or;
+using ir::Scalar;
+using ir::Type;
+using ir::Value;
+
+constexpr int64_t kMaxSplits = 64;
+constexpr int64_t kSharedBytes = 48 * 1024;
+constexpr double kNoMax = -1e30;  // running max before any key: exp(kNoMax - s) == 0
+
+// Shape: n_tokens, n_head, n_head_kv, head_dim, n_seq, n_ctx (cells per sequence slot), n_swa
+// (0: no window), scale_f32, softcap_f32 (0: off).
+// Args: q [n_tokens, n_head*head_dim] f32; pos [n_tokens] i32; seq [n_tokens] i32 (n_seq > 1);
+// k_cache, v_cache [n_seq*n_ctx, n_head_kv*head_dim] f16; out [n_tokens, n_head*head_dim] f32;
+// decode: scratch [n_tokens*n_head*64*(head_dim+2)] f32 (per split: max, sum, head_dim values).
+// Token t sees cells seq[t]*n_ctx + j for j <= pos[t] (and pos[t] - j < n_swa with a window).
+class AttentionOp final : public OpSpec {
+ public:
+  explicit AttentionOp(bool prompt) : prompt_(prompt) {}
+
+  std::string_view name() const override { return prompt_ ? "attention_prompt" : "attention_decode"; }
+  std::string_view description() const override {
+    return prompt_ ? "causal attention of a prompt's tokens over the F16 KV cache (tiled, online softmax)"
+                   : "attention of one token per sequence over the F16 KV cache (split keys + combine)";
+  }
+
+  Status validate(const Shape& s) const override {
+    for (const char* d : {"n_tokens", "n_head", "n_head_kv", "n_seq", "n_ctx"})
+      LOOM_RETURN_IF_ERROR(elt::require_dim(name(), s, d, 1, int64_t{1} << 20));
+    LOOM_RETURN_IF_ERROR(elt::require_dim(name(), s, "head_dim", 2, 256));
+    LOOM_RETURN_IF_ERROR(elt::require_dim(name(), s, "n_swa", 0, int64_t{1} << 20));
+    if (s.dims.at("n_head") % s.dims.at("n_head_kv"))
+      return invalid_argument("{}: {} query heads cannot share {} kv heads", name(), s.dims.at("n_head"),
+                              s.dims.at("n_head_kv"));
+    if (s.dims.at("head_dim") % 2) return invalid_argument("{}: odd head_dim", name());
+    if (s.dims.at("n_seq") * s.dims.at("n_ctx") * s.dims.at("n_head_kv") * s.dims.at("head_dim") > (int64_t{1} << 30))
+      return invalid_argument("{}: KV cache of more than 2^30 values", name());
+    if (!(elt::f32_dim(s, "scale_f32") > 0.0f) || elt::f32_dim(s, "softcap_f32") < 0.0f)
+      return invalid_argument("{}: scale_f32 must be > 0 and softcap_f32 >= 0", name());
+    return Status();
+  }
+
+  std::vector<ArgSpec> args(const Shape& s) const override {
+    const int64_t T = dim_or(s, "n_tokens", 0), H = dim_or(s, "n_head", 0), HK = dim_or(s, "n_head_kv", 0);
+    const int64_t D = dim_or(s, "head_dim", 0), cells = dim_or(s, "n_seq", 1) * dim_or(s, "n_ctx", 0);
+    std::vector<ArgSpec> a = {elt::buffer_arg("q", ArgRole::kInput, T * H * D, Scalar::kF32),
+                              elt::buffer_arg("pos", ArgRole::kInput, T, Scalar::kI32)};
+    if (dim_or(s, "n_seq", 1) > 1) a.push_back(elt::buffer_arg("seq", ArgRole::kInput, T, Scalar::kI32));
+    a.push_back(elt::buffer_arg("k_cache", ArgRole::kInput, cells * HK * D, Scalar::kF16));
+    a.push_back(elt::buffer_arg("v_cache", ArgRole::kInput, cells * HK * D, Scalar::kF16));
+    a.push_back(elt::buffer_arg("out", ArgRole::kOutput, T * H * D, Scalar::kF32));
+    if (!prompt_) a.push_back(elt::buffer_arg("scratch", ArgRole::kScratch, T * H * kMaxSplits * (D + 2), Scalar::kF32));
+    return a;
+  }
+
+  // Compulsory traffic: q and out, and the K/V rows in reach of the tokens. Positions are not
+  // in the shape, so the count assumes the cache's full context (a window caps it).
+  Cost cost(const Shape& s) const override {
+    const double T = static_cast<double>(dim_or(s, "n_tokens", 0)), H = static_cast<double>(dim_or(s, "n_head", 0));
+    const double HK = static_cast<double>(dim_or(s, "n_head_kv", 0)), D = static_cast<double>(dim_or(s, "head_dim", 0));
+    double keys = static_cast<double>(dim_or(s, "n_ctx", 0));
+    if (dim_or(s, "n_swa", 0) > 0) keys = std::min(keys, static_cast<double>(dim_or(s, "n_swa", 0) + (prompt_ ? T : 0)));
+    const double seqs = prompt_ ? 1.0 : T;
+    return {T * H * D * 8.0 + seqs * keys * HK * D * 4.0, T * H * keys * D * 4.0 * (prompt_ ? 0.5 : 1.0)};
+  }
+
+  // The reference rounds each probability to fp16 before p·v (as llama.cpp's CPU path); the
+  // kernels keep them in float: |out| moves by up to 2^-11 * sum p|v|.
+  Tolerance tolerance(const Shape&) const override { return {8e-4, 2e-3, false}; }
+
+  std::vector<Knob> schedule_space(const Shape& s, ir::TargetKind t) const override {
+    const int64_t G = dim_or(s, "n_head", 1) / std::max<int64_t>(1, dim_or(s, "n_head_kv", 1));
+    const int64_t D = dim_or(s, "head_dim", 2);
+    const bool gpu = elt::gpu_target(t);
+    std::vector<Knob> k;
+    if (prompt_) {
+      std::vector<int64_t> qt = {1};
+      for (int64_t v : {2, 4})
+        if (dim_or(s, "n_seq", 1) == 1 && (!gpu || G * v * (D + 2) * 4 <= kSharedBytes / 2) && G * v <= 16) qt.push_back(v);
+      k.push_back({"q_tile", qt});
+    } else {
+      k.push_back({"splits", gpu ? std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64} : std::vector<int64_t>{1, 2, 4, 8}});
+    }
+    if (gpu) {
+      const int64_t qmax = prompt_ ? G * k[0].choices.back() : G;
+      std::vector<int64_t> w;
+      for (int64_t v : {1, 2, 4, 8})
+        if (v * qmax * (D + 2) * 4 <= kSharedBytes) w.push_back(v);
+      if (w.empty()) w.push_back(1);
+      k.push_back({"warps", w});
+    }
+    return k;
+  }
+
+  Schedule default_schedule(const Shape& s, ir::TargetKind t) const override {
+    const bool gpu = elt::gpu_target(t);
+    const auto space = schedule_space(s, t);
+    const int64_t HK = dim_or(s, "n_head_kv", 1);
+    Schedule sch;
+    if (prompt_) {
+      sch["q_tile"] = gpu ? std::min<int64_t>(2, space[0].choices.back()) : space[0].choices.back();
+    } else if (gpu) {
+      int64_t splits = 1;  // about one block per SM for a single token
+      while (splits < kMaxSplits && HK * dim_or(s, "n_tokens", 1) * splits * 2 <= 128) splits *= 2;
+      sch["splits"] = splits;
+    } else {
+      sch["splits"] = HK >= 2 ? 1 : 2;
+    }
+    if (gpu) sch["warps"] = std::min<int64_t>(4, space.back().choices.back());
+    return sch;
+  }
+
+  Result<Generated> generate(const Shape& s, const Schedule& sch, ir::TargetKind t) const override;
+
+  void fill_inputs(const Shape& s, std::mt19937_64& rng, std::span<HostArg> a) const override {
+    const int64_t T = s.dims.at("n_tokens"), n_ctx = s.dims.at("n_ctx"), n_seq = s.dims.at("n_seq");
+    size_t i = 0;
+    elt::fill_uniform(rng, elt::f32s(a[i++]), -1.0f, 1.0f);
+    auto pos = elt::i32s(a[i++]);
+    if (prompt_) {  // consecutive positions from a random start
+      std::uniform_int_distribution<int64_t> start(0, std::max<int64_t>(0, n_ctx - T));
+      const int64_t p0 = start(rng);
+      for (int64_t t = 0; t < T; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(std::min(p0 + t, n_ctx - 1));
+    } else {  // independent sequences at random positions
+      std::uniform_int_distribution<int32_t> p(0, static_cast<int32_t>(n_ctx - 1));
+      for (auto& x : pos) x = p(rng);
+    }
+    if (n_seq > 1) {
+      std::uniform_int_distribution<int32_t> q(0, static_cast<int32_t>(n_seq - 1));
+      for (auto& x : elt::i32s(a[i++])) x = q(rng);
+    }
+    elt::fill_uniform_f16(rng, elt::f16s(a[i++]), -1.0f, 1.0f);
+    elt::fill_uniform_f16(rng, elt::f16s(a[i++]), -1.0f, 1.0f);
+  }
+
+  Status reference(const Shape& s, std::span<HostArg> a) const override {
+    const int64_t T = s.dims.at("n_tokens"), n_ctx = s.dims.at("n_ctx"), n_seq = s.dims.at("n_seq");
+    const int64_t H = s.dims.at("n_head"), HK = s.dims.at("n_head_kv"), D = s.dims.at("head_dim");
+    llm::ref::AttentionParams p;
+    p.n_head = static_cast<int>(H);
+    p.n_head_kv = static_cast<int>(HK);
+    p.head_dim_k = p.head_dim_v = static_cast<int>(D);
+    p.scale = elt::f32_dim(s, "scale_f32");
+    p.softcap = elt::f32_dim(s, "softcap_f32");
+    p.n_swa = static_cast<int>(s.dims.at("n_swa"));
+    size_t i = 0;
+    const float* q = elt::f32s(a[i++]).data();
+    const int32_t* pos = elt::i32s(a[i++]).data();
+    const int32_t* seq = n_seq > 1 ? elt::i32s(a[i++]).data() : nullptr;
+    const uint16_t* kc = elt::f16s(a[i++]).data();
+    const uint16_t* vc = elt::f16s(a[i++]).data();
+    float* out = elt::f32s(a[i++]).data();
+    const int64_t slot_values = n_ctx * HK * D;
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t slot = seq ? seq[t] : 0;
+      if (slot < 0 || slot >= n_seq) return out_of_range("{}: sequence slot {} of {}", name(), slot, n_seq);
+      LOOM_RETURN_IF_ERROR(llm::ref::attention(q + t * H * D, pos + t, 1, kc + slot * slot_values,
+                                               vc + slot * slot_values, n_ctx, p, out + t * H * D, nullptr));
+    }
+    return Status();
+  }
+
+  std::vector<Shape> test_shapes() const override {
+    auto shape = [](int64_t T, int64_t H, int64_t HK, int64_t D, int64_t n_seq, int64_t n_ctx, int64_t swa,
+                    float scale, float cap) {
+      return elt::make_shape({{"n_tokens", T}, {"n_head", H}, {"n_head_kv", HK}, {"head_dim", D},
+                              {"n_seq", n_seq}, {"n_ctx", n_ctx}, {"n_swa", swa}},
+                             {{"scale_f32", scale}, {"softcap_f32", cap}});
+    };
+    if (!prompt_)
+      return {shape(1, 9, 3, 64, 1, 300, 0, 0.125f, 0.0f),            // SmolLM2
+              shape(1, 4, 1, 256, 1, 700, 512, 0.0625f, 0.0f),        // Gemma 3 270M, sliding window
+              shape(1, 32, 8, 128, 1, 200, 0, 0.0883883f, 0.0f),      // Llama-3-8B
+              shape(3, 8, 2, 64, 3, 100, 0, 0.125f, 20.0f),           // 3 sequences, soft-capping
+              shape(2, 2, 2, 32, 1, 40, 7, 0.17677669f, 0.0f)};       // tiny window
+    return {shape(7, 9, 3, 64, 1, 64, 0, 0.125f, 0.0f),
+            shape(19, 4, 1, 256, 1, 64, 8, 0.0625f, 0.0f),
+            shape(9, 32, 8, 128, 1, 40, 0, 0.0883883f, 0.0f),
+            shape(5, 8, 2, 64, 2, 30, 0, 0.125f, 20.0f),
+            shape(33, 2, 1, 32, 1, 48, 0, 0.17677669f, 0.0f)};
+  }
+
+ private:
+  bool prompt_;
+};
+
+// How a thread holds a head_dim slice: on GPUs each lane holds width = head_dim/32 values as one
+// vector; on the cpu the one thread holds the row as head_dim/width vectors.
+struct Slice {
+  int chunks = 1, width = 1;
+  bool gpu = false;
+  Type f32() const { return Type::of(Scalar::kF32, width); }
+  Type f16() const { return Type::of(Scalar::kF16, width); }
+};
+
+Result<Generated> AttentionOp::generate(const Shape& s, const Schedule& sch, ir::TargetKind t) const {
+  LOOM_RETURN_IF_ERROR(validate(s));
+  LOOM_RETURN_IF_ERROR(elt::check_schedule(name(), schedule_space(s, t), sch));
+  const int32_t T = static_cast<int32_t>(s.dims.at("n_tokens")), H = static_cast<int32_t>(s.dims.at("n_head"));
+  const int32_t HK = static_cast<int32_t>(s.dims.at("n_head_kv")), D = static_cast<int32_t>(s.dims.at("head_dim"));
+  const int32_t G = H / HK, n_ctx = static_cast<int32_t>(s.dims.at("n_ctx"));
+  const int32_t swa = static_cast<int32_t>(s.dims.at("n_swa"));
+  const bool multi_seq = s.dims.at("n_seq") > 1;
+  const float scale = elt::f32_dim(s, "scale_f32"), cap = elt::f32_dim(s, "softcap_f32");
+  const bool gpu = elt::gpu_target(t);
+  const int32_t S = prompt_ ? 1 : static_cast<int32_t>(sch.at("splits"));
+  const int32_t QT = prompt_ ? static_cast<int32_t>(sch.at("q_tile")) : 1;
+  const int32_t W = gpu ? static_cast<int32_t>(sch.at("warps")) : 1;
+  const int32_t Q = QT * G;  // queries per block
+  Slice sl;
+  sl.gpu = gpu;
+  if (gpu) {
+    if (D % 32 || D / 32 > 8 || (D / 32) & (D / 32 - 1))
+      return invalid_argument("{}: head_dim {} is not 32, 64, 128 or 256 on GPUs", name(), D);
+    sl.width = D / 32;
+  } else {
+    sl.width = D % 8 == 0 ? 8 : D % 4 == 0 ? 4 : 2;
+    sl.chunks = D / sl.width;
+  }
+  const int align_f32 = 4 * sl.width, align_f16 = 2 * sl.width;
+  const int32_t row_stride = HK * D;  // values per cache cell
+
+  Generated g;
+  ir::Kernel* k = g.module.add_kernel(prompt_ ? "attention_prompt" : "attention_partial");
+  ir::Builder b(*k);
+  const Type fp = elt::global_ptr(Scalar::kF32), ip = elt::global_ptr(Scalar::kI32), hp = elt::global_ptr(Scalar::kF16);
+  Value* qbuf = b.param(fp, "q");
+  Value* pos_buf = b.param(ip, "pos");
+  Value* seq_buf = multi_seq ? b.param(ip, "seq") : nullptr;
+  Value* kc = b.param(hp, "k_cache");
+  Value* vc = b.param(hp, "v_cache");
+  Value* out = b.param(fp, "out");
+  Value* scratch = S > 1 ? b.param(fp, "scratch") : nullptr;
+  auto i32 = [&](int64_t v) { return b.i32(static_cast<int32_t>(v)); };
+
+  Value* tid = b.thread_id(ir::Mode::kX);
+  Value* lane = gpu ? b.rem(tid, i32(32)) : i32(0);
+  Value* warp = gpu ? b.div(tid, i32(32)) : i32(0);
+  Value* hk = b.block_id(ir::Mode::kX);
+  Value* t0 = b.mul(b.block_id(ir::Mode::kY), i32(QT));
+  Value* split = b.block_id(ir::Mode::kZ);
+  Value* lane_off = b.mul(lane, i32(sl.width));  // the lane's first value within a head
+
+  // Per token of the tile: clamped index, position, first visible key, cell base.
+  std::vector<Value*> tok(QT), pos(QT), lo(QT);
+  Value* klo = nullptr;
+  Value* khi = nullptr;
+  for (int tt = 0; tt < QT; ++tt) {
+    tok[tt] = b.min(b.add(t0, i32(tt)), i32(T - 1));
+    pos[tt] = b.load(pos_buf, tok[tt]);
+    lo[tt] = swa > 0 ? b.max(i32(0), b.sub(pos[tt], i32(swa - 1))) : i32(0);
+    Value* hi = b.add(pos[tt], i32(1));
+    klo = klo ? b.min(klo, lo[tt]) : lo[tt];
+    khi = khi ? b.max(khi, hi) : hi;
+  }
+  // q_tile > 1 only with one sequence slot, so the tile shares one cell base.
+  Value* cell_base = multi_seq ? b.mul(b.load(seq_buf, tok[0]), i32(n_ctx)) : i32(0);
+  Value* len = b.sub(khi, klo);
+  Value* chunk = b.div(b.add(len, i32(S - 1)), i32(S));
+  Value* s0 = b.add(klo, b.mul(split, chunk));
+  Value* s1 = b.min(khi, b.add(s0, chunk));
+
+  // Queries rounded to fp16 as the reference does.
+  std::vector<std::vector<Value*>> qv(Q);
+  for (int qi = 0; qi < Q; ++qi) {
+    Value* h = b.add(b.mul(hk, i32(G)), i32(qi % G));
+    Value* base = b.add(b.mul(b.add(b.mul(tok[qi / G], i32(H)), h), i32(D)), lane_off);
+    for (int c = 0; c < sl.chunks; ++c) {
+      Value* x = b.load(qbuf, b.add(base, i32(c * sl.width)), sl.f32(), align_f32);
+      qv[qi].push_back(b.convert(b.convert(x, sl.f16()), sl.f32()));
+    }
+  }
+
+  // The key loop: per query (m, l, acc chunks...).
+  const int per_q = 2 + sl.chunks;
+  std::vector<Value*> inits;
+  for (int qi = 0; qi < Q; ++qi) {
+    inits.push_back(b.f32(kNoMax));
+    inits.push_back(b.f32(0.0));
+    for (int c = 0; c < sl.chunks; ++c) inits.push_back(b.const_float(sl.f32(), 0.0));
+  }
+  auto splat = [&](Value* v) { return sl.width > 1 ? b.splat(v, sl.width) : v; };
+  auto state = b.for_loop(b.add(s0, warp), s1, i32(W), inits, [&](Value* j, std::span<Value* const> it) {
+    Value* row = b.add(b.mul(b.add(cell_base, j), i32(row_stride)), b.add(b.mul(hk, i32(D)), lane_off));
+    std::vector<Value*> kv, vv;
+    for (int c = 0; c < sl.chunks; ++c) {
+      kv.push_back(b.convert(b.load(kc, b.add(row, i32(c * sl.width)), sl.f16(), align_f16), sl.f32()));
+      vv.push_back(b.convert(b.load(vc, b.add(row, i32(c * sl.width)), sl.f16(), align_f16), sl.f32()));
+    }
+    std::vector<Value*> next;
+    for (int qi = 0; qi < Q; ++qi) {
+      Value* dot = b.mul(qv[qi][0], kv[0]);
+      for (int c = 1; c < sl.chunks; ++c) dot = b.fma(qv[qi][c], kv[c], dot);
+      Value* sc = elt::horizontal_sum(b, dot);
+      if (gpu) sc = b.warp_reduce(ir::Mode::kAdd, sc);
+      if (cap > 0.0f) sc = b.mul(b.unary(ir::Op::kTanh, b.mul(sc, b.f32(1.0f / cap))), b.f32(cap));
+      sc = b.mul(sc, b.f32(scale));
+      const int tt = qi / G;
+      Value* valid = b.bit_and(b.cmp(ir::Mode::kGe, j, lo[tt]), b.cmp(ir::Mode::kLe, j, pos[tt]));
+      Value* m = it[qi * per_q];
+      Value* l = it[qi * per_q + 1];
+      Value* m_new = b.select(valid, b.max(m, sc), m);
+      Value* alpha = b.unary(ir::Op::kExp, b.sub(m, m_new));
+      Value* p = b.select(valid, b.unary(ir::Op::kExp, b.sub(sc, m_new)), b.f32(0.0));
+      next.push_back(m_new);
+      next.push_back(b.fma(l, alpha, p));
+      Value* av = splat(alpha);
+      Value* pv = splat(p);
+      for (int c = 0; c < sl.chunks; ++c) next.push_back(b.fma(vv[c], pv, b.mul(it[qi * per_q + 2 + c], av)));
+    }
+    return next;
+  });
+
+  // Where query qi's result goes: out (one split) or its split's partial in scratch.
+  auto out_index = [&](Value* qi_tok, Value* h) { return b.mul(b.add(b.mul(qi_tok, i32(H)), h), i32(D)); };
+  auto part_index = [&](Value* qi_tok, Value* h) {
+    return b.mul(b.add(b.mul(b.add(b.mul(qi_tok, i32(H)), h), i32(S)), split), i32(D + 2));
+  };
+
+  if (!gpu) {
+    for (int qi = 0; qi < Q; ++qi) {
+      const int tt = qi / G;
+      Value* live = b.cmp(ir::Mode::kLt, b.add(t0, i32(tt)), i32(T));
+      Value* h = b.add(b.mul(hk, i32(G)), i32(qi % G));
+      Value* m = state[qi * per_q];
+      Value* l = state[qi * per_q + 1];
+      b.if_then_else(live, {}, [&] {
+        if (S == 1) {
+          Value* base = out_index(tok[tt], h);
+          for (int c = 0; c < sl.chunks; ++c)
+            b.store(out, b.add(base, i32(c * sl.width)), b.div(state[qi * per_q + 2 + c], splat(l)), align_f32);
+        } else {
+          Value* base = part_index(tok[tt], h);
+          b.store(scratch, base, m);
+          b.store(scratch, b.add(base, i32(1)), l);
+          for (int c = 0; c < sl.chunks; ++c)
+            b.store(scratch, b.add(base, i32(2 + c * sl.width)), state[qi * per_q + 2 + c]);
+        }
+        return std::vector<Value*>{};
+      });
+    }
+  } else {
+    // Merge the warps' states through shared memory: [warp][query] (m, l) and acc[head_dim].
+    Value* ml = b.alloc_shared(Scalar::kF32, int64_t{W} * Q * 2);
+    Value* acc = b.alloc_shared(Scalar::kF32, int64_t{W} * Q * D);
+    for (int qi = 0; qi < Q; ++qi) {
+      Value* slot = b.add(b.mul(warp, i32(Q)), i32(qi));
+      b.if_then_else(b.cmp(ir::Mode::kEq, lane, i32(0)), {}, [&] {
+        b.store(ml, b.mul(slot, i32(2)), state[qi * per_q]);
+        b.store(ml, b.add(b.mul(slot, i32(2)), i32(1)), state[qi * per_q + 1]);
+        return std::vector<Value*>{};
+      });
+      b.store(acc, b.add(b.mul(slot, i32(D)), lane_off), state[qi * per_q + 2], align_f32);
+    }
+    b.barrier();
+    b.for_loop(tid, i32(int64_t{Q} * D), i32(32 * W), {}, [&](Value* e, std::span<Value* const>) {
+      Value* qi = b.div(e, i32(D));
+      Value* d = b.rem(e, i32(D));
+      Value* tt = b.div(qi, i32(G));
+      Value* h = b.add(b.mul(hk, i32(G)), b.rem(qi, i32(G)));
+      Value* qt = b.add(t0, tt);
+      Value* M = b.load(ml, b.mul(qi, i32(2)));
+      for (int w = 1; w < W; ++w) M = b.max(M, b.load(ml, b.mul(b.add(i32(int64_t{w} * Q), qi), i32(2))));
+      Value* L = b.f32(0.0);
+      Value* A = b.f32(0.0);
+      for (int w = 0; w < W; ++w) {
+        Value* slot = b.add(i32(int64_t{w} * Q), qi);
+        Value* f = b.unary(ir::Op::kExp, b.sub(b.load(ml, b.mul(slot, i32(2))), M));
+        L = b.fma(b.load(ml, b.add(b.mul(slot, i32(2)), i32(1))), f, L);
+        A = b.fma(b.load(acc, b.add(b.mul(slot, i32(D)), d)), f, A);
+      }
+      b.if_then_else(b.cmp(ir::Mode::kLt, qt, i32(T)), {}, [&] {
+        if (S == 1) {
+          b.store(out, b.add(out_index(qt, h), d), b.div(A, L));
+        } else {
+          Value* base = part_index(qt, h);
+          b.store(scratch, b.add(base, b.add(d, i32(2))), A);
+          b.if_then_else(b.cmp(ir::Mode::kEq, d, i32(0)), {}, [&] {
+            b.store(scratch, base, M);
+            b.store(scratch, b.add(base, i32(1)), L);
+            return std::vector<Value*>{};
+          });
+        }
+        return std::vector<Value*>{};
+      });
+      return std::vector<Value*>{};
+    });
+  }
+
+  const auto arg_list = args(s);
+  auto arg_index = [&](std::string_view n) {
+    for (size_t i = 0; i < arg_list.size(); ++i)
+      if (arg_list[i].name == n) return static_cast<int>(i);
+    return -1;
+  };
+  KernelLaunch l;
+  l.kernel = k->name;
+  l.grid = {static_cast<uint32_t>(HK), static_cast<uint32_t>((T + QT - 1) / QT), static_cast<uint32_t>(S)};
+  l.block = {static_cast<uint32_t>(32 * W), 1, 1};
+  for (const char* n : {"q", "pos", "seq", "k_cache", "v_cache", "out", "scratch"})
+    if (arg_index(n) >= 0 && (std::string_view(n) != "scratch" || S > 1)) l.args.push_back(arg_index(n));
+  if (!gpu) l.block = {1, 1, 1};
+  g.launches.push_back(l);
+
+  if (S > 1) {
+    // Combine: out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M), M = max_s m_s.
+    ir::Kernel* ck = g.module.add_kernel("attention_combine");
+    ir::Builder c(*ck);
+    Value* sc = c.param(fp, "scratch");
+    Value* o = c.param(fp, "out");
+    auto ci32 = [&](int64_t v) { return c.i32(static_cast<int32_t>(v)); };
+    Value* row = c.block_id(ir::Mode::kX);  // token * H + head
+    Value* base = c.mul(row, ci32(int64_t{S} * (D + 2)));
+    Value* M = c.for_loop(ci32(0), ci32(S), ci32(1), {c.f32(kNoMax)}, [&](Value* sp, std::span<Value* const> it) {
+      return std::vector<Value*>{c.max(it[0], c.load(sc, c.add(base, c.mul(sp, ci32(D + 2)))))};
+    })[0];
+    const int32_t threads = gpu ? std::min<int32_t>(D, 128) : 1;
+    c.for_loop(c.thread_id(ir::Mode::kX), ci32(D), ci32(threads), {}, [&](Value* d, std::span<Value* const>) {
+      auto la = c.for_loop(ci32(0), ci32(S), ci32(1), {c.f32(0.0), c.f32(0.0)}, [&](Value* sp, std::span<Value* const> it) {
+        Value* pb = c.add(base, c.mul(sp, ci32(D + 2)));
+        Value* f = c.unary(ir::Op::kExp, c.sub(c.load(sc, pb), M));
+        return std::vector<Value*>{c.fma(c.load(sc, c.add(pb, ci32(1))), f, it[0]),
+                                   c.fma(c.load(sc, c.add(pb, c.add(d, ci32(2)))), f, it[1])};
+      });
+      c.store(o, c.add(c.mul(row, ci32(D)), d), c.div(la[1], la[0]));
+      return std::vector<Value*>{};
+    });
+    KernelLaunch cl;
+    cl.kernel = "attention_combine";
+    cl.grid = {static_cast<uint32_t>(int64_t{T} * H), 1, 1};
+    cl.block = {static_cast<uint32_t>(threads), 1, 1};
+    cl.args = {arg_index("scratch"), arg_index("out")};
+    g.launches.push_back(cl);
+  }
+  LOOM_RETURN_IF_ERROR(elt::verify_generated(name(), g, t));
+  return g;
+}
+
+}  // namespace
+
+const OpSpec& attention_decode_op() {
+  static const AttentionOp op(false);
+  return op;
+}
+const OpSpec& attention_prompt_op() {
+  static const AttentionOp op(true);
+  return op;
+}
+
+}  // namespace loom::kernels

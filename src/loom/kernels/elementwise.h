@@ -1,0 +1,65 @@
+// Element-wise ops over flat f32 arrays (add, scale, softcap, swiglu, geglu) share one kernel
+// shape: each thread maps `vec` consecutive elements, `per_thread` times; MapOp holds it.
+// Accessors of the non-matrix ops live here too (op_list.h declares them again for the registry).
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "loom/kernels/op_spec.h"
+
+namespace loom::ir {
+class Builder;
+struct Value;
+}  // namespace loom::ir
+
+namespace loom::kernels {
+
+// y[i] = f(x0[i], x1[i], ...) for i < n ("n" is the only dimension besides the op's floats).
+// Schedule: threads (GPU block size; 1 on cpu), vec (elements per load), per_thread (vectors
+// each thread maps; consecutive threads take consecutive vectors, so GPU loads coalesce).
+class MapOp : public OpSpec {
+ public:
+  Status validate(const Shape& shape) const override;
+  std::vector<ArgSpec> args(const Shape& shape) const override;
+  Cost cost(const Shape& shape) const override;
+  std::vector<Knob> schedule_space(const Shape& shape, ir::TargetKind target) const override;
+  Schedule default_schedule(const Shape& shape, ir::TargetKind target) const override;
+  Result<Generated> generate(const Shape& shape, const Schedule& schedule,
+                             ir::TargetKind target) const override;
+  void fill_inputs(const Shape& shape, std::mt19937_64& rng, std::span<HostArg> args) const override;
+  Status reference(const Shape& shape, std::span<HostArg> args) const override;
+  std::vector<Shape> test_shapes() const override;
+
+ protected:
+  virtual std::vector<std::string> inputs() const = 0;
+  virtual double flops_per_element() const { return 1; }
+  virtual Status validate_params(const Shape&) const { return Status(); }
+  virtual std::vector<Shape> extra_params() const { return {Shape{}}; }  // float dims per test
+  // Builds y from the input vectors (f32 scalars or f32xvec), in IR.
+  virtual ir::Value* apply(ir::Builder& b, const Shape& shape,
+                           std::span<ir::Value* const> in) const = 0;
+  // The host definition on n elements.
+  virtual void host(const Shape& shape, std::span<const float* const> in, float* y,
+                    int64_t n) const = 0;
+  virtual float input_range() const { return 4.0f; }  // inputs uniform in [-r, r)
+};
+
+const OpSpec& add_op();
+const OpSpec& scale_op();
+const OpSpec& softcap_op();
+const OpSpec& swiglu_op();
+const OpSpec& geglu_op();
+const OpSpec& gather_rows_op();
+const OpSpec& rms_norm_op();
+const OpSpec& add_rms_norm_op();
+const OpSpec& softmax_op();
+const OpSpec& rope_kv_op();
+const OpSpec& attention_decode_op();
+const OpSpec& attention_prompt_op();
+
+// Every op above, for tests that run them without the registry.
+std::vector<const OpSpec*> elementwise_family_ops();
+
+}  // namespace loom::kernels

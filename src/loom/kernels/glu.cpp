@@ -1,0 +1,88 @@
+// Gated activations of the FFN: swiglu (SiLU(g) * u, Llama) and geglu (GELU(g) * u, Gemma),
+// on the MapOp kernel shape.
+#include <cmath>
+
+#include "loom/ir/builder.h"
+#include "loom/kernels/elementwise.h"
+#include "loom/kernels/elementwise_util.h"
+#include "loom/llm/ops_ref.h"
+
+namespace loom::kernels {
+namespace {
+
+using ir::Scalar;
+using ir::Value;
+
+Value* splat_like(ir::Builder& b, Value* scalar, Value* like) {
+  return like->type.is_vector() ? b.splat(scalar, like->type.lanes()) : scalar;
+}
+
+// y = g / (1 + exp(-g)) * u. The reference uses ggml's polynomial exp; kernels use the target's
+// exp (libm on cpu, ex2.approx on PTX): a few ulp apart.
+class SwigluOp final : public MapOp {
+ public:
+  std::string_view name() const override { return "swiglu"; }
+  std::string_view description() const override { return "y = silu(g) * u"; }
+  Tolerance tolerance(const Shape&) const override { return {1e-6, 4e-6, false}; }
+
+ protected:
+  std::vector<std::string> inputs() const override { return {"g", "u"}; }
+  double flops_per_element() const override { return 5; }
+  float input_range() const override { return 12.0f; }
+  Value* apply(ir::Builder& b, const Shape&, std::span<Value* const> in) const override {
+    Value* g = in[0];
+    Value* one = splat_like(b, b.f32(1.0), g);
+    Value* e = b.unary(ir::Op::kExp, b.neg(g));
+    return b.mul(b.div(g, b.add(one, e)), in[1]);
+  }
+  void host(const Shape&, std::span<const float* const> in, float* y, int64_t n) const override {
+    llm::ref::swiglu(in[0], in[1], y, n);
+  }
+};
+
+// y = gelu(g) * u with GELU as ggml's CPU backend evaluates it: the tanh approximation at the
+// fp16 rounding of g, rounded to fp16 (its lookup table), 0 below -10 and g above 10. The
+// kernel computes the table entry instead of reading a table, in the reference's float order.
+class GegluOp final : public MapOp {
+ public:
+  std::string_view name() const override { return "geglu"; }
+  std::string_view description() const override { return "y = gelu(g) * u (ggml's fp16 GELU)"; }
+  // A tanh a few ulp away can move the fp16 rounding of GELU by one fp16 step (2^-11 relative).
+  Tolerance tolerance(const Shape&) const override { return {1e-6, 1.2e-3, false}; }
+
+ protected:
+  std::vector<std::string> inputs() const override { return {"g", "u"}; }
+  double flops_per_element() const override { return 10; }
+  float input_range() const override { return 12.0f; }
+  Value* apply(ir::Builder& b, const Shape&, std::span<Value* const> in) const override {
+    Value* g = in[0];
+    const int lanes = g->type.lanes();
+    auto c = [&](double v) { return splat_like(b, b.f32(v), g); };
+    const ir::Type h = ir::Type::of(Scalar::kF16, lanes);
+    Value* x = b.convert(b.convert(g, h), g->type);  // the table's input
+    Value* inner = b.mul(b.mul(c(0.79788456080286535587989211986876f), x),
+                         b.add(c(1.0), b.mul(b.mul(c(0.044715f), x), x)));
+    Value* gelu = b.mul(b.mul(c(0.5), x), b.add(c(1.0), b.unary(ir::Op::kTanh, inner)));
+    Value* rounded = b.convert(b.convert(gelu, h), g->type);
+    Value* lo = b.cmp(ir::Mode::kLe, g, c(-10.0));
+    Value* hi = b.cmp(ir::Mode::kGe, g, c(10.0));
+    Value* act = b.select(hi, g, b.select(lo, c(0.0), rounded));
+    return b.mul(act, in[1]);
+  }
+  void host(const Shape&, std::span<const float* const> in, float* y, int64_t n) const override {
+    llm::ref::geglu(in[0], in[1], y, n);
+  }
+};
+
+}  // namespace
+
+const OpSpec& swiglu_op() {
+  static const SwigluOp op;
+  return op;
+}
+const OpSpec& geglu_op() {
+  static const GegluOp op;
+  return op;
+}
+
+}  // namespace loom::kernels
