@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "loom/base/thread_pool.h"
+#include "loom/ir/ir.h"
 #include "loom/kernels/op_harness.h"
 #include "loom/kernels/op_list.h"
 #include "loom/llm/ops_ref.h"
@@ -166,6 +167,28 @@ Status run_bench(const OpsFlags& f) {
   return Status();
 }
 
+// Prints the IR of one op, shape and schedule (feed it to `loom ir compile --target ... -S`).
+Status run_ir(const OpsFlags& f) {
+  LOOM_ASSIGN_OR_RETURN(const OpSpec* op, find(f.op));
+  if (f.shape.empty()) return invalid_argument("ir needs --shape (see `loom ops list`)");
+  LOOM_ASSIGN_OR_RETURN(Shape s, Shape::parse(f.shape));
+  LOOM_RETURN_IF_ERROR(op->validate(s));
+  auto target = ir::parse_target_kind(f.device == "cpu" ? "cpp" : f.device);
+  if (!target) return invalid_argument("unknown target '{}' (cpp, ptx, amdgpu)", f.device);
+  Schedule sc = op->default_schedule(s, *target);
+  if (!f.schedule.empty()) {
+    LOOM_ASSIGN_OR_RETURN(sc, parse_schedule(f.schedule));
+  }
+  LOOM_ASSIGN_OR_RETURN(Generated g, op->generate(s, sc, *target));
+  std::printf("// op %s shape {%s} schedule {%s} target %s\n", std::string(op->name()).c_str(), s.key().c_str(),
+              schedule_key(sc).c_str(), std::string(ir::target_kind_name(*target)).c_str());
+  for (const KernelLaunch& l : g.launches)
+    std::printf("// launch %s grid (%u,%u,%u) block (%u,%u,%u)\n", l.kernel.c_str(), l.grid[0], l.grid[1], l.grid[2],
+                l.block[0], l.block[1], l.block[2]);
+  std::printf("%s", ir::print(g.module).c_str());
+  return Status();
+}
+
 LOOM_COMMAND(kOps, "ops", "The op library: list ops, test them against their references, time them",
              [](CLI::App& sub) -> Action {
                auto f = std::make_shared<OpsFlags>();
@@ -173,6 +196,12 @@ LOOM_COMMAND(kOps, "ops", "The op library: list ops, test them against their ref
                sub.require_subcommand(1);
                auto* list = sub.add_subcommand("list", "ops with their test shapes and schedule spaces");
                list->callback([which] { *which = "list"; });
+               auto* irc = sub.add_subcommand("ir", "print the Loom IR an op generates");
+               irc->add_option("op", f->op, "op name")->required();
+               irc->add_option("--shape", f->shape, "NAME=VALUE,...")->required();
+               irc->add_option("--schedule", f->schedule, "knob values (default schedule if absent)");
+               irc->add_option("--target", f->device, "cpp (default), ptx or amdgpu");
+               irc->callback([which] { *which = "ir"; });
                for (const char* name : {"test", "bench"}) {
                  auto* c = sub.add_subcommand(name, std::string(name) == "test"
                                                         ? "differential check against the reference"
@@ -194,6 +223,10 @@ LOOM_COMMAND(kOps, "ops", "The op library: list ops, test them against their ref
                }
                return [f, which]() -> int {
                  if (*which == "list") return run_list();
+                 if (*which == "ir") {
+                   Status s = run_ir(*f);
+                   return s.ok() ? 0 : report(s);
+                 }
                  Status s = *which == "test" ? run_test(*f) : run_bench(*f);
                  return s.ok() ? 0 : report(s);
                };

@@ -7,6 +7,11 @@
 #include <random>
 #include <set>
 
+#include <filesystem>
+#include <fstream>
+
+#include "loom/codegen/target.h"
+#include "loom/codegen/tool_run.h"
 #include "loom/ir/builder.h"
 #include "loom/kernels/op_harness.h"
 #include "loom/kernels/op_list.h"
@@ -136,6 +141,37 @@ TEST(OpRegistry, NamesAreUniqueAndFindable) {
     }
   }
   EXPECT_EQ(find_op("no_such_op"), nullptr);
+}
+
+// Every op's PTX (default schedule and random ones, every test shape) must assemble with ptxas
+// for sm_80 and sm_90, so GPU runs fail on numbers, not on codegen.
+TEST(OpPtx, AssemblesWithPtxas) {
+  const char* env = std::getenv("LOOM_PTXAS");
+  auto ptxas = codegen::find_tool({env ? env : "", "ptxas", "/usr/local/cuda/bin/ptxas"});
+  if (!ptxas.ok()) GTEST_SKIP() << "ptxas not found (install the CUDA toolkit): " << ptxas.status().to_string();
+  std::mt19937_64 rng(11);
+  const std::string dir = testing::TempDir();
+  int n = 0;
+  for (const OpSpec* op : all_ops()) {
+    for (const Shape& s : op->test_shapes()) {
+      std::vector<Schedule> scheds = {op->default_schedule(s, ir::TargetKind::kPtx),
+                                      random_schedule(op->schedule_space(s, ir::TargetKind::kPtx), rng)};
+      for (const Schedule& sc : scheds) {
+        auto g = op->generate(s, sc, ir::TargetKind::kPtx);
+        ASSERT_TRUE(g.ok()) << op->name() << " " << s.key() << ": " << g.status().to_string();
+        for (const char* arch : {"sm_90"}) {
+          auto text = codegen::ptx_target().emit(g->module, arch);
+          ASSERT_TRUE(text.ok()) << op->name() << " " << s.key() << ": " << text.status().to_string();
+          std::string file = dir + "/op_" + std::to_string(n++) + ".ptx";
+          std::ofstream(file) << *text;
+          auto r = codegen::run_tool({*ptxas, std::string("-arch=") + arch, file, "-o", "/dev/null"});
+          ASSERT_TRUE(r.ok());
+          EXPECT_EQ(r->exit_code, 0) << op->name() << " " << s.key() << " " << schedule_key(sc) << ":\n" << r->output;
+          std::filesystem::remove(file);
+        }
+      }
+    }
+  }
 }
 
 TEST(OpShape, KeyRoundTripAndErrors) {

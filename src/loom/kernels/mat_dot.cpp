@@ -48,8 +48,9 @@ Value* dot32(Emit& b, Value* w32, bool w_signed, int offset, Value* xlo, Value* 
   return b.add(b.shrc(b.shlc(p32, 16), 16), b.shrc(p32, 16));
 }
 
-Value* fma_lanes(Emit& b, Value* d, Value* lanes, Value* acc) {
-  return b.fma(b.splat(d, 8), b.convert(lanes, kF32x8), acc);
+// small: |lanes| < 2^22 (32-element blocks: at most 4 * 127 * 127 per lane).
+Value* fma_lanes(Emit& b, Value* d, Value* lanes, Value* acc, bool small) {
+  return b.fma(b.splat(d, 8), b.int_to_f32(lanes, small), acc);
 }
 
 // hsum_float_8: (hi + lo) lane pairs, then (0+2) + (1+3).
@@ -182,7 +183,7 @@ std::vector<Value*> dot_step(Emit& b, const DotFormat& f, Value* w, Value* woff,
         const int offset = has_m ? 0 : (q5 ? 16 : 8);
         lanes = dot32(b, q, false, offset, x.v[1], x.v[2]);
       }
-      out[0] = fma_lanes(b, d, lanes, acc[0]);
+      out[0] = fma_lanes(b, d, lanes, acc[0], true);
       return out;
     }
     case GgmlType::Q4_K:
@@ -221,7 +222,7 @@ std::vector<Value*> dot_step(Emit& b, const DotFormat& f, Value* w, Value* woff,
           lanes = lanes ? b.add(lanes, s) : s;
         }
       }
-      out[0] = fma_lanes(b, d, lanes, acc[0]);
+      out[0] = fma_lanes(b, d, lanes, acc[0], false);
       return out;
     }
     case GgmlType::Q6_K: {
@@ -251,7 +252,7 @@ std::vector<Value*> dot_step(Emit& b, const DotFormat& f, Value* w, Value* woff,
       for (int l = 0; l < 8; ++l)
         corr.push_back(b.mulc(b.add(b.mul(x.v[17 + 2 * l], sc[2 * l]), b.mul(x.v[17 + 2 * l + 1], sc[2 * l + 1])), 32));
       lanes = b.sub(lanes, b.build(corr));
-      out[0] = fma_lanes(b, d, lanes, acc[0]);
+      out[0] = fma_lanes(b, d, lanes, acc[0], false);
       return out;
     }
     case GgmlType::F16:

@@ -93,6 +93,7 @@ class MatOp final : public OpSpec {
     Generated g;
     ir::Kernel* k = g.module.add_kernel(kname);
     Emit b(*k);
+    b.cpu = target == ir::TargetKind::kCpp;
     Value* w = b.param(ty::gptr(Scalar::kU8), "w");
     Value* xq = b.param(ty::gptr(Scalar::kU8), "xq");
     Value* y = b.param(ty::gptr(Scalar::kF32), "y");

@@ -293,7 +293,7 @@ CheckResult check_op(const OpSpec& op, const Shape& shape, const Schedule& sched
     }
   }
   r.passed = true;
-  r.message = where() + ": ok";
+  r.message = where() + fmt::format(": ok (max |diff| {:.3g})", r.max_abs_err);
   return r;
 }
 

@@ -39,7 +39,29 @@ void Emit::store_at(Value* base_u8, Value* byte_off, Value* value, int align) {
 
 Value* Emit::load_f16(Value* base_u8, Value* byte_off) {
   Value* bits = load_at(base_u8, byte_off, Type::scalar(Scalar::kU16), 2);
-  return convert(bitcast(bits, Type::scalar(Scalar::kF16)), Type::scalar(Scalar::kF32));
+  if (!cpu) return convert(bitcast(bits, Type::scalar(Scalar::kF16)), Type::scalar(Scalar::kF32));
+  // Magnitude bits moved into f32 position read as 2^-112 times the half's value (subnormal
+  // halves land on f32 subnormals), so one exact multiply by 2^112 finishes the conversion.
+  Value* h = convert(bits, Type::scalar(Scalar::kU32));
+  Value* mag = bitcast(shlc(andc(h, 0x7FFF), 13), Type::scalar(Scalar::kF32));
+  Value* f = bitcast(mul(mag, f32(0x1p112)), Type::scalar(Scalar::kU32));
+  return bitcast(bit_or(f, shlc(andc(h, 0x8000), 16)), Type::scalar(Scalar::kF32));
+}
+
+Value* Emit::int_to_f32(Value* v, bool small_range) {
+  Type ft = v->type.with_elem(Scalar::kF32);
+  if (!cpu) return convert(v, ft);
+  // Exact for |x| < 2^22: the bits of 1.5 * 2^23 + x, minus 1.5 * 2^23. Wider values are split
+  // into high and low 16 bits (each exact), joined with one rounding add (= convert's rounding).
+  Type it = v->type;
+  auto small = [&](Value* x) {
+    Value* f = bitcast(add(x, c(it, 0x4B400000)), ft);
+    return sub(f, cf(ft, 12582912.0));
+  };
+  if (small_range) return small(v);
+  Value* hi = small(shrc(v, 16));
+  Value* lo = small(andc(v, 0xFFFF));
+  return add(mul(hi, cf(ft, 65536.0)), lo);
 }
 
 Value* Emit::global_x() {

@@ -48,8 +48,15 @@ class Emit : public ir::Builder {
   // byte pointer; `align` is the alignment the offset is known to have.
   ir::Value* load_at(ir::Value* base_u8, ir::Value* byte_off, ir::Type type, int align);
   void store_at(ir::Value* base_u8, ir::Value* byte_off, ir::Value* value, int align);
-  // f16 bits (u16) at a byte offset -> f32.
+  // f16 bits (u16) at a byte offset -> f32. Exact for finite halves (block scales are finite).
   ir::Value* load_f16(ir::Value* base_u8, ir::Value* byte_off);
+  // Integer lanes/scalars -> f32 (round to nearest even, as convert). small: |v| < 2^22.
+  ir::Value* int_to_f32(ir::Value* v, bool small = false);
+
+  // The cpp target: the C++ emitter turns vector convert into per-lane loops and its f16
+  // conversion into a branchy integer routine, which GCC leaves scalar; generators for it use
+  // branch-free forms built from operators that map to SIMD instructions.
+  bool cpu = false;
 
   // Linear global thread index (block_id.x * block_dim.x + thread_id.x).
   ir::Value* global_x();
