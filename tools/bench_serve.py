@@ -60,6 +60,15 @@ def one_stream(url, prompt, max_tokens, out, i, barrier):
     out[i] = {"ttft": ttft, "text": text, "tokens": usage, "end": time.perf_counter(), "start": t0}
 
 
+def cpu_seconds(pid):
+    """User + system CPU time of a process (all its threads) from /proc, or None."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def run_level(url, n, max_tokens):
     prompts = [f"Story number {i}: Once upon a time, in a village by the sea," for i in range(n)]
     out = [None] * n
@@ -89,6 +98,7 @@ def main():
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args()
     levels = [int(x) for x in a.streams.split(",")]
+    load_before = os.getloadavg()
     proc = None
     url = a.url
     if not url:
@@ -114,28 +124,41 @@ def main():
         assert loaded["texts"][0] == alone["texts"][0], "stream 0 differs under load"
         results = []
         for n in levels:
+            # CPU time the server spends per generated token: unlike wall time it hardly depends on
+            # how busy a shared machine is.
+            c0 = cpu_seconds(proc.pid) if proc else None
             runs = [run_level(url, n, a.max_tokens) for _ in range(a.repeat)]
+            c1 = cpu_seconds(proc.pid) if proc else None
             tps = [r["tokens_per_second"] for r in runs]
             ttft = [r["ttft_median"] for r in runs]
             row = {"streams": n, "max_tokens": a.max_tokens, "repeat": a.repeat,
                    "tokens_per_second_median": statistics.median(tps), "tokens_per_second_min": min(tps),
                    "tokens_per_second_max": max(tps), "ttft_seconds_median": statistics.median(ttft),
                    "ttft_seconds_min": min(ttft), "ttft_seconds_max": max(ttft),
-                   "ttft_worst_stream_seconds": max(r["ttft_max"] for r in runs)}
+                   "ttft_worst_stream_seconds": max(r["ttft_max"] for r in runs),
+                   "server_cpu_ms_per_token": (c1 - c0) * 1e3 / sum(r["tokens"] for r in runs)
+                   if c0 is not None and c1 is not None else None}
             results.append(row)
             print(f"{n:3d} streams: {row['tokens_per_second_median']:7.1f} tok/s aggregate "
                   f"({row['tokens_per_second_min']:.1f}..{row['tokens_per_second_max']:.1f}), "
                   f"TTFT median {row['ttft_seconds_median'] * 1e3:.0f} ms "
-                  f"({row['ttft_seconds_min'] * 1e3:.0f}..{row['ttft_seconds_max'] * 1e3:.0f})", flush=True)
+                  f"({row['ttft_seconds_min'] * 1e3:.0f}..{row['ttft_seconds_max'] * 1e3:.0f})"
+                  + (f", server CPU {row['server_cpu_ms_per_token']:.1f} ms/token" if row["server_cpu_ms_per_token"] else ""),
+                  flush=True)
         base = results[0]["tokens_per_second_median"]
+        cpu_base = results[0]["server_cpu_ms_per_token"]
         for r in results:
             r["speedup_vs_first"] = r["tokens_per_second_median"] / base
+            if cpu_base and r["server_cpu_ms_per_token"]:
+                r["cpu_efficiency_vs_first"] = cpu_base / r["server_cpu_ms_per_token"]
         commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                                 text=True).stdout.strip()
         doc = {"what": "loom serve load benchmark (completions, greedy, ignore_eos, streaming)",
                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "commit": commit, "device": f"CPU: {cpu_name()} ({os.cpu_count()} cores visible)",
                "threads": a.threads, "model": pathlib.Path(a.model).name,
+               # The machine may be shared: the load average says how much CPU the run really had.
+               "load_average_before": load_before[0], "load_average_after": os.getloadavg()[0],
                "command": " ".join([sys.argv[0]] + sys.argv[1:]), "results": results}
         if a.json:
             pathlib.Path(a.json).write_text(json.dumps(doc, indent=2) + "\n")
