@@ -177,21 +177,26 @@ class CpuStream final : public hrx_stream {
       return Status();
     }
     // Captured: keep copies of the argument values (at most 8 bytes each, like every Loom IR
-    // parameter), zero-extended into 8-byte slots.
-    std::vector<uint64_t> values(r.n_args, 0);
+    // parameter), zero-extended into 8-byte slots of a node the graph shares; the pointer array
+    // into them is built once, so a replay is one indirect call per launch.
+    struct LaunchNode {
+      CpuDevice* dev;
+      codegen::CpuKernelFn fn;
+      hrx_launch_config config;
+      std::vector<uint64_t> values;
+      std::vector<void*> ptrs;
+    };
+    auto node = std::make_shared<LaunchNode>(LaunchNode{dev_, fn, r.config, std::vector<uint64_t>(r.n_args, 0), {}});
     for (uint32_t i = 0; i < r.n_args; ++i) {
       uint32_t size = r.arg_sizes ? r.arg_sizes[i] : 8;
       if (size > 8)
         return invalid_argument("launch of {}: parameter {} has {} bytes; the cpu driver captures at most 8",
                                 r.kernel->name, i, size);
-      std::memcpy(&values[i], r.args[i], size);
+      std::memcpy(&node->values[i], r.args[i], size);
     }
-    CpuDevice* dev = dev_;
-    hrx_launch_config config = r.config;
-    ops_.push_back([dev, fn, config, values = std::move(values)]() mutable {
-      std::vector<void*> ptrs(values.size());
-      for (size_t i = 0; i < values.size(); ++i) ptrs[i] = &values[i];
-      dev->run(fn, ptrs.data(), config);
+    for (uint64_t& v : node->values) node->ptrs.push_back(&v);
+    ops_.push_back([node] {
+      node->dev->run(node->fn, node->ptrs.data(), node->config);
       return Status();
     });
     return Status();
@@ -231,7 +236,11 @@ class CpuStream final : public hrx_stream {
 
 Status CpuGraph::launch(hrx_stream* s) {
   auto* cs = static_cast<CpuStream*>(s);
-  for (const Op& op : ops) LOOM_RETURN_IF_ERROR(cs->submit(op));
+  if (cs->capturing()) {  // a graph inside a capture: record its work
+    for (const Op& op : ops) LOOM_RETURN_IF_ERROR(cs->submit(op));
+    return Status();
+  }
+  for (const Op& op : ops) LOOM_RETURN_IF_ERROR(op());
   return Status();
 }
 
