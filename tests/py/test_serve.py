@@ -258,3 +258,27 @@ def test_one_log_line_per_request(loom_server):
     assert sum(1 for line in log.splitlines() if marker in line) == 1
     line = [l for l in log.splitlines() if "POST /v1/completions" in l][-1]
     assert re.search(r'" 200 [0-9.]+ms prompt=\d+ reused=\d+ gen=3 ttft=[0-9.]+ms finish=length', line), line
+
+
+def test_request_arriving_mid_stream_joins_the_running_batch(loom_server):
+    c = client(loom_server)
+    solo_b = c.completions.create(model="loom", prompt="The sun is", max_tokens=8, temperature=0).choices[0].text
+    conn = http.client.HTTPConnection("127.0.0.1", loom_server.port, timeout=120)
+    conn.request("POST", "/v1/completions", body=json.dumps(
+        {"prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": True, "stream": True, "temperature": 0}),
+        headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    got = b""
+    while got.count(b"data: {") < 10:
+        got += resp.read1(4096)
+    before = metrics(loom_server)
+    b = c.completions.create(model="loom", prompt="The sun is", max_tokens=8, temperature=0)
+    after = metrics(loom_server)
+    rest = resp.read()  # A goes on after B is done
+    conn.close()
+    assert b.choices[0].text == solo_b
+    assert rest.count(b"data: {") > 20, "the long stream ended before the short request"
+    # While B ran, the steps carried both sequences.
+    steps = after["loom_batch_steps_total"] - before["loom_batch_steps_total"]
+    seqs = after["loom_batch_sequences_total"] - before["loom_batch_sequences_total"]
+    assert steps >= 8 and seqs >= 2 * 8 - 1 and seqs <= 2 * steps, (steps, seqs)

@@ -163,3 +163,44 @@ def test_abrupt_disconnects_during_requests(server):
                       b"\r\n\r\n" + body)
             s.recv(100)
     check_still_serving(server)
+
+
+def test_random_mutations_of_valid_requests(server):
+    """Valid bodies with fields swapped for random JSON values or bytes flipped: every answer is
+    200 or a 4xx in OpenAI's error shape, never a crash or a 5xx."""
+    import random
+    rng = random.Random(1234)
+    values = [None, True, False, 0, -1, 1.5, 1e308, -1e308, 2 ** 63, -(2 ** 63) - 1, "", "x", "\u0000", "😀" * 3,
+              [], [1], ["a"], {}, {"a": 1}, [[[]]], "A" * 3000]
+    base = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "temperature": 0.5, "top_p": 0.9,
+            "top_k": 5, "min_p": 0.1, "seed": 3, "stop": ["x"], "stream": False, "n": 1,
+            "presence_penalty": 0.1, "frequency_penalty": 0.1}
+    statuses = {}
+    for i in range(150):
+        body = json.loads(json.dumps(base))
+        for _ in range(rng.randint(1, 3)):
+            key = rng.choice([k for k in body if k != "max_tokens"] + ["messages.0.role", "messages.0.content",
+                                                                        "extra_" + str(i)])
+            if key.startswith("messages.0."):
+                if isinstance(body.get("messages"), list) and body["messages"] and isinstance(body["messages"][0], dict):
+                    body["messages"][0][key.split(".")[2]] = rng.choice(values)
+            elif rng.random() < 0.2:
+                body.pop(key, None)
+            else:
+                body[key] = rng.choice(values)
+        data = json.dumps(body).encode()
+        if rng.random() < 0.3:  # flip a few bytes too
+            b = bytearray(data)
+            for _ in range(rng.randint(1, 4)):
+                b[rng.randrange(len(b))] = rng.randrange(256)
+            data = bytes(b)
+        r = requests.post(server.url + CHAT, data=data, headers={**AUTH, "Content-Type": "application/json"},
+                          timeout=120)
+        statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+        assert r.status_code in (200, 400), (r.status_code, data[:300], r.text[:300])
+        if r.status_code == 400:
+            assert r.json()["error"]["message"]
+        elif body.get("stream") is not True:
+            assert r.json()["choices"][0]["finish_reason"] in ("stop", "length")
+    assert statuses.get(400, 0) > 50 and statuses.get(200, 0) > 5, statuses
+    check_still_serving(server)
