@@ -5,10 +5,18 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <random>
 
+#include <unistd.h>
+
 #include "loom/codegen/cpp/host_compiler.h"
+#include "loom/codegen/target.h"
+#include "loom/codegen/tool_run.h"
 #include "loom/kernels/elementwise.h"
 #include "loom/llm/quant.h"
 
@@ -107,7 +115,7 @@ std::string run_case(const OpSpec& op, const Shape& shape, const Schedule& sch, 
       const double g = element(got, s, e), w = element(want[i].bytes, s, e);
       const bool exact = tol.exact || specs[i].role == ArgRole::kInput;
       const double lim = exact ? 0.0 : tol.atol + tol.rtol * std::fabs(w);
-      const bool same = std::isnan(w) ? std::isnan(g) : std::fabs(g - w) <= lim;
+      const bool same = g == w || (std::isnan(w) ? std::isnan(g) : std::fabs(g - w) <= lim);
       if (!same) {
         if (!bad) first = fmt::format("{}[{}]: got {} want {}", specs[i].name, e, g, w);
         ++bad;
@@ -119,35 +127,79 @@ std::string run_case(const OpSpec& op, const Shape& shape, const Schedule& sch, 
   return "";
 }
 
-TEST(EltOpsCpu, EveryOpShapeAndSchedule) {
+uint64_t fresh_seed() {
+  if (const char* s = std::getenv("LOOM_OPS_SEED")) return std::strtoull(s, nullptr, 10);
   std::random_device rd;
-  const uint64_t base_seed = (static_cast<uint64_t>(rd()) << 32) | rd();
-  std::mt19937_64 pick(base_seed);
-  int cases = 0;
-  for (const OpSpec* op : elementwise_family_ops()) {
-    for (const Shape& shape : op->test_shapes()) {
-      ASSERT_TRUE(op->validate(shape).ok()) << op->name() << " " << op->validate(shape).to_string();
-      const auto space = op->schedule_space(shape, ir::TargetKind::kCpp);
-      std::vector<Schedule> schedules = {op->default_schedule(shape, ir::TargetKind::kCpp)};
-      for (int r = 0; r < 3; ++r) {
-        Schedule s;
-        for (const Knob& k : space) s[k.name] = k.choices[pick() % k.choices.size()];
-        schedules.push_back(s);
-      }
-      for (const Schedule& sch : schedules) {
-        const uint64_t seed = pick();
-        std::string key;
-        for (const auto& [k, v] : shape.dims) key += fmt::format("{}={},", k, v);
-        std::string skey;
-        for (const auto& [k, v] : sch) skey += fmt::format("{}={},", k, v);
-        std::string err = run_case(*op, shape, sch, seed);
-        EXPECT_EQ(err, "") << op->name() << " shape " << key << " schedule " << skey << " seed " << seed;
-        ++cases;
-      }
+  return (static_cast<uint64_t>(rd()) << 32) | rd();
+}
+
+std::string dims_text(const std::map<std::string, int64_t>& m) {
+  std::string out;
+  for (const auto& [k, v] : m) out += fmt::format("{}{}={}", out.empty() ? "" : ",", k, v);
+  return out;
+}
+
+class EltOpCpu : public testing::TestWithParam<const OpSpec*> {};
+
+TEST_P(EltOpCpu, EveryShapeDefaultAndRandomSchedules) {
+  const OpSpec& op = *GetParam();
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 pick(seed);
+  for (const Shape& shape : op.test_shapes()) {
+    ASSERT_TRUE(op.validate(shape).ok()) << op.validate(shape).to_string();
+    const auto space = op.schedule_space(shape, ir::TargetKind::kCpp);
+    std::vector<Schedule> schedules = {op.default_schedule(shape, ir::TargetKind::kCpp)};
+    for (int r = 0; r < 3; ++r) {
+      Schedule s;
+      for (const Knob& k : space) s[k.name] = k.choices[pick() % k.choices.size()];
+      schedules.push_back(s);
+    }
+    for (const Schedule& sch : schedules) {
+      const uint64_t case_seed = pick();
+      EXPECT_EQ(run_case(op, shape, sch, case_seed), "")
+          << op.name() << " shape " << dims_text(shape.dims) << " schedule " << dims_text(sch)
+          << " (LOOM_OPS_SEED=" << seed << ")";
     }
   }
-  std::printf("%d cases (base seed %llu)\n", cases, static_cast<unsigned long long>(base_seed));
 }
+
+// PTX of every shape (default and two random schedules) assembles with ptxas for sm_90.
+TEST_P(EltOpCpu, PtxAssembles) {
+  const OpSpec& op = *GetParam();
+  auto ptxas = codegen::find_tool({"ptxas", "/usr/local/cuda/bin/ptxas"});
+  if (!ptxas.ok()) GTEST_SKIP() << "ptxas not found: " << ptxas.status().to_string();
+  std::mt19937_64 pick(fresh_seed());
+  int n = 0;
+  for (const Shape& shape : op.test_shapes()) {
+    const auto space = op.schedule_space(shape, ir::TargetKind::kPtx);
+    std::vector<Schedule> schedules = {op.default_schedule(shape, ir::TargetKind::kPtx)};
+    for (int r = 0; r < 2; ++r) {
+      Schedule s;
+      for (const Knob& k : space) s[k.name] = k.choices[pick() % k.choices.size()];
+      schedules.push_back(s);
+    }
+    for (const Schedule& sch : schedules) {
+      SCOPED_TRACE(dims_text(shape.dims) + " / " + dims_text(sch));
+      auto g = op.generate(shape, sch, ir::TargetKind::kPtx);
+      ASSERT_TRUE(g.ok()) << g.status().to_string();
+      auto ptx = codegen::ptx_target().emit(g->module, "sm_90");
+      ASSERT_TRUE(ptx.ok()) << ptx.status().to_string();
+      const std::string file = (std::filesystem::temp_directory_path() /
+                                fmt::format("loom_elt_{}_{}_{}.ptx", op.name(), ::getpid(), n++)).string();
+      {
+        std::ofstream f(file);
+        f << *ptx;
+      }
+      auto r = codegen::run_tool({*ptxas, "-arch=sm_90", file, "-o", "/dev/null"});
+      std::filesystem::remove(file);
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      EXPECT_EQ(r->exit_code, 0) << "ptxas rejected the PTX:\n" << r->output;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, EltOpCpu, testing::ValuesIn(elementwise_family_ops()),
+                         [](const testing::TestParamInfo<const OpSpec*>& i) { return std::string(i.param->name()); });
 
 TEST(EltOpsCpu, OutsideTheScheduleSpaceIsAnError) {
   const OpSpec& op = rms_norm_op();
@@ -157,14 +209,6 @@ TEST(EltOpsCpu, OutsideTheScheduleSpaceIsAnError) {
   EXPECT_FALSE(op.generate(shape, s, ir::TargetKind::kCpp).ok());
   shape.dims.erase("n");
   EXPECT_FALSE(op.validate(shape).ok());
-}
-
-TEST(EltOpsCpu, EveryOpEmitsPtx) {
-  for (const OpSpec* op : elementwise_family_ops())
-    for (const Shape& shape : op->test_shapes()) {
-      auto g = op->generate(shape, op->default_schedule(shape, ir::TargetKind::kPtx), ir::TargetKind::kPtx);
-      EXPECT_TRUE(g.ok()) << op->name() << ": " << g.status().to_string();
-    }
 }
 
 }  // namespace

@@ -275,86 +275,152 @@ Result<Generated> AttentionOp::generate(const Shape& s, const Schedule& sch, ir:
   Value* s0 = b.add(klo, b.mul(split, chunk));
   Value* s1 = b.min(khi, b.add(s0, chunk));
 
-  // Queries rounded to fp16 as the reference does.
-  std::vector<std::vector<Value*>> qv(Q);
-  for (int qi = 0; qi < Q; ++qi) {
-    Value* h = b.add(b.mul(hk, i32(G)), i32(qi % G));
-    Value* base = b.add(b.mul(b.add(b.mul(tok[qi / G], i32(H)), h), i32(D)), lane_off);
-    for (int c = 0; c < sl.chunks; ++c) {
-      Value* x = b.load(qbuf, b.add(base, i32(c * sl.width)), sl.f32(), align_f32);
-      qv[qi].push_back(b.convert(b.convert(x, sl.f16()), sl.f32()));
-    }
-  }
-
-  // The key loop: per query (m, l, acc chunks...).
-  const int per_q = 2 + sl.chunks;
-  std::vector<Value*> inits;
-  for (int qi = 0; qi < Q; ++qi) {
-    inits.push_back(b.f32(kNoMax));
-    inits.push_back(b.f32(0.0));
-    for (int c = 0; c < sl.chunks; ++c) inits.push_back(b.const_float(sl.f32(), 0.0));
-  }
   auto splat = [&](Value* v) { return sl.width > 1 ? b.splat(v, sl.width) : v; };
-  auto state = b.for_loop(b.add(s0, warp), s1, i32(W), inits, [&](Value* j, std::span<Value* const> it) {
-    Value* row = b.add(b.mul(b.add(cell_base, j), i32(row_stride)), b.add(b.mul(hk, i32(D)), lane_off));
-    std::vector<Value*> kv, vv;
-    for (int c = 0; c < sl.chunks; ++c) {
-      kv.push_back(b.convert(b.load(kc, b.add(row, i32(c * sl.width)), sl.f16(), align_f16), sl.f32()));
-      vv.push_back(b.convert(b.load(vc, b.add(row, i32(c * sl.width)), sl.f16(), align_f16), sl.f32()));
-    }
-    std::vector<Value*> next;
-    for (int qi = 0; qi < Q; ++qi) {
-      Value* dot = b.mul(qv[qi][0], kv[0]);
-      for (int c = 1; c < sl.chunks; ++c) dot = b.fma(qv[qi][c], kv[c], dot);
-      Value* sc = elt::horizontal_sum(b, dot);
-      if (gpu) sc = b.warp_reduce(ir::Mode::kAdd, sc);
-      if (cap > 0.0f) sc = b.mul(b.unary(ir::Op::kTanh, b.mul(sc, b.f32(1.0f / cap))), b.f32(cap));
-      sc = b.mul(sc, b.f32(scale));
-      const int tt = qi / G;
-      Value* valid = b.bit_and(b.cmp(ir::Mode::kGe, j, lo[tt]), b.cmp(ir::Mode::kLe, j, pos[tt]));
-      Value* m = it[qi * per_q];
-      Value* l = it[qi * per_q + 1];
-      Value* m_new = b.select(valid, b.max(m, sc), m);
-      Value* alpha = b.unary(ir::Op::kExp, b.sub(m, m_new));
-      Value* p = b.select(valid, b.unary(ir::Op::kExp, b.sub(sc, m_new)), b.f32(0.0));
-      next.push_back(m_new);
-      next.push_back(b.fma(l, alpha, p));
-      Value* av = splat(alpha);
-      Value* pv = splat(p);
-      for (int c = 0; c < sl.chunks; ++c) next.push_back(b.fma(vv[c], pv, b.mul(it[qi * per_q + 2 + c], av)));
-    }
-    return next;
-  });
-
-  // Where query qi's result goes: out (one split) or its split's partial in scratch.
+  // Where a query's result goes: out (one split) or its split's partial in scratch.
   auto out_index = [&](Value* qi_tok, Value* h) { return b.mul(b.add(b.mul(qi_tok, i32(H)), h), i32(D)); };
   auto part_index = [&](Value* qi_tok, Value* h) {
     return b.mul(b.add(b.mul(b.add(b.mul(qi_tok, i32(H)), h), i32(S)), split), i32(D + 2));
   };
 
   if (!gpu) {
-    for (int qi = 0; qi < Q; ++qi) {
-      const int tt = qi / G;
-      Value* live = b.cmp(ir::Mode::kLt, b.add(t0, i32(tt)), i32(T));
-      Value* h = b.add(b.mul(hk, i32(G)), i32(qi % G));
-      Value* m = state[qi * per_q];
-      Value* l = state[qi * per_q + 1];
-      b.if_then_else(live, {}, [&] {
-        if (S == 1) {
-          Value* base = out_index(tok[tt], h);
-          for (int c = 0; c < sl.chunks; ++c)
-            b.store(out, b.add(base, i32(c * sl.width)), b.div(state[qi * per_q + 2 + c], splat(l)), align_f32);
-        } else {
-          Value* base = part_index(tok[tt], h);
-          b.store(scratch, base, m);
-          b.store(scratch, b.add(base, i32(1)), l);
-          for (int c = 0; c < sl.chunks; ++c)
-            b.store(scratch, b.add(base, i32(2 + c * sl.width)), state[qi * per_q + 2 + c]);
-        }
+    // One thread per block: the queries' state lives in per-thread arrays and loops walk the
+    // queries and the head's chunks (unrolling them all would make huge C++ for big tiles).
+    const ir::Type vt = sl.f32();
+    Value* qloc = b.alloc_local(Scalar::kF32, int64_t{Q} * D);
+    Value* aloc = b.alloc_local(Scalar::kF32, int64_t{Q} * D);
+    Value* mloc = b.alloc_local(Scalar::kF32, int64_t{Q} * 2);
+    Value* ploc = b.alloc_local(Scalar::kI32, int64_t{QT} * 2);  // per token: first key, position
+    for (int tt = 0; tt < QT; ++tt) {
+      b.store(ploc, i32(2 * tt), lo[tt]);
+      b.store(ploc, i32(2 * tt + 1), pos[tt]);
+    }
+    Value* zero = b.const_float(vt, 0.0);
+    b.for_loop(i32(0), i32(Q), i32(1), {}, [&](Value* qi, std::span<Value* const>) {
+      Value* tokq = b.min(b.add(t0, b.div(qi, i32(G))), i32(T - 1));
+      Value* h = b.add(b.mul(hk, i32(G)), b.rem(qi, i32(G)));
+      Value* src = b.mul(b.add(b.mul(tokq, i32(H)), h), i32(D));
+      Value* dst = b.mul(qi, i32(D));
+      b.for_loop(i32(0), i32(D), i32(sl.width), {}, [&](Value* d, std::span<Value* const>) {
+        Value* x = b.load(qbuf, b.add(src, d), vt, align_f32);
+        b.store(qloc, b.add(dst, d), b.convert(b.convert(x, sl.f16()), vt), align_f32);
+        b.store(aloc, b.add(dst, d), zero, align_f32);
         return std::vector<Value*>{};
       });
-    }
+      b.store(mloc, b.mul(qi, i32(2)), b.f32(kNoMax));
+      b.store(mloc, b.add(b.mul(qi, i32(2)), i32(1)), b.f32(0.0));
+      return std::vector<Value*>{};
+    });
+    b.for_loop(s0, s1, i32(1), {}, [&](Value* j, std::span<Value* const>) {
+      Value* row = b.add(b.mul(b.add(cell_base, j), i32(row_stride)), b.mul(hk, i32(D)));
+      b.for_loop(i32(0), i32(Q), i32(1), {}, [&](Value* qi, std::span<Value* const>) {
+        Value* tt2 = b.mul(b.div(qi, i32(G)), i32(2));
+        Value* valid = b.bit_and(b.cmp(ir::Mode::kGe, j, b.load(ploc, tt2)),
+                                 b.cmp(ir::Mode::kLe, j, b.load(ploc, b.add(tt2, i32(1)))));
+        b.if_then_else(valid, {}, [&] {
+          Value* qb = b.mul(qi, i32(D));
+          auto dot = b.for_loop(i32(0), i32(D), i32(sl.width), {zero}, [&](Value* d, std::span<Value* const> it) {
+            Value* kx = b.convert(b.load(kc, b.add(row, d), sl.f16(), align_f16), vt);
+            return std::vector<Value*>{b.fma(b.load(qloc, b.add(qb, d), vt, align_f32), kx, it[0])};
+          });
+          Value* sc = elt::horizontal_sum(b, dot[0]);
+          if (cap > 0.0f) sc = b.mul(b.unary(ir::Op::kTanh, b.mul(sc, b.f32(1.0f / cap))), b.f32(cap));
+          sc = b.mul(sc, b.f32(scale));
+          Value* mi = b.mul(qi, i32(2));
+          Value* m = b.load(mloc, mi);
+          Value* m_new = b.max(m, sc);
+          Value* alpha = b.unary(ir::Op::kExp, b.sub(m, m_new));
+          Value* p = b.unary(ir::Op::kExp, b.sub(sc, m_new));
+          b.store(mloc, mi, m_new);
+          b.store(mloc, b.add(mi, i32(1)), b.fma(b.load(mloc, b.add(mi, i32(1))), alpha, p));
+          Value* av = splat(alpha);
+          Value* pv = splat(p);
+          b.for_loop(i32(0), i32(D), i32(sl.width), {}, [&](Value* d, std::span<Value* const>) {
+            Value* vx = b.convert(b.load(vc, b.add(row, d), sl.f16(), align_f16), vt);
+            Value* ai = b.add(qb, d);
+            b.store(aloc, ai, b.fma(vx, pv, b.mul(b.load(aloc, ai, vt, align_f32), av)), align_f32);
+            return std::vector<Value*>{};
+          });
+          return std::vector<Value*>{};
+        });
+        return std::vector<Value*>{};
+      });
+      return std::vector<Value*>{};
+    });
+    b.for_loop(i32(0), i32(Q), i32(1), {}, [&](Value* qi, std::span<Value* const>) {
+      Value* qt = b.add(t0, b.div(qi, i32(G)));
+      Value* h = b.add(b.mul(hk, i32(G)), b.rem(qi, i32(G)));
+      Value* m = b.load(mloc, b.mul(qi, i32(2)));
+      Value* l = b.load(mloc, b.add(b.mul(qi, i32(2)), i32(1)));
+      Value* qb = b.mul(qi, i32(D));
+      b.if_then_else(b.cmp(ir::Mode::kLt, qt, i32(T)), {}, [&] {
+        Value* base = S == 1 ? out_index(qt, h) : part_index(qt, h);
+        if (S > 1) {
+          b.store(scratch, base, m);
+          b.store(scratch, b.add(base, i32(1)), l);
+          base = b.add(base, i32(2));
+        }
+        Value* lv = splat(l);
+        b.for_loop(i32(0), i32(D), i32(sl.width), {}, [&](Value* d, std::span<Value* const>) {
+          Value* a = b.load(aloc, b.add(qb, d), vt, align_f32);
+          if (S == 1) b.store(out, b.add(base, d), b.div(a, lv), align_f32);
+          else b.store(scratch, b.add(base, d), a);
+          return std::vector<Value*>{};
+        });
+        return std::vector<Value*>{};
+      });
+      return std::vector<Value*>{};
+    });
   } else {
+      // Queries rounded to fp16 as the reference does.
+    std::vector<std::vector<Value*>> qv(Q);
+    for (int qi = 0; qi < Q; ++qi) {
+      Value* h = b.add(b.mul(hk, i32(G)), i32(qi % G));
+      Value* base = b.add(b.mul(b.add(b.mul(tok[qi / G], i32(H)), h), i32(D)), lane_off);
+      for (int c = 0; c < sl.chunks; ++c) {
+        Value* x = b.load(qbuf, b.add(base, i32(c * sl.width)), sl.f32(), align_f32);
+        qv[qi].push_back(b.convert(b.convert(x, sl.f16()), sl.f32()));
+      }
+    }
+
+    // The key loop: per query (m, l, acc chunks...).
+    const int per_q = 2 + sl.chunks;
+    std::vector<Value*> inits;
+    for (int qi = 0; qi < Q; ++qi) {
+      inits.push_back(b.f32(kNoMax));
+      inits.push_back(b.f32(0.0));
+      for (int c = 0; c < sl.chunks; ++c) inits.push_back(b.const_float(sl.f32(), 0.0));
+    }
+    auto state = b.for_loop(b.add(s0, warp), s1, i32(W), inits, [&](Value* j, std::span<Value* const> it) {
+      Value* row = b.add(b.mul(b.add(cell_base, j), i32(row_stride)), b.add(b.mul(hk, i32(D)), lane_off));
+      std::vector<Value*> kv, vv;
+      for (int c = 0; c < sl.chunks; ++c) {
+        kv.push_back(b.convert(b.load(kc, b.add(row, i32(c * sl.width)), sl.f16(), align_f16), sl.f32()));
+        vv.push_back(b.convert(b.load(vc, b.add(row, i32(c * sl.width)), sl.f16(), align_f16), sl.f32()));
+      }
+      std::vector<Value*> next;
+      for (int qi = 0; qi < Q; ++qi) {
+        Value* dot = b.mul(qv[qi][0], kv[0]);
+        for (int c = 1; c < sl.chunks; ++c) dot = b.fma(qv[qi][c], kv[c], dot);
+        Value* sc = elt::horizontal_sum(b, dot);
+        sc = b.warp_reduce(ir::Mode::kAdd, sc);
+        if (cap > 0.0f) sc = b.mul(b.unary(ir::Op::kTanh, b.mul(sc, b.f32(1.0f / cap))), b.f32(cap));
+        sc = b.mul(sc, b.f32(scale));
+        const int tt = qi / G;
+        Value* valid = b.bit_and(b.cmp(ir::Mode::kGe, j, lo[tt]), b.cmp(ir::Mode::kLe, j, pos[tt]));
+        Value* m = it[qi * per_q];
+        Value* l = it[qi * per_q + 1];
+        Value* m_new = b.select(valid, b.max(m, sc), m);
+        Value* alpha = b.unary(ir::Op::kExp, b.sub(m, m_new));
+        Value* p = b.select(valid, b.unary(ir::Op::kExp, b.sub(sc, m_new)), b.f32(0.0));
+        next.push_back(m_new);
+        next.push_back(b.fma(l, alpha, p));
+        Value* av = splat(alpha);
+        Value* pv = splat(p);
+        for (int c = 0; c < sl.chunks; ++c) next.push_back(b.fma(vv[c], pv, b.mul(it[qi * per_q + 2 + c], av)));
+      }
+      return next;
+    });
+
     // Merge the warps' states through shared memory: [warp][query] (m, l) and acc[head_dim].
     Value* ml = b.alloc_shared(Scalar::kF32, int64_t{W} * Q * 2);
     Value* acc = b.alloc_shared(Scalar::kF32, int64_t{W} * Q * D);
