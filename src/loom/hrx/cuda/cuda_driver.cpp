@@ -65,16 +65,21 @@ Result<hrx_buffer*> CudaDevice::alloc(uint64_t bytes, hrx_memory_kind kind) {
   b->kind = kind;
   if (bytes == 0) return b.release();
   LOOM_RETURN_IF_ERROR(use());
+  // A size the driver cannot serve is resource exhaustion whichever code it picks (pinning a huge
+  // host range can come back as an invalid value rather than out of memory).
+  auto alloc_status = [&](CUresult r, const char* what) {
+    Status s = check(r, what);
+    if (r == CUDA_ERROR_INVALID_VALUE) s = Status(StatusCode::kResourceExhausted, s.message());
+    return std::move(s).with_context(fmt::format("allocating {} bytes on {}", bytes, props.spec));
+  };
   if (kind == HRX_MEMORY_HOST_PINNED) {
     void* p = nullptr;
-    LOOM_RETURN_IF_ERROR(
-        check(api_.cuMemAllocHost(&p, bytes), "cuMemAllocHost").with_context(fmt::format("allocating {} bytes", bytes)));
+    LOOM_RETURN_IF_ERROR(alloc_status(api_.cuMemAllocHost(&p, bytes), "cuMemAllocHost"));
     b->host = p;
     b->address = reinterpret_cast<CUdeviceptr>(p);  // unified addressing: the same pointer on the device
   } else {
     CUdeviceptr p = 0;
-    LOOM_RETURN_IF_ERROR(
-        check(api_.cuMemAlloc(&p, bytes), "cuMemAlloc").with_context(fmt::format("allocating {} bytes", bytes)));
+    LOOM_RETURN_IF_ERROR(alloc_status(api_.cuMemAlloc(&p, bytes), "cuMemAlloc"));
     b->address = p;
   }
   b->size = bytes;
