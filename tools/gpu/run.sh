@@ -56,8 +56,8 @@ for step in "${steps[@]}"; do
       # (bench/peers/launch_cudart.cu, built here with nvcc); all numbers in $out/launch.json.
       nvcc_bin="$(command -v nvcc || ls /usr/local/cuda*/bin/nvcc 2>/dev/null | head -1)"
       peer=/tmp/launch_cudart
-      { "$nvcc_bin" -O2 -arch=native -o "$peer" bench/peers/launch_cudart.cu ||
-        "$nvcc_bin" -O2 -arch=sm_90 -o "$peer" bench/peers/launch_cudart.cu; } 2>&1 | tail -5
+      { "$nvcc_bin" -O2 -arch=sm_90 -o "$peer" bench/peers/launch_cudart.cu ||
+        "$nvcc_bin" -O2 -arch=native -o "$peer" bench/peers/launch_cudart.cu; } 2>&1 | tail -5
       launch_cmd="loom hrx bench-launch --launches 2000 --reps 30 --json"
       "$bin/loom" hrx bench-launch --device cuda:0 --launches 2000 --reps 30 --json > /tmp/launch_hrx.json || rc=1
       "$peer" 2000 30 > /tmp/launch_cudart.json || rc=1
