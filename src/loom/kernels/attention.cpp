@@ -128,6 +128,7 @@ class AttentionOp final : public OpSpec {
   Result<Generated> generate(const Shape& s, const Schedule& sch, ir::TargetKind t) const override;
 
   void fill_inputs(const Shape& s, std::mt19937_64& rng, std::span<HostArg> a) const override {
+    elt::size_buffers(args(s), a);
     const int64_t T = s.dims.at("n_tokens"), n_ctx = s.dims.at("n_ctx"), n_seq = s.dims.at("n_seq");
     size_t i = 0;
     elt::fill_uniform(rng, elt::f32s(a[i++]), -1.0f, 1.0f);

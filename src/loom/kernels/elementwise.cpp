@@ -91,7 +91,8 @@ Result<Generated> MapOp::generate(const Shape& shape, const Schedule& schedule,
   return g;
 }
 
-void MapOp::fill_inputs(const Shape&, std::mt19937_64& rng, std::span<HostArg> args) const {
+void MapOp::fill_inputs(const Shape& shape, std::mt19937_64& rng, std::span<HostArg> args) const {
+  elt::size_buffers(this->args(shape), args);
   const float r = input_range();
   for (size_t i = 0; i < inputs().size(); ++i) elt::fill_uniform(rng, elt::f32s(args[i]), -r, r);
 }
@@ -276,6 +277,7 @@ class GatherRowsOp final : public OpSpec {
     return g;
   }
   void fill_inputs(const Shape& s, std::mt19937_64& rng, std::span<HostArg> args) const override {
+    elt::size_buffers(this->args(s), args);
     elt::fill_uniform(rng, elt::f32s(args[0]), -2.0f, 2.0f);
     std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(s.dims.at("n_rows") - 1));
     for (int32_t& r : elt::i32s(args[1])) r = d(rng);

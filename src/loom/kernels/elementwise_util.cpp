@@ -75,6 +75,11 @@ ArgSpec buffer_arg(std::string name, ArgRole role, int64_t elems, ir::Scalar ele
   return a;
 }
 
+void size_buffers(const std::vector<ArgSpec>& specs, std::span<HostArg> args) {
+  for (size_t i = 0; i < specs.size() && i < args.size(); ++i)
+    if (specs[i].kind == ArgKind::kBuffer) args[i].bytes.resize(static_cast<size_t>(specs[i].bytes));
+}
+
 std::span<float> f32s(HostArg& a) {
   return {reinterpret_cast<float*>(a.bytes.data()), a.bytes.size() / 4};
 }

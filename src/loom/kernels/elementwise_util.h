@@ -41,6 +41,10 @@ bool gpu_target(ir::TargetKind t);  // ptx and amdgpu: warps of 32 lanes, shuffl
 // ---- Arguments and host data ---------------------------------------------------------------
 ArgSpec buffer_arg(std::string name, ArgRole role, int64_t elems, ir::Scalar elem);
 
+// Sizes every buffer argument's bytes to its spec (fill_inputs starts with this: the harness
+// hands over empty HostArgs). Scalars are left alone.
+void size_buffers(const std::vector<ArgSpec>& specs, std::span<HostArg> args);
+
 // Typed views of host buffers (sizes from the byte count).
 std::span<float> f32s(HostArg& a);
 std::span<const float> f32s(const HostArg& a);

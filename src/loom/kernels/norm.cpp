@@ -147,6 +147,7 @@ class NormOp final : public OpSpec {
   }
 
   void fill_inputs(const Shape& s, std::mt19937_64& rng, std::span<HostArg> a) const override {
+    elt::size_buffers(args(s), a);
     size_t i = 0;
     elt::fill_uniform(rng, elt::f32s(a[i++]), -2.0f, 2.0f);
     if (add_) elt::fill_uniform(rng, elt::f32s(a[i++]), -2.0f, 2.0f);

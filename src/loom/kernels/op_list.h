@@ -18,5 +18,17 @@ const OpSpec& get_rows_op();
 const OpSpec& argmax_op();
 
 // Element-wise, norm, rope, attention ops (kernels-elt): add lines here.
+const OpSpec& add_op();
+const OpSpec& scale_op();
+const OpSpec& softcap_op();
+const OpSpec& swiglu_op();
+const OpSpec& geglu_op();
+const OpSpec& gather_rows_op();
+const OpSpec& rms_norm_op();
+const OpSpec& add_rms_norm_op();
+const OpSpec& softmax_op();
+const OpSpec& rope_kv_op();
+const OpSpec& attention_decode_op();
+const OpSpec& attention_prompt_op();
 
 }  // namespace loom::kernels

@@ -12,6 +12,18 @@ const std::vector<const OpSpec*>& all_ops() {
       &get_rows_op(),
       &argmax_op(),
       // kernels-elt: add lines here
+      &add_op(),
+      &scale_op(),
+      &softcap_op(),
+      &swiglu_op(),
+      &geglu_op(),
+      &gather_rows_op(),
+      &rms_norm_op(),
+      &add_rms_norm_op(),
+      &softmax_op(),
+      &rope_kv_op(),
+      &attention_decode_op(),
+      &attention_prompt_op(),
   };
   return ops;
 }

@@ -255,6 +255,7 @@ class RopeKvOp final : public OpSpec {
   }
 
   void fill_inputs(const Shape& s, std::mt19937_64& rng, std::span<HostArg> a) const override {
+    elt::size_buffers(args(s), a);
     const int64_t T = s.dims.at("n_tokens"), n_ctx = s.dims.at("n_ctx"), n_seq = s.dims.at("n_seq");
     size_t i = 0;
     for (; i < 3; ++i) elt::fill_uniform(rng, elt::f32s(a[i]), -3.0f, 3.0f);

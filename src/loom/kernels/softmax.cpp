@@ -118,6 +118,7 @@ class SoftmaxOp final : public OpSpec {
   }
 
   void fill_inputs(const Shape& s, std::mt19937_64& rng, std::span<HostArg> a) const override {
+    elt::size_buffers(args(s), a);
     elt::fill_uniform(rng, elt::f32s(a[0]), -6.0f, 6.0f);
     if (!s.dims.at("has_mask")) return;
     // Causal-looking masks: row r keeps a random prefix (at least one entry), -inf after it.
