@@ -21,9 +21,21 @@ Value* Emit::load_at(Value* base_u8, Value* byte_off, Type type, int align) {
   Scalar e = type.elem();
   int eb = (ir::scalar_bits(e) + 7) / 8;
   Value* p = offset(base_u8, byte_off);
+  const int bytes = eb * type.lanes();
+  align = std::max(align, 1);
+  if (align < eb) {
+    // The IR's alignment is at least the element size: load narrower elements (as aligned as
+    // the address is known to be) and reinterpret. GPUs fault on misaligned wide loads.
+    Scalar narrow = align >= 2 ? Scalar::kU16 : Scalar::kU8;
+    int nb = align >= 2 ? 2 : 1;
+    int lanes = bytes / nb;
+    if (lanes <= 16) {
+      Value* np = narrow == Scalar::kU8 ? p : bitcast(p, Type::pointer(base_u8->type.addr_space(), narrow));
+      return bitcast(load(np, i32(0), Type::of(narrow, lanes), nb), type);
+    }
+  }
   if (e != Scalar::kU8) p = bitcast(p, Type::pointer(base_u8->type.addr_space(), e));
-  int a = std::max(align, eb);
-  a = std::min(a, eb * type.lanes());
+  int a = std::min(std::max(align, eb), bytes);
   return load(p, i32(0), type, a);
 }
 
