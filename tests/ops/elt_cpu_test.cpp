@@ -1,22 +1,18 @@
-// The non-matrix ops (norms, rope + KV write, attention, softmax, gating, element-wise) on the
-// cpp target through codegen's compile_cpu_module + launch_cpu, against each op's reference:
-// fresh random inputs, guard bytes around every buffer, the default schedule and random ones.
-// (A stand-in for the HRX-based harness of tests/ops until it covers these ops.)
+// rope_kv on the cpp target through codegen's compile_cpu_module + launch_cpu against its
+// reference, with fresh random inputs, guard bytes, outputs pre-filled with noise, inputs checked
+// unchanged, and F16 outputs compared by value under the op's tolerance. The shared harness
+// (test_ops.cpp) runs every op, rope_kv included, but compares F16 outputs bytewise, which
+// rope_kv's reference cannot promise (docs/kernels.md); the other non-matrix ops ran here too
+// until the harness took them over.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <random>
 
-#include <unistd.h>
-
 #include "loom/codegen/cpp/host_compiler.h"
-#include "loom/codegen/target.h"
-#include "loom/codegen/tool_run.h"
 #include "loom/kernels/elementwise.h"
 #include "loom/llm/quant.h"
 
@@ -110,7 +106,6 @@ std::string run_case(const OpSpec& op, const Shape& shape, const Schedule& sch, 
     const size_t n = got.size() / static_cast<size_t>((ir::scalar_bits(s) + 7) / 8);
     int bad = 0;
     std::string first;
-    double worst = 0;
     for (size_t e = 0; e < n; ++e) {
       const double g = element(got, s, e), w = element(want[i].bytes, s, e);
       const bool exact = tol.exact || specs[i].role == ArgRole::kInput;
@@ -120,7 +115,6 @@ std::string run_case(const OpSpec& op, const Shape& shape, const Schedule& sch, 
         if (!bad) first = fmt::format("{}[{}]: got {} want {}", specs[i].name, e, g, w);
         ++bad;
       }
-      if (std::isfinite(w) && std::fabs(w) > 0) worst = std::max(worst, std::fabs(g - w) / (tol.atol + std::fabs(w)));
     }
     if (bad) return fmt::format("{} of {} elements of '{}' differ; first {}", bad, n, specs[i].name, first);
   }
@@ -163,42 +157,7 @@ TEST_P(EltOpCpu, EveryShapeDefaultAndRandomSchedules) {
   }
 }
 
-// PTX of every shape (default and two random schedules) assembles with ptxas for sm_90.
-TEST_P(EltOpCpu, PtxAssembles) {
-  const OpSpec& op = *GetParam();
-  auto ptxas = codegen::find_tool({"ptxas", "/usr/local/cuda/bin/ptxas"});
-  if (!ptxas.ok()) GTEST_SKIP() << "ptxas not found: " << ptxas.status().to_string();
-  std::mt19937_64 pick(fresh_seed());
-  int n = 0;
-  for (const Shape& shape : op.test_shapes()) {
-    const auto space = op.schedule_space(shape, ir::TargetKind::kPtx);
-    std::vector<Schedule> schedules = {op.default_schedule(shape, ir::TargetKind::kPtx)};
-    for (int r = 0; r < 2; ++r) {
-      Schedule s;
-      for (const Knob& k : space) s[k.name] = k.choices[pick() % k.choices.size()];
-      schedules.push_back(s);
-    }
-    for (const Schedule& sch : schedules) {
-      SCOPED_TRACE(dims_text(shape.dims) + " / " + dims_text(sch));
-      auto g = op.generate(shape, sch, ir::TargetKind::kPtx);
-      ASSERT_TRUE(g.ok()) << g.status().to_string();
-      auto ptx = codegen::ptx_target().emit(g->module, "sm_90");
-      ASSERT_TRUE(ptx.ok()) << ptx.status().to_string();
-      const std::string file = (std::filesystem::temp_directory_path() /
-                                fmt::format("loom_elt_{}_{}_{}.ptx", op.name(), ::getpid(), n++)).string();
-      {
-        std::ofstream f(file);
-        f << *ptx;
-      }
-      auto r = codegen::run_tool({*ptxas, "-arch=sm_90", file, "-o", "/dev/null"});
-      std::filesystem::remove(file);
-      ASSERT_TRUE(r.ok()) << r.status().to_string();
-      EXPECT_EQ(r->exit_code, 0) << "ptxas rejected the PTX:\n" << r->output;
-    }
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Ops, EltOpCpu, testing::ValuesIn(elementwise_family_ops()),
+INSTANTIATE_TEST_SUITE_P(Ops, EltOpCpu, testing::Values(&rope_kv_op()),
                          [](const testing::TestParamInfo<const OpSpec*>& i) { return std::string(i.param->name()); });
 
 TEST(EltOpsCpu, OutsideTheScheduleSpaceIsAnError) {
