@@ -66,6 +66,26 @@ TEST_P(OpTest, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Ops, OpTest, testing::ValuesIn(all_cases()), case_name);
 
+// On the cpu the matrix kernels walk each row's blocks in order with the reference's lane
+// structure, so they must agree with llm::ref bit for bit (token-exactness with llama.cpp
+// depends on it), whatever the schedule.
+TEST(OpNumerics, CpuMatrixKernelsAreBitExact) {
+  auto dev = OpDevice::open("cpu", 2);
+  ASSERT_TRUE(dev.ok()) << dev.status().to_string();
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  for (const char* name : {"matvec", "matmul"}) {
+    const OpSpec* op = find_op(name);
+    ASSERT_NE(op, nullptr);
+    for (const Shape& s : op->test_shapes()) {
+      Schedule sc = random_schedule(op->schedule_space(s, ir::TargetKind::kCpp), rng);
+      CheckResult r = check_op(*op, s, sc, **dev, seed);
+      EXPECT_TRUE(r.passed) << r.message;
+      EXPECT_EQ(r.max_abs_err, 0.0) << r.message;
+    }
+  }
+}
+
 // The harness itself must catch what it claims to: a kernel that writes past its output, and
 // one that computes the wrong value.
 class BrokenOp : public OpSpec {
