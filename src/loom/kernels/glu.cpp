@@ -48,7 +48,9 @@ class GegluOp final : public MapOp {
   std::string_view name() const override { return "geglu"; }
   std::string_view description() const override { return "y = gelu(g) * u (ggml's fp16 GELU)"; }
   // A tanh a few ulp away can move the fp16 rounding of GELU by one fp16 step (2^-11 relative).
-  Tolerance tolerance(const Shape&) const override { return {1e-6, 1.2e-3, false}; }
+  // For g < -3 the 1 + tanh(z) of the formula cancels: a tanh 1e-7 apart moves gelu by ~|g| * 1e-7
+  // (times |u| <= 12 here), hence the absolute part.
+  Tolerance tolerance(const Shape&) const override { return {2e-5, 1.2e-3, false}; }
 
  protected:
   std::vector<std::string> inputs() const override { return {"g", "u"}; }
