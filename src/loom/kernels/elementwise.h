@@ -58,6 +58,7 @@ const OpSpec& softmax_op();
 const OpSpec& rope_kv_op();
 const OpSpec& attention_decode_op();
 const OpSpec& attention_prompt_op();
+const OpSpec& rms_norm_q8_op();
 
 // Every op above, for tests that run them without the registry.
 std::vector<const OpSpec*> elementwise_family_ops();

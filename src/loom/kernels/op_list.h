@@ -30,5 +30,6 @@ const OpSpec& softmax_op();
 const OpSpec& rope_kv_op();
 const OpSpec& attention_decode_op();
 const OpSpec& attention_prompt_op();
+const OpSpec& rms_norm_q8_op();
 
 }  // namespace loom::kernels
