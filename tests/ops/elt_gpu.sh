@@ -10,7 +10,7 @@ mkdir -p "$out"
 bin="${LOOM_GPU_STAGE:-.gpu-elt}/bin"
 export LOOM_CACHE_DIR=/tmp/loom-cache
 rc=0
-ops='add|scale|softcap|swiglu|geglu|gather_rows|rms_norm|add_rms_norm|softmax|rope_kv|attention_decode|attention_prompt'
+ops='add|scale|softcap|swiglu|geglu|gather_rows|rms_norm|add_rms_norm|rms_norm_q8|softmax|rope_kv|attention_decode|attention_prompt'
 filter=$(echo "$ops" | tr '|' '\n' | sed 's/.*/*MatchesReference\/&_cuda_*/' | paste -sd:)
 timeout 120 "$bin/test_ops" --gtest_filter="$filter" --gtest_output="json:$out/elt_tests.json" > "$out/elt_tests.log" 2>&1 || rc=1
 grep -E "^\[  (PASSED|FAILED)" "$out/elt_tests.log" | cut -c1-160 | sort | uniq
@@ -24,6 +24,7 @@ cases=(
   "add_rms_norm|n_rows=1,n=4096,has_weight=1,eps_f32=925353388|"
   "rms_norm|n_rows=1,n=576,has_weight=1,eps_f32=925353388|"
   "rms_norm|n_rows=512,n=4096,has_weight=1,eps_f32=925353388|"
+  "rms_norm_q8|n_rows=1,n=4096,has_weight=1,eps_f32=925353388,dtype=8,add=1|"
   "add|n=4096|"
   "swiglu|n=14336|"
   "swiglu|n=7340032|"
