@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cli.h"
+#include "loom/exec/hrx_backend.h"
 #include "loom/base/thread_pool.h"
 #include "loom/llm/chat_template.h"
 #include "loom/llm/engine.h"
@@ -33,6 +34,7 @@ struct ServeFlags {
   int parallel = 4;
   int64_t n_ctx = 4096;
   int n_threads = default_thread_count();
+  std::string device = "cpu-ref";
   int64_t n_batch = 512;
   std::string api_key;
   size_t max_queue = 64;
@@ -56,6 +58,7 @@ Status serve(const ServeFlags& f) {
   eo.n_threads = f.n_threads;
   eo.n_batch = f.n_batch;
   eo.n_seq = f.parallel;
+  eo.make_backend = [device = f.device, threads = f.n_threads] { return exec::make_backend(device, threads); };
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<llm::Engine> engine, llm::Engine::create(*model, eo));
 
   serve::Metrics metrics;
@@ -105,6 +108,8 @@ LOOM_COMMAND(kServe, "serve", "OpenAI-compatible HTTP server with continuous bat
   app.add_option("-c,--ctx,--ctx-size", f->n_ctx, "context per slot in tokens (capped at the model's; 0: the model's)")
       ->capture_default_str();
   app.add_option("-t,--threads", f->n_threads, "CPU threads")->capture_default_str()->check(CLI::Range(1, 1024));
+  app.add_option("--device", f->device, "cpu-ref (reference ops) | cpu | cuda[:N] (op-library kernels through HRX)")
+      ->capture_default_str();
   app.add_option("-b,--batch-size", f->n_batch, "tokens per batched step (decode tokens + prompt chunks)")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--api-key", f->api_key, "require 'Authorization: Bearer KEY' on /v1/* (default: $LOOM_API_KEY)");

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "loom/base/thread_pool.h"
+#include "loom/exec/hrx_backend.h"
 #include "loom/llm/engine.h"
 #include "loom/llm/sampler.h"
 #include "loom/llm/session.h"
@@ -19,6 +20,7 @@ struct GenFlags {
   std::string model;
   int64_t n_ctx = 4096;
   int n_threads = default_thread_count();
+  std::string device;  // "" = exec::default_device(); "cpu-ref": reference ops; cpu/cuda[:N]: HRX kernels
   int64_t n_batch = 512;
   llm::SamplerParams sampling_params;
   int64_t seed = -1;
@@ -30,6 +32,7 @@ struct GenFlags {
     o.n_ctx = n_ctx;
     o.n_threads = n_threads;
     o.n_batch = n_batch;
+    o.make_backend = [device = device, threads = n_threads] { return exec::make_backend(device, threads); };
     return o;
   }
   llm::SamplerParams sampling() const {
@@ -50,6 +53,12 @@ inline void add_gen_flags(CLI::App& app, GenFlags& f, bool sampling = true) {
   app.add_option("-c,--ctx-size", f.n_ctx, "context length in tokens (capped at the model's; 0: the model's)")
       ->capture_default_str();
   app.add_option("-t,--threads", f.n_threads, "CPU threads")->capture_default_str()->check(CLI::Range(1, 1024));
+  app.add_option("--device", f.device, "cpu-ref (reference ops, the default) | cpu | cuda[:N] (op-library kernels through HRX)")
+      ->check([](const std::string& d) {
+        return d.empty() || d == "cpu" || d == "cpu-ref" || d == "cuda" || d.rfind("cuda:", 0) == 0
+                   ? std::string()
+                   : "expected cpu, cpu-ref, cuda or cuda:N";
+      });
   app.add_option("-b,--batch-size", f.n_batch, "prompt tokens per step")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   if (!sampling) return;
   auto& s = f.sampling_params;

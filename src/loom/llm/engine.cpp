@@ -16,7 +16,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, const EngineO
   const int64_t train = model.config().n_ctx_train > 0 ? model.config().n_ctx_train : options.n_ctx;
   e->n_ctx_ = options.n_ctx == 0 ? train : std::min(options.n_ctx, train);
   e->n_batch_ = options.n_batch;
-  e->backend_ = make_ref_backend(options.n_threads);
+  if (options.make_backend) {
+    LOOM_ASSIGN_OR_RETURN(e->backend_, options.make_backend());
+  } else {
+    e->backend_ = make_ref_backend(options.n_threads);
+  }
   LOOM_RETURN_IF_ERROR(e->backend_->init(model, e->n_ctx_, options.n_seq));
   e->seqs_.resize(static_cast<size_t>(options.n_seq));
   e->last_logits_.assign(static_cast<size_t>(model.config().n_vocab), 0.0f);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -22,6 +23,9 @@ struct EngineOptions {
   int n_threads = 2;
   int64_t n_batch = 512;  // tokens per step while reading a prompt
   int n_seq = 1;          // sequence slots (each n_ctx cells: KV memory grows with n_seq * n_ctx)
+  // Makes the backend the engine runs on (exec::make_backend: HRX on a device); null: the
+  // reference CPU backend with n_threads threads.
+  std::function<Result<std::unique_ptr<Backend>>()> make_backend;
 };
 
 // One sequence's share of a batched step: its tokens go in at positions n_past(seq)...

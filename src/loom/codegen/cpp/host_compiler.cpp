@@ -22,7 +22,7 @@ namespace {
 
 const std::vector<std::string>& compile_flags() {
   static const std::vector<std::string> flags = {"-std=c++20", "-O3", "-march=native", "-fPIC", "-shared",
-                                                 "-fwrapv", "-fno-math-errno", "-w"};
+                                                 "-fwrapv", "-fno-math-errno", "-ffp-contract=off", "-w"};
   return flags;
 }
 

@@ -1,0 +1,527 @@
+// HrxBackend: lowers each step Program to op-library kernels once per step shape (a Plan),
+// compiles them as one module, binds every kernel argument to a fixed device address, and runs
+// the step as a list of launches (or a captured graph replay).
+#include "loom/exec/hrx_backend.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "loom/base/log.h"
+#include "loom/hrx/runtime.h"
+#include "loom/ir/ir.h"
+#include "loom/kernels/elementwise_util.h"
+#include "loom/kernels/op_spec.h"
+#include "loom/llm/ggml_types.h"
+#include "loom/llm/model.h"
+#include "loom/llm/ops_ref.h"
+
+namespace loom::exec {
+namespace {
+
+using kernels::ArgRole;
+using kernels::OpSpec;
+using kernels::Shape;
+using llm::GgmlType;
+using llm::Launch;
+using llm::OpCode;
+using llm::Program;
+
+int64_t pad_tokens(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+// One op instance of a plan: the op, its shape, and a device address per op argument.
+struct OpCall {
+  const OpSpec* op = nullptr;
+  Shape shape;
+  std::map<std::string, uint64_t> bind;  // op argument name -> device address
+  std::string label;                     // for errors: "blk.3 matmul attn_q"
+};
+
+// A kernel launch with its arguments resolved.
+struct BoundLaunch {
+  hrx::Kernel kernel;
+  hrx::Dim3 grid, block;
+  hrx::KernelArgs args;
+  std::string label;
+};
+
+// Everything one step shape needs on the device.
+struct Plan {
+  int64_t n_tokens = 0, n_padded = 0, n_outputs = 0;
+  Program program;                         // built for n_padded tokens
+  std::vector<hrx::Buffer> slots;          // the Program's value slots
+  std::vector<hrx::Buffer> scratch;        // per-op scratch and quantized activations
+  hrx::Buffer step;                        // tokens | positions | seq ids | output rows (i32)
+  std::vector<BoundLaunch> launches;
+  hrx::Graph graph;
+  int runs = 0;
+  uint64_t tokens_off = 0, pos_off = 0, seq_off = 0, rows_off = 0;
+  std::vector<int32_t> host_step;          // staging for `step`
+};
+
+class HrxBackend final : public llm::Backend {
+ public:
+  explicit HrxBackend(HrxBackendOptions o) : opt_(std::move(o)) {}
+
+  std::string_view name() const override { return name_; }
+
+  Status init(const llm::Model& model, int64_t n_ctx, int64_t n_seq) override {
+    LOOM_ASSIGN_OR_RETURN(dev_, hrx::Device::open(opt_.device));
+    name_ = "hrx:" + dev_.props().spec;
+    LOOM_ASSIGN_OR_RETURN(stream_, hrx::Stream::create(dev_));
+    model_ = &model;
+    n_ctx_ = n_ctx;
+    n_seq_ = n_seq;
+    const llm::ModelConfig& c = model.config();
+    // Weights, in their stored layout.
+    weights_.resize(model.weights().size());
+    uint64_t total = 0;
+    for (const llm::Weight& w : model.weights()) total += w.view.row_stride * static_cast<uint64_t>(w.view.n_out);
+    Progress progress("uploading weights to " + dev_.props().spec, static_cast<double>(total) / (1 << 20), "MiB");
+    uint64_t done = 0;
+    for (size_t i = 0; i < model.weights().size(); ++i) {
+      const llm::ref::WeightView& v = model.weights()[i].view;
+      const uint64_t bytes = v.row_stride * static_cast<uint64_t>(v.n_out);
+      LOOM_ASSIGN_OR_RETURN(weights_[i], hrx::Buffer::alloc(dev_, std::max<uint64_t>(bytes, 4)));
+      LOOM_RETURN_IF_ERROR(stream_.copy_h2d(weights_[i], 0, v.data, bytes));
+      done += bytes;
+      progress.update(static_cast<double>(done) / (1 << 20));
+    }
+    progress.finish();
+    if (model.rope_freqs()) {
+      const uint64_t bytes = static_cast<uint64_t>(c.n_rot / 2) * 4;
+      LOOM_ASSIGN_OR_RETURN(rope_ff_, hrx::Buffer::alloc(dev_, bytes));
+      LOOM_RETURN_IF_ERROR(stream_.copy_h2d(rope_ff_, 0, model.rope_freqs(), bytes));
+    }
+    // The KV cache: n_seq slots of n_ctx cells, plus one slot that padding tokens write.
+    const uint64_t cells = static_cast<uint64_t>(n_seq + 1) * static_cast<uint64_t>(n_ctx);
+    k_row_ = static_cast<int64_t>(c.n_head_kv) * c.head_dim_k;
+    v_row_ = static_cast<int64_t>(c.n_head_kv) * c.head_dim_v;
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      LOOM_ASSIGN_OR_RETURN(hrx::Buffer k, hrx::Buffer::alloc(dev_, cells * static_cast<uint64_t>(k_row_) * 2));
+      LOOM_ASSIGN_OR_RETURN(hrx::Buffer v, hrx::Buffer::alloc(dev_, cells * static_cast<uint64_t>(v_row_) * 2));
+      LOOM_RETURN_IF_ERROR(stream_.memset(k, 0, 0, k.size()));
+      LOOM_RETURN_IF_ERROR(stream_.memset(v, 0, 0, v.size()));
+      k_cache_.push_back(std::move(k));
+      v_cache_.push_back(std::move(v));
+    }
+    return stream_.synchronize();
+  }
+
+  Status execute(const Program& p, const llm::StepInputs& in, float* logits) override {
+    if (!model_) return failed_precondition("backend used before init");
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+      if (in.positions[t] < 0 || in.positions[t] >= n_ctx_)
+        return resource_exhausted("position {} is beyond the context of {} tokens", in.positions[t], n_ctx_);
+      if (in.seq_ids && (in.seq_ids[t] < 0 || in.seq_ids[t] >= n_seq_))
+        return out_of_range("sequence {} outside the cache's {} slots", in.seq_ids[t], n_seq_);
+    }
+    for (int64_t i = 0; i < p.n_outputs; ++i)
+      if (in.output_rows[i] < 0 || in.output_rows[i] >= p.n_tokens)
+        return out_of_range("output row {} outside the batch of {}", in.output_rows[i], p.n_tokens);
+    auto key = std::make_pair(p.n_tokens, p.n_outputs);
+    auto it = plans_.find(key);
+    if (it == plans_.end()) {
+      auto plan = build_plan(p.n_tokens, p.n_outputs);
+      if (!plan.ok()) return std::move(plan).status().with_context(fmt::format("preparing a step of {} tokens on {}", p.n_tokens, name_));
+      it = plans_.emplace(key, std::move(plan).value()).first;
+    }
+    Plan& plan = *it->second;
+    // Step inputs: real tokens, then padding (token 0 at positions 0.. of the scratch slot).
+    int32_t* h = plan.host_step.data();
+    const int64_t T = plan.n_padded;
+    for (int64_t t = 0; t < T; ++t) {
+      const bool real = t < p.n_tokens;
+      h[plan.tokens_off / 4 + t] = real ? in.tokens[t] : 0;
+      h[plan.pos_off / 4 + t] = real ? in.positions[t] : static_cast<int32_t>(t - p.n_tokens);
+      h[plan.seq_off / 4 + t] = real ? (in.seq_ids ? in.seq_ids[t] : 0) : static_cast<int32_t>(n_seq_);
+    }
+    for (int64_t i = 0; i < p.n_outputs; ++i) h[plan.rows_off / 4 + i] = in.output_rows[i];
+    LOOM_RETURN_IF_ERROR(stream_.copy_h2d(plan.step, 0, h, plan.host_step.size() * 4));
+    if (plan.graph.raw()) {
+      LOOM_RETURN_IF_ERROR(plan.graph.launch(stream_));
+    } else {
+      for (const BoundLaunch& l : plan.launches) {
+        Status s = stream_.launch(l.kernel, l.grid, l.block, l.args);
+        if (!s.ok()) return std::move(s).with_context(l.label);
+      }
+    }
+    const llm::ValueDesc& out = plan.program.values[static_cast<size_t>(plan.program.logits)];
+    LOOM_RETURN_IF_ERROR(stream_.copy_d2h(logits, plan.slots[static_cast<size_t>(out.slot)], 0,
+                                          static_cast<uint64_t>(out.rows * out.cols) * 4));
+    LOOM_RETURN_IF_ERROR(stream_.synchronize());
+    // After a first eager run proved the launches, later steps of this shape replay a graph.
+    if (++plan.runs == 1 && opt_.use_graphs && !std::getenv("LOOM_NO_GRAPHS")) {
+      LOOM_RETURN_IF_ERROR(stream_.begin_capture());
+      Status s;
+      for (const BoundLaunch& l : plan.launches)
+        if (s.ok()) s = stream_.launch(l.kernel, l.grid, l.block, l.args);
+      auto g = stream_.end_capture();
+      LOOM_RETURN_IF_ERROR(s);
+      if (!g.ok()) return std::move(g).status().with_context("capturing the step graph");
+      plan.graph = std::move(g).value();
+    }
+    return Status();
+  }
+
+ private:
+  Result<std::unique_ptr<Plan>> build_plan(int64_t n_tokens, int64_t n_outputs) {
+    auto plan = std::make_unique<Plan>();
+    plan->n_tokens = n_tokens;
+    plan->n_outputs = n_outputs;
+    plan->n_padded = pad_tokens(n_tokens);
+    if (plan->n_padded > n_ctx_)
+      plan->n_padded = n_tokens;  // tiny contexts: no padding (the scratch slot holds n_ctx cells)
+    plan->program = model_->build_program(plan->n_padded, n_outputs);
+    const Program& p = plan->program;
+    const int64_t T = plan->n_padded;
+    // Step inputs.
+    plan->tokens_off = 0;
+    plan->pos_off = static_cast<uint64_t>(T) * 4;
+    plan->seq_off = plan->pos_off + static_cast<uint64_t>(T) * 4;
+    plan->rows_off = plan->seq_off + static_cast<uint64_t>(T) * 4;
+    plan->host_step.assign(static_cast<size_t>(3 * T + std::max<int64_t>(n_outputs, 1)), 0);
+    LOOM_ASSIGN_OR_RETURN(plan->step, hrx::Buffer::alloc(dev_, plan->host_step.size() * 4));
+    for (int64_t f : p.slot_floats) {
+      LOOM_ASSIGN_OR_RETURN(hrx::Buffer b, hrx::Buffer::alloc(dev_, static_cast<uint64_t>(std::max<int64_t>(f, 1)) * 4));
+      plan->slots.push_back(std::move(b));
+    }
+    LOOM_ASSIGN_OR_RETURN(std::vector<OpCall> calls, lower(*plan));
+    return compile(std::move(plan), std::move(calls));
+  }
+
+  uint64_t value_addr(const Plan& plan, int32_t v) const {
+    return plan.slots[static_cast<size_t>(plan.program.values[static_cast<size_t>(v)].slot)].address();
+  }
+  uint64_t weight_addr(int32_t w) const { return weights_[static_cast<size_t>(w)].address(); }
+
+  Result<uint64_t> scratch(Plan& plan, uint64_t bytes) {
+    LOOM_ASSIGN_OR_RETURN(hrx::Buffer b, hrx::Buffer::alloc(dev_, std::max<uint64_t>(bytes, 4)));
+    plan.scratch.push_back(std::move(b));
+    return plan.scratch.back().address();
+  }
+
+  // Program launches -> op calls. Rope launches are held back and fused with the KV store that
+  // follows them (rope_kv rotates q in place and writes the rotated k and v into the cache).
+  Result<std::vector<OpCall>> lower(Plan& plan) {
+    const Program& p = plan.program;
+    const llm::ModelConfig& c = model_->config();
+    const int64_t T = plan.n_padded;
+    const uint64_t pos = plan.step.address() + plan.pos_off, seq = plan.step.address() + plan.seq_off;
+    std::vector<OpCall> calls;
+    std::vector<const Launch*> pending_rope, deferred;
+    std::set<int32_t> held;  // values produced by held-back launches
+    // Quantized activations: one buffer per (value, format), valid until the value is rewritten.
+    std::map<std::pair<int32_t, int>, uint64_t> xq;
+    auto op = [&](std::string_view name) -> Result<const OpSpec*> {
+      const OpSpec* o = kernels::find_op(name);
+      if (!o) return internal_error("the op library has no op '{}'", name);
+      return o;
+    };
+    auto rows_of = [&](int32_t v) { return p.values[static_cast<size_t>(v)].rows; };
+    auto cols_of = [&](int32_t v) { return p.values[static_cast<size_t>(v)].cols; };
+    auto vname = [&](int32_t v) { return p.values[static_cast<size_t>(v)].name; };
+    std::function<Status(const Launch&)> step = [&](const Launch& l) -> Status {
+      // A value that is written stops being the source of its quantized copies.
+      if (l.out >= 0)
+        for (auto it = xq.begin(); it != xq.end();) it = it->first.first == l.out ? xq.erase(it) : std::next(it);
+      // A launch that reads a rotated (or deferred) value before the KV store (Gemma 3 scales q
+      // there) runs after the fused rope_kv, in its original order.
+      if (l.op != OpCode::kRope && l.op != OpCode::kKvStore && !pending_rope.empty() &&
+          (held.count(l.in0) || held.count(l.in1))) {
+        deferred.push_back(&l);
+        if (l.out >= 0) held.insert(l.out);
+        return Status();
+      }
+      OpCall call;
+      call.label = fmt::format("{} -> {}", llm::op_name(l.op), l.out >= 0 ? vname(l.out) : "kv cache");
+      switch (l.op) {
+        case OpCode::kGetRows: {
+          const llm::ref::WeightView& w = model_->weight(l.weight).view;
+          LOOM_ASSIGN_OR_RETURN(call.op, op("get_rows"));
+          call.shape.dims = {{"wtype", static_cast<int64_t>(w.type)}, {"n_in", w.n_in}, {"n_vocab", w.n_out},
+                             {"n_ids", rows_of(l.out)}};
+          call.bind = {{"table", weight_addr(l.weight)}, {"ids", plan.step.address() + plan.tokens_off},
+                       {"out", value_addr(plan, l.out)}};
+          break;
+        }
+        case OpCode::kRmsNorm: {
+          LOOM_ASSIGN_OR_RETURN(call.op, op("rms_norm"));
+          const int64_t n = rows_of(l.out) * cols_of(l.out);
+          call.shape = kernels::elt::make_shape({{"n_rows", n / l.group}, {"n", l.group}, {"has_weight", l.weight >= 0 ? 1 : 0}},
+                                                {{"eps_f32", l.eps}});
+          call.bind = {{"x", value_addr(plan, l.in0)}, {"y", value_addr(plan, l.out)}};
+          if (l.weight >= 0) call.bind["w"] = weight_addr(l.weight);
+          break;
+        }
+        case OpCode::kMatMul: {
+          const llm::ref::WeightView& w = model_->weight(l.weight).view;
+          LOOM_ASSIGN_OR_RETURN(GgmlType xt, llm::ref::vec_dot_type(w.type));
+          const int64_t nt = rows_of(l.in0);
+          uint64_t xaddr = value_addr(plan, l.in0);
+          if (xt != GgmlType::F32) {
+            auto key = std::make_pair(l.in0, static_cast<int>(xt));
+            auto found = xq.find(key);
+            if (found == xq.end()) {
+              OpCall q;
+              LOOM_ASSIGN_OR_RETURN(q.op, op("quantize_act"));
+              q.shape.dims = {{"dtype", static_cast<int64_t>(xt)}, {"n_in", w.n_in}, {"n_tokens", nt}};
+              LOOM_ASSIGN_OR_RETURN(uint64_t buf, scratch(plan, llm::ref::quantized_row_bytes(xt, w.n_in) * static_cast<uint64_t>(nt)));
+              q.bind = {{"x", xaddr}, {"xq", buf}};
+              q.label = fmt::format("quantize_act {} -> {}", vname(l.in0), llm::ggml_type_name(xt));
+              calls.push_back(std::move(q));
+              found = xq.emplace(key, buf).first;
+            }
+            xaddr = found->second;
+          }
+          LOOM_ASSIGN_OR_RETURN(call.op, op(nt == 1 ? "matvec" : "matmul"));
+          call.shape.dims = {{"wtype", static_cast<int64_t>(w.type)}, {"n_in", w.n_in}, {"n_out", w.n_out}, {"n_tokens", nt}};
+          call.bind = {{"w", weight_addr(l.weight)}, {"xq", xaddr}, {"y", value_addr(plan, l.out)}};
+          break;
+        }
+        case OpCode::kAdd:
+        case OpCode::kSwiGlu:
+        case OpCode::kGeGlu: {
+          const char* name = l.op == OpCode::kAdd ? "add" : l.op == OpCode::kSwiGlu ? "swiglu" : "geglu";
+          LOOM_ASSIGN_OR_RETURN(call.op, op(name));
+          call.shape.dims = {{"n", rows_of(l.out) * cols_of(l.out)}};
+          LOOM_RETURN_IF_ERROR(bind_inputs(call, {value_addr(plan, l.in0), value_addr(plan, l.in1)}, value_addr(plan, l.out)));
+          break;
+        }
+        case OpCode::kScale:
+        case OpCode::kSoftcap: {
+          const bool sc = l.op == OpCode::kScale;
+          LOOM_ASSIGN_OR_RETURN(call.op, op(sc ? "scale" : "softcap"));
+          call.shape = kernels::elt::make_shape({{"n", rows_of(l.out) * cols_of(l.out)}}, {{sc ? "s_f32" : "cap_f32", l.f}});
+          LOOM_RETURN_IF_ERROR(bind_inputs(call, {value_addr(plan, l.in0)}, value_addr(plan, l.out)));
+          break;
+        }
+        case OpCode::kRope:
+          if (l.out != l.in0 && value_addr(plan, l.out) != value_addr(plan, l.in0)) {
+            // rope_kv works in place on q; the recipes rotate in place, so this is not expected.
+            return unimplemented("rope into a different value ({} -> {})", vname(l.in0), vname(l.out));
+          }
+          pending_rope.push_back(&l);
+          held.insert(l.out);
+          return Status();
+        case OpCode::kKvStore: {
+          const Launch* rq = nullptr;
+          const Launch* rk = nullptr;
+          for (const Launch* r : pending_rope) (r->out == l.in0 ? rk : rq) = r;
+          if (!rq || !rk || pending_rope.size() != 2)
+            return unimplemented("a KV store without exactly one rotated q and k before it");
+          for (const Launch* d : deferred)
+            if (d->out == l.in0 || d->out == l.in1)
+              return unimplemented("a KV store of a value computed from a rotated one");
+          pending_rope.clear();
+          held.clear();
+          const llm::ref::RopeParams& rp = rk->rope;
+          LOOM_ASSIGN_OR_RETURN(call.op, op("rope_kv"));
+          call.shape = kernels::elt::make_shape(
+              {{"n_tokens", T}, {"n_head", rq->n_head}, {"n_head_kv", rk->n_head}, {"head_dim", rk->head_dim},
+               {"n_dims", rp.n_dims}, {"mode", static_cast<int64_t>(rp.mode)}, {"n_seq", n_seq_ + 1}, {"n_ctx", n_ctx_},
+               {"has_ff", rp.freq_factors ? 1 : 0}, {"n_ctx_orig", rp.n_ctx_orig}},
+              {{"freq_base_f32", rp.freq_base}, {"freq_scale_f32", rp.freq_scale}, {"ext_factor_f32", rp.ext_factor},
+               {"attn_factor_f32", rp.attn_factor}, {"beta_fast_f32", rp.beta_fast}, {"beta_slow_f32", rp.beta_slow}});
+          call.bind = {{"q", value_addr(plan, rq->out)}, {"k", value_addr(plan, l.in0)}, {"v", value_addr(plan, l.in1)},
+                       {"pos", pos}, {"seq", seq}, {"k_cache", k_cache_[static_cast<size_t>(l.layer)].address()},
+                       {"v_cache", v_cache_[static_cast<size_t>(l.layer)].address()}};
+          if (rp.freq_factors) {
+            if (rp.freq_factors != model_->rope_freqs() || !rope_ff_.raw())
+              return unimplemented("rope frequency factors other than the model's rope_freqs");
+            call.bind["ff"] = rope_ff_.address();
+          }
+          (void)c;
+          break;
+        }
+        case OpCode::kAttention: {
+          const llm::ref::AttentionParams& a = l.attn;
+          if (a.head_dim_k != a.head_dim_v) return unimplemented("attention with different K and V head sizes");
+          LOOM_ASSIGN_OR_RETURN(call.op, op(T <= decode_attention_max_ ? "attention_decode" : "attention_prompt"));
+          call.shape = kernels::elt::make_shape(
+              {{"n_tokens", T}, {"n_head", a.n_head}, {"n_head_kv", a.n_head_kv}, {"head_dim", a.head_dim_k},
+               {"n_seq", n_seq_ + 1}, {"n_ctx", n_ctx_}, {"n_swa", a.n_swa}},
+              {{"scale_f32", a.scale}, {"softcap_f32", a.softcap}});
+          call.bind = {{"q", value_addr(plan, l.in0)}, {"pos", pos}, {"seq", seq},
+                       {"k_cache", k_cache_[static_cast<size_t>(l.layer)].address()},
+                       {"v_cache", v_cache_[static_cast<size_t>(l.layer)].address()}, {"out", value_addr(plan, l.out)}};
+          break;
+        }
+        case OpCode::kGatherRows: {
+          LOOM_ASSIGN_OR_RETURN(call.op, op("gather_rows"));
+          call.shape.dims = {{"n_rows", rows_of(l.in0)}, {"n_cols", cols_of(l.in0)}, {"n_out", rows_of(l.out)}};
+          call.bind = {{"x", value_addr(plan, l.in0)}, {"rows", plan.step.address() + plan.rows_off},
+                       {"out", value_addr(plan, l.out)}};
+          break;
+        }
+      }
+      calls.push_back(std::move(call));
+      if (l.op == OpCode::kKvStore && !deferred.empty()) {
+        std::vector<const Launch*> again;
+        again.swap(deferred);
+        for (const Launch* d : again) LOOM_RETURN_IF_ERROR(step(*d));
+      }
+      return Status();
+    };
+    for (const Launch& l : p.launches) LOOM_RETURN_IF_ERROR(step(l));
+    if (!pending_rope.empty()) return unimplemented("a rotation without a KV store after it");
+    return calls;
+  }
+
+  // Element-wise ops take their inputs in the op's own argument order, then one output.
+  Status bind_inputs(OpCall& call, std::vector<uint64_t> in, uint64_t out) {
+    std::vector<kernels::ArgSpec> args = call.op->args(call.shape);
+    size_t i = 0;
+    for (const kernels::ArgSpec& a : args) {
+      if (a.role == ArgRole::kInput) {
+        if (i >= in.size()) return internal_error("{}: more inputs than the launch gives", call.op->name());
+        call.bind[a.name] = in[i++];
+      } else if (a.role == ArgRole::kOutput) {
+        call.bind[a.name] = out;
+      }
+    }
+    return Status();
+  }
+
+  // Generates every call's kernels, merges them into one module (one compile per plan), and
+  // binds the launches.
+  Result<std::unique_ptr<Plan>> compile(std::unique_ptr<Plan> plan, std::vector<OpCall> calls) {
+    const ir::TargetKind target = dev_.target();
+    ir::Module merged;
+    merged.source_name = fmt::format("step of {} tokens", plan->n_padded);
+    struct Pending {
+      std::string kernel;
+      kernels::KernelLaunch launch;
+      std::vector<uint64_t> addrs;  // per op argument
+      std::vector<ir::Type> params;
+      std::string label;
+    };
+    std::vector<Pending> pending;
+    std::map<std::string, std::string> renamed;  // op|shape|schedule|kernel -> merged name
+    for (OpCall& call : calls) {
+      Status v = call.op->validate(call.shape);
+      if (!v.ok()) return std::move(v).with_context(call.label);
+      const kernels::Schedule sched = call.op->default_schedule(call.shape, target);
+      const std::string key = fmt::format("{}|{}|{}", call.op->name(), call.shape.key(), kernels::schedule_key(sched));
+      std::vector<kernels::ArgSpec> args = call.op->args(call.shape);
+      std::vector<uint64_t> addrs(args.size(), 0);
+      for (size_t i = 0; i < args.size(); ++i) {
+        const kernels::ArgSpec& a = args[i];
+        if (a.kind != kernels::ArgKind::kBuffer) continue;
+        if (a.role == ArgRole::kScratch) {
+          LOOM_ASSIGN_OR_RETURN(addrs[i], scratch(*plan, static_cast<uint64_t>(a.bytes)));
+          continue;
+        }
+        auto it = call.bind.find(a.name);
+        if (it == call.bind.end())
+          return internal_error("{}: op {} argument '{}' is not bound", call.label, call.op->name(), a.name);
+        addrs[i] = it->second;
+      }
+      auto gen = call.op->generate(call.shape, sched, target);
+      if (!gen.ok()) return std::move(gen).status().with_context(call.label);
+      kernels::Generated g = std::move(gen).value();
+      for (const kernels::KernelLaunch& kl : g.launches) {
+        const std::string kkey = key + "|" + kl.kernel;
+        auto r = renamed.find(kkey);
+        ir::Kernel* k = nullptr;
+        if (r == renamed.end()) {
+          auto owned = std::find_if(g.module.kernels.begin(), g.module.kernels.end(),
+                                    [&](const std::unique_ptr<ir::Kernel>& x) { return x && x->name == kl.kernel; });
+          if (owned == g.module.kernels.end())
+            return internal_error("{}: generated module lacks kernel {}", call.label, kl.kernel);
+          std::string name = fmt::format("k{}_{}", renamed.size(), kl.kernel);
+          (*owned)->name = name;
+          k = owned->get();
+          merged.kernels.push_back(std::move(*owned));
+          r = renamed.emplace(kkey, name).first;
+        } else {
+          k = merged.find(r->second);
+        }
+        Pending pd;
+        pd.kernel = r->second;
+        pd.launch = kl;
+        pd.addrs = addrs;
+        for (const auto& prm : k->params) pd.params.push_back(prm->type);
+        pd.label = call.label;
+        pending.push_back(std::move(pd));
+      }
+    }
+    Progress progress(fmt::format("compiling {} kernels for {}", merged.kernels.size(), dev_.props().spec), 1);
+    auto mod = hrx::Module::compile(dev_, merged);
+    progress.finish();
+    if (!mod.ok()) return std::move(mod).status().with_context("compiling the step's kernels");
+    for (Pending& pd : pending) {
+      BoundLaunch bl;
+      LOOM_ASSIGN_OR_RETURN(bl.kernel, mod->kernel(pd.kernel));
+      bl.grid = hrx::Dim3(pd.launch.grid[0], pd.launch.grid[1], pd.launch.grid[2]);
+      bl.block = hrx::Dim3(pd.launch.block[0], pd.launch.block[1], pd.launch.block[2]);
+      size_t pi = 0;
+      for (int a : pd.launch.args) {
+        if (a < 0 || static_cast<size_t>(a) >= pd.addrs.size()) return internal_error("{}: bad argument index {}", pd.label, a);
+        bl.args.address(pd.addrs[static_cast<size_t>(a)]);
+        ++pi;
+      }
+      for (int64_t s : pd.launch.scalars) {
+        if (pi >= pd.params.size()) return internal_error("{}: more arguments than kernel parameters", pd.label);
+        const ir::Type t = pd.params[pi++];
+        if (t.is_float()) bl.args.f32(static_cast<float>(s));
+        else if (t.elem_bytes() == 8) bl.args.i64(s);
+        else bl.args.i32(static_cast<int32_t>(s));
+      }
+      if (pi != pd.params.size())
+        return internal_error("{}: {} arguments for {} parameters of {}", pd.label, pi, pd.params.size(), pd.kernel);
+      bl.label = std::move(pd.label);
+      plan->launches.push_back(std::move(bl));
+    }
+    return plan;
+  }
+
+  HrxBackendOptions opt_;
+  std::string name_ = "hrx";
+  hrx::Device dev_;
+  hrx::Stream stream_;
+  const llm::Model* model_ = nullptr;
+  int64_t n_ctx_ = 0, n_seq_ = 1, k_row_ = 0, v_row_ = 0;
+  std::vector<hrx::Buffer> weights_, k_cache_, v_cache_;
+  hrx::Buffer rope_ff_;
+  // Steps of up to this many tokens use the split-key decode attention; longer ones the tiled
+  // prompt attention.
+  int64_t decode_attention_max_ = std::getenv("LOOM_DECODE_ATTENTION_MAX") ? std::atoll(std::getenv("LOOM_DECODE_ATTENTION_MAX")) : 8;
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<llm::Backend>> make_hrx_backend(const HrxBackendOptions& options) {
+  if (options.n_threads > 0 && options.device.rfind("cpu", 0) == 0)
+    ::setenv("LOOM_THREADS", std::to_string(options.n_threads).c_str(), 1);  // read when the cpu device opens
+  std::unique_ptr<llm::Backend> b = std::make_unique<HrxBackend>(options);
+  return b;
+}
+
+std::string default_device() {
+  // The reference ops stay the default until the HRX path matches them on every supported model
+  // (docs/engine.md); `--device cpu|cuda` opts in.
+  return "cpu-ref";
+}
+
+Result<std::unique_ptr<llm::Backend>> make_backend(std::string_view device, int n_threads) {
+  const std::string dev = device.empty() ? default_device() : std::string(device);
+  if (dev == "cpu-ref") return llm::make_ref_backend(n_threads);
+  HrxBackendOptions o;
+  o.device = dev;
+  o.n_threads = n_threads;
+  return make_hrx_backend(o);
+}
+
+}  // namespace loom::exec
