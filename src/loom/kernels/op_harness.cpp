@@ -13,6 +13,7 @@
 #include "loom/codegen/cpp/host_compiler.h"
 #include "loom/hrx/runtime.h"
 #include "loom/ir/verifier.h"
+#include "loom/llm/quant.h"
 
 namespace loom::kernels {
 namespace {
@@ -142,6 +143,8 @@ double elem_value(const uint8_t* p, ir::Scalar e) {
     case ir::Scalar::kF32: { float f; std::memcpy(&f, p, 4); return f; }
     case ir::Scalar::kI32: { int32_t v; std::memcpy(&v, p, 4); return v; }
     case ir::Scalar::kF64: { double d; std::memcpy(&d, p, 8); return d; }
+    case ir::Scalar::kF16: { uint16_t h; std::memcpy(&h, p, 2); return llm::fp16_to_fp32(h); }
+    case ir::Scalar::kBF16: { uint16_t h; std::memcpy(&h, p, 2); return llm::bf16_to_fp32(h); }
     default: return *p;
   }
 }
@@ -274,14 +277,15 @@ CheckResult check_op(const OpSpec& op, const Shape& shape, const Schedule& sched
     if (exp.size() != static_cast<size_t>(specs[i].bytes))
       return fail(fmt::format("reference gave {} bytes for '{}', args() says {}", exp.size(), specs[i].name, specs[i].bytes));
     const ir::Scalar e = specs[i].elem;
-    const bool bytewise = tol.exact || !(e == ir::Scalar::kF32 || e == ir::Scalar::kF64);
+    const bool is_float = e == ir::Scalar::kF32 || e == ir::Scalar::kF64 || e == ir::Scalar::kF16 || e == ir::Scalar::kBF16;
+    const bool bytewise = tol.exact || !is_float;
     if (bytewise) {
       for (size_t j = 0; j < exp.size(); ++j)
         if (got[j] != exp[j])
           return fail(fmt::format("'{}' byte {} is 0x{:02x}, reference 0x{:02x}", specs[i].name, j, got[j], exp[j]));
       continue;
     }
-    const size_t es = e == ir::Scalar::kF64 ? 8 : 4;
+    const size_t es = static_cast<size_t>(ir::scalar_bits(e) / 8);
     for (size_t j = 0; j + es <= exp.size(); j += es) {
       double g = elem_value(got + j, e), w = elem_value(exp.data() + j, e);
       double err = std::fabs(g - w);
