@@ -1,12 +1,12 @@
 // Element-wise ops over flat f32 arrays (add, scale, softcap, swiglu, geglu) share one kernel
 // shape: each thread maps `vec` consecutive elements, `per_thread` times; MapOp holds it.
-// Accessors of the non-matrix ops live here too (op_list.h declares them again for the registry).
 #pragma once
 
 #include <span>
 #include <string>
 #include <vector>
 
+#include "loom/kernels/op_list.h"
 #include "loom/kernels/op_spec.h"
 
 namespace loom::ir {
@@ -46,19 +46,7 @@ class MapOp : public OpSpec {
   virtual float input_range() const { return 4.0f; }  // inputs uniform in [-r, r)
 };
 
-const OpSpec& add_op();
-const OpSpec& scale_op();
-const OpSpec& softcap_op();
-const OpSpec& swiglu_op();
-const OpSpec& geglu_op();
-const OpSpec& gather_rows_op();
-const OpSpec& rms_norm_op();
-const OpSpec& add_rms_norm_op();
-const OpSpec& softmax_op();
-const OpSpec& rope_kv_op();
-const OpSpec& attention_decode_op();
-const OpSpec& attention_prompt_op();
-const OpSpec& rms_norm_q8_op();
+// The accessors of these ops are declared in op_list.h (included above).
 
 // Every op above, for tests that run them without the registry.
 std::vector<const OpSpec*> elementwise_family_ops();
