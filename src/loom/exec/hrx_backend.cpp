@@ -215,7 +215,6 @@ class HrxBackend final : public llm::Backend {
   // follows them (rope_kv rotates q in place and writes the rotated k and v into the cache).
   Result<std::vector<OpCall>> lower(Plan& plan) {
     const Program& p = plan.program;
-    const llm::ModelConfig& c = model_->config();
     const int64_t T = plan.n_padded;
     const uint64_t pos = plan.step.address() + plan.pos_off, seq = plan.step.address() + plan.seq_off;
     std::vector<OpCall> calls;
@@ -341,7 +340,6 @@ class HrxBackend final : public llm::Backend {
               return unimplemented("rope frequency factors other than the model's rope_freqs");
             call.bind["ff"] = rope_ff_.address();
           }
-          (void)c;
           break;
         }
         case OpCode::kAttention: {
