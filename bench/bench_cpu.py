@@ -83,7 +83,14 @@ def llama_bench(path, threads, n_prompt, n_gen, reps):
 def loom_bench(loom, path, threads, n_prompt, n_gen, reps):
     out = subprocess.run([str(loom), "bench", "-m", str(path), "-t", str(threads), "-p", str(n_prompt),
                           "-n", str(n_gen), "-r", str(reps), "--json"], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout)
+    # `loom bench --json` prints one object per test (ppN, tgN), one per line.
+    tests = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    res = {"raw": tests}
+    for t in tests:
+        what = "pp" if t["test"].startswith("pp") else "tg"
+        res[f"{what}_tokens_per_second"] = {"median": t["tokens_per_s"], "min": t["min"], "max": t["max"],
+                                            "stdev": t["stdev"]}
+    return res
 
 
 def main():
