@@ -26,6 +26,8 @@ bool register_command(Command command);
 // Prints "loom: error: <status with context>" to stderr; returns the exit code (1, or 2 for
 // invalid arguments).
 int report(const Status& status);
+// The command line as typed ("loom bench -m x.gguf ..."), for results files.
+const std::string& command_line();
 
 }  // namespace loom::cli
 

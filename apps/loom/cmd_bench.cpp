@@ -1,13 +1,15 @@
-// `loom bench`: prompt processing (pp) and generation (tg) speed of a model on this machine,
-// median and spread over repetitions, after a validating warm-up run.
-#include <sys/utsname.h>
-
+// `loom bench`: prompt processing (pp) and generation (tg) speed of a model on a device, median
+// and spread over repetitions after a validating warm-up, with the bytes and FLOPs each token
+// costs and the fraction of the device's measured limit that the speed reaches.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -15,7 +17,10 @@
 
 #include "cli.h"
 #include "gen_flags.h"
+#include "loom/base/version.h"
+#include "loom/exec/peak.h"
 #include "loom/llm/engine.h"
+#include "loom/llm/ggml_types.h"
 #include "loom/llm/model.h"
 #include "loom/llm/model_path.h"
 #include "loom/llm/ops_ref.h"
@@ -25,29 +30,18 @@ namespace {
 
 struct BenchFlags {
   GenFlags gen;
-  int64_t n_prompt = 128, n_gen = 64;
-  int reps = 3;
+  int64_t n_prompt = 512, n_gen = 128;
+  int reps = 5;
   bool json = false;
+  std::string out;  // append the JSON objects to this file too
 };
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-std::string cpu_name() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) {
-      auto colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(colon + 2);
-    }
-  utsname u{};
-  return uname(&u) == 0 ? std::string(u.machine) : "unknown CPU";
-}
-
 struct Stats {
-  double median = 0, min = 0, max = 0;
+  double median = 0, min = 0, max = 0, stdev = 0;
 };
 Stats stats(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -56,6 +50,10 @@ Stats stats(std::vector<double> v) {
   s.max = v.back();
   const size_t n = v.size();
   s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  double mean = 0;
+  for (double x : v) mean += x / static_cast<double>(n);
+  for (double x : v) s.stdev += (x - mean) * (x - mean);
+  s.stdev = n > 1 ? std::sqrt(s.stdev / static_cast<double>(n - 1)) : 0;
   return s;
 }
 
@@ -80,7 +78,71 @@ Result<std::vector<int32_t>> run_once(llm::Engine& e, const std::vector<int32_t>
   return out;
 }
 
-Status bench(const BenchFlags& f) {
+// What one token costs by definition: every weight a one-token step reads (matmul weights whole,
+// norm weights, one embedding row), the KV cache it attends over, and 2 FLOPs per weight
+// multiply-add plus the attention's.
+struct TokenCost {
+  double weight_bytes = 0, kv_bytes_per_cell = 0, flops = 0, attn_flops_per_cell = 0;
+};
+TokenCost token_cost(const llm::Model& model) {
+  const llm::Program p = model.build_program(1, 1);
+  std::set<int32_t> seen;
+  TokenCost c;
+  for (const llm::Launch& l : p.launches) {
+    if (l.op == llm::OpCode::kAttention) {
+      const llm::ref::AttentionParams& a = l.attn;
+      c.kv_bytes_per_cell += 2.0 * a.n_head_kv * (a.head_dim_k + a.head_dim_v);  // f16 K and V
+      c.attn_flops_per_cell += 2.0 * a.n_head * (a.head_dim_k + a.head_dim_v);
+    }
+    if (l.weight < 0 || !seen.insert(l.weight).second) continue;
+    const llm::ref::WeightView& w = model.weight(l.weight).view;
+    if (l.op == llm::OpCode::kGetRows) {
+      c.weight_bytes += static_cast<double>(w.row_stride);
+    } else {
+      c.weight_bytes += static_cast<double>(w.row_stride) * static_cast<double>(w.n_out);
+      if (l.op == llm::OpCode::kMatMul) c.flops += 2.0 * static_cast<double>(w.n_in) * static_cast<double>(w.n_out);
+    }
+  }
+  return c;
+}
+
+// "llama3-8b" for Loom's synthetic models (general.name "loom-synth SHAPE QUANT"), else the
+// model's own name.
+std::string shape_name(const llm::Model& m) {
+  const std::string& n = m.config().name;
+  if (n.rfind("loom-synth ", 0) == 0) {
+    const std::string rest = n.substr(11);
+    return rest.substr(0, rest.find(' '));
+  }
+  return n.empty() ? m.config().arch_name : n;
+}
+
+// general.file_type as llama.cpp names it; else the weight type holding the most bytes.
+std::string quant_name(const llm::Model& m) {
+  static const std::pair<int, const char*> kTypes[] = {
+      {0, "F32"},     {1, "F16"},     {2, "Q4_0"},    {3, "Q4_1"},    {7, "Q8_0"},    {8, "Q5_0"},
+      {9, "Q5_1"},    {10, "Q2_K"},   {11, "Q3_K_S"}, {12, "Q3_K_M"}, {13, "Q3_K_L"}, {14, "Q4_K_S"},
+      {15, "Q4_K_M"}, {16, "Q5_K_S"}, {17, "Q5_K_M"}, {18, "Q6_K"},   {32, "BF16"}};
+  if (const llm::GgufValue* v = m.gguf().find("general.file_type")) {
+    if (auto ft = v->as_u64(); ft.ok())
+      for (const auto& [id, name] : kTypes)
+        if (static_cast<uint64_t>(id) == *ft) return name;
+  }
+  std::map<std::string, double> bytes;
+  for (const llm::Weight& w : m.weights())
+    bytes[std::string(llm::ggml_type_name(w.view.type))] += static_cast<double>(w.view.row_stride) * w.view.n_out;
+  auto best = std::max_element(bytes.begin(), bytes.end(), [](auto& a, auto& b) { return a.second < b.second; });
+  return best == bytes.end() ? "unknown" : best->first;
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+Status bench(const BenchFlags& f, const std::string& command) {
   if (f.n_prompt < 1 || f.n_gen < 1 || f.reps < 1) return invalid_argument("-p, -n and -r must be >= 1");
   LOOM_ASSIGN_OR_RETURN(std::string path, llm::resolve_model_path(f.gen.model));
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<llm::Model> model, llm::Model::load(path, !f.json));
@@ -89,6 +151,8 @@ Status bench(const BenchFlags& f) {
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<llm::Engine> engine, llm::Engine::create(*model, opts));
   if (f.n_prompt + f.n_gen + 1 > engine->n_ctx())
     return invalid_argument("-p {} + -n {} exceeds the model's context of {}", f.n_prompt, f.n_gen, engine->n_ctx());
+  const std::string device = f.gen.device.empty() ? exec::default_device() : f.gen.device;
+  LOOM_ASSIGN_OR_RETURN(exec::DeviceLimits lim, exec::measure_limits(device, f.gen.n_threads));
   // A fixed pseudo-text prompt: speed does not depend on the token values.
   std::vector<int32_t> prompt(static_cast<size_t>(f.n_prompt));
   for (int64_t i = 0; i < f.n_prompt; ++i)
@@ -104,41 +168,95 @@ Status bench(const BenchFlags& f) {
     pp_tps.push_back(static_cast<double>(f.n_prompt) / pp);
     tg_tps.push_back(static_cast<double>(f.n_gen) / tg);
   }
-  const Stats p = stats(pp_tps), g = stats(tg_tps);
-  const std::string device = cpu_name();
-  if (f.json) {
+
+  const TokenCost c = token_cost(*model);
+  const std::string model_file = std::filesystem::path(path).filename().string();
+  std::vector<nlohmann::json> results;
+  auto add = [&](const std::string& test, const Stats& s, double bytes_per_token, double flops_per_token,
+                 bool memory_bound) {
     nlohmann::json j;
-    j["model"] = path;
-    j["backend"] = "cpu-ref";
-    j["device"] = device;
+    j["commit"] = std::string(git_commit());
+    j["loom_version"] = std::string(loom_version());
+    j["date"] = utc_now();
+    j["command"] = command;
+    j["device"] = lim.name;
+    j["device_spec"] = lim.spec;
+    j["backend"] = std::string(engine->backend_name());
     j["threads"] = f.gen.n_threads;
-    j["n_prompt"] = f.n_prompt;
-    j["n_gen"] = f.n_gen;
+    j["model"] = model_file;
+    j["shape"] = shape_name(*model);
+    j["quant"] = quant_name(*model);
+    j["test"] = test;
     j["reps"] = f.reps;
-    j["pp_tokens_per_second"] = {{"median", p.median}, {"min", p.min}, {"max", p.max}};
-    j["tg_tokens_per_second"] = {{"median", g.median}, {"min", g.min}, {"max", g.max}};
-    std::puts(j.dump(2).c_str());
-  } else {
-    std::printf("model   %s\ndevice  %s, %d threads, backend cpu-ref\n", path.c_str(), device.c_str(), f.gen.n_threads);
-    std::printf("pp%-5lld %8.1f tok/s  (min %.1f, max %.1f over %d runs)\n", static_cast<long long>(f.n_prompt),
-                p.median, p.min, p.max, f.reps);
-    std::printf("tg%-5lld %8.1f tok/s  (min %.1f, max %.1f over %d runs)\n", static_cast<long long>(f.n_gen),
-                g.median, g.min, g.max, f.reps);
+    j["tokens_per_s"] = s.median;
+    j["stdev"] = s.stdev;
+    j["min"] = s.min;
+    j["max"] = s.max;
+    j["bytes_per_token"] = bytes_per_token;
+    j["flops_per_token"] = flops_per_token;
+    j["achieved_gbs"] = s.median * bytes_per_token / 1e9;
+    j["achieved_tflops"] = s.median * flops_per_token / 1e12;
+    j["bandwidth_limit_gbs"] = lim.bandwidth_gbs;
+    j["bandwidth_measured_by"] = lim.bandwidth_how;
+    if (memory_bound) {
+      j["limit"] = "memory bandwidth";
+      j["fraction_of_limit"] = s.median * bytes_per_token / (lim.bandwidth_gbs * 1e9);
+    } else if (lim.peak_flops > 0) {
+      j["limit"] = "dense fp16 tensor peak (datasheet)";
+      j["fraction_of_limit"] = s.median * flops_per_token / lim.peak_flops;
+    } else {
+      j["limit"] = "compute (peak unknown for this device)";
+      j["fraction_of_limit"] = nullptr;
+    }
+    results.push_back(std::move(j));
+  };
+  // pp: the weights are read once per prompt, the attention over a triangle of cells.
+  const double np = static_cast<double>(f.n_prompt), ng = static_cast<double>(f.n_gen);
+  add(fmt::format("pp{}", f.n_prompt), stats(pp_tps), c.weight_bytes / np + c.kv_bytes_per_cell * (np + 1) / 2,
+      c.flops + c.attn_flops_per_cell * (np + 1) / 2, false);
+  // tg: every token reads every weight and the cache so far (n_prompt + n_gen / 2 cells on average).
+  const double cells = np + ng / 2;
+  add(fmt::format("tg{}", f.n_gen), stats(tg_tps), c.weight_bytes + c.kv_bytes_per_cell * cells,
+      c.flops + c.attn_flops_per_cell * cells, true);
+
+  if (!f.out.empty()) {
+    std::ofstream o(f.out, std::ios::app);
+    if (!o) return not_found("cannot open {} for appending", f.out);
+    for (const auto& j : results) o << j.dump() << "\n";
+  }
+  if (f.json) {
+    for (const auto& j : results) std::puts(j.dump().c_str());
+    return Status();
+  }
+  std::printf("model   %s (%s, %s)\n", path.c_str(), shape_name(*model).c_str(), quant_name(*model).c_str());
+  std::printf("device  %s [%s], backend %s, %d threads; measured bandwidth %.1f GB/s\n", lim.name.c_str(),
+              lim.spec.c_str(), std::string(engine->backend_name()).c_str(), f.gen.n_threads, lim.bandwidth_gbs);
+  std::printf("%-8s %10s %8s %20s %11s %9s\n", "test", "tok/s", "stdev", "min-max", "GB/s", "of limit");
+  for (const auto& j : results) {
+    const std::string frac = j["fraction_of_limit"].is_null()
+                                 ? "-"
+                                 : fmt::format("{:.1f}%", 100 * j["fraction_of_limit"].get<double>());
+    std::printf("%-8s %10.1f %8.1f %20s %11.1f %9s\n", j["test"].get<std::string>().c_str(),
+                j["tokens_per_s"].get<double>(), j["stdev"].get<double>(),
+                fmt::format("{:.1f}-{:.1f}", j["min"].get<double>(), j["max"].get<double>()).c_str(),
+                j["achieved_gbs"].get<double>(), frac.c_str());
   }
   return Status();
 }
 
 }  // namespace
 
-LOOM_COMMAND(kBench, "bench", "measure prompt and generation speed (tokens/s) on the CPU", [](CLI::App& app) -> Action {
+LOOM_COMMAND(kBench, "bench", "measure prompt and generation speed (tokens/s) against the device's limits",
+             [](CLI::App& app) -> Action {
   auto f = std::make_shared<BenchFlags>();
   add_gen_flags(app, f->gen, /*sampling=*/false);
-  app.add_option("-p,--n-prompt", f->n_prompt, "prompt tokens (pp)")->capture_default_str();
-  app.add_option("-n,--n-gen", f->n_gen, "generated tokens (tg)")->capture_default_str();
+  app.add_option("-p,--n-prompt", f->n_prompt, "prompt tokens (test ppN)")->capture_default_str();
+  app.add_option("-n,--n-gen", f->n_gen, "generated tokens (test tgN)")->capture_default_str();
   app.add_option("-r,--reps", f->reps, "timed repetitions after one warm-up")->capture_default_str();
-  app.add_flag("--json", f->json, "print the results as JSON");
+  app.add_flag("--json", f->json, "print one JSON object per test (one per line)");
+  app.add_option("-o,--out", f->out, "also append the JSON objects to this file (JSON lines)");
   return [f] {
-    Status s = bench(*f);
+    Status s = bench(*f, command_line());
     return s.ok() ? 0 : report(s);
   };
 });

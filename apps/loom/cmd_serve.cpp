@@ -34,7 +34,7 @@ struct ServeFlags {
   int parallel = 4;
   int64_t n_ctx = 4096;
   int n_threads = default_thread_count();
-  std::string device = "cpu-ref";
+  std::string device;  // "": exec::default_device()
   int64_t n_batch = 512;
   std::string api_key;
   size_t max_queue = 64;
@@ -108,8 +108,7 @@ LOOM_COMMAND(kServe, "serve", "OpenAI-compatible HTTP server with continuous bat
   app.add_option("-c,--ctx,--ctx-size", f->n_ctx, "context per slot in tokens (capped at the model's; 0: the model's)")
       ->capture_default_str();
   app.add_option("-t,--threads", f->n_threads, "CPU threads")->capture_default_str()->check(CLI::Range(1, 1024));
-  app.add_option("--device", f->device, "cpu-ref (reference ops) | cpu | cuda[:N] (op-library kernels through HRX)")
-      ->capture_default_str();
+  app.add_option("--device", f->device, "cpu-ref (reference ops) | cpu | cuda[:N] (op-library kernels through HRX); default: $LOOM_DEVICE, else cuda:0 when present, else cpu-ref");
   app.add_option("-b,--batch-size", f->n_batch, "tokens per batched step (decode tokens + prompt chunks)")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--api-key", f->api_key, "require 'Authorization: Bearer KEY' on /v1/* (default: $LOOM_API_KEY)");

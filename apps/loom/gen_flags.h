@@ -53,7 +53,7 @@ inline void add_gen_flags(CLI::App& app, GenFlags& f, bool sampling = true) {
   app.add_option("-c,--ctx-size", f.n_ctx, "context length in tokens (capped at the model's; 0: the model's)")
       ->capture_default_str();
   app.add_option("-t,--threads", f.n_threads, "CPU threads")->capture_default_str()->check(CLI::Range(1, 1024));
-  app.add_option("--device", f.device, "cpu-ref (reference ops, the default) | cpu | cuda[:N] (op-library kernels through HRX)")
+  app.add_option("--device", f.device, "cpu-ref (reference ops) | cpu | cuda[:N] (op-library kernels through HRX); default: $LOOM_DEVICE, else cuda:0 when present, else cpu-ref")
       ->check([](const std::string& d) {
         return d.empty() || d == "cpu" || d == "cpu-ref" || d == "cuda" || d.rfind("cuda:", 0) == 0
                    ? std::string()

@@ -3,7 +3,10 @@
 #include <memory>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "cli.h"
+#include "loom/base/version.h"
 
 namespace loom::cli {
 namespace {
@@ -18,6 +21,9 @@ bool register_command(Command command) {
   return true;
 }
 
+static std::string g_command_line;
+const std::string& command_line() { return g_command_line; }
+
 int report(const Status& status) {
   std::fprintf(stderr, "loom: error: %s\n", status.to_string().c_str());
   return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
@@ -28,7 +34,9 @@ int report(const Status& status) {
 int main(int argc, char** argv) {
   CLI::App app{"loom: run large language models fast on this machine's GPU or CPU"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "loom 0.1.0");
+  app.set_version_flag("--version", fmt::format("loom {} ({})", loom::loom_version(), loom::git_commit()));
+  loom::cli::g_command_line = "loom";
+  for (int i = 1; i < argc; ++i) loom::cli::g_command_line += std::string(" ") + argv[i];
   std::vector<std::pair<CLI::App*, loom::cli::Action>> actions;
   for (auto& cmd : loom::cli::registry()) {
     CLI::App* sub = app.add_subcommand(cmd.name, cmd.help);

@@ -45,6 +45,7 @@ struct OpCall {
   Shape shape;
   std::map<std::string, uint64_t> bind;  // op argument name -> device address
   std::string label;                     // for errors: "blk.3 matmul attn_q"
+  int32_t out_value = -1;                // the Program value it writes (LOOM_DUMP_VALUES)
 };
 
 // A kernel launch with its arguments resolved.
@@ -53,6 +54,7 @@ struct BoundLaunch {
   hrx::Dim3 grid, block;
   hrx::KernelArgs args;
   std::string label;
+  int32_t dump_value = -1;  // set on the last launch of a call that writes a Program value
 };
 
 // Everything one step shape needs on the device.
@@ -154,6 +156,7 @@ class HrxBackend final : public llm::Backend {
       for (const BoundLaunch& l : plan.launches) {
         Status s = stream_.launch(l.kernel, l.grid, l.block, l.args);
         if (!s.ok()) return std::move(s).with_context(l.label);
+        if (dump_dir_ && l.dump_value >= 0) LOOM_RETURN_IF_ERROR(dump(plan, p.n_tokens, l.dump_value));
       }
     }
     const llm::ValueDesc& out = plan.program.values[static_cast<size_t>(plan.program.logits)];
@@ -161,7 +164,7 @@ class HrxBackend final : public llm::Backend {
                                           static_cast<uint64_t>(out.rows * out.cols) * 4));
     LOOM_RETURN_IF_ERROR(stream_.synchronize());
     // After a first eager run proved the launches, later steps of this shape replay a graph.
-    if (++plan.runs == 1 && opt_.use_graphs && !std::getenv("LOOM_NO_GRAPHS")) {
+    if (++plan.runs == 1 && opt_.use_graphs && !dump_dir_ && !std::getenv("LOOM_NO_GRAPHS")) {
       LOOM_RETURN_IF_ERROR(stream_.begin_capture());
       Status s;
       for (const BoundLaunch& l : plan.launches)
@@ -175,6 +178,23 @@ class HrxBackend final : public llm::Backend {
   }
 
  private:
+  // LOOM_DUMP_VALUES=DIR writes each value as it is computed to DIR/<value name>.f32 (the real
+  // tokens' rows only), as the reference backend does: diff the two directories to find the
+  // first op that diverges. Runs eagerly (no graph) and synchronizes after every op.
+  Status dump(const Plan& plan, int64_t n_real, int32_t v) {
+    const llm::ValueDesc& d = plan.program.values[static_cast<size_t>(v)];
+    const int64_t rows = d.rows == plan.n_padded ? n_real : d.rows;
+    std::vector<float> host(static_cast<size_t>(rows * d.cols));
+    LOOM_RETURN_IF_ERROR(stream_.copy_d2h(host.data(), plan.slots[static_cast<size_t>(d.slot)], 0, host.size() * 4));
+    LOOM_RETURN_IF_ERROR(stream_.synchronize());
+    const std::string path = std::string(dump_dir_) + "/" + d.name + ".f32";
+    if (FILE* fp = std::fopen(path.c_str(), "wb")) {
+      std::fwrite(host.data(), sizeof(float), host.size(), fp);
+      std::fclose(fp);
+    }
+    return Status();
+  }
+
   Result<std::unique_ptr<Plan>> build_plan(int64_t n_tokens, int64_t n_outputs) {
     auto plan = std::make_unique<Plan>();
     plan->n_tokens = n_tokens;
@@ -244,6 +264,7 @@ class HrxBackend final : public llm::Backend {
       }
       OpCall call;
       call.label = fmt::format("{} -> {}", llm::op_name(l.op), l.out >= 0 ? vname(l.out) : "kv cache");
+      call.out_value = l.out;
       switch (l.op) {
         case OpCode::kGetRows: {
           const llm::ref::WeightView& w = model_->weight(l.weight).view;
@@ -326,6 +347,7 @@ class HrxBackend final : public llm::Backend {
           held.clear();
           const llm::ref::RopeParams& rp = rk->rope;
           LOOM_ASSIGN_OR_RETURN(call.op, op("rope_kv"));
+          call.out_value = rq->out;
           call.shape = kernels::elt::make_shape(
               {{"n_tokens", T}, {"n_head", rq->n_head}, {"n_head_kv", rk->n_head}, {"head_dim", rk->head_dim},
                {"n_dims", rp.n_dims}, {"mode", static_cast<int64_t>(rp.mode)}, {"n_seq", n_seq_ + 1}, {"n_ctx", n_ctx_},
@@ -403,6 +425,7 @@ class HrxBackend final : public llm::Backend {
       std::vector<uint64_t> addrs;  // per op argument
       std::vector<ir::Type> params;
       std::string label;
+      int32_t dump_value = -1;
     };
     std::vector<Pending> pending;
     std::map<std::string, std::string> renamed;  // op|shape|schedule|kernel -> merged name
@@ -453,6 +476,7 @@ class HrxBackend final : public llm::Backend {
         pd.label = call.label;
         pending.push_back(std::move(pd));
       }
+      if (!g.launches.empty()) pending.back().dump_value = call.out_value;
     }
     Progress progress(fmt::format("compiling {} kernels for {}", merged.kernels.size(), dev_.props().spec), 1);
     auto mod = hrx::Module::compile(dev_, merged);
@@ -479,6 +503,7 @@ class HrxBackend final : public llm::Backend {
       if (pi != pd.params.size())
         return internal_error("{}: {} arguments for {} parameters of {}", pd.label, pi, pd.params.size(), pd.kernel);
       bl.label = std::move(pd.label);
+      bl.dump_value = pd.dump_value;
       plan->launches.push_back(std::move(bl));
     }
     return plan;
@@ -496,6 +521,7 @@ class HrxBackend final : public llm::Backend {
   // prompt attention.
   int64_t decode_attention_max_ = std::getenv("LOOM_DECODE_ATTENTION_MAX") ? std::atoll(std::getenv("LOOM_DECODE_ATTENTION_MAX")) : 8;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<Plan>> plans_;
+  const char* dump_dir_ = std::getenv("LOOM_DUMP_VALUES");
 };
 
 }  // namespace
@@ -508,8 +534,12 @@ Result<std::unique_ptr<llm::Backend>> make_hrx_backend(const HrxBackendOptions& 
 }
 
 std::string default_device() {
-  // The reference ops stay the default until the HRX path matches them on every supported model
-  // (docs/engine.md); `--device cpu|cuda` opts in.
+  // The first CUDA device when one is present (LOOM_DEVICE overrides); otherwise the reference
+  // CPU ops, which stay the CPU default until the HRX cpu kernels match their speed
+  // (docs/engine.md). `--device` always wins.
+  if (const char* env = std::getenv("LOOM_DEVICE"); env && *env) return env;
+  for (const hrx::Device& d : hrx::Device::enumerate())
+    if (d.props().spec.rfind("cuda", 0) == 0) return d.props().spec;
   return "cpu-ref";
 }
 

@@ -24,8 +24,8 @@ struct HrxBackendOptions {
 // tokens write a scratch sequence slot of the KV cache that no real sequence reads.
 Result<std::unique_ptr<llm::Backend>> make_hrx_backend(const HrxBackendOptions& options);
 
-// The engine's default device: "cpu-ref" for now (the HRX path is opt-in until it matches the
-// reference on every supported model; see docs/engine.md).
+// The engine's default device: $LOOM_DEVICE if set, else the first CUDA device when one is
+// present, else "cpu-ref" (the reference CPU ops).
 std::string default_device();
 
 // The backend for a --device flag: "cpu-ref" (the reference ops), or an HRX device spec;

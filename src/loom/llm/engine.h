@@ -41,6 +41,7 @@ class Engine {
   static Result<std::unique_ptr<Engine>> create(const Model& model, const EngineOptions& options);
 
   const Model& model() const { return model_; }
+  std::string_view backend_name() const { return backend_->name(); }  // "cpu-ref", "hrx:cuda:0" ...
   int64_t n_ctx() const { return n_ctx_; }  // per sequence
   int n_seq() const { return static_cast<int>(seqs_.size()); }
   int64_t n_vocab() const { return model_.config().n_vocab; }
