@@ -1,0 +1,241 @@
+// `loom evolve run|resume|status|ops|report`: automated kernel search (src/loom/evolve). A job is
+// stored in one SQLite file (--db, default ~/.cache/loom/evolve.db); every evaluation is
+// committed as it finishes, so `resume` continues a job that was killed.
+#include <cstdio>
+#include <fstream>
+
+#include "cli.h"
+#include "loom/evolve/candidate.h"
+#include "loom/evolve/device.h"
+#include "loom/evolve/db.h"
+#include "loom/evolve/evaluator.h"
+#include "loom/evolve/job.h"
+#include "loom/evolve/kb.h"
+#include "loom/evolve/report.h"
+#include "loom/kernels/op_spec.h"
+
+namespace loom::cli {
+namespace {
+
+using namespace loom::evolve;
+
+struct EvolveFlags {
+  JobConfig cfg;
+  std::string budget = "120s", db, out = "report.html", kb_dir;
+  std::string llm_url, llm_model, llm_key;
+  int64_t job = 0;
+  bool no_skills = false, peak = false;
+  std::vector<std::string> files;
+  std::vector<std::string> knobs;  // check: schedule candidates ("k=v,k=v")
+  int repeat = 1;
+  double ws_factor = 4.0;
+};
+
+Result<Db> open_db(const EvolveFlags& f) { return Db::open(f.db.empty() ? Db::default_path() : f.db); }
+
+Status run_cmd(EvolveFlags& f) {
+  LOOM_RETURN_IF_ERROR(parse_budget(f.budget, f.cfg));
+  f.cfg.skills = !f.no_skills;
+  f.cfg.llm.url = f.llm_url;
+  f.cfg.llm.model = f.llm_model;
+  f.cfg.llm.fill_from_env();
+  if (f.cfg.synth != "mutate") {
+    LOOM_RETURN_IF_ERROR(llm_available().with_context("--synth " + f.cfg.synth));
+    if (f.cfg.llm.url.empty()) return invalid_argument("--synth {} needs --llm-url or LOOM_LLM_URL", f.cfg.synth);
+  }
+  LOOM_ASSIGN_OR_RETURN(Db db, open_db(f));
+  LOOM_ASSIGN_OR_RETURN(int64_t job, create_job(db, f.cfg));
+  std::printf("job %lld in %s\n", static_cast<long long>(job), db.path().c_str());
+  RunOptions ro;
+  ro.llm_key = f.llm_key;
+  return run_job(db, job, ro);
+}
+
+Status resume_cmd(const EvolveFlags& f) {
+  LOOM_ASSIGN_OR_RETURN(Db db, open_db(f));
+  RunOptions ro;
+  ro.llm_key = f.llm_key;
+  ro.llm_url = f.llm_url;
+  return run_job(db, f.job, ro);
+}
+
+Status status_cmd(const EvolveFlags& f) {
+  LOOM_ASSIGN_OR_RETURN(Db db, open_db(f));
+  LOOM_ASSIGN_OR_RETURN(std::string text, job_status(db, f.job));
+  std::printf("%s", text.c_str());
+  return Status();
+}
+
+Status report_cmd(const EvolveFlags& f) {
+  LOOM_ASSIGN_OR_RETURN(Db db, open_db(f));
+  LOOM_ASSIGN_OR_RETURN(std::string html, job_report_html(db, f.job));
+  std::ofstream o(f.out, std::ios::binary);
+  if (!(o << html)) return unavailable("cannot write {}", f.out);
+  std::printf("wrote %s (%zu bytes)\n", f.out.c_str(), html.size());
+  return Status();
+}
+
+// The "// expect: TAG|TAG" and "// shape: ..." lines of a planted candidate file.
+std::string header_value(const std::string& src, const std::string& key) {
+  size_t p = src.find("// " + key + ":");
+  if (p == std::string::npos) return "";
+  size_t b = p + key.size() + 4, e = src.find('\n', b);
+  std::string v = src.substr(b, e == std::string::npos ? std::string::npos : e - b);
+  while (!v.empty() && v.front() == ' ') v.erase(0, 1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\r')) v.pop_back();
+  return v;
+}
+
+// Evaluates kernel files (planted cheats, hand-written kernels) and compares with their expect lines.
+Status check_cmd(const EvolveFlags& f) {
+  const kernels::OpSpec* op = kernels::find_op(f.cfg.op);
+  if (!op) return invalid_argument("unknown op '{}'", f.cfg.op);
+  double peak = 0;
+  if (f.peak) {
+    LOOM_ASSIGN_OR_RETURN(std::string out, run_isolated([&]() -> std::string {
+      auto d = EvalDevice::open(f.cfg.device);
+      if (!d.ok()) return "0";
+      auto g = measure_read_gbps(**d);
+      return g.ok() ? std::to_string(*g) : "0";
+    }, 300));
+    peak = std::atof(out.c_str());
+    std::printf("measured peak read bandwidth: %.1f GB/s\n", peak);
+  }
+  int bad = 0;
+  std::vector<std::string> items = f.files;
+  for (const std::string& k : f.knobs)
+    for (int i = 0; i < f.repeat; ++i) items.push_back("knobs:" + k);
+  for (const std::string& file : items) {
+    Candidate c;
+    if (file.rfind("knobs:", 0) == 0) {
+      LOOM_ASSIGN_OR_RETURN(kernels::Shape ks, kernels::Shape::parse(file.substr(6)));
+      c.knobs = kernels::Schedule(ks.dims.begin(), ks.dims.end());
+    } else {
+      LOOM_ASSIGN_OR_RETURN(c, candidate_from_file(file));
+    }
+    std::string shape_text = header_value(c.source, "shape");
+    if (shape_text.empty()) shape_text = f.cfg.shape;
+    LOOM_ASSIGN_OR_RETURN(kernels::Shape shape, kernels::Shape::parse(shape_text));
+    EvalOptions o;
+    o.trials = f.cfg.trials;
+    o.holdout = holdout_shapes(*op, shape, f.cfg.holdout);
+    o.peak_gbps = peak;
+    o.time_budget_s = f.cfg.time_budget_s;
+    o.ws_factor = f.ws_factor;
+    o.seed = static_cast<uint64_t>(bad + 1);
+    EvalResult r = evaluate_isolated(f.cfg.device, *op, shape, c, o, f.cfg.timeout_s);
+    const std::string expect = header_value(c.source, "expect");
+    bool match = expect.empty();
+    for (size_t p = 0; !expect.empty() && p <= expect.size();) {
+      size_t e = expect.find('|', p);
+      if (e == std::string::npos) e = expect.size();
+      if (expect.substr(p, e - p) == r.tag()) match = true;
+      p = e + 1;
+    }
+    if (!match) ++bad;
+    std::string reason = r.reason.substr(0, 160);
+    for (char& ch : reason) if (ch == '\n') ch = ' ';
+    std::printf("%s %-28s expect %-14s got %-14s %s\n", match ? "PASS" : "FAIL", file.substr(file.find_last_of('/') + 1).c_str(),
+                expect.empty() ? "-" : expect.c_str(), r.tag().c_str(), r.ok() ? r.diagnosis.c_str() : reason.c_str());
+    if (r.ok())
+      std::printf("     median %.1f us (p10 %.1f, p90 %.1f, %d reps)\n", r.median_us, r.p10_us, r.p90_us, r.reps);
+    std::fflush(stdout);
+  }
+  std::printf("%zu candidates, %d not as expected\n", items.size(), bad);
+  if (bad) return failed_precondition("{} of {} candidates were not judged as expected", bad, items.size());
+  return Status();
+}
+
+int ops_cmd() {
+  for (const kernels::OpSpec* op : kernels::all_ops()) {
+    std::printf("%-18s %s\n", std::string(op->name()).c_str(), std::string(op->description()).c_str());
+    auto shapes = op->test_shapes();
+    if (shapes.empty()) continue;
+    std::string space;
+    for (const auto& k : op->schedule_space(shapes.back(), ir::TargetKind::kCpp)) space += " " + k.name;
+    for (const auto& k : rewrite_knobs(ir::TargetKind::kCpp)) space += " " + k.name;
+    std::printf("  knobs (cpu):%s\n  e.g. --shape %s\n", space.c_str(), shapes.back().key().c_str());
+  }
+  return 0;
+}
+
+Status kb_cmd(const EvolveFlags& f) {
+  LOOM_ASSIGN_OR_RETURN(Db db, open_db(f));
+  std::string dir = f.kb_dir.empty() ? default_kb_dir() : f.kb_dir;
+  if (dir.empty()) return not_found("no kb/ directory found (run from the source tree or pass --dir)");
+  LOOM_ASSIGN_OR_RETURN(int n, index_documents(db, dir));
+  std::printf("indexed %d documents from %s\n", n, dir.c_str());
+  return Status();
+}
+
+LOOM_COMMAND(kEvolve, "evolve", "Search for faster kernels (jobs in an SQLite file), resume, report",
+             [](CLI::App& sub) -> Action {
+               auto f = std::make_shared<EvolveFlags>();
+               auto which = std::make_shared<std::string>();
+               sub.require_subcommand(1);
+               auto db_flag = [&](CLI::App* c) { c->add_option("--db", f->db, "database file (default ~/.cache/loom/evolve.db)"); };
+               auto* run = sub.add_subcommand("run", "start a search job");
+               run->add_option("--op", f->cfg.op, "op name (see `loom evolve ops`)")->required();
+               run->add_option("--shape", f->cfg.shape, "NAME=VALUE,... (e.g. n_in=576,n_out=1536,n_tokens=1,wtype=2)")->required();
+               run->add_option("--device", f->cfg.device, "cpu or cuda[:N]");
+               run->add_option("--budget", f->budget, "time (120s, 10m) and/or count (500), e.g. 10m,500");
+               run->add_option("--strategy", f->cfg.strategy, "mcts (default), evolution or random");
+               run->add_option("--synth", f->cfg.synth, "mutate (default), llm or both");
+               run->add_option("--seed", f->cfg.seed, "seed of every random choice (default 1)");
+               run->add_flag("--no-skills", f->no_skills, "do not bias mutations with learned skills");
+               run->add_option("--trials", f->cfg.trials, "fresh random inputs per candidate (default 3)");
+               run->add_option("--holdout", f->cfg.holdout, "held-out shapes per candidate (default 3)");
+               run->add_option("--time-per-candidate", f->cfg.time_budget_s, "seconds of timing per candidate (default 0.3)");
+               run->add_option("--timeout", f->cfg.timeout_s, "seconds before an evaluation counts as hung (default 120)");
+               run->add_flag("--no-store", [f](int64_t) { f->cfg.store = false; }, "do not put the winner into the kernel store");
+               run->add_option("--llm-url", f->llm_url, "OpenAI-compatible endpoint (or LOOM_LLM_URL)");
+               run->add_option("--llm-model", f->llm_model, "model name (or LOOM_LLM_MODEL)");
+               run->add_option("--llm-key", f->llm_key, "API key (or LOOM_LLM_KEY; never stored)");
+               run->add_option("--llm-max-tokens", f->cfg.llm.max_tokens, "reply length limit (default 768)");
+               db_flag(run);
+               run->callback([which] { *which = "run"; });
+               auto* resume = sub.add_subcommand("resume", "continue a job (after a kill, or with more budget spent)");
+               resume->add_option("job", f->job, "job id")->required();
+               resume->add_option("--llm-key", f->llm_key, "API key (or LOOM_LLM_KEY)");
+               resume->add_option("--llm-url", f->llm_url, "override the job's endpoint");
+               db_flag(resume);
+               resume->callback([which] { *which = "resume"; });
+               auto* status = sub.add_subcommand("status", "jobs, or one job's counts by status");
+               status->add_option("job", f->job, "job id (default: all)");
+               db_flag(status);
+               status->callback([which] { *which = "status"; });
+               auto* rep = sub.add_subcommand("report", "self-contained HTML report of a job");
+               rep->add_option("job", f->job, "job id")->required();
+               rep->add_option("-o,--output", f->out, "output file (default report.html)");
+               db_flag(rep);
+               rep->callback([which] { *which = "report"; });
+               auto* check = sub.add_subcommand("check", "evaluate kernel files (.loom .cpp .cu .ptx) and compare with their '// expect:' lines");
+               check->add_option("files", f->files, "kernel files");
+               check->add_option("--knobs", f->knobs, "schedule candidates to evaluate (k=v,k=v), besides files");
+               check->add_option("--repeat", f->repeat, "evaluate each --knobs candidate this many times");
+               check->add_option("--op", f->cfg.op, "op name")->required();
+               check->add_option("--shape", f->cfg.shape, "default shape (a file's '// shape:' line wins)");
+               check->add_option("--device", f->cfg.device, "cpu or cuda[:N]");
+               check->add_option("--timeout", f->cfg.timeout_s, "seconds per file (default 120)");
+               check->add_option("--trials", f->cfg.trials, "fresh random inputs (default 3)");
+               check->add_option("--holdout", f->cfg.holdout, "held-out shapes (default 3)");
+               check->add_option("--time-per-candidate", f->cfg.time_budget_s, "seconds of timing per candidate (default 0.3)");
+               check->add_option("--ws-factor", f->ws_factor, "timing working set in last-level caches (default 4; 0: one copy, cache-hot)");
+               check->add_flag("--peak", f->peak, "measure the peak read bandwidth first (enables the floor check)");
+               check->callback([which] { *which = "check"; });
+               auto* ops = sub.add_subcommand("ops", "the searchable ops and their knobs");
+               ops->callback([which] { *which = "ops"; });
+               auto* kb = sub.add_subcommand("kb", "index the knowledge base's documents (kb/*.md)");
+               kb->add_option("--dir", f->kb_dir, "directory of markdown documents (default: kb/ of the source tree)");
+               db_flag(kb);
+               kb->callback([which] { *which = "kb"; });
+               return [f, which]() -> int {
+                 if (*which == "ops") return ops_cmd();
+                 Status s = *which == "run" ? run_cmd(*f) : *which == "resume" ? resume_cmd(*f) : *which == "status" ? status_cmd(*f)
+                          : *which == "kb" ? kb_cmd(*f) : *which == "check" ? check_cmd(*f) : report_cmd(*f);
+                 return s.ok() ? 0 : report(s);
+               };
+             });
+
+}  // namespace
+}  // namespace loom::cli

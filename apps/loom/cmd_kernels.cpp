@@ -1,0 +1,143 @@
+// `loom kernels list|show|export|import`: the kernel store (best kernel per op, shape class,
+// device architecture and Loom version) that evolve fills and the engine reads.
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli.h"
+#include "loom/evolve/db.h"
+#include "loom/evolve/store.h"
+#include "loom/ir/ir.h"
+#include "loom/kernels/op_spec.h"
+
+namespace loom::cli {
+namespace {
+
+using namespace loom::evolve;
+
+struct KernelsFlags {
+  std::string db, id, file, out;
+};
+
+Result<Db> open_db(const KernelsFlags& f) {
+  std::string path = f.db;
+  if (path.empty()) {
+    const char* env = std::getenv("LOOM_EVOLVE_DB");
+    path = env && *env ? env : Db::default_path();
+  }
+  return Db::open(path);
+}
+
+nlohmann::ordered_json to_json(const StoredKernel& k) {
+  return {{"id", k.id()},           {"op", k.op},
+          {"shape", k.shape_key},   {"shape_class", k.shape_class},
+          {"device_arch", k.device_arch}, {"loom_version", k.loom_version},
+          {"kind", cand_kind_name(k.cand.kind)}, {"body", nlohmann::json::parse(k.cand.body())},
+          {"speedup", k.speedup},   {"median_us", k.median_us},
+          {"baseline_us", k.baseline_us}, {"job", k.job}, {"candidate", k.candidate}};
+}
+
+Status list_cmd(const KernelsFlags& f) {
+  LOOM_ASSIGN_OR_RETURN(Db db, open_db(f));
+  LOOM_ASSIGN_OR_RETURN(auto ks, list_kernels(db));
+  if (ks.empty()) std::printf("no stored kernels in %s\n", db.path().c_str());
+  for (const StoredKernel& k : ks)
+    std::printf("%-14s %-8s {%s} on %s (loom %s): %.2fx, %.1f us vs %.1f us; %s\n", k.id().c_str(), k.op.c_str(),
+                k.shape_key.c_str(), k.device_arch.c_str(), k.loom_version.c_str(), k.speedup, k.median_us, k.baseline_us,
+                k.cand.summary().c_str());
+  return Status();
+}
+
+Status show_cmd(const KernelsFlags& f) {
+  LOOM_ASSIGN_OR_RETURN(Db db, open_db(f));
+  LOOM_ASSIGN_OR_RETURN(auto ks, list_kernels(db));
+  for (const StoredKernel& k : ks) {
+    if (k.id() != f.id) continue;
+    std::printf("%s\n", to_json(k).dump(2).c_str());
+    const kernels::OpSpec* op = kernels::find_op(k.op);
+    auto shape = kernels::Shape::parse(k.shape_key);
+    if (op && shape.ok()) {
+      auto g = k.generate(*op, *shape, k.device_arch.rfind("cuda", 0) == 0 ? ir::TargetKind::kPtx : ir::TargetKind::kCpp);
+      if (g.ok()) std::printf("%s", ir::print(g->module).c_str());
+      else if (k.cand.kind != CandKind::kSchedule) std::printf("%s\n", k.cand.source.c_str());
+    }
+    return Status();
+  }
+  return not_found("no stored kernel '{}' (see `loom kernels list`)", f.id);
+}
+
+Status export_cmd(const KernelsFlags& f) {
+  LOOM_ASSIGN_OR_RETURN(Db db, open_db(f));
+  LOOM_ASSIGN_OR_RETURN(auto ks, list_kernels(db));
+  nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+  for (const StoredKernel& k : ks) arr.push_back(to_json(k));
+  const std::string text = arr.dump(2) + "\n";
+  if (f.out.empty() || f.out == "-") {
+    std::printf("%s", text.c_str());
+    return Status();
+  }
+  std::ofstream o(f.out);
+  if (!(o << text)) return unavailable("cannot write {}", f.out);
+  std::printf("exported %zu kernels to %s\n", ks.size(), f.out.c_str());
+  return Status();
+}
+
+Status import_cmd(const KernelsFlags& f) {
+  std::ifstream in(f.file);
+  if (!in) return not_found("cannot read {}", f.file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto arr = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (arr.is_discarded() || !arr.is_array()) return data_loss("{}: not a JSON array of kernels (see `loom kernels export`)", f.file);
+  LOOM_ASSIGN_OR_RETURN(Db db, open_db(f));
+  int n = 0;
+  for (const auto& j : arr) {
+    StoredKernel k;
+    k.op = j.value("op", "");
+    k.shape_key = j.value("shape", "");
+    k.shape_class = j.value("shape_class", "");
+    k.device_arch = j.value("device_arch", "");
+    k.loom_version = j.value("loom_version", "");
+    if (!j.contains("body")) return data_loss("{}: kernel {} has no body", f.file, n);
+    LOOM_ASSIGN_OR_RETURN(k.cand, Candidate::from_body(j["body"].dump()));
+    k.speedup = j.value("speedup", 1.0);
+    k.median_us = j.value("median_us", 0.0);
+    k.baseline_us = j.value("baseline_us", 0.0);
+    k.job = j.value("job", int64_t{0});
+    k.candidate = j.value("candidate", int64_t{0});
+    if (k.op.empty() || k.shape_key.empty() || k.device_arch.empty()) return data_loss("{}: kernel {} lacks op/shape/device_arch", f.file, n);
+    if (!kernels::find_op(k.op)) return invalid_argument("{}: kernel {} names unknown op '{}'", f.file, n, k.op);
+    LOOM_RETURN_IF_ERROR(put_kernel(db, k));
+    ++n;
+  }
+  std::printf("imported %d kernels into %s\n", n, db.path().c_str());
+  return Status();
+}
+
+LOOM_COMMAND(kKernels, "kernels", "The kernel store that evolve fills and the engine uses: list, show, export, import",
+             [](CLI::App& sub) -> Action {
+               auto f = std::make_shared<KernelsFlags>();
+               auto which = std::make_shared<std::string>();
+               sub.require_subcommand(1);
+               sub.add_option("--db", f->db, "database (default $LOOM_EVOLVE_DB or ~/.cache/loom/evolve.db)");
+               sub.add_subcommand("list", "stored kernels")->callback([which] { *which = "list"; });
+               auto* show = sub.add_subcommand("show", "one stored kernel with its IR");
+               show->add_option("id", f->id, "kernel id (evolve-JOB.CANDIDATE)")->required();
+               show->callback([which] { *which = "show"; });
+               auto* exp = sub.add_subcommand("export", "all stored kernels as JSON");
+               exp->add_option("-o,--output", f->out, "file (default stdout)");
+               exp->callback([which] { *which = "export"; });
+               auto* imp = sub.add_subcommand("import", "add kernels from an exported JSON file");
+               imp->add_option("file", f->file, "JSON file from `loom kernels export`")->required();
+               imp->callback([which] { *which = "import"; });
+               return [f, which]() -> int {
+                 Status s = *which == "list" ? list_cmd(*f) : *which == "show" ? show_cmd(*f)
+                          : *which == "export" ? export_cmd(*f) : import_cmd(*f);
+                 return s.ok() ? 0 : report(s);
+               };
+             });
+
+}  // namespace
+}  // namespace loom::cli

@@ -1,0 +1,253 @@
+// HRX device access for the evaluator, cache sizes and peak bandwidth (see device.h).
+#include "loom/evolve/device.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "loom/codegen/cpp/host_compiler.h"
+#include "loom/ir/parser.h"
+#include "loom/ir/verifier.h"
+
+namespace loom::evolve {
+namespace {
+
+// Reads 16-byte vectors grid-stride and keeps one sum per thread (so nothing is dead code).
+constexpr std::string_view kReadKernel = R"(
+kernel @evolve_read_bw(%src: ptr<global, f32>, %out: ptr<global, f32>, %n4: i32) {
+  %tid = thread_id.x
+  %bid = block_id.x
+  %bdim = block_dim.x
+  %gdim = grid_dim.x
+  %base = mul %bid, %bdim
+  %i0 = add %base, %tid
+  %stride = mul %gdim, %bdim
+  %z = const 0.0 : f32x4
+  %acc = for %i = %i0 to %n4 step %stride iter(%a = %z) : f32x4 {
+    %four = const 4 : i32
+    %e = mul %i, %four
+    %v = load %src[%e], align 16 : f32x4
+    %a2 = add %a, %v
+    yield %a2
+  }
+  %s0 = extract %acc[0]
+  %s1 = extract %acc[1]
+  %s2 = extract %acc[2]
+  %s3 = extract %acc[3]
+  %t0 = add %s0, %s1
+  %t1 = add %s2, %s3
+  %t = add %t0, %t1
+  store %out[%i0], %t
+}
+)";
+
+}  // namespace
+
+Result<std::unique_ptr<EvalDevice>> EvalDevice::open(const std::string& spec) {
+  LOOM_ASSIGN_OR_RETURN(hrx::Device d, hrx::Device::open(spec));
+  LOOM_ASSIGN_OR_RETURN(hrx::Stream s, hrx::Stream::create(d));
+  return std::unique_ptr<EvalDevice>(new EvalDevice(d, std::move(s)));
+}
+
+uint64_t EvalDevice::llc_bytes() const {
+  if (dev_.driver() == hrx::DriverKind::kCuda) return props().l2_bytes ? props().l2_bytes : (50ull << 20);
+  uint64_t b = host_llc_bytes();
+  return b ? b : (32ull << 20);
+}
+
+Result<EvalDevice::Loaded> EvalDevice::load(const Instance& inst) {
+  Loaded l;
+  l.launches = inst.launches;
+  switch (inst.kind) {
+    case CandKind::kSchedule:
+    case CandKind::kIr: {
+      LOOM_RETURN_IF_ERROR(ir::verify(inst.gen.module, target()));
+      LOOM_ASSIGN_OR_RETURN(l.module, hrx::Module::compile(dev_, inst.gen.module));
+      for (const kernels::KernelLaunch& kl : inst.launches) {
+        std::vector<ir::Type> types;
+        const ir::Kernel* ik = inst.gen.module.find(kl.kernel);
+        if (!ik) return invalid_argument("launch names kernel '{}', which the module lacks", kl.kernel);
+        if (ik->params.size() != kl.args.size() + kl.scalars.size())
+          return invalid_argument("kernel '{}' has {} parameters, the launch passes {}", kl.kernel, ik->params.size(),
+                                  kl.args.size() + kl.scalars.size());
+        for (size_t p = kl.args.size(); p < ik->params.size(); ++p) types.push_back(ik->params[p]->type);
+        l.scalar_types.push_back(std::move(types));
+      }
+      break;
+    }
+    case CandKind::kCpp: {
+      LOOM_ASSIGN_OR_RETURN(std::string so, codegen::compile_shared_object(cpp_source_for_cpu(inst)));
+      LOOM_ASSIGN_OR_RETURN(l.module, hrx::Module::load_shared_object(dev_, so));
+      l.scalar_types = inst.scalar_types;
+      break;
+    }
+    case CandKind::kPtx:
+    case CandKind::kCuda: {
+      if (dev_.driver() != hrx::DriverKind::kCuda) return invalid_argument("PTX and CUDA C++ candidates need a cuda device");
+      std::string ptx = inst.source;
+      if (inst.kind == CandKind::kCuda) {
+        LOOM_ASSIGN_OR_RETURN(ptx, nvrtc_compile(inst.source, props().arch));
+      }
+      LOOM_ASSIGN_OR_RETURN(l.module, hrx::Module::load_ptx(dev_, ptx));
+      l.scalar_types = inst.scalar_types;
+      break;
+    }
+  }
+  for (const kernels::KernelLaunch& kl : l.launches) {
+    LOOM_ASSIGN_OR_RETURN(hrx::Kernel k, l.module.kernel(kl.kernel));
+    l.kernels.push_back(std::move(k));
+  }
+  return l;
+}
+
+Status EvalDevice::run(const Loaded& l, const std::vector<uint64_t>& addrs) {
+  for (size_t i = 0; i < l.launches.size(); ++i) {
+    const kernels::KernelLaunch& kl = l.launches[i];
+    hrx::KernelArgs ka;
+    for (int a : kl.args) {
+      if (a < 0 || static_cast<size_t>(a) >= addrs.size())
+        return invalid_argument("launch {} names argument {} of {}", kl.kernel, a, addrs.size());
+      ka.address(addrs[static_cast<size_t>(a)]);
+    }
+    for (size_t j = 0; j < kl.scalars.size(); ++j) {
+      ir::Type t = i < l.scalar_types.size() && j < l.scalar_types[i].size() ? l.scalar_types[i][j]
+                                                                             : ir::Type::scalar(ir::Scalar::kI32);
+      if (t.is_float()) ka.f32(static_cast<float>(kl.scalars[j]));
+      else if (t.elem_bytes() == 8) ka.i64(kl.scalars[j]);
+      else ka.i32(static_cast<int32_t>(kl.scalars[j]));
+    }
+    LOOM_RETURN_IF_ERROR(stream_.launch(l.kernels[i], hrx::Dim3(kl.grid[0], kl.grid[1], kl.grid[2]),
+                                        hrx::Dim3(kl.block[0], kl.block[1], kl.block[2]), ka)
+                             .with_context("launching " + kl.kernel));
+  }
+  return stream_.synchronize();
+}
+
+uint64_t host_llc_bytes() {
+  uint64_t best = 0;
+  for (int i = 0; i < 8; ++i) {
+    std::ifstream f(fmt::format("/sys/devices/system/cpu/cpu0/cache/index{}/size", i));
+    std::string s;
+    if (!(f >> s) || s.empty()) continue;
+    uint64_t v = std::strtoull(s.c_str(), nullptr, 10);
+    char unit = s.back();
+    if (unit == 'K') v <<= 10;
+    else if (unit == 'M') v <<= 20;
+    else if (unit == 'G') v <<= 30;
+    best = std::max(best, v);
+  }
+  return best;
+}
+
+Result<double> measure_read_gbps(EvalDevice& d) {
+  using clock = std::chrono::steady_clock;
+  if (d.props().driver != hrx::DriverKind::kCuda) {
+    const int threads = std::max(1, d.props().worker_threads);
+    const size_t n = (256ull << 20) / sizeof(uint64_t);
+    std::vector<uint64_t> buf(n);
+    for (size_t i = 0; i < n; ++i) buf[i] = i * 2654435761u;
+    double best = 0;
+    std::vector<uint64_t> sums(static_cast<size_t>(threads) * 8);
+    for (int pass = 0; pass < 7; ++pass) {
+      auto t0 = clock::now();
+      std::vector<std::thread> ts;
+      for (int t = 0; t < threads; ++t)
+        ts.emplace_back([&, t] {
+          const size_t b = n * static_cast<size_t>(t) / static_cast<size_t>(threads);
+          const size_t e = n * static_cast<size_t>(t + 1) / static_cast<size_t>(threads);
+          uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;  // four chains: the loop vectorizes
+          for (size_t i = b; i + 4 <= e; i += 4) {
+            a0 += buf[i];
+            a1 += buf[i + 1];
+            a2 += buf[i + 2];
+            a3 += buf[i + 3];
+          }
+          sums[static_cast<size_t>(t) * 8] = a0 + a1 + a2 + a3;
+        });
+      for (auto& t : ts) t.join();
+      double s = std::chrono::duration<double>(clock::now() - t0).count();
+      best = std::max(best, static_cast<double>(n * sizeof(uint64_t)) / s / 1e9);
+    }
+    volatile uint64_t sink = sums[0];
+    (void)sink;
+    return best;
+  }
+  LOOM_ASSIGN_OR_RETURN(ir::Module m, ir::parse_module(kReadKernel, "read_bw.loom"));
+  Instance inst;
+  inst.kind = CandKind::kIr;
+  const uint64_t bytes = 1ull << 30;
+  const int32_t n4 = static_cast<int32_t>(bytes / 16);
+  kernels::KernelLaunch kl;
+  kl.kernel = "evolve_read_bw";
+  const uint32_t blocks = static_cast<uint32_t>(std::max(1, d.props().compute_units) * 8);
+  kl.grid = {blocks, 1, 1};
+  kl.block = {256, 1, 1};
+  kl.args = {0, 1};
+  kl.scalars = {n4};
+  inst.gen.module = std::move(m);
+  inst.gen.launches = {kl};
+  inst.launches = {kl};
+  LOOM_ASSIGN_OR_RETURN(EvalDevice::Loaded l, d.load(inst));
+  LOOM_ASSIGN_OR_RETURN(hrx::Buffer src, hrx::Buffer::alloc(d.device(), bytes));
+  LOOM_ASSIGN_OR_RETURN(hrx::Buffer out, hrx::Buffer::alloc(d.device(), uint64_t{blocks} * 256 * 4));
+  LOOM_RETURN_IF_ERROR(d.stream().memset(src, 0, 0, bytes));
+  std::vector<uint64_t> addrs = {src.address(), out.address()};
+  LOOM_RETURN_IF_ERROR(d.run(l, addrs));
+  double best = 0;
+  for (int pass = 0; pass < 5; ++pass) {
+    auto t0 = clock::now();
+    LOOM_RETURN_IF_ERROR(d.run(l, addrs));
+    double s = std::chrono::duration<double>(clock::now() - t0).count();
+    best = std::max(best, static_cast<double>(bytes) / s / 1e9);
+  }
+  return best;
+}
+
+Result<std::string> nvrtc_compile(const std::string& source, const std::string& arch) {
+  // The NVRTC C API, declared here (the header is not needed at build time).
+  using Prog = void*;
+  using CreateFn = int (*)(Prog*, const char*, const char*, int, const char* const*, const char* const*);
+  using CompileFn = int (*)(Prog, int, const char* const*);
+  using SizeFn = int (*)(Prog, size_t*);
+  using GetFn = int (*)(Prog, char*);
+  using DestroyFn = int (*)(Prog*);
+  static void* lib = [] {
+    for (const char* n : {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2"})
+      if (void* h = dlopen(n, RTLD_NOW | RTLD_LOCAL)) return h;
+    return static_cast<void*>(nullptr);
+  }();
+  if (!lib) return unavailable("NVRTC (libnvrtc.so) is not installed: CUDA C++ candidates cannot be compiled here");
+  auto create = reinterpret_cast<CreateFn>(dlsym(lib, "nvrtcCreateProgram"));
+  auto compile = reinterpret_cast<CompileFn>(dlsym(lib, "nvrtcCompileProgram"));
+  auto log_size = reinterpret_cast<SizeFn>(dlsym(lib, "nvrtcGetProgramLogSize"));
+  auto get_log = reinterpret_cast<GetFn>(dlsym(lib, "nvrtcGetProgramLog"));
+  auto ptx_size = reinterpret_cast<SizeFn>(dlsym(lib, "nvrtcGetPTXSize"));
+  auto get_ptx = reinterpret_cast<GetFn>(dlsym(lib, "nvrtcGetPTX"));
+  auto destroy = reinterpret_cast<DestroyFn>(dlsym(lib, "nvrtcDestroyProgram"));
+  if (!create || !compile || !log_size || !get_log || !ptx_size || !get_ptx || !destroy)
+    return unavailable("libnvrtc lacks the expected entry points");
+  Prog p = nullptr;
+  if (create(&p, source.c_str(), "candidate.cu", 0, nullptr, nullptr) != 0) return internal_error("nvrtcCreateProgram failed");
+  std::string arch_opt = "--gpu-architecture=" + (arch.rfind("sm_", 0) == 0 ? "compute_" + arch.substr(3) : arch);
+  const char* opts[] = {arch_opt.c_str(), "--std=c++17", "-default-device"};
+  int rc = compile(p, 3, opts);
+  size_t n = 0;
+  log_size(p, &n);
+  std::string log(n, '\0');
+  if (n) get_log(p, log.data());
+  if (rc != 0) {
+    destroy(&p);
+    return invalid_argument("NVRTC: {}", log.substr(0, 2000));
+  }
+  ptx_size(p, &n);
+  std::string ptx(n, '\0');
+  get_ptx(p, ptx.data());
+  destroy(&p);
+  while (!ptx.empty() && ptx.back() == '\0') ptx.pop_back();
+  return ptx;
+}
+
+}  // namespace loom::evolve

@@ -1,0 +1,66 @@
+// The device side of evolve's evaluator: an HRX device and stream, loading a candidate instance
+// (Loom IR through hrx::Module::compile, C++ as a shared object, PTX, CUDA C++ through NVRTC
+// loaded with dlopen), running its launches on device addresses, and the machine facts the
+// evaluator needs (last-level cache size, measured peak read bandwidth).
+//
+// Not thread-safe; one evaluation at a time. Opened inside the (forked) evaluation process, so
+// a crashing candidate takes down only that process.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/base/status.h"
+#include "loom/evolve/candidate.h"
+#include "loom/evolve/store.h"
+#include "loom/hrx/runtime.h"
+
+namespace loom::evolve {
+
+class EvalDevice {
+ public:
+  // "cpu" or "cuda[:N]" (HRX specs).
+  static Result<std::unique_ptr<EvalDevice>> open(const std::string& spec);
+
+  ir::TargetKind target() const { return dev_.target(); }
+  const hrx::DeviceProps& props() const { return dev_.props(); }
+  hrx::Device& device() { return dev_; }
+  hrx::Stream& stream() { return stream_; }
+  // Bytes of the last-level cache a working set must exceed (cpu: sysfs, largest level; cuda: L2).
+  uint64_t llc_bytes() const;
+
+  // A loaded instance, ready to launch many times.
+  struct Loaded {
+    hrx::Module module;
+    std::vector<hrx::Kernel> kernels;
+    std::vector<kernels::KernelLaunch> launches;
+    std::vector<std::vector<ir::Type>> scalar_types;
+  };
+  Result<Loaded> load(const Instance& inst);
+  // Runs every launch in order on `addrs` (one device address per op argument) and waits.
+  Status run(const Loaded& l, const std::vector<uint64_t>& addrs);
+
+ private:
+  EvalDevice(hrx::Device d, hrx::Stream s) : dev_(d), stream_(std::move(s)) {}
+  hrx::Device dev_;
+  hrx::Stream stream_;
+};
+
+
+
+
+
+
+// Largest cache size from /sys/devices/system/cpu/cpu0/cache/index*/size (0 if unreadable).
+uint64_t host_llc_bytes();
+
+// Measured peak read bandwidth in GB/s: cpu, `threads` threads summing a 256 MiB buffer (best of
+// 7 passes); cuda, a Loom IR kernel reading 1 GiB with wide loads (best of 5).
+Result<double> measure_read_gbps(EvalDevice& d);
+
+// CUDA C++ -> PTX through NVRTC (libnvrtc.so loaded with dlopen); unavailable when absent.
+Result<std::string> nvrtc_compile(const std::string& source, const std::string& arch);
+
+}  // namespace loom::evolve

@@ -1,0 +1,554 @@
+// The evaluator (see evaluator.h): guarded correctness checks, rotating-working-set timing,
+// roofline diagnosis, and isolation of a candidate in a forked process.
+#include "loom/evolve/evaluator.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "loom/evolve/device.h"
+#include "loom/llm/quant.h"
+
+namespace loom::evolve {
+namespace {
+
+using kernels::ArgKind;
+using kernels::ArgRole;
+using kernels::ArgSpec;
+using kernels::HostArg;
+using kernels::Shape;
+using clock_type = std::chrono::steady_clock;
+
+constexpr size_t kGuard = 256;
+uint8_t canary(size_t i) { return static_cast<uint8_t>(0x5A ^ (i * 29)); }
+// Output poison of a trial: NaN bytes, then a large finite pattern, then a ramp.
+uint8_t poison(int trial, size_t i) {
+  switch (trial % 3) {
+    case 0: return 0xFF;
+    case 1: return 0x7E;
+    default: return static_cast<uint8_t>(0x40 + (i * 7) % 64);
+  }
+}
+
+double elem_value(const uint8_t* p, ir::Scalar e) {
+  switch (e) {
+    case ir::Scalar::kF32: { float f; std::memcpy(&f, p, 4); return f; }
+    case ir::Scalar::kI32: { int32_t v; std::memcpy(&v, p, 4); return v; }
+    case ir::Scalar::kF16: { uint16_t h; std::memcpy(&h, p, 2); return llm::fp16_to_fp32(h); }
+    case ir::Scalar::kBF16: { uint16_t h; std::memcpy(&h, p, 2); return llm::bf16_to_fp32(h); }
+    default: return *p;
+  }
+}
+bool is_float_scalar(ir::Scalar e) {
+  return e == ir::Scalar::kF32 || e == ir::Scalar::kF16 || e == ir::Scalar::kBF16 || e == ir::Scalar::kF64;
+}
+
+// Guarded device images of every argument of one shape.
+class Guarded {
+ public:
+  Status init(EvalDevice& d, const std::vector<ArgSpec>& specs) {
+    d_ = &d;
+    specs_ = specs;
+    for (const ArgSpec& s : specs) {
+      const size_t n = s.kind == ArgKind::kBuffer ? static_cast<size_t>(s.bytes) : 0;
+      LOOM_ASSIGN_OR_RETURN(hrx::Buffer b, hrx::Buffer::alloc(d.device(), n + 2 * kGuard));
+      bufs_.push_back(std::move(b));
+      img_.emplace_back(n + 2 * kGuard);
+    }
+    return Status();
+  }
+  // Inputs from `host`, outputs poisoned with `trial`'s pattern, canaries around everything.
+  Status upload(const std::vector<HostArg>& host, int trial) {
+    for (size_t i = 0; i < specs_.size(); ++i) {
+      std::vector<uint8_t>& m = img_[i];
+      for (size_t j = 0; j < m.size(); ++j) m[j] = canary(j);
+      const size_t n = m.size() - 2 * kGuard;
+      if (specs_[i].role == ArgRole::kOutput || specs_[i].role == ArgRole::kScratch || host[i].bytes.size() != n) {
+        for (size_t j = 0; j < n; ++j) m[kGuard + j] = poison(trial, j);
+      } else if (n) {
+        std::memcpy(m.data() + kGuard, host[i].bytes.data(), n);
+      }
+      LOOM_RETURN_IF_ERROR(d_->stream().copy_h2d(bufs_[i], 0, m.data(), m.size()));
+    }
+    return d_->stream().synchronize();
+  }
+  Status download() {
+    for (size_t i = 0; i < specs_.size(); ++i)
+      LOOM_RETURN_IF_ERROR(d_->stream().copy_d2h(img_[i].data(), bufs_[i], 0, img_[i].size()));
+    return d_->stream().synchronize();
+  }
+  std::vector<uint64_t> addrs() const {
+    std::vector<uint64_t> a;
+    for (const auto& b : bufs_) a.push_back(b.address() + kGuard);
+    return a;
+  }
+  const uint8_t* data(size_t i) const { return img_[i].data() + kGuard; }
+  std::string guard_damage() const {
+    for (size_t i = 0; i < specs_.size(); ++i) {
+      const std::vector<uint8_t>& m = img_[i];
+      const size_t n = m.size() - 2 * kGuard;
+      for (size_t j = 0; j < m.size(); ++j) {
+        if (j >= kGuard && j < kGuard + n) continue;
+        if (m[j] != canary(j))
+          return fmt::format("guard: wrote outside its outputs (guard byte {} {} buffer '{}')",
+                             j < kGuard ? kGuard - j : j - kGuard - n + 1, j < kGuard ? "before" : "after", specs_[i].name);
+      }
+    }
+    return {};
+  }
+
+ private:
+  EvalDevice* d_ = nullptr;
+  std::vector<ArgSpec> specs_;
+  std::vector<hrx::Buffer> bufs_;
+  std::vector<std::vector<uint8_t>> img_;
+};
+
+// Compares outputs with the reference; empty when within tolerance, else "<tag>: detail".
+// `prev` (the previous trial's reference outputs, may be empty) names cached results.
+std::string compare(const std::vector<ArgSpec>& specs, const Guarded& g, const std::vector<HostArg>& in,
+                    const std::vector<HostArg>& want, const std::vector<HostArg>* prev, int trial,
+                    const kernels::Tolerance& tol) {
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].kind != ArgKind::kBuffer) continue;
+    const uint8_t* got = g.data(i);
+    const size_t n = static_cast<size_t>(specs[i].bytes);
+    if (specs[i].role == ArgRole::kInput) {
+      if (in[i].bytes.size() == n)
+        for (size_t j = 0; j < n; ++j)
+          if (got[j] != in[i].bytes[j])
+            return fmt::format("input: modified input '{}' at byte {} (0x{:02x} -> 0x{:02x})", specs[i].name, j,
+                               in[i].bytes[j], got[j]);
+      continue;
+    }
+    if (specs[i].role == ArgRole::kScratch) continue;
+    const std::vector<uint8_t>& exp = want[i].bytes;
+    if (exp.size() != n) return fmt::format("wrong: reference gave {} bytes for '{}'", exp.size(), specs[i].name);
+    const ir::Scalar e = specs[i].elem;
+    const bool bytewise = tol.exact || !is_float_scalar(e);
+    const size_t es = bytewise ? 1 : static_cast<size_t>(ir::scalar_bits(e) / 8);
+    for (size_t j = 0; j + es <= n; j += es) {
+      bool bad;
+      double gv = 0, wv = 0;
+      if (bytewise) {
+        bad = got[j] != exp[j];
+      } else {
+        gv = elem_value(got + j, e);
+        wv = elem_value(exp.data() + j, e);
+        bad = !(std::fabs(gv - wv) <= tol.atol + tol.rtol * std::fabs(wv)) && !(std::isnan(wv) && std::isnan(gv));
+      }
+      if (!bad) continue;
+      // Why: poison left in place, or an earlier launch's answer, or just wrong.
+      size_t same_poison = 0, same_prev = 0, total = 0;
+      for (size_t k = j; k + es <= n && total < 64; k += es, ++total) {
+        bool p = true;
+        for (size_t b = 0; b < es; ++b) p = p && got[k + b] == poison(trial, k + b);
+        same_poison += p;
+        if (prev && (*prev)[i].bytes.size() == n) same_prev += std::memcmp(got + k, (*prev)[i].bytes.data() + k, es) == 0;
+      }
+      if (same_poison * 2 > total)
+        return fmt::format("stale: output '{}' element {} still holds the poison written before the launch (not computed)",
+                           specs[i].name, j / es);
+      if (same_prev * 2 > total)
+        return fmt::format("cached: output '{}' element {} holds the previous launch's answer, not this input's",
+                           specs[i].name, j / es);
+      if (bytewise) return fmt::format("wrong: '{}' byte {} is 0x{:02x}, reference 0x{:02x}", specs[i].name, j, got[j], exp[j]);
+      return fmt::format("wrong: '{}'[{}] = {}, reference {} (|diff| {:.3g} > {:.3g} + {:.3g} rel)", specs[i].name, j / es,
+                         gv, wv, std::fabs(gv - wv), tol.atol, tol.rtol);
+    }
+  }
+  return {};
+}
+
+uint64_t mix(uint64_t a, uint64_t b) {
+  uint64_t x = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull);
+  x ^= x >> 31;
+  x *= 0xBF58476D1CE4E5B9ull;
+  return x ^ (x >> 29);
+}
+
+struct ShapeRun {
+  std::vector<ArgSpec> specs;
+  EvalDevice::Loaded loaded;
+  Guarded g;
+};
+
+Result<ShapeRun> prepare(EvalDevice& dev, const kernels::OpSpec& op, const Shape& shape, const Candidate& c) {
+  ShapeRun r;
+  r.specs = op.args(shape);
+  LOOM_ASSIGN_OR_RETURN(Instance inst, instantiate(c, op, shape, dev.target()));
+  LOOM_ASSIGN_OR_RETURN(r.loaded, dev.load(inst));
+  LOOM_RETURN_IF_ERROR(r.g.init(dev, r.specs));
+  return r;
+}
+
+// One trial: fresh inputs, poisoned outputs, launch, checks. Returns "" or "<tag>: ...".
+Result<std::string> trial(EvalDevice& dev, const kernels::OpSpec& op, const Shape& shape, ShapeRun& r, uint64_t seed,
+                          int t, std::vector<HostArg>* keep_in, std::vector<HostArg>* keep_ref,
+                          const std::vector<HostArg>* prev_ref) {
+  std::vector<HostArg> host(r.specs.size());
+  std::mt19937_64 rng(seed);
+  op.fill_inputs(shape, rng, host);
+  std::vector<HostArg> want = host;
+  LOOM_RETURN_IF_ERROR(op.reference(shape, want).with_context("reference"));
+  LOOM_RETURN_IF_ERROR(r.g.upload(host, t));
+  LOOM_RETURN_IF_ERROR(dev.run(r.loaded, r.g.addrs()).with_context("run"));
+  LOOM_RETURN_IF_ERROR(r.g.download());
+  if (std::string gd = r.g.guard_damage(); !gd.empty()) return gd;
+  std::string bad = compare(r.specs, r.g, host, want, prev_ref, t, op.tolerance(shape));
+  if (keep_in) *keep_in = std::move(host);
+  if (keep_ref) *keep_ref = std::move(want);
+  return bad;
+}
+
+EvalResult reject(EvalResult r, std::string reason) {
+  r.status = "rejected";
+  r.reason = std::move(reason);
+  return r;
+}
+
+}  // namespace
+
+std::string EvalResult::to_json() const {
+  nlohmann::json j = {{"status", status}, {"reason", reason}, {"median_us", median_us}, {"p10_us", p10_us},
+                      {"p90_us", p90_us}, {"reps", reps}, {"gbps", gbps}, {"frac_peak", frac_peak},
+                      {"diagnosis", diagnosis}, {"eval_s", eval_s}, {"ws_bytes", ws_bytes}};
+  return j.dump();
+}
+
+EvalResult EvalResult::from_json(std::string_view text) {
+  EvalResult r;
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    r.status = "error";
+    r.reason = "evaluation process returned no result";
+    return r;
+  }
+  r.status = j.value("status", "error");
+  r.reason = j.value("reason", "");
+  r.median_us = j.value("median_us", 0.0);
+  r.p10_us = j.value("p10_us", 0.0);
+  r.p90_us = j.value("p90_us", 0.0);
+  r.reps = j.value("reps", 0);
+  r.gbps = j.value("gbps", 0.0);
+  r.frac_peak = j.value("frac_peak", 0.0);
+  r.diagnosis = j.value("diagnosis", "");
+  r.eval_s = j.value("eval_s", 0.0);
+  r.ws_bytes = j.value("ws_bytes", uint64_t{0});
+  return r;
+}
+
+std::vector<Shape> holdout_shapes(const kernels::OpSpec& op, const Shape& shape, int max) {
+  auto is_size = [](const std::string& name, int64_t v) {
+    return v >= 2 && name.find("type") == std::string::npos && name.find("_f32") == std::string::npos &&
+           name.rfind("has_", 0) != 0 && name != "mode" && name != "n_tokens" && name != "add";
+  };
+  std::vector<Shape> out;
+  auto push = [&](const Shape& s) {
+    if (static_cast<int>(out.size()) >= max || s.key() == shape.key()) return;
+    for (const Shape& o : out)
+      if (o.key() == s.key()) return;
+    out.push_back(s);
+  };
+  // The op's smallest test shape of the same class first: cheap and usually odd.
+  const Shape* smallest = nullptr;
+  int64_t smallest_size = 0;
+  for (const Shape& t : op.test_shapes()) {
+    if (t.dims.size() != shape.dims.size()) continue;
+    bool same = true;
+    int64_t size = 1;
+    for (const auto& [n, v] : shape.dims) {
+      auto it = t.dims.find(n);
+      if (it == t.dims.end() || (!is_size(n, v) && it->second != v)) same = false;
+      else if (is_size(n, v)) size *= std::max<int64_t>(1, it->second);
+    }
+    if (same && t.key() != shape.key() && op.validate(t).ok() && (!smallest || size < smallest_size)) {
+      smallest = &t;
+      smallest_size = size;
+    }
+  }
+  std::vector<Shape> tests = op.test_shapes();
+  for (const Shape& t : tests)
+    if (smallest && t.key() == smallest->key()) push(t);
+  // Each size dimension moved to a nearby valid value (odd first).
+  for (const auto& [n, v] : shape.dims) {
+    if (!is_size(n, v)) continue;
+    for (int64_t delta : {1, 3, -1, 32, -32, 96, 160, 256}) {
+      Shape s = shape;
+      s.dims[n] = v + delta;
+      if (s.dims[n] < 1 || !op.validate(s).ok()) continue;
+      push(s);
+      break;
+    }
+  }
+  return out;
+}
+
+EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& shape, const Candidate& c,
+                    const EvalOptions& opt) {
+  const auto t_start = clock_type::now();
+  EvalResult r;
+  auto done = [&](EvalResult x) {
+    x.eval_s = std::chrono::duration<double>(clock_type::now() - t_start).count();
+    return x;
+  };
+  if (Status s = op.validate(shape); !s.ok()) {
+    r.reason = s.to_string();
+    return done(r);
+  }
+  note_phase("compile");
+  auto prep = prepare(dev, op, shape, c);
+  if (!prep.ok()) {
+    r.status = "compile_error";
+    r.reason = prep.status().to_string();
+    return done(r);
+  }
+  ShapeRun& run = *prep;
+  std::vector<HostArg> first_in, first_ref, prev_ref;
+  note_phase("trials");
+  for (int t = 0; t < opt.trials; ++t) {
+    std::vector<HostArg> in, ref;
+    auto bad = trial(dev, op, shape, run, mix(opt.seed, static_cast<uint64_t>(t)), t, &in, &ref,
+                     t ? &prev_ref : nullptr);
+    if (!bad.ok()) {
+      r.reason = bad.status().to_string();
+      return done(r);
+    }
+    if (!bad->empty()) return done(reject(r, *bad));
+    if (t == 0) {
+      first_in = in;
+      first_ref = ref;
+    }
+    prev_ref = std::move(ref);
+  }
+  // Launch order and history: the first inputs again, twice, after the others.
+  for (int again = 0; again < 2; ++again) {
+    auto bad = trial(dev, op, shape, run, mix(opt.seed, 0), 3 + again, nullptr, nullptr, nullptr);
+    if (!bad.ok()) {
+      r.reason = bad.status().to_string();
+      return done(r);
+    }
+    if (!bad->empty())
+      return done(reject(r, fmt::format("order: repeating the first launch gave another answer ({})", *bad)));
+  }
+  for (size_t h = 0; h < opt.holdout.size(); ++h) {
+    const Shape& hs = opt.holdout[h];
+    note_phase("holdout {" + hs.key() + "}");
+    auto hp = prepare(dev, op, hs, c);
+    if (!hp.ok())
+      return done(reject(r, fmt::format("holdout: does not build for held-out shape {{{}}}: {}", hs.key(),
+                                        hp.status().to_string())));
+    auto bad = trial(dev, op, hs, *hp, mix(opt.seed, 100 + h), static_cast<int>(h), nullptr, nullptr, nullptr);
+    if (!bad.ok())
+      return done(reject(r, fmt::format("holdout: fails on held-out shape {{{}}}: {}", hs.key(), bad.status().to_string())));
+    if (!bad->empty()) return done(reject(r, fmt::format("holdout: wrong on held-out shape {{{}}} ({})", hs.key(), *bad)));
+  }
+  if (!opt.time) {
+    r.status = "ok";
+    return done(r);
+  }
+  note_phase("timing");
+  // Timing over a working set larger than the last-level cache.
+  std::vector<HostArg> host(run.specs.size());
+  std::mt19937_64 rng(mix(opt.seed, 999));
+  op.fill_inputs(shape, rng, host);
+  uint64_t in_bytes = 0;
+  for (const ArgSpec& s : run.specs)
+    if (s.kind == ArgKind::kBuffer && (s.role == ArgRole::kInput || s.role == ArgRole::kInOut))
+      in_bytes += static_cast<uint64_t>(s.bytes);
+  const uint64_t cap = dev.props().driver == hrx::DriverKind::kCuda ? (8ull << 30) : (1ull << 30);
+  uint64_t copies = in_bytes ? static_cast<uint64_t>(std::ceil(opt.ws_factor * static_cast<double>(dev.llc_bytes()) /
+                                                               static_cast<double>(in_bytes)))
+                             : 1;
+  copies = std::clamp<uint64_t>(copies, 1, std::max<uint64_t>(1, std::min<uint64_t>(4096, cap / std::max<uint64_t>(1, in_bytes))));
+  r.ws_bytes = copies * in_bytes;
+  std::vector<hrx::Buffer> bufs;  // per argument: `copies` images (inputs) or one (outputs)
+  std::vector<uint64_t> stride;
+  for (size_t i = 0; i < run.specs.size(); ++i) {
+    const ArgSpec& s = run.specs[i];
+    const bool rot = s.kind == ArgKind::kBuffer && (s.role == ArgRole::kInput || s.role == ArgRole::kInOut);
+    const uint64_t st = (static_cast<uint64_t>(std::max<int64_t>(s.bytes, 1)) + 255) / 256 * 256;
+    auto b = hrx::Buffer::alloc(dev.device(), st * (rot ? copies : 1));
+    if (!b.ok()) {
+      r.reason = b.status().to_string();
+      return done(r);
+    }
+    if (host[i].bytes.size() == static_cast<size_t>(s.bytes) && s.bytes > 0)
+      for (uint64_t k = 0; k < (rot ? copies : 1); ++k)
+        if (Status st2 = dev.stream().copy_h2d(*b, k * st, host[i].bytes.data(), host[i].bytes.size()); !st2.ok()) {
+          r.reason = st2.to_string();
+          return done(r);
+        }
+    bufs.push_back(std::move(*b));
+    stride.push_back(rot ? st : 0);
+  }
+  (void)dev.stream().synchronize();
+  auto addrs_of = [&](uint64_t k) {
+    std::vector<uint64_t> a;
+    for (size_t i = 0; i < bufs.size(); ++i) a.push_back(bufs[i].address() + stride[i] * k);
+    return a;
+  };
+  std::vector<std::vector<uint64_t>> all_addrs;
+  for (uint64_t k = 0; k < copies; ++k) all_addrs.push_back(addrs_of(k));
+  const uint64_t warm = std::min<uint64_t>(copies, 64) + 3;
+  for (uint64_t i = 0; i < warm; ++i)
+    if (Status s = dev.run(run.loaded, all_addrs[i % copies]); !s.ok()) {
+      r.reason = s.to_string();
+      return done(r);
+    }
+  std::vector<double> t;
+  const auto t0 = clock_type::now();
+  uint64_t k = warm;
+  while (static_cast<int>(t.size()) < opt.max_reps) {
+    auto a = clock_type::now();
+    if (Status s = dev.run(run.loaded, all_addrs[k++ % copies]); !s.ok()) {
+      r.reason = s.to_string();
+      return done(r);
+    }
+    t.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - a).count());
+    if (static_cast<int>(t.size()) >= opt.min_reps &&
+        std::chrono::duration<double>(clock_type::now() - t0).count() > opt.time_budget_s)
+      break;
+  }
+  std::sort(t.begin(), t.end());
+  r.reps = static_cast<int>(t.size());
+  r.median_us = t[t.size() / 2];
+  r.p10_us = t[t.size() / 10];
+  r.p90_us = t[t.size() * 9 / 10];
+  const kernels::Cost cost = op.cost(shape);
+  r.gbps = cost.bytes / r.median_us / 1e3;
+  if (opt.peak_gbps > 0) r.frac_peak = r.gbps / opt.peak_gbps;
+  if (opt.peak_gbps > 0 && r.gbps > opt.floor_margin * opt.peak_gbps)
+    return done(reject(r, fmt::format("floor: {:.2f} us moves {:.0f} bytes at {:.1f} GB/s, above the measured peak {:.1f} "
+                                      "GB/s by more than {:.0f}%: faster than physically possible (flagged, not accepted)",
+                                      r.median_us, cost.bytes, r.gbps, opt.peak_gbps, 100 * (opt.floor_margin - 1))));
+  const double intensity = cost.flops / std::max(1.0, cost.bytes);
+  if (opt.peak_gbps <= 0)
+    r.diagnosis = fmt::format("{:.1f} GB/s (no measured peak); {:.2f} flop/byte", r.gbps, intensity);
+  else if (r.frac_peak >= 0.6)
+    r.diagnosis = fmt::format("memory-bound: {:.0f}% of the measured read bandwidth ({:.1f} of {:.1f} GB/s)",
+                              100 * r.frac_peak, r.gbps, opt.peak_gbps);
+  else
+    r.diagnosis = fmt::format("instruction/latency-bound: {:.0f}% of the measured read bandwidth ({:.1f} of {:.1f} GB/s), "
+                              "{:.2f} flop/byte: fewer instructions per byte or more parallelism would help",
+                              100 * r.frac_peak, r.gbps, opt.peak_gbps, intensity);
+  r.status = "ok";
+  return done(r);
+}
+
+namespace {
+int g_phase_fd = -1;  // the pipe to the parent, in an isolated child
+}
+
+void note_phase(const std::string& phase) {
+  if (g_phase_fd < 0) return;
+  std::string line = "@phase " + phase + "\n";
+  ssize_t w = write(g_phase_fd, line.data(), line.size());
+  (void)w;
+}
+
+Result<std::string> run_isolated(const std::function<std::string()>& fn, double timeout_s) {
+  int fd[2];
+  if (pipe(fd) != 0) return internal_error("pipe: {}", std::strerror(errno));
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fd[0]);
+    close(fd[1]);
+    return internal_error("fork: {}", std::strerror(errno));
+  }
+  if (pid == 0) {
+    close(fd[0]);
+    g_phase_fd = fd[1];
+    std::string out = fn();
+    g_phase_fd = -1;
+    size_t off = 0;
+    while (off < out.size()) {
+      ssize_t w = write(fd[1], out.data() + off, out.size() - off);
+      if (w <= 0) break;
+      off += static_cast<size_t>(w);
+    }
+    close(fd[1]);
+    _exit(0);
+  }
+  close(fd[1]);
+  std::string out;
+  const auto deadline = clock_type::now() + std::chrono::duration<double>(timeout_s);
+  bool timed_out = false;
+  char buf[65536];
+  while (true) {
+    double left = std::chrono::duration<double, std::milli>(deadline - clock_type::now()).count();
+    if (left <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd p{fd[0], POLLIN, 0};
+    int pr = poll(&p, 1, static_cast<int>(std::min(left, 1000.0)) + 1);
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr <= 0) continue;
+    ssize_t n = read(fd[0], buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  close(fd[0]);
+  // Phase notes come first, one per line; the result is what follows the last one.
+  std::string phase;
+  while (out.rfind("@phase ", 0) == 0) {
+    size_t e = out.find('\n');
+    if (e == std::string::npos) break;
+    phase = out.substr(7, e - 7);
+    out.erase(0, e + 1);
+  }
+  const std::string during = phase.empty() ? "" : " during: " + phase;
+  if (timed_out) kill(pid, SIGKILL);
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out)
+    return Status(StatusCode::kDeadlineExceeded, fmt::format("no result after {:.0f} s: killed;{}", timeout_s, during));
+  if (WIFSIGNALED(st))
+    return internal_error("the evaluation process died from signal {} ({});{}", WTERMSIG(st), strsignal(WTERMSIG(st)), during);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) return internal_error("the evaluation process exited with status {};{}", st, during);
+  return out;
+}
+
+EvalResult evaluate_isolated(const std::string& device_spec, const kernels::OpSpec& op, const Shape& shape,
+                             const Candidate& c, const EvalOptions& opt, double timeout_s) {
+  const auto t0 = clock_type::now();
+  auto out = run_isolated(
+      [&]() -> std::string {
+        auto dev = EvalDevice::open(device_spec);
+        if (!dev.ok()) {
+          EvalResult e;
+          e.reason = dev.status().to_string();
+          return e.to_json();
+        }
+        return evaluate(**dev, op, shape, c, opt).to_json();
+      },
+      timeout_s);
+  EvalResult r;
+  if (!out.ok()) {
+    r.status = out.status().code() == StatusCode::kDeadlineExceeded ? "timeout" : "crash";
+    r.reason = out.status().message();
+    // Dying on a held-out shape is a shape-specialized kernel, whatever killed it.
+    if (size_t p = r.reason.find("during: holdout "); p != std::string::npos) {
+      r.reason = "holdout: " + r.status + " on held-out shape " + r.reason.substr(p + 16) + " (" + r.reason.substr(0, p) + ")";
+      r.status = "rejected";
+    }
+  } else {
+    r = EvalResult::from_json(*out);
+  }
+  r.eval_s = std::chrono::duration<double>(clock_type::now() - t0).count();
+  return r;
+}
+
+}  // namespace loom::evolve

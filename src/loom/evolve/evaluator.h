@@ -1,0 +1,82 @@
+// evolve's evaluator: proves a candidate correct, then times it and places it on the roofline.
+//
+// Correctness, on the device: `trials` fresh random inputs on the searched shape (outputs
+// poisoned before every launch, with a different pattern each trial), guard bytes around every
+// buffer, inputs compared byte for byte after the launch, a repeated launch on the first inputs
+// after others (launch order, history, timing), and held-out shapes the search never sees (odd
+// sizes). A failure is a rejection with a tag that says which rule it broke:
+//   guard    wrote outside its outputs             input   modified an input
+//   stale    left an output unwritten (poison)     cached  returned an earlier launch's output
+//   wrong    outside the op's tolerance            holdout wrong (or failing) on a held-out shape
+//   order    a repeated launch on the same inputs gives another answer
+//   floor    timed faster than the bytes it must move allow (flagged, never accepted)
+// Timing: the inputs are copied into a working set larger than the last-level cache and
+// launches rotate through the copies (every launch streams its weights from memory); warm-up,
+// then repetitions up to a time budget; median and the 10th/90th percentiles.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "loom/evolve/candidate.h"
+#include "loom/kernels/op_spec.h"
+
+namespace loom::evolve {
+
+class EvalDevice;
+
+struct EvalOptions {
+  int trials = 3;
+  std::vector<kernels::Shape> holdout;
+  bool time = true;
+  double time_budget_s = 0.4;
+  int min_reps = 15;
+  int max_reps = 400;
+  double ws_factor = 4.0;  // working set >= ws_factor x last-level cache
+  double peak_gbps = 0;    // measured peak read bandwidth; 0: no floor check
+  double floor_margin = 1.5;  // flagged above floor_margin x peak (the peak is measured on a shared machine)
+  uint64_t seed = 1;
+};
+
+struct EvalResult {
+  std::string status = "error";  // ok | rejected | compile_error | crash | timeout | error
+  std::string reason;            // rejected: "<tag>: detail"
+  double median_us = 0, p10_us = 0, p90_us = 0;
+  int reps = 0;
+  double gbps = 0, frac_peak = 0;
+  std::string diagnosis;
+  double eval_s = 0;
+  uint64_t ws_bytes = 0;
+
+  bool ok() const { return status == "ok"; }
+  std::string tag() const { return status == "rejected" ? reason.substr(0, reason.find(':')) : status; }
+  std::string to_json() const;
+  static EvalResult from_json(std::string_view text);
+};
+
+// Shapes of the same class (same non-size dimensions) that differ from `shape`: each size
+// dimension moved to the nearest odd/other valid value, plus the op's smallest test shape of
+// that class. At most `max`.
+std::vector<kernels::Shape> holdout_shapes(const kernels::OpSpec& op, const kernels::Shape& shape, int max = 3);
+
+// Evaluates in this process.
+EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const kernels::Shape& shape, const Candidate& c,
+                    const EvalOptions& opt);
+
+// Evaluates in a forked child that opens `device_spec` itself: a crash (signal) or a hang
+// (longer than timeout_s) ends only the child and comes back as status crash/timeout.
+EvalResult evaluate_isolated(const std::string& device_spec, const kernels::OpSpec& op, const kernels::Shape& shape,
+                             const Candidate& c, const EvalOptions& opt, double timeout_s);
+
+// Runs `fn` in a forked child with a timeout; its string result comes back over a pipe.
+// Errors: deadline_exceeded (hang), internal (crash, with the signal); either message ends with
+// the last note_phase() text the child sent ("during: holdout {n=1}").
+Result<std::string> run_isolated(const std::function<std::string()>& fn, double timeout_s);
+// Inside run_isolated's child: tells the parent what the child is doing now (no-op elsewhere).
+void note_phase(const std::string& phase);
+
+}  // namespace loom::evolve

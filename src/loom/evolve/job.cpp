@@ -1,0 +1,513 @@
+// The job loop: baseline, propose, evaluate, record, resume, confirm, store (see job.h).
+#include "loom/evolve/job.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "loom/base/version.h"
+#include "loom/evolve/cpp_family.h"
+#include "loom/evolve/db.h"
+#include "loom/evolve/device.h"
+#include "loom/evolve/evaluator.h"
+#include "loom/evolve/kb.h"
+#include "loom/evolve/search.h"
+#include "loom/evolve/store.h"
+#include "loom/kernels/op_spec.h"
+
+namespace loom::evolve {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+nlohmann::json to_json(const JobConfig& c) {
+  return {{"op", c.op},          {"shape", c.shape},         {"device", c.device},     {"strategy", c.strategy},
+          {"synth", c.synth},    {"seed", c.seed},           {"budget_count", c.budget_count},
+          {"budget_s", c.budget_s}, {"skills", c.skills},    {"trials", c.trials},     {"holdout", c.holdout},
+          {"time_budget_s", c.time_budget_s}, {"timeout_s", c.timeout_s}, {"store", c.store},
+          {"llm_url", c.llm.url}, {"llm_model", c.llm.model}, {"llm_max_tokens", c.llm.max_tokens}};
+}
+
+JobConfig from_json(const nlohmann::json& j) {
+  JobConfig c;
+  c.op = j.value("op", "");
+  c.shape = j.value("shape", "");
+  c.device = j.value("device", "cpu");
+  c.strategy = j.value("strategy", "mcts");
+  c.synth = j.value("synth", "mutate");
+  c.seed = j.value("seed", uint64_t{1});
+  c.budget_count = j.value("budget_count", 0);
+  c.budget_s = j.value("budget_s", 0.0);
+  c.skills = j.value("skills", true);
+  c.trials = j.value("trials", 3);
+  c.holdout = j.value("holdout", 3);
+  c.time_budget_s = j.value("time_budget_s", 0.3);
+  c.timeout_s = j.value("timeout_s", 120.0);
+  c.store = j.value("store", true);
+  c.llm.url = j.value("llm_url", "");
+  c.llm.model = j.value("llm_model", "");
+  c.llm.max_tokens = j.value("llm_max_tokens", 768);
+  return c;
+}
+
+// Facts about the device, found in a child process (the parent never opens a device: a forked
+// child must not inherit a CUDA context or a thread pool's bookkeeping).
+struct Probe {
+  std::string arch;
+  int threads = 0;
+  double peak_gbps = 0;
+  uint64_t llc = 0;
+};
+
+Result<Probe> probe(const std::string& spec, bool measure) {
+  LOOM_ASSIGN_OR_RETURN(
+      std::string out,
+      run_isolated(
+          [&]() -> std::string {
+            auto dev = EvalDevice::open(spec);
+            if (!dev.ok()) return nlohmann::json{{"error", dev.status().to_string()}}.dump();
+            nlohmann::json j = {{"arch", device_arch_of((*dev)->props())},
+                                {"threads", (*dev)->props().worker_threads},
+                                {"llc", (*dev)->llc_bytes()}};
+            if (measure) {
+              auto g = measure_read_gbps(**dev);
+              if (!g.ok()) return nlohmann::json{{"error", g.status().to_string()}}.dump();
+              j["peak"] = *g;
+            }
+            return j.dump();
+          },
+          300));
+  auto j = nlohmann::json::parse(out, nullptr, false);
+  if (j.is_discarded()) return internal_error("device probe returned '{}'", out);
+  if (j.contains("error")) return unavailable("{}", j["error"].get<std::string>());
+  Probe p;
+  p.arch = j.value("arch", "");
+  p.threads = j.value("threads", 0);
+  p.llc = j.value("llc", uint64_t{0});
+  p.peak_gbps = j.value("peak", 0.0);
+  return p;
+}
+
+Result<double> peak_for(Db& db, const std::string& spec, Probe& p, const std::function<void(const std::string&)>& log) {
+  const std::string key = fmt::format("{}:t{}", p.arch, p.threads);
+  LOOM_ASSIGN_OR_RETURN(Stmt s, db.prepare("SELECT read_gbps FROM device_peaks WHERE device_arch = ?1"));
+  s.bind(1, key);
+  LOOM_ASSIGN_OR_RETURN(bool has, s.step());
+  if (has) return s.f64(0);
+  log(fmt::format("measuring the peak read bandwidth of {} ({} threads)...", p.arch, p.threads));
+  LOOM_ASSIGN_OR_RETURN(Probe m, probe(spec, true));
+  LOOM_ASSIGN_OR_RETURN(Stmt ins, db.prepare("INSERT OR REPLACE INTO device_peaks VALUES (?1, ?2, ?3, julianday('now'))"));
+  ins.bind(1, key).bind(2, m.peak_gbps).bind(3, p.arch.rfind("cuda", 0) == 0 ? "ir read kernel, 1 GiB, best of 5"
+                                                                              : "host threads summing 256 MiB, best of 7");
+  LOOM_RETURN_IF_ERROR(ins.run());
+  log(fmt::format("peak read bandwidth: {:.1f} GB/s (cached in the database)", m.peak_gbps));
+  return m.peak_gbps;
+}
+
+Result<History> load_history(Db& db, int64_t job) {
+  History h;
+  LOOM_ASSIGN_OR_RETURN(Stmt s, db.prepare("SELECT id, seq, parent, synth, body, hash, status, speedup, island FROM candidates "
+                                           "WHERE job = ?1 ORDER BY seq"));
+  s.bind(1, job);
+  while (true) {
+    LOOM_ASSIGN_OR_RETURN(bool has, s.step());
+    if (!has) break;
+    Node n;
+    n.id = s.i64(0);
+    n.seq = static_cast<int>(s.i64(1));
+    n.parent = s.i64(2);
+    n.synth = s.text(3);
+    auto c = Candidate::from_body(s.text(4));
+    if (c.ok()) n.cand = *c;
+    n.hash = s.text(5);
+    n.ok = s.text(6) == "ok";
+    n.speedup = s.f64(7);
+    n.island = static_cast<int>(s.i64(8));
+    h.add(std::move(n));
+  }
+  return h;
+}
+
+struct Record {
+  int seq = 0;
+  int64_t parent = 0;
+  std::string synth, diff;
+  Candidate cand;
+  EvalResult ev;
+  double speedup = 0, at_s = 0;
+  int island = 0;
+};
+
+Result<int64_t> insert(Db& db, int64_t job, const Record& r) {
+  LOOM_ASSIGN_OR_RETURN(
+      Stmt s, db.prepare("INSERT INTO candidates(job, seq, parent, synth, kind, hash, body, diff, status, reason, median_us, "
+                         "p10_us, p90_us, reps, speedup, gbps, frac_peak, diagnosis, eval_s, at_s, island) VALUES "
+                         "(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21)"));
+  s.bind(1, job).bind(2, r.seq).bind(3, r.parent).bind(4, r.synth).bind(5, cand_kind_name(r.cand.kind));
+  s.bind(6, r.cand.hash()).bind(7, r.cand.body()).bind(8, r.diff).bind(9, r.ev.status).bind(10, r.ev.reason);
+  s.bind(11, r.ev.median_us).bind(12, r.ev.p10_us).bind(13, r.ev.p90_us).bind(14, r.ev.reps).bind(15, r.speedup);
+  s.bind(16, r.ev.gbps).bind(17, r.ev.frac_peak).bind(18, r.ev.diagnosis).bind(19, r.ev.eval_s).bind(20, r.at_s);
+  s.bind(21, r.island);
+  LOOM_RETURN_IF_ERROR(s.run());
+  return db.last_insert_id();
+}
+
+std::string short_reason(const EvalResult& e) {
+  std::string r = e.reason.substr(0, 110);
+  for (char& c : r)
+    if (c == '\n') c = ' ';
+  return r;
+}
+
+// The prompt of the llm synthesizer (kept short: small local models have small contexts).
+std::string build_prompt(const kernels::OpSpec& op, const kernels::Shape& shape, ir::TargetKind target,
+                         const std::string& parent_ir, const std::string& parent_diag, const std::vector<Document>& docs,
+                         const std::vector<std::string>& skills, std::string& default_launch) {
+  std::string args;
+  for (const kernels::ArgSpec& a : op.args(shape))
+    args += fmt::format("  {} ({}, {} bytes)\n", a.name,
+                        a.role == kernels::ArgRole::kInput ? "input" : a.role == kernels::ArgRole::kOutput ? "output" : "in/out",
+                        a.bytes);
+  std::string p = fmt::format(
+      "Write a faster kernel in Loom IR for the op `{}`: {}.\nShape: {}.\nArguments (kernel parameters, in this order):\n{}"
+      "Reference: the op's definition above, computed on the host; results must match within tolerance on fresh random "
+      "inputs and on other shapes, so write sizes as ${{n_in}}, ${{n_out}} (replaced by the shape's values).\n"
+      "Add a launch line: // launch NAME grid=X,Y,Z block=X,Y,Z args=0,1,2\nTarget: {}.\n",
+      op.name(), op.description(), shape.key(), args, target == ir::TargetKind::kCpp ? "cpu (one thread per block)" : "cuda");
+  if (!parent_diag.empty()) p += "Current kernel: " + parent_diag + "\n";
+  for (const std::string& s : skills) p += "Known to help: " + s + "\n";
+  for (const Document& d : docs) p += "Note (" + d.title + "): " + d.body.substr(0, 240) + "\n";
+  if (!parent_ir.empty()) {
+    std::string cut;
+    size_t lines = 0, pos = 0;
+    while (pos < parent_ir.size() && lines < 40) {
+      size_t e = parent_ir.find('\n', pos);
+      if (e == std::string::npos) e = parent_ir.size();
+      cut += parent_ir.substr(pos, e - pos + 1);
+      pos = e + 1;
+      ++lines;
+    }
+    p += "The current kernel begins:\n```loom\n" + cut + (pos < parent_ir.size() ? "...\n" : "") + "```\n";
+  }
+  p += "Reply with the whole new kernel in one ```loom block.";
+  (void)default_launch;
+  return p;
+}
+
+}  // namespace
+
+Status parse_budget(std::string_view text, JobConfig& cfg) {
+  size_t p = 0;
+  while (p <= text.size()) {
+    size_t e = text.find(',', p);
+    if (e == std::string_view::npos) e = text.size();
+    std::string item(text.substr(p, e - p));
+    p = e + 1;
+    if (item.empty()) return invalid_argument("empty budget item in '{}'", text);
+    char* end = nullptr;
+    double v = std::strtod(item.c_str(), &end);
+    std::string unit(end);
+    if (end == item.c_str() || v <= 0) return invalid_argument("budget '{}': expected 120s, 10m, 1h or a count", item);
+    if (unit.empty()) cfg.budget_count = static_cast<int>(v);
+    else if (unit == "s") cfg.budget_s = v;
+    else if (unit == "m") cfg.budget_s = v * 60;
+    else if (unit == "h") cfg.budget_s = v * 3600;
+    else return invalid_argument("budget '{}': unknown unit '{}' (s, m, h)", item, unit);
+  }
+  return Status();
+}
+
+Result<int64_t> create_job(Db& db, const JobConfig& cfg) {
+  const kernels::OpSpec* op = kernels::find_op(cfg.op);
+  if (!op) return invalid_argument("unknown op '{}' (see `loom evolve ops`)", cfg.op);
+  LOOM_ASSIGN_OR_RETURN(kernels::Shape shape, kernels::Shape::parse(cfg.shape));
+  LOOM_RETURN_IF_ERROR(op->validate(shape));
+  LOOM_RETURN_IF_ERROR(parse_strategy(cfg.strategy).status());
+  if (cfg.synth != "mutate" && cfg.synth != "llm" && cfg.synth != "both")
+    return invalid_argument("unknown synthesizer '{}' (mutate, llm, both)", cfg.synth);
+  if (cfg.budget_count <= 0 && cfg.budget_s <= 0) return invalid_argument("a job needs a budget (--budget 120s or 500)");
+  JobConfig c = cfg;
+  c.shape = shape.key();
+  LOOM_ASSIGN_OR_RETURN(Stmt s, db.prepare("INSERT INTO jobs(op, shape, device, strategy, synth, seed, budget, config, "
+                                           "loom_version, status, created) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,'new',julianday('now'))"));
+  s.bind(1, c.op).bind(2, c.shape).bind(3, c.device).bind(4, c.strategy).bind(5, c.synth).bind(6, static_cast<int64_t>(c.seed));
+  s.bind(7, fmt::format("{}{}{}", c.budget_s > 0 ? fmt::format("{}s", c.budget_s) : "",
+                        c.budget_s > 0 && c.budget_count > 0 ? "," : "",
+                        c.budget_count > 0 ? std::to_string(c.budget_count) : ""));
+  s.bind(8, to_json(c).dump()).bind(9, loom_version());
+  LOOM_RETURN_IF_ERROR(s.run());
+  return db.last_insert_id();
+}
+
+Status run_job(Db& db, int64_t job, const RunOptions& ro) {
+  auto log = ro.log ? ro.log : [](const std::string& l) {
+    std::printf("%s\n", l.c_str());
+    std::fflush(stdout);
+  };
+  LOOM_ASSIGN_OR_RETURN(Stmt js, db.prepare("SELECT config, elapsed_s, baseline_us, status FROM jobs WHERE id = ?1"));
+  js.bind(1, job);
+  LOOM_ASSIGN_OR_RETURN(bool found, js.step());
+  if (!found) return not_found("no evolve job {} in {}", job, db.path());
+  JobConfig cfg = from_json(nlohmann::json::parse(js.text(0), nullptr, false));
+  double elapsed0 = js.f64(1);
+  double baseline_us = js.f64(2);
+  if (js.text(3) == "done") {
+    log(fmt::format("job {} is already done (`loom evolve status {}`)", job, job));
+    return Status();
+  }
+  const kernels::OpSpec* op = kernels::find_op(cfg.op);
+  if (!op) return invalid_argument("job {}: unknown op '{}'", job, cfg.op);
+  LOOM_ASSIGN_OR_RETURN(kernels::Shape shape, kernels::Shape::parse(cfg.shape));
+  LOOM_ASSIGN_OR_RETURN(StrategyKind strategy, parse_strategy(cfg.strategy));
+  if (!ro.llm_key.empty()) cfg.llm.key = ro.llm_key;
+  if (!ro.llm_url.empty()) cfg.llm.url = ro.llm_url;
+  cfg.llm.fill_from_env();
+
+  LOOM_ASSIGN_OR_RETURN(Probe pr, probe(cfg.device, false));
+  LOOM_ASSIGN_OR_RETURN(double peak, peak_for(db, cfg.device, pr, log));
+  const ir::TargetKind target = pr.arch.rfind("cuda", 0) == 0 ? ir::TargetKind::kPtx : ir::TargetKind::kCpp;
+  {
+    LOOM_ASSIGN_OR_RETURN(Stmt u, db.prepare("UPDATE jobs SET device_arch = ?2, status = 'running' WHERE id = ?1"));
+    LOOM_RETURN_IF_ERROR(u.bind(1, job).bind(2, pr.arch).run());
+  }
+  const std::string family = op_family(cfg.op), dkind = device_kind(pr.arch);
+  if (auto kbdir = default_kb_dir(); !kbdir.empty()) {
+    LOOM_ASSIGN_OR_RETURN(Stmt c, db.prepare("SELECT count(*) FROM documents"));
+    LOOM_ASSIGN_OR_RETURN(bool has, c.step());
+    if (has && c.i64(0) == 0) (void)index_documents(db, kbdir);
+  }
+
+  EvalOptions eo;
+  eo.trials = cfg.trials;
+  eo.holdout = holdout_shapes(*op, shape, cfg.holdout);
+  eo.time_budget_s = cfg.time_budget_s;
+  eo.peak_gbps = peak;
+  std::vector<kernels::Knob> space = op->schedule_space(shape, target);
+  for (const kernels::Knob& k : rewrite_knobs(target)) space.push_back(k);
+  for (const kernels::Knob& k : family_knobs(*op, shape, target)) space.push_back(k);
+  const kernels::Schedule op_default = op->default_schedule(shape, target);
+  auto normalize = [&](Candidate& c) { canonicalize(c.knobs, space, op_default); };
+
+  LOOM_ASSIGN_OR_RETURN(History h, load_history(db, job));
+  const auto t_run = clock_type::now();
+  auto elapsed = [&] { return elapsed0 + std::chrono::duration<double>(clock_type::now() - t_run).count(); };
+  auto save_progress = [&](int64_t best_id) -> Status {
+    LOOM_ASSIGN_OR_RETURN(Stmt u, db.prepare("UPDATE jobs SET elapsed_s = ?2, best_candidate = ?3, baseline_us = ?4 WHERE id = ?1"));
+    return u.bind(1, job).bind(2, elapsed()).bind(3, best_id).bind(4, baseline_us).run();
+  };
+  if (!h.nodes.empty())
+    log(fmt::format("job {}: resuming after {} evaluations ({:.0f} s spent), best {:.2f}x", job, h.nodes.size(), elapsed0,
+                    h.best() ? h.best()->speedup : 0.0));
+  log(fmt::format("job {}: {} {{{}}} on {} ({}), strategy {}, synth {}, seed {}; held-out shapes: {}", job, cfg.op,
+                  shape.key(), cfg.device, pr.arch, cfg.strategy, cfg.synth, cfg.seed, [&] {
+                    std::string s;
+                    for (const auto& x : eo.holdout) s += (s.empty() ? "{" : ", {") + x.key() + "}";
+                    return s.empty() ? std::string("none") : s;
+                  }()));
+
+  auto evaluate_one = [&](const Candidate& c, uint64_t seed) {
+    EvalOptions o = eo;
+    o.seed = seed;
+    return evaluate_isolated(cfg.device, *op, shape, c, o, cfg.timeout_s);
+  };
+
+  if (h.nodes.empty()) {
+    Record r;
+    r.synth = "baseline";
+    r.diff = "the op's default schedule";
+    r.cand.knobs = op_default;
+    for (const kernels::Knob& k : space)
+      if (!r.cand.knobs.count(k.name)) r.cand.knobs[k.name] = k.choices[0];
+    r.ev = evaluate_one(r.cand, step_seed(cfg.seed, 0));
+    if (!r.ev.ok()) return failed_precondition("the baseline (default schedule) fails: {} {}", r.ev.status, r.ev.reason);
+    baseline_us = r.ev.median_us;
+    r.speedup = 1;
+    r.at_s = elapsed();
+    LOOM_ASSIGN_OR_RETURN(int64_t id, insert(db, job, r));
+    Node n{id, 0, 0, r.synth, r.cand, r.cand.hash(), true, 1.0, 0};
+    h.add(n);
+    LOOM_RETURN_IF_ERROR(save_progress(id));
+    log(fmt::format("[   0 {:6.1f}s] baseline {}: {:.1f} us (p10 {:.1f}, p90 {:.1f}, {} reps, working set {:.0f} MiB); {}",
+                    elapsed(), r.cand.summary(), r.ev.median_us, r.ev.p10_us, r.ev.p90_us, r.ev.reps,
+                    r.ev.ws_bytes / 1048576.0, r.ev.diagnosis));
+  }
+
+  SkillTable skills;
+  if (cfg.skills) {
+    LOOM_ASSIGN_OR_RETURN(skills, load_skills(db, family, dkind));
+  }
+  bool exhausted = false;
+  while (true) {
+    const int seq = static_cast<int>(h.nodes.size());
+    if (cfg.budget_count > 0 && seq - 1 >= cfg.budget_count) break;
+    if (cfg.budget_s > 0 && elapsed() >= cfg.budget_s) break;
+    std::mt19937_64 rng(step_seed(cfg.seed, seq));
+    Pick pick = pick_parent(strategy, h, seq, rng);
+    const Node* parent = pick.parent ? h.find(*pick.parent) : nullptr;
+    const bool use_llm = cfg.synth == "llm" || (cfg.synth == "both" && seq % 2 == 0);
+    Record r;
+    r.seq = seq;
+    r.parent = parent ? parent->id : 0;
+    r.island = pick.island;
+    if (use_llm) {
+      r.synth = "llm";
+      std::string parent_ir, launch;
+      if (parent) {
+        auto inst = instantiate(parent->cand, *op, shape, target);
+        if (inst.ok() && (inst->kind == CandKind::kSchedule || inst->kind == CandKind::kIr)) parent_ir = ir::print(inst->gen.module);
+        else if (inst.ok()) parent_ir = inst->source;
+      }
+      std::string diag;
+      {
+        LOOM_ASSIGN_OR_RETURN(Stmt d, db.prepare("SELECT diagnosis FROM candidates WHERE id = ?1"));
+        d.bind(1, r.parent);
+        LOOM_ASSIGN_OR_RETURN(bool has, d.step());
+        if (has) diag = d.text(0);
+      }
+      auto docs = search_documents(db, diag + " " + cfg.op + " " + dkind, 1);
+      auto sk = describe_skills(db, family, dkind, 3);
+      std::string prompt = build_prompt(*op, shape, target, parent_ir, diag, docs.ok() ? *docs : std::vector<Document>{},
+                                        sk.ok() ? *sk : std::vector<std::string>{}, launch);
+      auto reply = llm_chat(cfg.llm, "You are an expert kernel engineer. You answer with code only.", prompt);
+      {
+        LOOM_ASSIGN_OR_RETURN(Stmt lc, db.prepare("INSERT INTO llm_calls(job, seq, prompt, reply, error, at) VALUES (?1,?2,?3,?4,?5,julianday('now'))"));
+        lc.bind(1, job).bind(2, seq).bind(3, prompt).bind(4, reply.ok() ? *reply : std::string()).bind(5, reply.ok() ? std::string() : reply.status().to_string());
+        LOOM_RETURN_IF_ERROR(lc.run());
+      }
+      std::vector<Candidate> got;
+      if (reply.ok()) got = parse_reply(*reply, target, "");
+      if (!reply.ok() || got.empty()) {
+        r.cand.kind = CandKind::kIr;
+        r.cand.source = reply.ok() ? "// (no kernel in the reply)\n" + reply->substr(0, 2000) : "";
+        r.ev.status = reply.ok() ? "no_kernel" : "llm_error";
+        r.ev.reason = reply.ok() ? "the reply holds no kernel (no ```loom/```cpp block and no `kernel @`)" : reply.status().to_string();
+      } else {
+        r.cand = got[0];
+        r.diff = "llm reply";
+        if (h.by_hash.count(r.cand.hash())) {
+          r.ev.status = "duplicate";
+          r.ev.reason = "the reply repeats an evaluated candidate";
+        } else {
+          r.ev = evaluate_one(r.cand, step_seed(cfg.seed, seq));
+        }
+      }
+    } else {
+      r.synth = "mutate";
+      auto m = mutate(space, parent ? &parent->cand : nullptr, h, cfg.skills ? &skills : nullptr, rng, normalize);
+      if (!m) {
+        exhausted = true;
+        log("the search space is exhausted: every candidate the mutate synthesizer can reach is evaluated");
+        break;
+      }
+      r.cand = m->cand;
+      r.diff = m->diff;
+      r.ev = evaluate_one(r.cand, step_seed(cfg.seed, seq));
+    }
+    r.speedup = r.ev.ok() && r.ev.median_us > 0 ? baseline_us / r.ev.median_us : 0;
+    r.at_s = elapsed();
+    LOOM_ASSIGN_OR_RETURN(int64_t id, insert(db, job, r));
+    Node n{id, seq, r.parent, r.synth, r.cand, r.cand.hash(), r.ev.ok(), r.speedup, r.island};
+    if (n.hash.empty() || h.by_hash.count(n.hash)) n.hash += fmt::format("#{}", seq);  // keep the map unique
+    h.add(n);
+    if (parent && parent->ok && r.ev.ok() && r.cand.kind == CandKind::kSchedule && parent->cand.kind == CandKind::kSchedule) {
+      LOOM_RETURN_IF_ERROR(record_skill(db, family, dkind, parent->cand.knobs, r.cand.knobs, std::log(r.speedup / parent->speedup)));
+    }
+    const Node* best = h.best();
+    LOOM_RETURN_IF_ERROR(save_progress(best ? best->id : 0));
+    std::string what = r.cand.kind == CandKind::kSchedule ? r.diff : r.cand.summary();
+    if (r.ev.ok())
+      log(fmt::format("[{:4} {:6.1f}s] {}<-#{} {:6} {:<34} {:8.1f} us {:5.2f}x (best {:.2f}x) {:3.0f}% peak", seq, elapsed(),
+                      cfg.strategy, parent ? parent->seq : -1, r.synth, what.substr(0, 34), r.ev.median_us, r.speedup,
+                      best ? best->speedup : 0, 100 * r.ev.frac_peak));
+    else
+      log(fmt::format("[{:4} {:6.1f}s] {}<-#{} {:6} {:<34} {}: {}", seq, elapsed(), cfg.strategy, parent ? parent->seq : -1,
+                      r.synth, what.substr(0, 34), r.ev.status, short_reason(r.ev)));
+  }
+  (void)exhausted;
+
+  // Confirm the winner against the baseline, interleaved, then store it.
+  const Node* best = h.best();
+  double confirmed = 1;
+  if (best && best->seq != 0) {
+    EvalOptions o = eo;
+    o.trials = 1;
+    o.holdout.clear();
+    std::vector<double> base, win;
+    for (int round = 0; round < 3; ++round) {
+      for (int which = 0; which < 2; ++which) {
+        const Candidate& c = which ? best->cand : h.nodes[0].cand;
+        EvalResult e = evaluate_isolated(cfg.device, *op, shape, c, o, cfg.timeout_s);
+        if (e.ok()) (which ? win : base).push_back(e.median_us);
+      }
+    }
+    if (!base.empty() && !win.empty()) {
+      std::sort(base.begin(), base.end());
+      std::sort(win.begin(), win.end());
+      const double b = base[base.size() / 2], w = win[win.size() / 2];
+      confirmed = b / w;
+      log(fmt::format("confirm: baseline {:.1f} us vs best #{} {:.1f} us, interleaved 3 rounds: {:.2f}x", b, best->seq, w,
+                      confirmed));
+      if (cfg.store && confirmed > 1.02) {
+        StoredKernel k;
+        k.op = cfg.op;
+        k.shape_key = shape.key();
+        k.shape_class = shape_class(cfg.op, shape);
+        k.device_arch = pr.arch;
+        k.loom_version = std::string(loom_version());
+        k.cand = best->cand;
+        k.speedup = confirmed;
+        k.median_us = w;
+        k.baseline_us = b;
+        k.job = job;
+        k.candidate = best->id;
+        LOOM_RETURN_IF_ERROR(put_kernel(db, k));
+        log(fmt::format("stored as {} for {} {{{}}} on {}", k.id(), k.op, k.shape_key, k.device_arch));
+      }
+    }
+  }
+  LOOM_ASSIGN_OR_RETURN(Stmt u, db.prepare("UPDATE jobs SET status = 'done', confirmed_speedup = ?2, elapsed_s = ?3 WHERE id = ?1"));
+  LOOM_RETURN_IF_ERROR(u.bind(1, job).bind(2, confirmed).bind(3, elapsed()).run());
+  log(fmt::format("job {} done: {} evaluations in {:.0f} s; best #{} {:.2f}x ({}); confirmed {:.2f}x", job, h.nodes.size(),
+                  elapsed(), best ? best->seq : 0, best ? best->speedup : 0, best ? best->cand.summary() : "", confirmed));
+  return Status();
+}
+
+Result<std::string> job_status(Db& db, int64_t job) {
+  std::string out;
+  LOOM_ASSIGN_OR_RETURN(Stmt s, db.prepare("SELECT id, op, shape, device, strategy, synth, status, elapsed_s, baseline_us, "
+                                           "best_candidate, confirmed_speedup, budget, device_arch FROM jobs "
+                                           "WHERE ?1 = 0 OR id = ?1 ORDER BY id"));
+  s.bind(1, job);
+  int n = 0;
+  while (true) {
+    LOOM_ASSIGN_OR_RETURN(bool has, s.step());
+    if (!has) break;
+    ++n;
+    const int64_t id = s.i64(0);
+    LOOM_ASSIGN_OR_RETURN(Stmt c, db.prepare("SELECT count(*), sum(status = 'ok'), max(speedup) FROM candidates WHERE job = ?1"));
+    c.bind(1, id);
+    LOOM_ASSIGN_OR_RETURN(bool hc, c.step());
+    (void)hc;
+    out += fmt::format("job {}: {} {{{}}} on {} [{}] {} / {} budget {}: {} evaluations ({} ok), {:.0f} s, baseline {:.1f} us, "
+                       "best {:.2f}x (candidate {}), confirmed {:.2f}x\n",
+                       id, s.text(1), s.text(2), s.text(3), s.text(12), s.text(4), s.text(5), s.text(11), c.i64(0), c.i64(1),
+                       s.f64(7), s.f64(8), c.f64(2), s.i64(9), s.f64(10));
+    out += fmt::format("  status: {}\n", s.text(6));
+    if (job == 0) continue;
+    LOOM_ASSIGN_OR_RETURN(Stmt r, db.prepare("SELECT status, count(*) FROM candidates WHERE job = ?1 GROUP BY status"));
+    r.bind(1, id);
+    while (true) {
+      LOOM_ASSIGN_OR_RETURN(bool hr, r.step());
+      if (!hr) break;
+      out += fmt::format("  {:14} {}\n", r.text(0), r.i64(1));
+    }
+  }
+  if (!n && job) return not_found("no job {} in {}", job, db.path());
+  if (!n) return std::string("no jobs yet in " + db.path() + "\n");
+  return out;
+}
+
+}  // namespace loom::evolve

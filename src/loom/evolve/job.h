@@ -1,0 +1,48 @@
+// evolve jobs: a search of one op at one shape on one device, stored in the evolve database.
+// run_job evaluates the baseline (the op's default schedule) first, then proposes, evaluates
+// and records candidates until the budget is spent; every evaluation is committed before the
+// next starts, so `resume` after SIGKILL continues with nothing lost. At the end the best is
+// re-timed against the baseline (interleaved) and, when faster, put into the kernel store.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "loom/base/status.h"
+#include "loom/evolve/llm.h"
+
+namespace loom::evolve {
+
+class Db;
+
+struct JobConfig {
+  std::string op, shape, device = "cpu", strategy = "mcts", synth = "mutate";
+  uint64_t seed = 1;
+  int budget_count = 0;   // evaluations after the baseline (0: no count limit)
+  double budget_s = 0;    // seconds of search (0: no time limit)
+  bool skills = true;
+  int trials = 3;         // fresh random inputs per candidate on the searched shape
+  int holdout = 3;        // held-out shapes
+  double time_budget_s = 0.3;  // timing per candidate
+  double timeout_s = 120;      // per evaluation (hang -> timeout)
+  bool store = true;      // put a confirmed winner into the kernel store
+  LlmConfig llm;          // key is never stored
+};
+
+// "120s", "10m", "1h", "500", or both joined by a comma ("10m,500").
+Status parse_budget(std::string_view text, JobConfig& cfg);
+
+Result<int64_t> create_job(Db& db, const JobConfig& cfg);
+
+struct RunOptions {
+  std::function<void(const std::string&)> log;  // progress lines (default: stdout)
+  std::string llm_key;                          // for resumed jobs
+  std::string llm_url;                          // override the stored URL (tests)
+};
+Status run_job(Db& db, int64_t job, const RunOptions& opt = {});
+
+// Text for `loom evolve status` (job 0: every job, one line each).
+Result<std::string> job_status(Db& db, int64_t job);
+
+}  // namespace loom::evolve

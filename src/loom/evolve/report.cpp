@@ -1,0 +1,165 @@
+// HTML report of a job (see report.h).
+#include "loom/evolve/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "loom/evolve/candidate.h"
+#include "loom/evolve/db.h"
+#include "loom/kernels/op_spec.h"
+
+namespace loom::evolve {
+namespace {
+
+std::string esc(std::string_view s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '&': o += "&amp;"; break;
+      case '"': o += "&quot;"; break;
+      default: o += c;
+    }
+  }
+  return o;
+}
+
+struct Row {
+  int64_t id, seq, parent;
+  std::string synth, kind, body, diff, status, reason, diagnosis;
+  double median, speedup, gbps, frac, at;
+};
+
+}  // namespace
+
+Result<std::string> job_report_html(Db& db, int64_t job) {
+  LOOM_ASSIGN_OR_RETURN(Stmt js, db.prepare("SELECT op, shape, device, device_arch, strategy, synth, seed, budget, elapsed_s, "
+                                            "baseline_us, confirmed_speedup, status FROM jobs WHERE id = ?1"));
+  js.bind(1, job);
+  LOOM_ASSIGN_OR_RETURN(bool has, js.step());
+  if (!has) return not_found("no job {} in {}", job, db.path());
+  const std::string op = js.text(0), shape = js.text(1), arch = js.text(3);
+  const double baseline = js.f64(9), confirmed = js.f64(10);
+  double peak = 0;
+  {
+    LOOM_ASSIGN_OR_RETURN(Stmt p, db.prepare("SELECT read_gbps FROM device_peaks WHERE device_arch LIKE ?1 || ':t%'"));
+    p.bind(1, arch);
+    LOOM_ASSIGN_OR_RETURN(bool hp, p.step());
+    if (hp) peak = p.f64(0);
+  }
+  std::vector<Row> rows;
+  LOOM_ASSIGN_OR_RETURN(Stmt s, db.prepare("SELECT id, seq, parent, synth, kind, body, diff, status, reason, diagnosis, median_us, "
+                                           "speedup, gbps, frac_peak, at_s FROM candidates WHERE job = ?1 ORDER BY seq"));
+  s.bind(1, job);
+  while (true) {
+    LOOM_ASSIGN_OR_RETURN(bool hr, s.step());
+    if (!hr) break;
+    rows.push_back({s.i64(0), s.i64(1), s.i64(2), s.text(3), s.text(4), s.text(5), s.text(6), s.text(7), s.text(8), s.text(9),
+                    s.f64(10), s.f64(11), s.f64(12), s.f64(13), s.f64(14)});
+  }
+  const Row* best = nullptr;
+  for (const Row& r : rows)
+    if (r.status == "ok" && (!best || r.speedup > best->speedup)) best = &r;
+
+  // Speed-up over time: every ok candidate as a dot, failures as crosses at the bottom, best-so-far as a step line.
+  const double W = 760, H = 300, L = 50, B = 30, T = 10, R = 10;
+  double tmax = 1, smax = 1.2;
+  for (const Row& r : rows) {
+    tmax = std::max(tmax, r.at);
+    smax = std::max(smax, r.speedup * 1.1);
+  }
+  auto X = [&](double t) { return L + (W - L - R) * t / tmax; };
+  auto Y = [&](double sp) { return H - B - (H - B - T) * sp / smax; };
+  std::string svg = fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-size='11'>", W, H);
+  svg += fmt::format("<line x1='{}' y1='{}' x2='{}' y2='{}' stroke='#000'/>", L, H - B, W - R, H - B);
+  svg += fmt::format("<line x1='{}' y1='{}' x2='{}' y2='{}' stroke='#000'/>", L, T, L, H - B);
+  for (double g = 0; g <= smax; g += smax > 3 ? 1 : 0.25) {
+    svg += fmt::format("<line x1='{}' y1='{:.1f}' x2='{}' y2='{:.1f}' stroke='#ddd'/><text x='5' y='{:.1f}'>{:.2f}x</text>", L,
+                       Y(g), W - R, Y(g), Y(g) + 4, g);
+  }
+  svg += fmt::format("<line x1='{}' y1='{:.1f}' x2='{}' y2='{:.1f}' stroke='#999' stroke-dasharray='4'/>", L, Y(1), W - R, Y(1));
+  svg += fmt::format("<text x='{}' y='{}'>seconds of search (0 .. {:.0f})</text>", W / 2 - 60, H - 8, tmax);
+  std::string path;
+  double run_best = 0;
+  for (const Row& r : rows) {
+    if (r.status == "ok") {
+      svg += fmt::format("<circle cx='{:.1f}' cy='{:.1f}' r='3' fill='{}'><title>#{} {} {:.2f}x</title></circle>", X(r.at),
+                         Y(r.speedup), r.synth == "llm" ? "#c60" : "#36c", r.seq, esc(r.diff), r.speedup);
+      if (r.speedup > run_best) {
+        path += fmt::format("{}{:.1f},{:.1f} L{:.1f},{:.1f} ", path.empty() ? "M" : "L", X(r.at), Y(run_best ? run_best : r.speedup),
+                            X(r.at), Y(r.speedup));
+        run_best = r.speedup;
+      }
+    } else {
+      svg += fmt::format("<text x='{:.1f}' y='{:.1f}' fill='#c00' text-anchor='middle'>x<title>#{} {}: {}</title></text>", X(r.at),
+                         H - B - 3, r.seq, esc(r.status), esc(r.reason.substr(0, 200)));
+    }
+  }
+  if (!path.empty()) {
+    path += fmt::format("L{:.1f},{:.1f}", X(tmax), Y(run_best));
+    svg += "<path d='" + path + "' fill='none' stroke='#090' stroke-width='2'/>";
+  }
+  svg += "</svg>";
+
+  // Roofline position: achieved GB/s of the baseline and the winner against the measured peak.
+  std::string roof;
+  if (best && peak > 0) {
+    const double rw = 760, rh = 70;
+    auto RX = [&](double g) { return 10 + (rw - 20) * std::min(1.2, g / peak) / 1.2; };
+    roof = fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-size='11'>", rw, rh);
+    roof += fmt::format("<rect x='10' y='20' width='{:.1f}' height='20' fill='#eee' stroke='#999'/>", RX(peak) - 10);
+    roof += fmt::format("<text x='{:.1f}' y='15'>measured peak read {:.1f} GB/s</text>", RX(peak) - 150, peak);
+    const Row& b0 = rows.front();
+    roof += fmt::format("<rect x='10' y='24' width='{:.1f}' height='5' fill='#999'/><text x='12' y='55'>baseline {:.1f} GB/s ({:.0f}%)</text>",
+                        RX(b0.gbps) - 10, b0.gbps, 100 * b0.gbps / peak);
+    roof += fmt::format("<rect x='10' y='31' width='{:.1f}' height='5' fill='#090'/><text x='300' y='55'>best {:.1f} GB/s ({:.0f}%)</text>",
+                        RX(best->gbps) - 10, best->gbps, 100 * best->gbps / peak);
+    roof += "</svg>";
+  }
+
+  std::string html = "<!DOCTYPE html><html><head><meta charset='utf-8'><title>loom evolve job " + std::to_string(job) +
+                     "</title><style>body{font-family:sans-serif;max-width:1000px;margin:auto}table{border-collapse:collapse;"
+                     "font-size:12px}td,th{border:1px solid #ccc;padding:2px 5px}pre{background:#f6f6f6;padding:8px;"
+                     "overflow-x:auto;font-size:11px}.rej{color:#a00}</style></head><body>";
+  html += fmt::format("<h1>evolve job {}: {} {{{}}}</h1><p>device {} ({}), strategy {}, synthesizer {}, seed {}, budget {}; "
+                      "{} evaluations in {:.0f} s; baseline (default schedule) {:.1f} us; status {}.</p>",
+                      job, esc(op), esc(shape), esc(js.text(2)), esc(arch), esc(js.text(4)), esc(js.text(5)), js.i64(6),
+                      esc(js.text(7)), rows.size(), js.f64(8), baseline, esc(js.text(11)));
+  if (best)
+    html += fmt::format("<p><b>Best: candidate #{} at {:.2f}x</b> ({:.1f} us, {:.1f} GB/s{}); re-timed interleaved with the "
+                        "baseline at the end: <b>{:.2f}x</b>.</p>",
+                        best->seq, best->speedup, best->median, best->gbps,
+                        peak > 0 ? fmt::format(", {:.0f}% of the measured peak", 100 * best->gbps / peak) : "", confirmed);
+  html += "<h2>Search</h2><p>Dots: candidates that passed (blue: mutate, orange: llm), at their speed-up over the baseline; "
+          "red x: rejected or failed; green: best so far.</p>" + svg;
+  if (!roof.empty()) html += "<h2>Roofline position</h2>" + roof;
+  if (best) {
+    html += "<h2>Winning kernel</h2><pre>" + esc(best->body) + "</pre><p>" + esc(best->diagnosis) + "</p>";
+    auto c = Candidate::from_body(best->body);
+    const kernels::OpSpec* ops = kernels::find_op(op);
+    auto sh = kernels::Shape::parse(shape);
+    if (c.ok() && ops && sh.ok()) {
+      auto inst = instantiate(*c, *ops, *sh, arch.rfind("cuda", 0) == 0 ? ir::TargetKind::kPtx : ir::TargetKind::kCpp);
+      if (inst.ok() && (inst->kind == CandKind::kSchedule || inst->kind == CandKind::kIr))
+        html += "<details><summary>its Loom IR</summary><pre>" + esc(ir::print(inst->gen.module)) + "</pre></details>";
+    }
+  }
+  html += "<h2>All candidates</h2><table><tr><th>#</th><th>parent</th><th>synth</th><th>change</th><th>status</th>"
+          "<th>us</th><th>speed-up</th><th>GB/s</th><th>reason / diagnosis</th></tr>";
+  for (const Row& r : rows) {
+    std::string parent_seq = "-";
+    for (const Row& p : rows)
+      if (p.id == r.parent) parent_seq = std::to_string(p.seq);
+    html += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class='{}'>{}</td><td>{:.1f}</td><td>{:.2f}</td>"
+                        "<td>{:.1f}</td><td>{}</td></tr>",
+                        r.seq, parent_seq, esc(r.synth), esc(r.kind == "schedule" ? r.diff : r.kind + " text"),
+                        r.status == "ok" ? "" : "rej", esc(r.status), r.median, r.speedup, r.gbps,
+                        esc(r.status == "ok" ? r.diagnosis : r.reason.substr(0, 300)));
+  }
+  html += "</table></body></html>\n";
+  return html;
+}
+
+}  // namespace loom::evolve

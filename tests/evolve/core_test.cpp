@@ -1,0 +1,249 @@
+// evolve's core pieces: templates, budgets, IR rewrites (semantics kept, checked on the device),
+// search determinism, the database, the kernel store and held-out shapes.
+#include <filesystem>
+#include <random>
+#include <set>
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include "loom/evolve/candidate.h"
+#include "loom/evolve/db.h"
+#include "loom/evolve/evaluator.h"
+#include "loom/evolve/job.h"
+#include "loom/evolve/kb.h"
+#include "loom/evolve/llm.h"
+#include "loom/evolve/rewrites.h"
+#include "loom/evolve/search.h"
+#include "loom/evolve/store.h"
+#include "loom/base/version.h"
+#include "loom/ir/verifier.h"
+#include "loom/kernels/op_spec.h"
+
+namespace loom::evolve {
+namespace {
+
+std::string temp_db(const std::string& name) {
+  auto p = std::filesystem::temp_directory_path() / ("loom_evolve_test_" + name + "_" + std::to_string(getpid()) + ".db");
+  std::filesystem::remove(p);
+  return p.string();
+}
+
+TEST(EvolveTemplate, ExpressionsAndSubstitution) {
+  kernels::Shape s;
+  s.dims = {{"n", 1000}, {"n_out", 37}};
+  EXPECT_EQ(*eval_expr("(n+255)/256", s), 4);
+  EXPECT_EQ(*eval_expr("n_out * 2 - -3 % 2", s), 75);
+  EXPECT_FALSE(eval_expr("n / 0", s).ok());
+  EXPECT_FALSE(eval_expr("m + 1", s).ok());
+  EXPECT_EQ(*substitute("a ${n} b ${(n_out+3)/4}", s), "a 1000 b 10");
+  EXPECT_FALSE(substitute("x ${n", s).ok());
+}
+
+TEST(EvolveBudget, Parses) {
+  JobConfig c;
+  ASSERT_TRUE(parse_budget("10m,500", c).ok());
+  EXPECT_EQ(c.budget_s, 600);
+  EXPECT_EQ(c.budget_count, 500);
+  JobConfig d;
+  ASSERT_TRUE(parse_budget("120s", d).ok());
+  EXPECT_EQ(d.budget_s, 120);
+  EXPECT_EQ(d.budget_count, 0);
+  EXPECT_FALSE(parse_budget("10x", d).ok());
+  EXPECT_FALSE(parse_budget("", d).ok());
+}
+
+TEST(EvolveCandidate, BodyRoundTripAndHash) {
+  Candidate c;
+  c.knobs = {{"rows_per_block", 4}, {"ev_fma", 1}};
+  auto back = Candidate::from_body(c.body());
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->knobs, c.knobs);
+  EXPECT_EQ(back->hash(), c.hash());
+  Candidate d = c;
+  d.knobs["ev_fma"] = 0;
+  EXPECT_NE(d.hash(), c.hash());
+  Candidate t;
+  t.kind = CandKind::kCpp;
+  t.source = "int x;";
+  EXPECT_EQ(Candidate::from_body(t.body())->source, "int x;");
+}
+
+// Every rewrite keeps the kernel verified and the op correct on the cpu device (the evaluator's
+// full check: trials, repeated launches, held-out shapes).
+TEST(EvolveRewrites, KeepMatvecCorrect) {
+  const kernels::OpSpec* op = kernels::find_op("matvec");
+  ASSERT_NE(op, nullptr);
+  auto shape = *kernels::Shape::parse("n_in=192,n_out=45,n_tokens=1,wtype=2");
+  for (auto knobs : std::vector<kernels::Schedule>{{{"ev_fma", 1}, {"ev_unroll", 3}, {"ev_opt", 1}},
+                                                   {{"ev_fma", 1}, {"ev_unroll", 2}, {"ev_opt", 0}},
+                                                   {{"ev_fma", 0}, {"ev_unroll", 6}, {"ev_opt", 1}}}) {
+    Candidate c;
+    c.knobs = op->default_schedule(shape, ir::TargetKind::kCpp);
+    c.knobs.insert(knobs.begin(), knobs.end());
+    auto inst = instantiate(c, *op, shape, ir::TargetKind::kCpp);
+    ASSERT_TRUE(inst.ok()) << inst.status().to_string();
+    EXPECT_TRUE(ir::verify(inst->gen.module, ir::TargetKind::kCpp).ok());
+    EvalOptions o;
+    o.time = false;
+    o.holdout = holdout_shapes(*op, shape, 2);
+    EvalResult r = evaluate_isolated("cpu", *op, shape, c, o, 120);
+    EXPECT_TRUE(r.ok()) << c.summary() << ": " << r.status << " " << r.reason;
+  }
+}
+
+TEST(EvolveRewrites, UnrollAndSplitChangeTheIr) {
+  const kernels::OpSpec* op = kernels::find_op("matvec");
+  auto shape = *kernels::Shape::parse("n_in=192,n_out=45,n_tokens=1,wtype=2");
+  auto gen = op->generate(shape, op->default_schedule(shape, ir::TargetKind::kCpp), ir::TargetKind::kCpp);
+  ASSERT_TRUE(gen.ok());
+  ir::Kernel& k = *gen->module.kernels[0];
+  const std::string before = ir::print(k);
+  EXPECT_GT(split_vector_fma(k), 0);
+  EXPECT_GT(unroll_inner_loops(k, 3), 0);  // 6 blocks per row: divisible by 3
+  EXPECT_TRUE(ir::verify(gen->module, ir::TargetKind::kCpp).ok());
+  const std::string after = ir::print(k);
+  EXPECT_EQ(after.find(" fma "), std::string::npos);
+  EXPECT_NE(before, after);
+  EXPECT_EQ(unroll_inner_loops(k, 4), 0);  // 2 iterations left: not divisible by 4
+}
+
+TEST(EvolveSearch, DeterministicGivenSeedAndHistory) {
+  std::vector<kernels::Knob> space = {{"a", {1, 2, 4, 8}}, {"b", {1, 2, 3}}, {"ev_fma", {0, 1}}};
+  auto run = [&](uint64_t seed, StrategyKind s) {
+    History h;
+    Node root;
+    root.id = 1;
+    root.cand.knobs = {{"a", 1}, {"b", 1}, {"ev_fma", 0}};
+    root.hash = root.cand.hash();
+    root.ok = true;
+    root.speedup = 1;
+    h.add(root);
+    std::vector<std::string> seq;
+    for (int i = 1; i < 12; ++i) {
+      std::mt19937_64 rng(step_seed(seed, i));
+      Pick p = pick_parent(s, h, i, rng);
+      const Node* par = p.parent ? h.find(*p.parent) : nullptr;
+      auto m = mutate(space, par ? &par->cand : nullptr, h, nullptr, rng);
+      if (!m) break;
+      Node n;
+      n.id = i + 1;
+      n.seq = i;
+      n.parent = par ? par->id : 0;
+      n.cand = m->cand;
+      n.hash = m->cand.hash();
+      n.ok = i % 4 != 0;
+      n.speedup = 1.0 + 0.01 * static_cast<double>(m->cand.knobs["a"] + m->cand.knobs["b"]);  // a fixed "measurement"
+      n.island = p.island;
+      h.add(n);
+      seq.push_back(n.cand.summary());
+    }
+    return seq;
+  };
+  for (StrategyKind s : {StrategyKind::kMcts, StrategyKind::kEvolution, StrategyKind::kRandom}) {
+    auto a = run(7, s), b = run(7, s), c = run(8, s);
+    EXPECT_EQ(a, b) << strategy_name(s);
+    EXPECT_NE(a, c) << strategy_name(s);
+    std::set<std::string> uniq(a.begin(), a.end());
+    EXPECT_EQ(uniq.size(), a.size()) << "no candidate proposed twice";
+  }
+}
+
+TEST(EvolveSearch, SkillsBiasMutations) {
+  std::vector<kernels::Knob> space = {{"a", {1, 2, 4, 8}}, {"b", {1, 2, 3}}, {"ev_fma", {0, 1}}};
+  Candidate parent;
+  parent.knobs = {{"a", 1}, {"b", 1}, {"ev_fma", 0}};
+  SkillTable skills;
+  skills.score[{"ev_fma", 1}] = 0.5;
+  int with = 0, without = 0;
+  for (int i = 0; i < 400; ++i) {
+    History h;
+    std::mt19937_64 r1(i), r2(i);
+    with += mutate(space, &parent, h, &skills, r1)->cand.knobs["ev_fma"] == 1;
+    without += mutate(space, &parent, h, nullptr, r2)->cand.knobs["ev_fma"] == 1;
+  }
+  EXPECT_GT(with, without + 80);
+}
+
+TEST(EvolveDb, StoreAndSkills) {
+  const std::string path = temp_db("store");
+  {
+    auto db = Db::open(path);
+    ASSERT_TRUE(db.ok()) << db.status().to_string();
+    StoredKernel k;
+    k.op = "matvec";
+    auto shape = *kernels::Shape::parse("n_in=576,n_out=1536,n_tokens=1,wtype=2");
+    k.shape_key = shape.key();
+    k.shape_class = shape_class("matvec", shape);
+    k.device_arch = "cpu:test";
+    k.loom_version = std::string(loom_version());
+    k.cand.knobs = {{"rows_per_block", 8}, {"row_tile", 2}};
+    k.speedup = 1.4;
+    ASSERT_TRUE(put_kernel(*db, k).ok());
+    ASSERT_TRUE(record_skill(*db, "matvec", "cpu", {{"a", 1}}, {{"a", 2}}, 0.2).ok());
+    ASSERT_TRUE(record_skill(*db, "matvec", "cpu", {{"a", 1}}, {{"a", 2}}, 0.0).ok());
+    auto sk = load_skills(*db, "matvec", "cpu");
+    ASSERT_TRUE(sk.ok());
+    EXPECT_NEAR((sk->score[{"a", 2}]), 0.1, 1e-9);
+  }
+  auto same = best_kernel("matvec", *kernels::Shape::parse("n_in=576,n_out=1536,n_tokens=1,wtype=2"), "cpu:test", path);
+  ASSERT_TRUE(same.ok() && same->has_value());
+  EXPECT_EQ((*same)->cand.knobs.at("rows_per_block"), 8);
+  auto cls = best_kernel("matvec", *kernels::Shape::parse("n_in=1536,n_out=576,n_tokens=1,wtype=2"), "cpu:test", path);
+  ASSERT_TRUE(cls.ok() && cls->has_value()) << "same shape class";
+  auto other = best_kernel("matvec", *kernels::Shape::parse("n_in=576,n_out=1536,n_tokens=1,wtype=3"), "cpu:test", path);
+  ASSERT_TRUE(other.ok());
+  EXPECT_FALSE(other->has_value()) << "another weight type is another class";
+  auto none = best_kernel("matvec", *kernels::Shape::parse("n_in=576,n_out=1536,n_tokens=1,wtype=2"), "cpu:other", path);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  auto missing = best_kernel("matvec", *kernels::Shape::parse("n_in=576,n_out=1536,n_tokens=1,wtype=2"), "cpu:test",
+                             path + ".absent");
+  ASSERT_TRUE(missing.ok());
+  EXPECT_FALSE(missing->has_value());
+  std::filesystem::remove(path);
+}
+
+TEST(EvolveHoldout, ShapesDifferAndValidate) {
+  const kernels::OpSpec* op = kernels::find_op("matvec");
+  auto shape = *kernels::Shape::parse("n_in=576,n_out=1536,n_tokens=1,wtype=2");
+  auto hs = holdout_shapes(*op, shape, 3);
+  ASSERT_GE(hs.size(), 2u);
+  bool odd = false;
+  for (const auto& s : hs) {
+    EXPECT_NE(s.key(), shape.key());
+    EXPECT_TRUE(op->validate(s).ok()) << s.key();
+    EXPECT_EQ(s.at("wtype"), 2);
+    odd = odd || s.at("n_out") % 2 == 1;
+  }
+  EXPECT_TRUE(odd) << "an odd n_out among the held-out shapes";
+}
+
+TEST(EvolveKb, DocumentsSearchable) {
+  const std::string path = temp_db("kb");
+  auto db = Db::open(path);
+  ASSERT_TRUE(db.ok());
+  auto n = index_documents(*db, std::string(LOOM_SOURCE_DIR) + "/kb");
+  ASSERT_TRUE(n.ok()) << n.status().to_string();
+  ASSERT_GE(*n, 3);
+  auto docs = search_documents(*db, "instruction/latency-bound: 20% of the measured read bandwidth", 3);
+  ASSERT_TRUE(docs.ok()) << docs.status().to_string();
+  EXPECT_FALSE(docs->empty());
+  std::filesystem::remove(path);
+}
+
+TEST(EvolveLlm, ParsesKernelsOutOfReplies) {
+  auto c = parse_reply("Here:\n```loom\n// launch k grid=1,1,1 block=1,1,1 args=0\nkernel @k(%a: ptr<global, f32>) {\n}\n```\nDone",
+                       ir::TargetKind::kCpp, "");
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].kind, CandKind::kIr);
+  auto d = parse_reply("```cpp\nextern \"C\" void k(void* const* a, const LoomLaunchDims* d) {}\n```", ir::TargetKind::kCpp, "");
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].kind, CandKind::kCpp);
+  EXPECT_TRUE(parse_reply("I cannot help with that.", ir::TargetKind::kCpp, "").empty());
+  EXPECT_TRUE(parse_reply("```cuda\n__global__ void k() {}\n```", ir::TargetKind::kCpp, "").empty()) << "CUDA is not for the cpu";
+}
+
+}  // namespace
+}  // namespace loom::evolve
