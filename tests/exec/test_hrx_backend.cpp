@@ -109,15 +109,20 @@ TEST_P(HrxEngine, LogitsMatchReferenceAtEveryPosition) {
     want.emplace_back((*ref)->logits(), (*ref)->logits() + V);
     got.emplace_back((*hrx)->logits(), (*hrx)->logits() + V);
   }
-  // Floors of the current kernels on the cpu driver (docs/engine.md: the kernels round and sum
-  // in other orders than the reference; issue 5 asks for 0.999, which early prompt positions of
-  // SmolLM2 do not reach yet). A wrong kernel gives cosines far below these.
-  double worst = 1.0;
+  // Issue 5's bar (synthetic models, every device): cosine > 0.999 at every position and the same
+  // top-1 wherever the reference's top two are more than 0.05 apart. The real SmolLM2 file keeps
+  // a looser floor on the first prompt positions (docs/engine.md: huge attention-sink activations
+  // make the kernels' other float orders visible there). A wrong kernel is far below either.
+  const bool synthetic = c.name.rfind("synth:", 0) == 0;
+  const double floor = synthetic ? 0.999 : 0.995;
+  const int max_flips = synthetic ? 0 : 3;
+  double worst = 1.0, max_diff = 0.0;
   int flips = 0;
   for (size_t t = 0; t < want.size(); ++t) {
     const double cs = cosine(want[t].data(), got[t].data(), V);
+    for (int64_t i = 0; i < V; ++i) max_diff = std::max(max_diff, static_cast<double>(std::fabs(want[t][i] - got[t][i])));
     worst = std::min(worst, cs);
-    EXPECT_GT(cs, 0.995) << "position " << t;
+    EXPECT_GT(cs, floor) << "position " << t;
     if (std::getenv("LOOM_TEST_VERBOSE")) std::printf("position %zu cosine %.6f\n", t, cs);
     auto [wi, gap] = top1(want[t].data(), V);
     auto [gi, unused] = top1(got[t].data(), V);
@@ -127,18 +132,20 @@ TEST_P(HrxEngine, LogitsMatchReferenceAtEveryPosition) {
                   static_cast<long long>(wi), gap);
     }
   }
-  EXPECT_LE(flips, 3) << "top-1 differs from the reference at " << flips << " of " << want.size() << " positions";
+  EXPECT_LE(flips, max_flips) << "top-1 differs from the reference at " << flips << " of " << want.size() << " positions";
+  // On the cpu driver every kernel does the reference's arithmetic (docs/engine.md), so the
+  // logits are the reference's bit for bit, and with them llama.cpp's greedy tokens.
+  if (c.device == "cpu") EXPECT_EQ(max_diff, 0.0) << "the cpu kernels are no longer bit-identical to the reference";
   RecordProperty("worst_cosine", std::to_string(worst));
-  std::printf("%s on %s: worst cosine %.6f over %zu positions\n", c.name.c_str(), c.device.c_str(), worst, want.size());
+  std::printf("%s on %s: worst cosine %.6f, max |diff| %.3g over %zu positions\n", c.name.c_str(), c.device.c_str(),
+              worst, max_diff, want.size());
 }
 
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (const char* dev : {"cpu", "cuda"})
-    // Gemma 3 270M (Q4_K_M) is not listed yet: through HRX on the cpu driver its logits diverge
-    // from the reference (worst cosine 0.976, top-1 differs at 10 of 64 positions); open in
-    // issue 5, see docs/engine.md.
-    for (const char* m : {"SmolLM2-135M-Instruct-Q4_1.gguf", "synth:smollm2-135m:q4_0", "synth:smollm2-135m:q4_k"})
+    for (const char* m : {"SmolLM2-135M-Instruct-Q4_1.gguf", "gemma-3-270m-Q4_K_M.gguf", "synth:smollm2-135m:q4_0",
+                          "synth:smollm2-135m:q4_k"})
       out.push_back({m, dev});
   return out;
 }

@@ -143,13 +143,16 @@ def loom_greedy(loom_bin, model, ids, n, logits_path=None, extra=()):
     return json.loads(out.stdout)
 
 
+# cpu-ref: the reference ops; cpu: Loom IR kernels through HRX's cpu driver (issue 5).
+@pytest.mark.parametrize("device", ["cpu-ref", "cpu"])
 @pytest.mark.parametrize("prompt", list(PROMPTS) + ["chat"])
-def test_greedy_and_logits_match_llama_cpp(loom_bin, model, oracle_runs, prompt, tmp_path):
+def test_greedy_and_logits_match_llama_cpp(loom_bin, model, oracle_runs, prompt, device, tmp_path):
     name = model_name(model)
     text, ids, ref_logits, ref_tokens, gaps = oracle_runs(name)[prompt]
     t0 = time.time()
     logits_file = tmp_path / "logits.f32"
-    result = loom_greedy(loom_bin, model, ids, N_GEN, logits_file)
+    dev = ("--device", device)
+    result = loom_greedy(loom_bin, model, ids, N_GEN, logits_file, extra=dev)
     elapsed = time.time() - t0
 
     # Must-show 2: last prompt token logits.
@@ -159,7 +162,7 @@ def test_greedy_and_logits_match_llama_cpp(loom_bin, model, oracle_runs, prompt,
     top_mine = list(np.argsort(-mine, kind="stable")[:10])
     top_ref = list(np.argsort(-ref_logits, kind="stable")[:10])
     max_diff = float(np.max(np.abs(mine - ref_logits)))
-    print(f"\n[{name}/{prompt}] {len(ids)} prompt tokens, loom {elapsed:.1f}s, logits cos={cos:.7f} "
+    print(f"\n[{name}/{prompt}/{device}] {len(ids)} prompt tokens, loom {elapsed:.1f}s, logits cos={cos:.7f} "
           f"max|diff|={max_diff:.3g}")
     assert cos > 0.999, f"last-prompt-token logits cosine {cos}"
     assert top_mine == top_ref, f"top-10 differ: loom {top_mine} llama.cpp {top_ref}"
@@ -175,7 +178,7 @@ def test_greedy_and_logits_match_llama_cpp(loom_bin, model, oracle_runs, prompt,
         f"top-2 gap there is {gaps[first]:.4f} >= {NEAR_TIE}; the {first} tokens before it matched")
     print(f"[{name}/{prompt}] near-tie divergence at token {first} (gap {gaps[first]:.4f}); "
           f"{first} tokens before it matched; continuing from llama.cpp's tokens")
-    rest = loom_greedy(loom_bin, model, ids + ref_tokens[:first + 1], N_GEN - first - 1)["tokens"]
+    rest = loom_greedy(loom_bin, model, ids + ref_tokens[:first + 1], N_GEN - first - 1, extra=dev)["tokens"]
     second = next((i for i, (a, b) in enumerate(zip(rest, ref_tokens[first + 1:])) if a != b), None)
     assert second is None, (f"a second divergence at token {first + 1 + second} "
                             f"(gap {gaps[first + 1 + second]:.4f}); at most one near-tie per prompt is allowed")

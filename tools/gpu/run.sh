@@ -4,7 +4,11 @@
 #   device run: bash tools/gpu/run.sh [STEP...]     (carry .gpu; results land in $OUT)
 # Steps: devices, tests (every test binary, GPU tests included), golden (Loom IR goldens from
 # PTX through the CUDA driver), launch (HRX launch overhead vs cuLaunchKernel and cudaLaunchKernel:
-# launch.json). Default: devices tests.
+# launch.json), engine (the engine on cuda vs the reference: tests/exec), bench (synthetic models
+# written there with `loom model synth`, `loom bench --json` on cuda: bench.jsonl; LOOM_BENCH_SHAPES
+# lists shape:quant pairs, default smollm2-135m:q4_0 llama3-8b:q4_0 llama3-8b:q4_k), serve
+# (tools/bench_serve.py against `loom serve` on cuda with the synthetic SmolLM2: serve.json).
+# Default: devices tests.
 # LOOM_GPU_STAGE names the staging folder (default .gpu), as for tools/gpu/build.sh.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -88,6 +92,25 @@ except Exception as e:
 json.dump(res, open(out, "w"), indent=2)
 print(json.dumps(res.get("floors"), indent=2))
 PY
+      ;;
+    engine)
+      "$bin/test_exec" --gtest_output="json:/tmp/engine.json" 2>&1 | grep -E "worst cosine|top-1|OK|FAILED|SKIPPED|PASSED" | head -40
+      [[ ${PIPESTATUS[0]} -ne 0 ]] && rc=1
+      python3 tools/gpu/gtest_summary.py "$out/engine.json" "$commit" "bash tools/gpu/run.sh engine" /tmp/engine.json
+      ;;
+    bench)
+      mkdir -p /tmp/models
+      for sq in ${LOOM_BENCH_SHAPES:-smollm2-135m:q4_0 llama3-8b:q4_0 llama3-8b:q4_k}; do
+        shape="${sq%%:*}" quant="${sq##*:}" f="/tmp/models/synth-${sq/:/-}.gguf"
+        [[ -f "$f" ]] || "$bin/loom" model synth --arch llama --shape "$shape" --quant "$quant" -o "$f" 2>&1 | tail -1
+        "$bin/loom" bench -m "$f" --device cuda:0 ${LOOM_BENCH_FLAGS:-} --json -o "$out/bench.jsonl" || rc=1
+      done
+      ;;
+    serve)
+      f=/tmp/models/synth-smollm2-135m-q4_0.gguf
+      mkdir -p /tmp/models
+      [[ -f "$f" ]] || "$bin/loom" model synth --arch llama --shape smollm2-135m --quant q4_0 -o "$f" 2>&1 | tail -1
+      python3 tools/bench_serve.py --loom "$bin/loom" -m "$f" --json "$out/serve.json" 2>&1 | tail -20 || rc=1
       ;;
     *) echo "unknown step $step"; rc=2 ;;
   esac

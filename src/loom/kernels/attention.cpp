@@ -8,6 +8,7 @@
 
 #include "loom/ir/builder.h"
 #include "loom/kernels/elementwise.h"
+#include "loom/kernels/attention_exact.h"
 #include "loom/kernels/elementwise_util.h"
 #include "loom/llm/ops_ref.h"
 
@@ -96,6 +97,9 @@ class AttentionOp final : public OpSpec {
     } else {
       k.push_back({"splits", gpu ? std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64} : std::vector<int64_t>{1, 2, 4, 8}});
     }
+    // cpu: exact = 1 is the reference's arithmetic (attention_exact.h), bit for bit; 0 the
+    // one-pass online-softmax kernel below (within the tolerance).
+    if (!gpu) k.push_back({"exact", attention_exact_fits(s) ? std::vector<int64_t>{1, 0} : std::vector<int64_t>{0}});
     if (gpu) {
       const int64_t qmax = prompt_ ? G * k[0].choices.back() : G;
       std::vector<int64_t> w;
@@ -121,6 +125,7 @@ class AttentionOp final : public OpSpec {
     } else {
       sch["splits"] = HK >= 2 ? 1 : 2;
     }
+    if (!gpu) sch["exact"] = space.back().choices.front();
     // H200, Llama-3-8B decode at 4096 cells: 8 warps 24.6 us, 4 warps 31.5 us (both 16 splits);
     // prompts: q_tile 2 x 4 warps was the best of the three measured.
     if (gpu) sch["warps"] = std::min<int64_t>(prompt_ ? 4 : 8, space.back().choices.back());
@@ -221,6 +226,7 @@ Result<Generated> AttentionOp::generate(const Shape& s, const Schedule& sch, ir:
   const bool multi_seq = s.dims.at("n_seq") > 1;
   const float scale = elt::f32_dim(s, "scale_f32"), cap = elt::f32_dim(s, "softcap_f32");
   const bool gpu = elt::gpu_target(t);
+  if (!gpu && sch.at("exact") == 1) return attention_exact_cpu(s, args(s));
   const int32_t S = prompt_ ? 1 : static_cast<int32_t>(sch.at("splits"));
   const int32_t QT = prompt_ ? static_cast<int32_t>(sch.at("q_tile")) : 1;
   const int32_t W = gpu ? static_cast<int32_t>(sch.at("warps")) : 1;

@@ -180,4 +180,32 @@ Value* RowLayout::reduce(ir::Builder& b, Value* v, ir::Op op) {
   return acc;
 }
 
+ir::Value* exp_ggml(ir::Builder& b, ir::Value* x) {
+  using ir::Mode;
+  const int lanes = x->type.lanes();
+  const ir::Type ft = x->type, ut = ir::Type::of(ir::Scalar::kU32, lanes);
+  auto c = [&](float v) { return lanes > 1 ? b.splat(b.f32(v), lanes) : b.f32(v); };
+  auto cu = [&](uint32_t v) { return b.const_int(ut, v); };
+  auto bits = [&](ir::Value* f) { return b.bitcast(f, ut); };
+  auto flt = [&](ir::Value* u) { return b.bitcast(u, ft); };
+  ir::Value* r = c(0x1.8p23f);
+  ir::Value* z = b.fma(x, c(0x1.715476p+0f), r);
+  ir::Value* n = b.sub(z, r);
+  ir::Value* nn = b.neg(n);
+  ir::Value* bb = b.fma(nn, c(0x1.7f7d1cp-20f), b.fma(nn, c(0x1.62e4p-1f), x));
+  ir::Value* e = b.shl(bits(z), cu(23));
+  ir::Value* k = flt(b.add(e, cu(0x3f800000u)));
+  ir::Value* u = b.mul(bb, bb);
+  ir::Value* j = b.fma(b.fma(b.fma(c(0x1.0e4020p-7f), bb, c(0x1.573e2ep-5f)), u, b.fma(c(0x1.555e66p-3f), bb, c(0x1.fffdb6p-2f))),
+                       u, b.mul(c(0x1.ffffecp-1f), bb));
+  ir::Value* normal = b.fma(j, k, k);
+  // |n| > 126: the scale 2^n is split in two factors (s1 * s2) so that neither overflows.
+  ir::Value* g = b.select(b.cmp(Mode::kLe, n, c(0.0f)), cu(0x82000000u), cu(0u));
+  ir::Value* s1 = flt(b.add(g, cu(0x7f000000u)));
+  ir::Value* s2 = flt(b.sub(e, g));
+  ir::Value* an = b.unary(ir::Op::kAbs, n);
+  ir::Value* big = b.select(b.cmp(Mode::kGt, an, c(192.0f)), b.mul(s1, s1), b.mul(b.fma(s2, j, s2), s1));
+  return b.select(b.cmp(Mode::kGt, an, c(126.0f)), big, normal);
+}
+
 }  // namespace loom::kernels::elt

@@ -61,6 +61,9 @@ ir::Type f32_type(int lanes = 1);
 // Sum of the lanes of a vector (pairwise tree), the value itself for a scalar.
 ir::Value* horizontal_sum(ir::Builder& b, ir::Value* v);
 ir::Value* horizontal_max(ir::Builder& b, ir::Value* v);
+// exp(x) exactly as ggml's vectorized CPU code (and llm::ref::expf_ggml) computes it: a
+// polynomial with fma, bit-for-bit the reference's result on every target (f32, any lanes).
+ir::Value* exp_ggml(ir::Builder& b, ir::Value* x);
 // Verifies a generated module for its target, naming the op on failure.
 Status verify_generated(std::string_view op, const Generated& g, ir::TargetKind target);
 

@@ -120,8 +120,24 @@ class NormOp final : public OpSpec {
           });
         return std::vector<Value*>{b.add(it[0], b.mul(v, v))};
       });
-      Value* ss = rows.reduce(b, elt::horizontal_sum(b, acc[0]), ir::Op::kAdd);
-      Value* mean = b.div(ss, b.f32(static_cast<double>(n)));
+      Value* mean;
+      if (rows.gpu) {
+        Value* ss = rows.reduce(b, elt::horizontal_sum(b, acc[0]), ir::Op::kAdd);
+        mean = b.div(ss, b.f32(static_cast<double>(n)));
+      } else {
+        // The cpu thread owns the row: squares summed in double, in order, as the reference
+        // (and ggml) does, so the result is bit for bit the reference's. The float vector sum
+        // above is then dead code the compiler drops.
+        const ir::Type f64 = ir::Type::scalar(Scalar::kF64);
+        Value* ss = b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(n)), b.i32(1), {b.const_float(f64, 0.0)},
+                               [&](Value* i, std::span<Value* const> it) {
+                                 Value* e = b.add(base, i);
+                                 Value* v = b.load(x, e);
+                                 if (add_) v = b.add(v, b.load(xb, e));
+                                 return std::vector<Value*>{b.add(it[0], b.convert(b.mul(v, v), f64))};
+                               })[0];
+        mean = b.convert(b.div(ss, b.const_float(f64, static_cast<double>(n))), ir::Type::scalar(Scalar::kF32));
+      }
       Value* scale = b.div(b.f32(1.0), b.unary(ir::Op::kSqrt, b.add(mean, b.f32(eps))));
       Value* scale_v = vec > 1 ? b.splat(scale, vec) : scale;
       b.for_loop(r.first, nv, r.stride, {}, [&](Value* c, std::span<Value* const>) {

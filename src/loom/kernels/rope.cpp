@@ -179,7 +179,8 @@ class RopeKvOp final : public OpSpec {
       b.for_loop(task0, task1, b.i32(1), {}, [&](Value* task, std::span<Value* const>) {
         auto rotate = [&](Value* x0, Value* x1) {
           if (!cs) return std::pair<Value*, Value*>{x0, x1};
-          return std::pair<Value*, Value*>{b.sub(b.mul(x0, cs), b.mul(x1, sn)), b.add(b.mul(x0, sn), b.mul(x1, cs))};
+          // The reference's (and ggml's compiled) fused forms, bit for bit.
+          return std::pair<Value*, Value*>{b.fma(x0, cs, b.neg(b.mul(x1, sn))), b.fma(x0, sn, b.mul(x1, cs))};
         };
         b.if_then_else(b.cmp(ir::Mode::kLt, task, b.i32(H)), {}, [&] {
           if (cs) {  // pass-through dims of q stay as they are

@@ -99,7 +99,8 @@ float silu(float x) { return x / (1.0f + std::exp(-x)); }
 float gelu_tanh(float x) {
   constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
   constexpr float kCoef = 0.044715f;
-  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoef * x * x)));
+  // 1 + c x^2 as one fused multiply-add: the form ggml's compiled table holds.
+  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * std::fma(kCoef * x, x, 1.0f)));
 }
 
 namespace {
@@ -240,8 +241,10 @@ void rope(float* x, int64_t n_tok, int n_head, int head_dim, const int32_t* pos,
         const int b = p.mode == RopeMode::kNeox ? i0 / 2 + n_dims / 2 : i0 + 1;
         const float c = cs[i0], s = cs[i0 + 1];
         const float x0 = v[a], x1 = v[b];
-        v[a] = x0 * c - x1 * s;
-        v[b] = x0 * s + x1 * c;
+        // The fused forms GCC produces for ggml's (and this) loop, written out so that the
+        // result no longer depends on how a compiler contracts or vectorizes it.
+        v[a] = std::fma(x0, c, -(x1 * s));
+        v[b] = std::fma(x0, s, x1 * c);
       }
     }
   }

@@ -169,6 +169,11 @@ Result<uint64_t> write_synthetic_model(const SynthOptions& opts, const std::stri
   w.set_u32("tokenizer.ggml.bos_token_id", 256);
   w.set_u32("tokenizer.ggml.eos_token_id", 257);
   w.set_bool("tokenizer.ggml.add_bos_token", true);
+  // A plain role-prefixed template, so that chat and the server's /v1/chat/completions work on
+  // synthetic models too (their replies are random bytes: they exist to be timed).
+  w.set_string("tokenizer.chat_template",
+               "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+               "{% if add_generation_prompt %}assistant: {% endif %}");
 
   uint64_t seed = opts.seed * 1000003ull;
   auto weight_type = [&](const std::string& name, int64_t layer) {
