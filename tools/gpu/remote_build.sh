@@ -23,8 +23,11 @@ if [[ ! -f "$build/build.ninja" ]]; then
     -DCMAKE_CXX_FLAGS="-march=x86-64-v3" -DLOOM_BUILD_FUZZ=OFF > /tmp/remote-cmake.log 2>&1 ||
     { tail -30 /tmp/remote-cmake.log; exit 1; }
 fi
-cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" 2>&1 | grep -E "error|FAILED|warning: unused" | head -40
-[[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "remote_build.sh: build failed"; exit 1; }
+if ! cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" > /tmp/remote-build.log 2>&1; then
+  grep -E "error|FAILED" /tmp/remote-build.log | head -40
+  echo "remote_build.sh: build failed (full log /tmp/remote-build.log)"
+  exit 1
+fi
 rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib"
 cp "$build/loom" "$stage/bin/"
 for t in "$build"/tests/test_*; do [[ -x "$t" && ! -d "$t" ]] && cp "$t" "$stage/bin/"; done
