@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numbers>
@@ -13,6 +14,10 @@
 #include "loom/llm/ops_ref_dot_impl.h"
 #include "loom/llm/ops_ref_util.h"
 #include "loom/llm/quant.h"
+
+#if LOOM_REF_DOT_AVX2
+#include <immintrin.h>
+#endif
 
 namespace loom::llm::ref {
 
@@ -36,6 +41,26 @@ Status matmul(const WeightView& w, const float* x, int64_t n_tok, float* y, Thre
   else quantize_rows(0, n_tok, 0);
 
   const GgmlType wt = w.type;
+#if LOOM_REF_DOT_AVX2
+  // Several tokens: each weight block is unpacked once for a tile of tokens (the weights are
+  // walked once per step, not once per token), with per-element arithmetic identical to vec_dot.
+  // LOOM_REF_TOKEN_AT_A_TIME=1 turns it off (A/B timing against the per-token path).
+  static const bool blocked = [] {
+    const char* e = std::getenv("LOOM_REF_TOKEN_AT_A_TIME");
+    return !(e && *e && *e != '0');
+  }();
+  if (blocked && n_tok > 1 && avx2::gemm_supported(wt)) {
+    thread_local avx2::GemmScales tls_scales;  // the caller's; workers read it through xs
+    const avx2::GemmScales* xs = &tls_scales;
+    avx2::gemm_prepare(wt, xq, xq_row, n_tok, w.n_in, &tls_scales);
+    auto tiles = [&, xs](int64_t r0, int64_t r1, int) {
+      avx2::gemm_rows(wt, w.data, w.row_stride, w.n_in, r0, r1, xq, xq_row, n_tok, *xs, y, w.n_out);
+    };
+    if (pool) pool->parallel_for(w.n_out, tiles, 16);
+    else tiles(0, w.n_out, 0);
+    return Status();
+  }
+#endif
   auto rows = [&](int64_t r0, int64_t r1, int) {
     // Tiles of weight rows stay in cache while every token's activation streams past them.
     constexpr int64_t kTile = 16;
@@ -299,19 +324,28 @@ Status attention(const float* q, const int32_t* q_pos, int64_t n_tok, const uint
       for (int64_t j = 0; j < n; ++j) s[j] = expf_ggml(s[j] - max);
       const float inv = static_cast<float>(1.0 / exp_sum_groups(s.data(), n, j0));
       // p·v: cell j feeds lane j % 8 of accumulator (j % 32) / 8 (cells outside the window
-      // contribute exact zeros there, so they are skipped).
+      // contribute exact zeros there, so they are skipped). acc is lane-major (acc[lane * dv + d])
+      // so one cell updates dv adjacent floats: the same fma per (d, lane), in SIMD.
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t j = j0; j < j1; ++j) {
         const float pj = half_to_float(float_to_half(s[j - j0] * inv));
         const uint16_t* vr = v_seq + j * v_stride + static_cast<int64_t>(hk) * dv;
-        const int64_t lane = j & 31;
-        for (int d = 0; d < dv; ++d) acc[d * 32 + lane] = std::fma(half_to_float(vr[d]), pj, acc[d * 32 + lane]);
+        float* a = acc.data() + (j & 31) * dv;
+        int d = 0;
+#if LOOM_REF_DOT_AVX2
+        const __m256 pv = _mm256_set1_ps(pj);
+        for (; d + 8 <= dv; d += 8) {
+          const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(vr + d)));
+          _mm256_storeu_ps(a + d, _mm256_fmadd_ps(v, pv, _mm256_loadu_ps(a + d)));
+        }
+#endif
+        for (; d < dv; ++d) a[d] = std::fma(half_to_float(vr[d]), pj, a[d]);
       }
       float* o = out + (t * p.n_head + h) * dv;
       for (int d = 0; d < dv; ++d) {
-        float* a = acc.data() + d * 32;
+        auto a = [&](int lane) { return acc[static_cast<size_t>(lane * dv + d)]; };
         float r[8];
-        for (int l = 0; l < 8; ++l) r[l] = (a[l] + a[16 + l]) + (a[8 + l] + a[24 + l]);
+        for (int l = 0; l < 8; ++l) r[l] = (a(l) + a(16 + l)) + (a(8 + l) + a(24 + l));
         float t4[4];
         for (int l = 0; l < 4; ++l) t4[l] = r[l] + r[l + 4];
         o[d] = (t4[0] + t4[1]) + (t4[2] + t4[3]);

@@ -3,7 +3,11 @@
 // AVX2+FMA+F16C). Tests compare the two on random blocks.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
+
+#include "loom/llm/ggml_types.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define LOOM_REF_DOT_AVX2 1
@@ -30,7 +34,21 @@ LOOM_REF_DOT_DECLS
 #if LOOM_REF_DOT_AVX2
 namespace avx2 {
 LOOM_REF_DOT_DECLS
-}
+
+// Several tokens at once (ops_ref_gemm_avx2.cpp): y[t * ldy + r] = dot_<type>(W row r, token t)
+// for rows [r0, r1) and tokens [0, n_tok), every element bit-identical to the single-token dot
+// product; weights are unpacked once per tile of tokens. xq holds n_tok quantized activation rows
+// of xq_row bytes. Thread-safe for disjoint row ranges.
+bool gemm_supported(GgmlType type);
+// Per-token activation scales as floats, token-minor (d[b * ld + t]), filled once per matmul.
+struct GemmScales {
+  std::vector<float> d, s;
+  int64_t ld = 0;
+};
+void gemm_prepare(GgmlType type, const uint8_t* xq, size_t xq_row, int64_t n_tok, int64_t n_in, GemmScales* xs);
+void gemm_rows(GgmlType type, const uint8_t* w, size_t w_stride, int64_t n_in, int64_t r0, int64_t r1,
+               const uint8_t* xq, size_t xq_row, int64_t n_tok, const GemmScales& xs, float* y, int64_t ldy);
+}  // namespace avx2
 #endif
 #undef LOOM_REF_DOT_DECLS
 
