@@ -3,7 +3,13 @@
 execute_process(COMMAND git -C ${SRC} rev-parse --short=12 HEAD OUTPUT_VARIABLE commit
                 OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE rc ERROR_QUIET)
 if(NOT rc EQUAL 0 OR commit STREQUAL "")
-  set(commit "unknown")
+  # A source tree unpacked from `git archive` (tools/gpu/remote_build.sh) carries its commit in .commit.
+  if(EXISTS ${SRC}/.commit)
+    file(STRINGS ${SRC}/.commit commit LIMIT_COUNT 1)
+    string(SUBSTRING "${commit}" 0 12 commit)
+  else()
+    set(commit "unknown")
+  endif()
 else()
   execute_process(COMMAND git -C ${SRC} diff --quiet HEAD -- RESULT_VARIABLE dirty ERROR_QUIET)
   if(NOT dirty EQUAL 0)

@@ -157,6 +157,9 @@ Result<uint64_t> write_synthetic_model(const SynthOptions& opts, const std::stri
   for (int b = 0; b < 256; ++b) { tokens.push_back(byte_token(b)); types.push_back(1); }
   tokens.push_back("<|begin_of_text|>"); types.push_back(3);
   tokens.push_back("<|end_of_text|>"); types.push_back(3);
+  // One merge ("a" + "b" -> "ab"): a gpt2 vocabulary needs a merge list, and this one makes the
+  // BPE path run too.
+  tokens.push_back(byte_token('a') + byte_token('b')); types.push_back(1);
   while (static_cast<int64_t>(tokens.size()) < S.n_vocab) {
     tokens.push_back(fmt::format("<|synth_{}|>", tokens.size()));
     types.push_back(4);  // user-defined: never produced by plain text
@@ -165,7 +168,7 @@ Result<uint64_t> write_synthetic_model(const SynthOptions& opts, const std::stri
   w.set_string("tokenizer.ggml.pre", "default");
   w.set_strings("tokenizer.ggml.tokens", tokens);
   w.set_i32s("tokenizer.ggml.token_type", types);
-  w.set_strings("tokenizer.ggml.merges", {});
+  w.set_strings("tokenizer.ggml.merges", {byte_token('a') + " " + byte_token('b')});
   w.set_u32("tokenizer.ggml.bos_token_id", 256);
   w.set_u32("tokenizer.ggml.eos_token_id", 257);
   w.set_bool("tokenizer.ggml.add_bos_token", true);
