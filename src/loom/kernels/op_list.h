@@ -32,4 +32,8 @@ const OpSpec& attention_decode_op();
 const OpSpec& attention_prompt_op();
 const OpSpec& rms_norm_q8_op();
 
+// GPU kernels at the memory/tensor-core limits (gpufast, issue 7): add lines here.
+const OpSpec& matvec_gpu_op();
+const OpSpec& matmul_mma_op();
+
 }  // namespace loom::kernels

@@ -25,6 +25,9 @@ const std::vector<const OpSpec*>& all_ops() {
       &attention_decode_op(),
       &attention_prompt_op(),
       &rms_norm_q8_op(),
+      // gpufast (issue 7): add lines here
+      &matvec_gpu_op(),
+      &matmul_mma_op(),
   };
   return ops;
 }

@@ -1,0 +1,435 @@
+// matmul_mma: y = x W^T for prompts (n_tokens rows of f32 activations) on the tensor cores. A CTA
+// computes a tile of weight rows x tokens; per 32-wide k step its threads dequantize the weight
+// tile (Q4_0, Q8_0, Q4_K, Q6_K) to f16 and convert the activation tile to f16 in shared memory,
+// then each warp runs mma (m16n8k16, f32 accumulate) on its 32 x 32 sub-tile. mma is PTX-only:
+// on the cpu target the op generates a scalar kernel with the same dequantization and f16
+// rounding (one thread per output), so the cpu tests check the numerics, not the tiling.
+#include <cmath>
+#include <cstring>
+
+#include "loom/kernels/op_list.h"
+#include "loom/kernels/op_util.h"
+#include "loom/llm/quant.h"
+
+namespace loom::kernels {
+namespace {
+
+using ir::AddrSpace;
+using ir::Mode;
+using ir::Scalar;
+using ir::Type;
+using ir::Value;
+using llm::GgmlType;
+
+const Type kI32 = Type::scalar(Scalar::kI32);
+const Type kU32 = Type::scalar(Scalar::kU32);
+const Type kF32 = Type::scalar(Scalar::kF32);
+const Type kF16 = Type::scalar(Scalar::kF16);
+const Type kI64 = Type::scalar(Scalar::kI64);
+
+struct MFormat {
+  int block_elems;
+  int block_bytes;
+};
+
+bool m_format(GgmlType t, MFormat* f) {
+  switch (t) {
+    case GgmlType::Q4_0: *f = {32, 18}; return true;
+    case GgmlType::Q8_0: *f = {32, 34}; return true;
+    case GgmlType::Q4_K: *f = {256, 144}; return true;
+    case GgmlType::Q6_K: *f = {256, 210}; return true;
+    default: return false;
+  }
+}
+
+Value* u16_at(Emit& b, Value* w, Value* off) {
+  return b.convert(b.load_at(w, off, Type::scalar(Scalar::kU16), 2), kU32);
+}
+Value* f16_at(Emit& b, Value* w, Value* off) {
+  Value* h = b.load_at(w, off, Type::scalar(Scalar::kU16), 2);
+  return b.convert(b.bitcast(h, kF16), kF32);
+}
+Value* byte_at(Emit& b, Value* w, Value* off) {
+  return b.convert(b.load_at(w, off, Type::scalar(Scalar::kU8), 1), kI32);
+}
+
+// Weights k0 .. k0+15 (k0 a multiple of 16) of the row starting at byte `row` (i64), as 16 f32
+// values already rounded as the f16 the tensor cores see (value = scale * q - offset).
+std::vector<Value*> dequant16(Emit& b, GgmlType t, Value* w, Value* row, Value* k0) {
+  std::vector<Value*> out;
+  auto at = [&](Value* base, int o) { return b.add(base, b.i64(o)); };
+  switch (t) {
+    case GgmlType::Q4_0:
+    case GgmlType::Q8_0: {
+      const bool q8 = t == GgmlType::Q8_0;
+      Value* blk = b.convert(b.div(k0, b.i32(32)), kI64);
+      Value* half = b.rem(b.div(k0, b.i32(16)), b.i32(2));
+      Value* base = b.add(row, b.mul(blk, b.i64(q8 ? 34 : 18)));
+      Value* d = f16_at(b, w, base);
+      if (q8) {
+        Value* qb = b.add(base, b.mul(b.convert(half, kI64), b.i64(16)));
+        for (int i = 0; i < 8; ++i) {
+          Value* h = u16_at(b, w, at(qb, 2 + 2 * i));
+          for (int j = 0; j < 2; ++j) {
+            Value* q = b.shrc(b.shlc(b.bitcast(h, kI32), 24 - 8 * j), 24);
+            out.push_back(b.mul(d, b.convert(q, kF32)));
+          }
+        }
+      } else {
+        Value* sh = b.convert(b.mulc(half, 4), kU32);
+        for (int i = 0; i < 8; ++i) {
+          Value* h = u16_at(b, w, at(base, 2 + 2 * i));
+          for (int j = 0; j < 2; ++j) {
+            Value* q = b.andc(b.shr(b.shrc(h, 8 * j), sh), 0xF);
+            out.push_back(b.mul(d, b.convert(b.addc(b.bitcast(q, kI32), -8), kF32)));
+          }
+        }
+      }
+      break;
+    }
+    case GgmlType::Q4_K: {
+      Value* blk = b.convert(b.div(k0, b.i32(256)), kI64);
+      Value* sub = b.rem(b.div(k0, b.i32(32)), b.i32(8));   // sub-block j
+      Value* half = b.rem(b.div(k0, b.i32(16)), b.i32(2));  // which 16 of its 32
+      Value* base = b.add(row, b.mul(blk, b.i64(144)));
+      Value* d = f16_at(b, w, base);
+      Value* dmin = f16_at(b, w, at(base, 2));
+      // get_scale_min_k4: j < 4: sc = q[j] & 63, m = q[j+4] & 63; else from the high bits.
+      Value* jlo = b.rem(sub, b.i32(4));
+      Value* sbase = at(base, 4);
+      Value* qa = byte_at(b, w, b.add(sbase, b.convert(jlo, kI64)));          // q[j % 4]
+      Value* qb = byte_at(b, w, b.add(sbase, b.convert(b.addc(jlo, 4), kI64)));  // q[j % 4 + 4]
+      Value* qc = byte_at(b, w, b.add(sbase, b.convert(b.addc(jlo, 8), kI64)));  // q[j % 4 + 8]
+      Value* lo = b.cmp(Mode::kLt, sub, b.i32(4));
+      Value* sc = b.select(lo, b.andc(qa, 63), b.bit_or(b.andc(qc, 0xF), b.shlc(b.shrc(qa, 6), 4)));
+      Value* mn = b.select(lo, b.andc(qb, 63), b.bit_or(b.shrc(qc, 4), b.shlc(b.shrc(qb, 6), 4)));
+      Value* ds = b.mul(d, b.convert(sc, kF32));
+      Value* dm = b.mul(dmin, b.convert(mn, kF32));
+      // qs chunk sub/2 (32 bytes at 16 + 32 * (sub/2)); low nibbles for even sub, high for odd.
+      Value* qoff = b.add(at(base, 16), b.convert(b.add(b.mulc(b.div(sub, b.i32(2)), 32), b.mulc(half, 16)), kI64));
+      Value* sh = b.convert(b.mulc(b.rem(sub, b.i32(2)), 4), kU32);
+      for (int i = 0; i < 8; ++i) {
+        Value* h = u16_at(b, w, at(qoff, 2 * i));
+        for (int j = 0; j < 2; ++j) {
+          Value* q = b.andc(b.shr(b.shrc(h, 8 * j), sh), 0xF);
+          out.push_back(b.sub(b.mul(ds, b.convert(b.bitcast(q, kI32), kF32)), dm));
+        }
+      }
+      break;
+    }
+    case GgmlType::Q6_K: {
+      Value* blk = b.convert(b.div(k0, b.i32(256)), kI64);
+      Value* e0 = b.rem(k0, b.i32(256));                 // first element: 128 n + 32 c + l0
+      Value* n = b.div(e0, b.i32(128));
+      Value* c = b.rem(b.div(e0, b.i32(32)), b.i32(4));
+      Value* l0 = b.rem(e0, b.i32(32));                  // 0 or 16
+      Value* base = b.add(row, b.mul(blk, b.i64(210)));
+      Value* d = f16_at(b, w, at(base, 208));
+      Value* scb = b.convert(b.load_at(w, b.add(at(base, 192), b.convert(b.add(b.add(b.mulc(n, 8), b.div(l0, b.i32(16))),
+                                                                                b.mulc(c, 2)), kI64)),
+                                       Type::scalar(Scalar::kI8), 1),
+                             kI32);
+      Value* ds = b.mul(d, b.convert(scb, kF32));
+      Value* qloff = b.add(base, b.convert(b.add(b.add(b.mulc(n, 64), l0), b.mulc(b.rem(c, b.i32(2)), 32)), kI64));
+      Value* qhoff = b.add(at(base, 128), b.convert(b.add(b.mulc(n, 32), l0), kI64));
+      Value* lsh = b.convert(b.mulc(b.div(c, b.i32(2)), 4), kU32);
+      Value* hsh = b.convert(b.mulc(c, 2), kU32);
+      for (int i = 0; i < 8; ++i) {
+        Value* hl = u16_at(b, w, at(qloff, 2 * i));
+        Value* hh = u16_at(b, w, at(qhoff, 2 * i));
+        for (int j = 0; j < 2; ++j) {
+          Value* ql = b.andc(b.shr(b.shrc(hl, 8 * j), lsh), 0xF);
+          Value* qh = b.andc(b.shr(b.shrc(hh, 8 * j), hsh), 3);
+          Value* q = b.addc(b.bitcast(b.bit_or(ql, b.shlc(qh, 4)), kI32), -32);
+          out.push_back(b.mul(ds, b.convert(q, kF32)));
+        }
+      }
+      break;
+    }
+    default: break;
+  }
+  return out;
+}
+
+class MatmulMmaOp final : public OpSpec {
+ public:
+  std::string_view name() const override { return "matmul_mma"; }
+  std::string_view description() const override {
+    return "y = x W^T for prompts on tensor cores (mma m16n8k16): weights (Q4_0, Q8_0, Q4_K, Q6_K) dequantized to f16 "
+           "tiles, f32 activations rounded to f16, f32 accumulation";
+  }
+
+  Status validate(const Shape& s) const override {
+    LOOM_ASSIGN_OR_RETURN(GgmlType wt, shape_type(s, "wtype"));
+    MFormat f;
+    if (!m_format(wt, &f))
+      return invalid_argument("matmul_mma: weight type {} is not supported (Q4_0, Q8_0, Q4_K, Q6_K)", llm::ggml_type_name(wt));
+    LOOM_ASSIGN_OR_RETURN(int64_t n_in, s.get("n_in"));
+    LOOM_ASSIGN_OR_RETURN(int64_t n_out, s.get("n_out"));
+    LOOM_ASSIGN_OR_RETURN(int64_t nt, s.get("n_tokens"));
+    if (n_in <= 0 || n_in % f.block_elems != 0)
+      return invalid_argument("matmul_mma: n_in={} must be a positive multiple of {}", n_in, f.block_elems);
+    if (n_out <= 0 || n_out > (1 << 24)) return invalid_argument("matmul_mma: n_out={} out of range", n_out);
+    if (nt < 1 || nt > 65535) return invalid_argument("matmul_mma: n_tokens={} out of range 1..65535", nt);
+    if (nt * n_in > (int64_t{1} << 31)) return invalid_argument("matmul_mma: activations too large");
+    return Status();
+  }
+
+  std::vector<ArgSpec> args(const Shape& s) const override {
+    MFormat f;
+    m_format(static_cast<GgmlType>(s.at("wtype")), &f);
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
+    return {{"w", ArgKind::kBuffer, ArgRole::kInput, n_out * (n_in / f.block_elems) * f.block_bytes, Scalar::kU8},
+            {"x", ArgKind::kBuffer, ArgRole::kInput, nt * n_in * 4, Scalar::kF32},
+            {"y", ArgKind::kBuffer, ArgRole::kOutput, nt * n_out * 4, Scalar::kF32}};
+  }
+
+  Cost cost(const Shape& s) const override {
+    auto a = args(s);
+    return {static_cast<double>(a[0].bytes + a[1].bytes + a[2].bytes),
+            2.0 * static_cast<double>(s.at("n_in")) * static_cast<double>(s.at("n_out")) * static_cast<double>(s.at("n_tokens"))};
+  }
+
+  // Weights and activations are rounded to f16 (relative error <= 2^-11 each) before products
+  // summed in f32: the error grows like sqrt(n_in) * |w| |x| * 2^-11; a wrong block is off by
+  // about the sum of its 32 products (~0.1 here).
+  Tolerance tolerance(const Shape& s) const override {
+    return {2e-4 * std::sqrt(static_cast<double>(s.at("n_in"))), 2e-3, false};
+  }
+
+  std::vector<Knob> schedule_space(const Shape&, ir::TargetKind t) const override {
+    if (t != ir::TargetKind::kPtx) return {{"threads", {32, 64, 128}}};
+    return {{"warps_m", {1, 2, 4}}, {"warps_n", {1, 2, 4}}};
+  }
+  Schedule default_schedule(const Shape& s, ir::TargetKind t) const override {
+    if (t != ir::TargetKind::kPtx) return {{"threads", 64}};
+    const int64_t nt = s.at("n_tokens");
+    return {{"warps_m", 2}, {"warps_n", nt >= 64 ? 2 : 1}};
+  }
+
+  Result<Generated> generate(const Shape& s, const Schedule& sch, ir::TargetKind target) const override {
+    LOOM_RETURN_IF_ERROR(validate(s));
+    LOOM_RETURN_IF_ERROR(check_schedule(schedule_space(s, target), sch));
+    if (target == ir::TargetKind::kPtx) return generate_mma(s, sch);
+    return generate_scalar(s, sch, target);
+  }
+
+  void fill_inputs(const Shape& s, std::mt19937_64& rng, std::span<HostArg> a) const override {
+    const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
+    auto specs = args(s);
+    a[0].bytes.resize(static_cast<size_t>(specs[0].bytes));
+    random_rows(rng, wt, n_out, n_in, 0.1f, a[0].bytes.data());
+    std::vector<float> x = random_floats(rng, static_cast<size_t>(nt * n_in), -1.0f, 1.0f);
+    a[1].bytes.resize(x.size() * 4);
+    std::memcpy(a[1].bytes.data(), x.data(), x.size() * 4);
+  }
+
+  // Dequantized weights (llm::dequantize) times the f32 activations, summed in double.
+  Status reference(const Shape& s, std::span<HostArg> a) const override {
+    const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
+    auto specs = args(s);
+    const int64_t wr = specs[0].bytes / n_out;
+    a[2].bytes.resize(static_cast<size_t>(specs[2].bytes));
+    const float* x = reinterpret_cast<const float*>(a[1].bytes.data());
+    float* y = reinterpret_cast<float*>(a[2].bytes.data());
+    std::vector<float> row(static_cast<size_t>(n_in));
+    for (int64_t r = 0; r < n_out; ++r) {
+      LOOM_RETURN_IF_ERROR(llm::dequantize(wt, a[0].bytes.data() + r * wr, row.data(), n_in));
+      for (int64_t t = 0; t < nt; ++t) {
+        double acc = 0;
+        for (int64_t k = 0; k < n_in; ++k) acc += static_cast<double>(row[static_cast<size_t>(k)]) * x[t * n_in + k];
+        y[t * n_out + r] = static_cast<float>(acc);
+      }
+    }
+    return Status();
+  }
+
+  std::vector<Shape> test_shapes() const override {
+    std::vector<Shape> out;
+    auto add = [&](int64_t n_in, int64_t n_out, int64_t nt, GgmlType t) {
+      out.push_back({{{"n_in", n_in}, {"n_out", n_out}, {"n_tokens", nt}, {"wtype", static_cast<int64_t>(t)}}});
+    };
+    for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0}) {
+      add(64, 37, 5, t);
+      add(576, 200, 70, t);
+    }
+    for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K}) {
+      add(512, 19, 17, t);
+      add(1024, 130, 64, t);
+    }
+    return out;
+  }
+
+ private:
+  // cpu (and any non-PTX target): one thread per (row, token), the same f16 roundings.
+  Result<Generated> generate_scalar(const Shape& s, const Schedule& sch, ir::TargetKind target) const {
+    const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
+    MFormat f;
+    m_format(wt, &f);
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
+    const int64_t row_bytes = n_in / f.block_elems * f.block_bytes;
+    const int64_t threads = sch.at("threads");
+    Generated g;
+    const std::string kname = fmt::format("matmul_mma_scalar_{}", llm::ggml_type_name(wt));
+    ir::Kernel* k = g.module.add_kernel(kname);
+    Emit b(*k);
+    b.cpu = target == ir::TargetKind::kCpp;
+    Value* w = b.param(ty::gptr(Scalar::kU8), "w");
+    Value* x = b.param(ty::gptr(Scalar::kF32), "x");
+    Value* y = b.param(ty::gptr(Scalar::kF32), "y");
+    Value* r = b.global_x();
+    Value* t = b.block_id(Mode::kY);
+    b.if_then_else(b.cmp(Mode::kLt, r, b.i32(static_cast<int32_t>(n_out))), {}, [&] {
+      Value* row = b.mul(b.convert(r, kI64), b.i64(row_bytes));
+      Value* xrow = b.mul(t, b.i32(static_cast<int32_t>(n_in)));
+      auto acc = b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(n_in)), b.i32(16), {b.f32(0)},
+                            [&](Value* k0, std::span<Value* const> it) {
+                              std::vector<Value*> wv = dequant16(b, wt, w, row, k0);
+                              Value* a = it[0];
+                              for (int i = 0; i < 16; ++i) {
+                                Value* wh = b.convert(b.convert(wv[static_cast<size_t>(i)], kF16), kF32);
+                                Value* xh = b.convert(b.convert(b.load(x, b.add(xrow, b.addc(k0, i))), kF16), kF32);
+                                a = b.fma(wh, xh, a);
+                              }
+                              return std::vector<Value*>{a};
+                            });
+      b.store(y, b.add(b.mul(t, b.i32(static_cast<int32_t>(n_out))), r), acc[0]);
+      return std::vector<Value*>{};
+    });
+    KernelLaunch l;
+    l.kernel = kname;
+    l.args = {0, 1, 2};
+    l.grid = {static_cast<uint32_t>((n_out + threads - 1) / threads), static_cast<uint32_t>(nt), 1};
+    l.block = {static_cast<uint32_t>(threads), 1, 1};
+    g.launches.push_back(l);
+    return g;
+  }
+
+  // PTX: CTA tile of 32 warps_m weight rows x 32 warps_n tokens; per k step of 32, the weight
+  // tile (f16, [rows][32 + 8 pad]) and activation tile (f16, [tokens][32 + 8 pad]) go through
+  // shared memory; each warp owns 2 x 4 mma tiles (32 rows x 32 tokens).
+  Result<Generated> generate_mma(const Shape& s, const Schedule& sch) const {
+    const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
+    MFormat f;
+    m_format(wt, &f);
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
+    const int64_t row_bytes = n_in / f.block_elems * f.block_bytes;
+    const int64_t wm = sch.at("warps_m"), wn = sch.at("warps_n");
+    const int64_t bm = 32 * wm, bn = 32 * wn, threads = 32 * wm * wn;
+    const int64_t stride = 40;  // halves per tile row: 32 + 8 (80 bytes: rows start 16-byte aligned, banks spread)
+    Generated g;
+    const std::string kname = fmt::format("matmul_mma_{}", llm::ggml_type_name(wt));
+    ir::Kernel* k = g.module.add_kernel(kname);
+    Emit b(*k);
+    Value* w = b.param(Type::pointer(AddrSpace::kConstant, Scalar::kU8), "w");
+    Value* x = b.param(ty::gptr(Scalar::kF32), "x");
+    Value* y = b.param(ty::gptr(Scalar::kF32), "y");
+    Value* ws = b.alloc_shared(Scalar::kF16, bm * stride);
+    Value* xs = b.alloc_shared(Scalar::kF16, bn * stride);
+    Value* tid = b.thread_id(Mode::kX);
+    Value* warp = b.div(tid, b.i32(32));
+    Value* lane = b.rem(tid, b.i32(32));
+    Value* gq = b.div(lane, b.i32(4));  // g
+    Value* qq = b.rem(lane, b.i32(4));  // q
+    Value* m0 = b.mul(b.block_id(Mode::kX), b.i32(static_cast<int32_t>(bm)));
+    Value* n0 = b.mul(b.block_id(Mode::kY), b.i32(static_cast<int32_t>(bn)));
+    Value* wm0 = b.mul(b.rem(warp, b.i32(static_cast<int32_t>(wm))), b.i32(32));  // warp's first row in the tile
+    Value* wn0 = b.mul(b.div(warp, b.i32(static_cast<int32_t>(wm))), b.i32(32));  // warp's first token
+    Value* nthreads = b.i32(static_cast<int32_t>(threads));
+    const Type f16x2 = Type::vector(Scalar::kF16, 2);
+    std::vector<Value*> init(8, b.const_float(Type::vector(Scalar::kF32, 4), 0.0));
+    auto acc = b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(n_in)), b.i32(32), init,
+                          [&](Value* kk, std::span<Value* const> it) {
+      // Weight tile: item = (row, half of the 32).
+      b.for_loop(tid, b.i32(static_cast<int32_t>(2 * bm)), nthreads, {}, [&](Value* item, std::span<Value* const>) {
+        Value* lr = b.div(item, b.i32(2));
+        Value* hf = b.rem(item, b.i32(2));
+        Value* r = b.min(b.add(m0, lr), b.i32(static_cast<int32_t>(n_out - 1)));
+        Value* row = b.mul(b.convert(r, kI64), b.i64(row_bytes));
+        std::vector<Value*> v = dequant16(b, wt, w, row, b.add(kk, b.mulc(hf, 16)));
+        for (int h = 0; h < 2; ++h) {
+          std::vector<Value*> lanes;
+          for (int i = 0; i < 8; ++i) lanes.push_back(b.convert(v[static_cast<size_t>(8 * h + i)], kF16));
+          b.store(ws, b.add(b.mulc(lr, stride), b.addc(b.mulc(hf, 16), 8 * h)), b.build(lanes), 16);
+        }
+        return std::vector<Value*>{};
+      });
+      // Activation tile: item = (token, quarter of the 32): 8 floats each.
+      b.for_loop(tid, b.i32(static_cast<int32_t>(4 * bn)), nthreads, {}, [&](Value* item, std::span<Value* const>) {
+        Value* lt = b.div(item, b.i32(4));
+        Value* qt = b.rem(item, b.i32(4));
+        Value* t = b.min(b.add(n0, lt), b.i32(static_cast<int32_t>(nt - 1)));
+        Value* xi = b.add(b.mul(t, b.i32(static_cast<int32_t>(n_in))), b.add(kk, b.mulc(qt, 8)));
+        Value* xv = b.load(x, xi, Type::vector(Scalar::kF32, 4), 16);
+        Value* xv2 = b.load(x, b.addc(xi, 4), Type::vector(Scalar::kF32, 4), 16);
+        std::vector<Value*> lanes;
+        for (int i = 0; i < 4; ++i) lanes.push_back(b.convert(b.extract(xv, i), kF16));
+        for (int i = 0; i < 4; ++i) lanes.push_back(b.convert(b.extract(xv2, i), kF16));
+        b.store(xs, b.add(b.mulc(lt, stride), b.mulc(qt, 8)), b.build(lanes), 16);
+        return std::vector<Value*>{};
+      });
+      b.barrier();
+      std::vector<Value*> a(it.begin(), it.end());
+      for (int ks = 0; ks < 2; ++ks) {
+        Value* kc = b.addc(b.mulc(qq, 2), 16 * ks);  // this lane's first k column
+        Value* af[2];
+        for (int mt = 0; mt < 2; ++mt) {
+          Value* rA = b.add(wm0, b.addc(gq, 16 * mt));
+          std::vector<Value*> l8;
+          for (int p = 0; p < 4; ++p) {  // pairs: (row g, k), (row g+8, k), (row g, k+8), (row g+8, k+8)
+            Value* idx = b.add(b.mulc(b.addc(rA, 8 * (p % 2)), stride), b.addc(kc, 8 * (p / 2)));
+            Value* pr = b.load(ws, idx, f16x2, 4);
+            l8.push_back(b.extract(pr, 0));
+            l8.push_back(b.extract(pr, 1));
+          }
+          af[mt] = b.build(l8);
+        }
+        for (int nt8 = 0; nt8 < 4; ++nt8) {
+          Value* tB = b.add(wn0, b.addc(gq, 8 * nt8));
+          std::vector<Value*> l4;
+          for (int p = 0; p < 2; ++p) {  // (k, token g), (k + 8, token g)
+            Value* pr = b.load(xs, b.add(b.mulc(tB, stride), b.addc(kc, 8 * p)), f16x2, 4);
+            l4.push_back(b.extract(pr, 0));
+            l4.push_back(b.extract(pr, 1));
+          }
+          Value* bf = b.build(l4);
+          for (int mt = 0; mt < 2; ++mt) a[static_cast<size_t>(mt * 4 + nt8)] = b.mma(af[mt], bf, a[static_cast<size_t>(mt * 4 + nt8)]);
+        }
+      }
+      b.barrier();
+      return a;
+    });
+    // C fragment lane i: row g + 8 (i / 2), token 2q + i % 2.
+    for (int mt = 0; mt < 2; ++mt)
+      for (int nt8 = 0; nt8 < 4; ++nt8)
+        for (int i = 0; i < 4; ++i) {
+          Value* r = b.add(m0, b.add(wm0, b.addc(gq, 16 * mt + 8 * (i / 2))));
+          Value* t = b.add(n0, b.add(wn0, b.addc(b.mulc(qq, 2), 8 * nt8 + i % 2)));
+          Value* ok = b.bit_and(b.cmp(Mode::kLt, r, b.i32(static_cast<int32_t>(n_out))),
+                                b.cmp(Mode::kLt, t, b.i32(static_cast<int32_t>(nt))));
+          Value* v = b.extract(acc[static_cast<size_t>(mt * 4 + nt8)], i);
+          b.if_then_else(ok, {}, [&] {
+            b.store(y, b.add(b.mul(t, b.i32(static_cast<int32_t>(n_out))), r), v);
+            return std::vector<Value*>{};
+          });
+        }
+    KernelLaunch l;
+    l.kernel = kname;
+    l.args = {0, 1, 2};
+    l.grid = {static_cast<uint32_t>((n_out + bm - 1) / bm), static_cast<uint32_t>((nt + bn - 1) / bn), 1};
+    l.block = {static_cast<uint32_t>(threads), 1, 1};
+    g.launches.push_back(l);
+    return g;
+  }
+};
+
+}  // namespace
+
+const OpSpec& matmul_mma_op() {
+  static const MatmulMmaOp op;
+  return op;
+}
+
+}  // namespace loom::kernels

@@ -1,0 +1,518 @@
+// matvec_gpu: y = W x for one token, written for GPUs that stream weights at memory speed: each
+// lane reads a contiguous run of weight blocks with the widest loads the layout allows (16-byte
+// vectors through the read-only path), activations are staged once per CTA in shared memory in an
+// aligned layout, integer dot products use dot4 (dp4a), and each thread serves several rows.
+// The same IR runs on the cpu target (threads run in turn; the lane partials meet in shared
+// memory after one top-level barrier), so the cpu op tests check the GPU kernel itself.
+#include <cmath>
+#include <map>
+
+#include "loom/kernels/op_list.h"
+#include "loom/kernels/op_util.h"
+#include "loom/llm/ops_ref.h"
+
+namespace loom::kernels {
+namespace {
+
+using ir::AddrSpace;
+using ir::Mode;
+using ir::Scalar;
+using ir::Type;
+using ir::Value;
+using llm::GgmlType;
+
+const Type kI32 = Type::scalar(Scalar::kI32);
+const Type kU32 = Type::scalar(Scalar::kU32);
+const Type kF32 = Type::scalar(Scalar::kF32);
+const Type kI64 = Type::scalar(Scalar::kI64);
+
+// Weight types this op streams, with the block geometry it needs.
+struct WFormat {
+  GgmlType wtype;
+  GgmlType xtype;
+  int block_elems;
+  int block_bytes;
+};
+
+bool w_format(GgmlType t, WFormat* f) {
+  switch (t) {
+    case GgmlType::Q4_0: *f = {t, GgmlType::Q8_0, 32, 18}; return true;
+    case GgmlType::Q4_1: *f = {t, GgmlType::Q8_1, 32, 20}; return true;
+    case GgmlType::Q8_0: *f = {t, GgmlType::Q8_0, 32, 34}; return true;
+    case GgmlType::Q4_K: *f = {t, GgmlType::Q8_K, 256, 144}; return true;
+    case GgmlType::Q6_K: *f = {t, GgmlType::Q8_K, 256, 210}; return true;
+    default: return false;
+  }
+}
+
+// A lane's unit of work: `blocks` consecutive weight blocks, read with loads of `align` bytes
+// (the unit's start, and every row's, is a multiple of it).
+struct UnitPlan {
+  int blocks = 1;
+  int align = 2;
+};
+
+int pow2_align(int64_t bytes) {
+  for (int a : {16, 8, 4, 2})
+    if (bytes % a == 0) return a;
+  return 1;
+}
+
+UnitPlan unit_plan(const WFormat& f, int64_t nb) {
+  const int64_t row_bytes = nb * f.block_bytes;
+  UnitPlan best;
+  best.align = 0;
+  // The widest loads first, then the fewest blocks per unit (more lanes share a row).
+  for (int u : {1, 2, 4, 8}) {
+    if (nb % u) continue;
+    const int a = std::min(pow2_align(u * f.block_bytes), pow2_align(row_bytes));
+    if (a > best.align) best = {u, a};
+  }
+  return best;
+}
+
+// The bytes of one unit as the lane sees them: 16/8/4-byte chunks (or u16 for 2-byte layouts),
+// loaded the first time generated code asks for a byte inside them, so loads appear in the order
+// the computation needs them and are never repeated.
+class Window {
+ public:
+  Window(Emit& b, Value* w, Value* base, int align) : b_(b), w_(w), base_(base), align_(align) {}
+
+  // The 32-bit little-endian word at byte offset o (o even) of the unit.
+  Value* word(int o) {
+    if (align_ >= 4) {
+      if (o % 4 == 0) return raw_word(o);
+      return b_.bit_or(b_.shrc(raw_word(o - 2), 16), b_.shlc(raw_word(o + 2), 16));
+    }
+    return b_.bit_or(half(o), b_.shlc(half(o + 2), 16));
+  }
+  // The u16 at byte offset o (o even), zero-extended to u32.
+  Value* half(int o) {
+    if (align_ == 2) {
+      auto it = halves_.find(o);
+      if (it != halves_.end()) return it->second;
+      Value* h = b_.convert(b_.load_at(w_, b_.add(base_, b_.i64(o)), Type::scalar(Scalar::kU16), 2), kU32);
+      halves_[o] = h;
+      return h;
+    }
+    Value* wd = raw_word(o & ~3);
+    return o % 4 ? b_.shrc(wd, 16) : b_.andc(wd, 0xFFFF);
+  }
+  // The f16 at byte offset o as f32.
+  Value* f16(int o) {
+    Value* h = b_.convert(half(o), Type::scalar(Scalar::kU16));
+    return b_.convert(b_.bitcast(h, Type::scalar(Scalar::kF16)), kF32);
+  }
+
+ private:
+  Value* raw_word(int o) {
+    const int c = o / align_;
+    auto it = chunks_.find(c);
+    if (it == chunks_.end()) {
+      const int n = align_ / 4;
+      Value* v = b_.load_at(w_, b_.add(base_, b_.i64(int64_t{c} * align_)), n == 1 ? kU32 : Type::vector(Scalar::kU32, n),
+                            align_);
+      std::vector<Value*> words;
+      for (int i = 0; i < n; ++i) words.push_back(n == 1 ? v : b_.extract(v, i));
+      it = chunks_.emplace(c, std::move(words)).first;
+    }
+    return it->second[static_cast<size_t>((o % align_) / 4)];
+  }
+
+  Emit& b_;
+  Value* w_;
+  Value* base_;
+  int align_;
+  std::map<int, std::vector<Value*>> chunks_;
+  std::map<int, Value*> halves_;
+};
+
+// The activation row staged in shared memory: quants as i32 words (16-byte aligned per block),
+// the block scale as f32, and per-block sums (Q8_0: sum of the quants; Q8_1: s as f32 bits;
+// Q8_K: the 16 bsums).
+struct StagedX {
+  Value* q = nullptr;    // ptr<shared, i32>, words_per_block per block
+  Value* d = nullptr;    // ptr<shared, f32>
+  Value* s = nullptr;    // ptr<shared, i32> (Q8_0 sums, Q8_K bsums) or f32 bits (Q8_1 s)
+  int words_per_block = 8;
+};
+
+int64_t staged_bytes(GgmlType xt, int64_t nxb) {
+  if (xt == GgmlType::Q8_K) return nxb * (256 + 4 + 64);
+  return nxb * (32 + 4 + 4);
+}
+
+Value* i32_of(Emit& b, Value* u) { return b.bitcast(u, kI32); }
+
+StagedX stage_x(Emit& b, GgmlType xt, Value* xq, int64_t nxb, Value* tid, Value* nthreads) {
+  StagedX sx;
+  const bool qk = xt == GgmlType::Q8_K;
+  sx.words_per_block = qk ? 64 : 8;
+  sx.q = b.alloc_shared(Scalar::kI32, nxb * sx.words_per_block);
+  sx.d = b.alloc_shared(Scalar::kF32, nxb);
+  sx.s = b.alloc_shared(Scalar::kI32, nxb * (qk ? 16 : 1));
+  const int xbytes = qk ? 292 : xt == GgmlType::Q8_1 ? 36 : 34;
+  b.for_loop(tid, b.i32(static_cast<int32_t>(nxb)), nthreads, {}, [&](Value* xb, std::span<Value* const>) {
+    Value* off = b.mul(xb, b.i32(xbytes));
+    if (qk) {
+      b.store(sx.d, xb, b.load_at(xq, off, kF32, 4));
+      for (int j = 0; j < 4; ++j) {
+        Value* q = b.load_at(xq, b.addc(off, 4 + 64 * j), Type::vector(Scalar::kI32, 16), 4);
+        b.store(sx.q, b.addc(b.mulc(xb, 64), 16 * j), q, 16);
+      }
+      Value* bs = b.convert(b.load_at(xq, b.addc(off, 260), Type::vector(Scalar::kI16, 16), 2),
+                            Type::vector(Scalar::kI32, 16));
+      b.store(sx.s, b.mulc(xb, 16), bs, 16);
+    } else {
+      const bool q81 = xt == GgmlType::Q8_1;
+      b.store(sx.d, xb, b.load_f16(xq, off));
+      Value* q = b.load_at(xq, b.addc(off, q81 ? 4 : 2), Type::vector(Scalar::kI32, 8), q81 ? 4 : 2);
+      b.store(sx.q, b.mulc(xb, 8), q, 16);
+      if (q81) {
+        b.store(sx.s, xb, b.bitcast(b.load_f16(xq, b.addc(off, 2)), kI32));
+      } else {
+        Value* ones = b.i32(0x01010101);
+        Value* sum = b.i32(0);
+        for (int i = 0; i < 8; ++i) sum = b.dot4(b.extract(q, i), ones, sum);
+        b.store(sx.s, xb, sum);
+      }
+    }
+    return std::vector<Value*>{};
+  });
+  return sx;
+}
+
+// The 8 (or 64) quant words of activation block xb, as i32 values, loaded 16 bytes at a time.
+std::vector<Value*> x_words(Emit& b, const StagedX& sx, Value* xb, int first, int count) {
+  std::vector<Value*> out;
+  Value* base = b.mulc(xb, sx.words_per_block);
+  for (int i = first; i < first + count; i += 4) {
+    Value* v = b.load(sx.q, b.addc(base, i), Type::vector(Scalar::kI32, 4), 16);
+    for (int l = 0; l < 4; ++l) out.push_back(b.extract(v, l));
+  }
+  return out;
+}
+
+Value* nib_lo(Emit& b, Value* w) { return i32_of(b, b.andc(w, 0x0F0F0F0F)); }
+Value* nib_hi(Emit& b, Value* w) { return i32_of(b, b.andc(b.shrc(w, 4), 0x0F0F0F0F)); }
+
+// One weight block of a row at byte offset `o` of the unit in `win`, against activation block
+// xb: returns the new accumulator.
+Value* block_dot(Emit& b, const WFormat& f, Window& win, int o, const StagedX& sx, Value* xb,
+                 const std::vector<Value*>& xw, Value* acc) {
+  switch (f.wtype) {
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1: {
+      const bool q41 = f.wtype == GgmlType::Q4_1;
+      const int qs = q41 ? 4 : 2;
+      Value* isum = b.i32(0);
+      for (int i = 0; i < 4; ++i) {
+        Value* w = win.word(o + qs + 4 * i);
+        isum = b.dot4(nib_lo(b, w), xw[static_cast<size_t>(i)], isum);
+        isum = b.dot4(nib_hi(b, w), xw[static_cast<size_t>(4 + i)], isum);
+      }
+      Value* dx = b.load(sx.d, xb);
+      Value* d = b.mul(win.f16(o), dx);
+      if (!q41) {
+        isum = b.sub(isum, b.mulc(b.load(sx.s, xb), 8));
+        return b.fma(d, b.convert(isum, kF32), acc);
+      }
+      Value* s = b.bitcast(b.load(sx.s, xb), kF32);
+      acc = b.fma(win.f16(o + 2), s, acc);
+      return b.fma(d, b.convert(isum, kF32), acc);
+    }
+    case GgmlType::Q8_0: {
+      Value* isum = b.i32(0);
+      for (int i = 0; i < 8; ++i) isum = b.dot4(i32_of(b, win.word(o + 2 + 4 * i)), xw[static_cast<size_t>(i)], isum);
+      Value* d = b.mul(win.f16(o), b.load(sx.d, xb));
+      return b.fma(d, b.convert(isum, kF32), acc);
+    }
+    case GgmlType::Q4_K: {
+      Value* dx = b.load(sx.d, xb);
+      Value* d = b.mul(dx, win.f16(o));
+      Value* dmin = b.mul(b.neg(dx), win.f16(o + 2));
+      Value* q[12];
+      for (int i = 0; i < 12; ++i) {
+        Value* wd = win.word(o + 4 + 4 * (i / 4));
+        q[i] = i32_of(b, b.andc(b.shrc(wd, 8 * (i % 4)), 0xFF));
+      }
+      Value* sc[8];
+      Value* mn[8];
+      for (int j = 0; j < 8; ++j) {
+        if (j < 4) {
+          sc[j] = b.andc(q[j], 63);
+          mn[j] = b.andc(q[j + 4], 63);
+        } else {
+          sc[j] = b.bit_or(b.andc(q[j + 4], 0xF), b.shlc(b.shrc(q[j - 4], 6), 4));
+          mn[j] = b.bit_or(b.shrc(q[j + 4], 4), b.shlc(b.shrc(q[j], 6), 4));
+        }
+      }
+      Value* isum = b.i32(0);
+      for (int j = 0; j < 4; ++j) {  // 64-element chunks: low nibbles = sub-block 2j, high = 2j+1
+        Value* dlo = b.i32(0);
+        Value* dhi = b.i32(0);
+        for (int k = 0; k < 8; ++k) {
+          Value* w = win.word(o + 16 + 32 * j + 4 * k);
+          dlo = b.dot4(nib_lo(b, w), xw[static_cast<size_t>(16 * j + k)], dlo);
+          dhi = b.dot4(nib_hi(b, w), xw[static_cast<size_t>(16 * j + 8 + k)], dhi);
+        }
+        isum = b.add(isum, b.add(b.mul(sc[2 * j], dlo), b.mul(sc[2 * j + 1], dhi)));
+      }
+      Value* bsb = b.mulc(xb, 16);
+      Value* msum = b.i32(0);
+      for (int s = 0; s < 8; ++s) {
+        Value* bs = b.add(b.load(sx.s, b.addc(bsb, 2 * s)), b.load(sx.s, b.addc(bsb, 2 * s + 1)));
+        msum = b.add(msum, b.mul(mn[s], bs));
+      }
+      acc = b.fma(d, b.convert(isum, kF32), acc);
+      return b.fma(dmin, b.convert(msum, kF32), acc);
+    }
+    case GgmlType::Q6_K: {
+      Value* dot[16];
+      for (int g = 0; g < 16; ++g) dot[g] = b.i32(0);
+      for (int h = 0; h < 2; ++h)
+        for (int w = 0; w < 8; ++w) {
+          Value* qa = win.word(o + 64 * h + 4 * w);
+          Value* qb = win.word(o + 64 * h + 32 + 4 * w);
+          Value* qh = win.word(o + 128 + 32 * h + 4 * w);
+          auto hi2 = [&](int sh) { return b.shlc(b.andc(sh ? b.shrc(qh, sh) : qh, 0x03030303), 4); };
+          Value* q1 = i32_of(b, b.bit_or(b.andc(qa, 0x0F0F0F0F), hi2(0)));
+          Value* q2 = i32_of(b, b.bit_or(b.andc(qb, 0x0F0F0F0F), hi2(2)));
+          Value* q3 = i32_of(b, b.bit_or(b.andc(b.shrc(qa, 4), 0x0F0F0F0F), hi2(4)));
+          Value* q4 = i32_of(b, b.bit_or(b.andc(b.shrc(qb, 4), 0x0F0F0F0F), hi2(6)));
+          const int g = 8 * h + w / 4;
+          dot[g] = b.dot4(q1, xw[static_cast<size_t>(32 * h + w)], dot[g]);
+          dot[g + 2] = b.dot4(q2, xw[static_cast<size_t>(32 * h + 8 + w)], dot[g + 2]);
+          dot[g + 4] = b.dot4(q3, xw[static_cast<size_t>(32 * h + 16 + w)], dot[g + 4]);
+          dot[g + 6] = b.dot4(q4, xw[static_cast<size_t>(32 * h + 24 + w)], dot[g + 6]);
+        }
+      Value* bsb = b.mulc(xb, 16);
+      Value* isum = b.i32(0);
+      for (int g = 0; g < 16; ++g) {
+        Value* sw = i32_of(b, win.word(o + 192 + 4 * (g / 4)));
+        Value* sc = b.shrc(b.shlc(sw, 24 - 8 * (g % 4)), 24);  // signed byte g % 4
+        Value* corr = b.mulc(b.load(sx.s, b.addc(bsb, g)), 32);
+        isum = b.add(isum, b.mul(sc, b.sub(dot[g], corr)));
+      }
+      Value* d = b.mul(b.load(sx.d, xb), win.f16(o + 208));
+      return b.fma(d, b.convert(isum, kF32), acc);
+    }
+    default:
+      return acc;
+  }
+}
+
+class MatvecGpuOp final : public OpSpec {
+ public:
+  std::string_view name() const override { return "matvec_gpu"; }
+  std::string_view description() const override {
+    return "y = W x for one token, streaming weights with wide loads (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K; x staged in "
+           "shared memory, dot4)";
+  }
+
+  Status validate(const Shape& s) const override {
+    LOOM_ASSIGN_OR_RETURN(GgmlType wt, shape_type(s, "wtype"));
+    WFormat f;
+    if (!w_format(wt, &f))
+      return invalid_argument("matvec_gpu: weight type {} is not supported (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K)",
+                              llm::ggml_type_name(wt));
+    LOOM_ASSIGN_OR_RETURN(int64_t n_in, s.get("n_in"));
+    LOOM_ASSIGN_OR_RETURN(int64_t n_out, s.get("n_out"));
+    LOOM_ASSIGN_OR_RETURN(int64_t nt, s.get("n_tokens"));
+    if (n_in <= 0 || n_in % f.block_elems != 0)
+      return invalid_argument("matvec_gpu: n_in={} must be a positive multiple of {}", n_in, f.block_elems);
+    if (n_out <= 0 || n_out > (1 << 24)) return invalid_argument("matvec_gpu: n_out={} out of range", n_out);
+    if (nt != 1) return invalid_argument("matvec_gpu: n_tokens={} (one token; use matmul)", nt);
+    // The staged activation row and the partial sums share the 48 KiB of shared memory.
+    if (staged_bytes(f.xtype, n_in / (f.xtype == GgmlType::Q8_K ? 256 : 32)) > 30 * 1024)
+      return invalid_argument("matvec_gpu: n_in={} does not fit the staged activation row (30 KiB)", n_in);
+    return Status();
+  }
+
+  std::vector<ArgSpec> args(const Shape& s) const override {
+    WFormat f;
+    w_format(static_cast<GgmlType>(s.at("wtype")), &f);
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out");
+    const int64_t nb = n_in / f.block_elems;
+    const int64_t xrow = static_cast<int64_t>(llm::ref::quantized_row_bytes(f.xtype, n_in));
+    return {{"w", ArgKind::kBuffer, ArgRole::kInput, n_out * nb * f.block_bytes, Scalar::kU8},
+            {"xq", ArgKind::kBuffer, ArgRole::kInput, xrow, Scalar::kU8},
+            {"y", ArgKind::kBuffer, ArgRole::kOutput, n_out * 4, Scalar::kF32}};
+  }
+
+  Cost cost(const Shape& s) const override {
+    auto a = args(s);
+    return {static_cast<double>(a[0].bytes + a[1].bytes + a[2].bytes),
+            2.0 * static_cast<double>(s.at("n_in")) * static_cast<double>(s.at("n_out"))};
+  }
+
+  // As matvec's: the row's blocks are summed per lane, then across lanes, in another order than
+  // the reference's (float rounding of ~n_in/32 terms); integer block sums are exact.
+  Tolerance tolerance(const Shape& s) const override {
+    return {2e-6 * std::sqrt(static_cast<double>(s.at("n_in"))), 1e-5, false};
+  }
+
+  std::vector<Knob> schedule_space(const Shape&, ir::TargetKind) const override {
+    return {{"warps", {2, 4, 8}},
+            {"lanes_per_row", {1, 2, 4, 8, 16, 32}},
+            {"rows_per_thread", {1, 2, 4}},
+            {"passes", {1, 2, 4}}};
+  }
+
+  Schedule default_schedule(const Shape& s, ir::TargetKind) const override {
+    WFormat f;
+    w_format(static_cast<GgmlType>(s.at("wtype")), &f);
+    const int64_t nb = s.at("n_in") / f.block_elems;
+    const int64_t units = nb / unit_plan(f, nb).blocks;
+    // Enough lanes per row that every lane has about one to two units; rows fill the rest.
+    int64_t lpr = 1;
+    while (lpr < 32 && lpr * 2 <= units) lpr *= 2;
+    const int64_t rows = s.at("n_out");
+    const int64_t passes = rows >= 8192 ? 2 : 1;
+    return {{"warps", 4}, {"lanes_per_row", lpr}, {"rows_per_thread", 1}, {"passes", passes}};
+  }
+
+  Result<Generated> generate(const Shape& s, const Schedule& sch, ir::TargetKind target) const override {
+    LOOM_RETURN_IF_ERROR(validate(s));
+    LOOM_RETURN_IF_ERROR(check_schedule(schedule_space(s, target), sch));
+    WFormat f;
+    w_format(static_cast<GgmlType>(s.at("wtype")), &f);
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out");
+    const int64_t nb = n_in / f.block_elems;
+    const int64_t row_bytes = nb * f.block_bytes;
+    const UnitPlan up = unit_plan(f, nb);
+    const int64_t units = nb / up.blocks;
+    const int64_t warps = sch.at("warps"), lpr = sch.at("lanes_per_row"), rpt = sch.at("rows_per_thread"),
+                  passes = sch.at("passes");
+    const int64_t threads = 32 * warps;
+    const int64_t slots = threads / lpr;             // row slots per pass
+    const int64_t rows_pass = slots * rpt;           // rows per pass
+    const int64_t rows_cta = rows_pass * passes;     // rows per CTA
+    const int64_t part_floats = rows_cta * lpr;
+    const int64_t nxb = n_in / (f.xtype == GgmlType::Q8_K ? 256 : 32);
+    if (staged_bytes(f.xtype, nxb) + part_floats * 4 > 46 * 1024)
+      return invalid_argument("matvec_gpu: schedule {} needs {} bytes of shared memory", schedule_key(sch),
+                              staged_bytes(f.xtype, nxb) + part_floats * 4);
+
+    const std::string kname = fmt::format("matvec_gpu_{}", llm::ggml_type_name(f.wtype));
+    Generated g;
+    ir::Kernel* k = g.module.add_kernel(kname);
+    Emit b(*k);
+    b.cpu = target == ir::TargetKind::kCpp;
+    Value* w = b.param(Type::pointer(AddrSpace::kConstant, Scalar::kU8), "w");
+    Value* xq = b.param(ty::gptr(Scalar::kU8), "xq");
+    Value* y = b.param(ty::gptr(Scalar::kF32), "y");
+    Value* tid = b.thread_id(Mode::kX);
+    Value* nthreads = b.i32(static_cast<int32_t>(threads));
+    Value* part = b.alloc_shared(Scalar::kF32, part_floats);
+    StagedX sx = stage_x(b, f.xtype, xq, nxb, tid, nthreads);
+    b.barrier();
+
+    Value* lane = b.rem(tid, b.i32(static_cast<int32_t>(lpr)));
+    Value* slot = b.div(tid, b.i32(static_cast<int32_t>(lpr)));
+    Value* cta_row0 = b.mul(b.block_id(Mode::kX), b.i32(static_cast<int32_t>(rows_cta)));
+    const int x_words_per_block = f.xtype == GgmlType::Q8_K ? 64 : 8;
+    b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(passes)), b.i32(1), {}, [&](Value* p, std::span<Value* const>) {
+      // Rows of this thread in this pass: consecutive, so a warp's rows are neighbours.
+      Value* local0 = b.add(b.mul(p, b.i32(static_cast<int32_t>(rows_pass))), b.mulc(slot, rpt));
+      std::vector<Value*> wrow;
+      for (int64_t r = 0; r < rpt; ++r) {
+        Value* row = b.min(b.add(cta_row0, b.addc(local0, r)), b.i32(static_cast<int32_t>(n_out - 1)));
+        wrow.push_back(b.mul(b.convert(row, kI64), b.i64(row_bytes)));
+      }
+      std::vector<Value*> init(static_cast<size_t>(rpt), b.f32(0));
+      auto acc = b.for_loop(lane, b.i32(static_cast<int32_t>(units)), b.i32(static_cast<int32_t>(lpr)), init,
+                            [&](Value* u, std::span<Value* const> it) {
+                              std::vector<Value*> a(it.begin(), it.end());
+                              Value* ubase = b.mul(b.convert(u, kI64), b.i64(int64_t{up.blocks} * f.block_bytes));
+                              std::vector<Window> wins;
+                              for (int64_t r = 0; r < rpt; ++r)
+                                wins.emplace_back(b, w, b.add(wrow[static_cast<size_t>(r)], ubase), up.align);
+                              for (int blk = 0; blk < up.blocks; ++blk) {
+                                Value* xb = b.addc(b.mulc(u, up.blocks), blk);
+                                std::vector<Value*> xw = x_words(b, sx, xb, 0, x_words_per_block);
+                                for (int64_t r = 0; r < rpt; ++r)
+                                  a[static_cast<size_t>(r)] = block_dot(b, f, wins[static_cast<size_t>(r)], blk * f.block_bytes,
+                                                                        sx, xb, xw, a[static_cast<size_t>(r)]);
+                              }
+                              return a;
+                            });
+      for (int64_t r = 0; r < rpt; ++r)
+        b.store(part, b.add(b.mul(b.addc(local0, r), b.i32(static_cast<int32_t>(lpr))), lane), acc[static_cast<size_t>(r)]);
+      return std::vector<Value*>{};
+    });
+    b.barrier();
+    // One thread per row adds its lanes' partials in lane order.
+    b.for_loop(tid, b.i32(static_cast<int32_t>(rows_cta)), nthreads, {}, [&](Value* i, std::span<Value* const>) {
+      Value* row = b.add(cta_row0, i);
+      Value* sum = b.load(part, b.mulc(i, lpr));
+      for (int64_t l = 1; l < lpr; ++l) sum = b.add(sum, b.load(part, b.addc(b.mulc(i, lpr), l)));
+      b.if_then_else(b.cmp(Mode::kLt, row, b.i32(static_cast<int32_t>(n_out))), {}, [&] {
+        b.store(y, row, sum);
+        return std::vector<Value*>{};
+      });
+      return std::vector<Value*>{};
+    });
+
+    KernelLaunch l;
+    l.kernel = kname;
+    l.args = {0, 1, 2};
+    l.grid = {static_cast<uint32_t>((n_out + rows_cta - 1) / rows_cta), 1, 1};
+    l.block = {static_cast<uint32_t>(threads), 1, 1};
+    g.launches.push_back(l);
+    return g;
+  }
+
+  void fill_inputs(const Shape& s, std::mt19937_64& rng, std::span<HostArg> a) const override {
+    WFormat f;
+    const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
+    w_format(wt, &f);
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out");
+    auto specs = args(s);
+    a[0].bytes.resize(static_cast<size_t>(specs[0].bytes));
+    random_rows(rng, wt, n_out, n_in, 0.1f, a[0].bytes.data());
+    a[1].bytes.resize(static_cast<size_t>(specs[1].bytes));
+    std::vector<float> x = random_floats(rng, static_cast<size_t>(n_in), -1.0f, 1.0f);
+    llm::ref::quantize_activation(f.xtype, x.data(), a[1].bytes.data(), n_in);
+  }
+
+  Status reference(const Shape& s, std::span<HostArg> a) const override {
+    const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out");
+    auto specs = args(s);
+    const int64_t wr = specs[0].bytes / n_out;
+    a[2].bytes.resize(static_cast<size_t>(specs[2].bytes));
+    float* yv = reinterpret_cast<float*>(a[2].bytes.data());
+    for (int64_t r = 0; r < n_out; ++r) yv[r] = llm::ref::vec_dot(wt, a[0].bytes.data() + r * wr, a[1].bytes.data(), n_in);
+    return Status();
+  }
+
+  std::vector<Shape> test_shapes() const override {
+    std::vector<Shape> out;
+    auto add = [&](int64_t n_in, int64_t n_out, GgmlType t) {
+      out.push_back({{{"n_in", n_in}, {"n_out", n_out}, {"n_tokens", 1}, {"wtype", static_cast<int64_t>(t)}}});
+    };
+    for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
+      add(64, 37, t);     // two blocks: one-block units, 4-byte loads
+      add(576, 1536, t);  // SmolLM2 up: 18 blocks, two-block units
+      add(1024, 45, t);   // 32 blocks: eight-block units, 16-byte loads
+    }
+    for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K}) {
+      add(512, 19, t);
+      add(1536, 640, t);
+      add(2048, 33, t);  // Q6_K: eight-block units
+    }
+    add(4096, 1024, GgmlType::Q4_0);  // Llama-3-8B k rows
+    add(4096, 256, GgmlType::Q6_K);
+    return out;
+  }
+};
+
+}  // namespace
+
+const OpSpec& matvec_gpu_op() {
+  static const MatvecGpuOp op;
+  return op;
+}
+
+}  // namespace loom::kernels

@@ -1,0 +1,340 @@
+// Device-timed benchmark of the weight-streaming ops on a CUDA device (issue 7): each op is first
+// checked against its reference (check_op), then launched from a captured graph that rotates
+// over enough copies of the weights to defeat the L2 cache, timed with events. Results go to
+// the JSON-lines file named by LOOM_GPU_BENCH (one object per op, shape and schedule), with a
+// device-to-device copy measured in the same process as the bandwidth ceiling.
+//   LOOM_GPU_BENCH=/tmp/bench.jsonl test_ops --gtest_filter='GpuBench.*'
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "loom/hrx/runtime.h"
+#include "loom/kernels/op_harness.h"
+#include "loom/kernels/op_list.h"
+#include "loom/llm/ops_ref.h"
+#include "loom/llm/quant.h"
+
+namespace loom::kernels {
+namespace {
+
+// Median of `reps` timings of a graph of `per_graph` launches; microseconds per launch.
+Result<double> time_graph(hrx::Graph& g, hrx::Stream& s, const hrx::Device& dev, int per_graph, int reps) {
+  LOOM_ASSIGN_OR_RETURN(hrx::Event e0, hrx::Event::create(dev));
+  LOOM_ASSIGN_OR_RETURN(hrx::Event e1, hrx::Event::create(dev));
+  LOOM_RETURN_IF_ERROR(g.launch(s));  // warm-up
+  LOOM_RETURN_IF_ERROR(s.synchronize());
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    LOOM_RETURN_IF_ERROR(e0.record(s));
+    LOOM_RETURN_IF_ERROR(g.launch(s));
+    LOOM_RETURN_IF_ERROR(e1.record(s));
+    LOOM_RETURN_IF_ERROR(e1.synchronize());
+    LOOM_ASSIGN_OR_RETURN(float ms, hrx::Event::elapsed_ms(e0, e1));
+    t.push_back(1000.0 * ms / per_graph);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// GB/s of a device-to-device copy of 1 GiB (bytes read + written), median of 10.
+Result<double> copy_gbs(const hrx::Device& dev, hrx::Stream& s) {
+  const uint64_t n = uint64_t{1} << 30;
+  LOOM_ASSIGN_OR_RETURN(hrx::Buffer a, hrx::Buffer::alloc(dev, n));
+  LOOM_ASSIGN_OR_RETURN(hrx::Buffer b, hrx::Buffer::alloc(dev, n));
+  LOOM_RETURN_IF_ERROR(s.memset(a, 0, 0x5A, n));
+  LOOM_ASSIGN_OR_RETURN(hrx::Event e0, hrx::Event::create(dev));
+  LOOM_ASSIGN_OR_RETURN(hrx::Event e1, hrx::Event::create(dev));
+  std::vector<double> t;
+  for (int r = 0; r < 12; ++r) {
+    LOOM_RETURN_IF_ERROR(e0.record(s));
+    LOOM_RETURN_IF_ERROR(s.copy_d2d(b, 0, a, 0, n));
+    LOOM_RETURN_IF_ERROR(e1.record(s));
+    LOOM_RETURN_IF_ERROR(e1.synchronize());
+    LOOM_ASSIGN_OR_RETURN(float ms, hrx::Event::elapsed_ms(e0, e1));
+    if (r >= 2) t.push_back(2.0 * static_cast<double>(n) / (ms * 1e6));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+struct Timed {
+  double us = 0;
+  double gbs = 0;
+  double tflops = 0;
+};
+
+// Device buffers of one shape, shared by every op and schedule timed on it: inputs larger than
+// 256 KiB (the weights) get enough copies to span 512 MiB, beyond the 60 MB L2.
+struct ShapeBuffers {
+  std::vector<ArgSpec> specs;
+  std::vector<HostArg> host;
+  std::vector<std::vector<hrx::Buffer>> bufs;
+  int copies = 1;
+};
+
+Result<ShapeBuffers> make_buffers(const OpSpec& op, const Shape& shape, const hrx::Device& dev, hrx::Stream& s) {
+  ShapeBuffers sb;
+  sb.specs = op.args(shape);
+  sb.host.resize(sb.specs.size());
+  std::mt19937_64 rng(3);
+  op.fill_inputs(shape, rng, sb.host);
+  for (size_t i = 0; i < sb.specs.size(); ++i)
+    if (sb.specs[i].role == ArgRole::kInput && sb.specs[i].bytes > (256 << 10))
+      sb.copies = std::max<int>(sb.copies, static_cast<int>(std::min<int64_t>(512, (int64_t{512} << 20) / sb.specs[i].bytes + 1)));
+  sb.bufs.resize(sb.specs.size());
+  for (size_t i = 0; i < sb.specs.size(); ++i) {
+    const bool big = sb.specs[i].role == ArgRole::kInput && sb.specs[i].bytes > (256 << 10);
+    for (int k = 0; k < (big ? sb.copies : 1); ++k) {
+      LOOM_ASSIGN_OR_RETURN(hrx::Buffer buf,
+                            hrx::Buffer::alloc(dev, static_cast<uint64_t>(std::max<int64_t>(sb.specs[i].bytes, 4))));
+      if (!sb.host[i].bytes.empty()) LOOM_RETURN_IF_ERROR(s.copy_h2d(buf, 0, sb.host[i].bytes.data(), sb.host[i].bytes.size()));
+      sb.bufs[i].push_back(std::move(buf));
+    }
+  }
+  LOOM_RETURN_IF_ERROR(s.synchronize());
+  return sb;
+}
+
+// The expected outputs at a sample of weight rows (every row when the shape is small), computed
+// on the host from the same inputs: y[t][r] for r in rows, t < n_tokens.
+using RowRef = std::function<double(int64_t row, int64_t token)>;
+
+// Generates, compiles, checks against `ref` at sampled rows, then times from a captured graph.
+Result<Timed> bench_one(const OpSpec& op, const Shape& shape, const Schedule& sch, const hrx::Device& dev,
+                        hrx::Stream& s, ShapeBuffers& sb, const RowRef& ref) {
+  LOOM_ASSIGN_OR_RETURN(Generated g, op.generate(shape, sch, dev.target()));
+  LOOM_ASSIGN_OR_RETURN(hrx::Module mod, hrx::Module::compile(dev, g.module));
+  std::vector<hrx::Kernel> kernels;
+  for (const KernelLaunch& l : g.launches) {
+    LOOM_ASSIGN_OR_RETURN(hrx::Kernel k, mod.kernel(l.kernel));
+    kernels.push_back(std::move(k));
+  }
+  auto enqueue = [&](int it) -> Status {
+    for (size_t li = 0; li < g.launches.size(); ++li) {
+      const KernelLaunch& l = g.launches[li];
+      hrx::KernelArgs a;
+      for (int ai : l.args) {
+        auto& v = sb.bufs[static_cast<size_t>(ai)];
+        a.buffer(v[static_cast<size_t>(it) % v.size()]);
+      }
+      for (int64_t sc : l.scalars) a.i64(sc);
+      LOOM_RETURN_IF_ERROR(s.launch(kernels[li], {l.grid[0], l.grid[1], l.grid[2]}, {l.block[0], l.block[1], l.block[2]}, a));
+    }
+    return Status();
+  };
+  // Validate: output poisoned, one run, sampled rows against the reference.
+  const size_t yi = sb.specs.size() - 1;
+  const int64_t n_out = shape.at("n_out"), nt = shape.at("n_tokens");
+  LOOM_RETURN_IF_ERROR(s.memset(sb.bufs[yi][0], 0, 0xFF, static_cast<uint64_t>(sb.specs[yi].bytes)));
+  LOOM_RETURN_IF_ERROR(enqueue(0));
+  std::vector<float> y(static_cast<size_t>(n_out * nt));
+  LOOM_RETURN_IF_ERROR(s.copy_d2h(y.data(), sb.bufs[yi][0], 0, y.size() * 4));
+  LOOM_RETURN_IF_ERROR(s.synchronize());
+  const Tolerance tol = op.tolerance(shape);
+  const int64_t step = std::max<int64_t>(1, n_out / 97);
+  for (int64_t r = 0; r < n_out; r += step)
+    for (int64_t t = 0; t < nt; t += std::max<int64_t>(1, nt / 7)) {
+      const double want = ref(r, t), got = y[static_cast<size_t>(t * n_out + r)];
+      if (!(std::fabs(got - want) <= tol.atol + tol.rtol * std::fabs(want)))
+        return failed_precondition("{} {} {}: y[{}][{}] = {}, reference {}", op.name(), shape.key(), schedule_key(sch), t, r,
+                                   got, want);
+    }
+  const int per_graph = std::max(sb.copies, 20);
+  LOOM_RETURN_IF_ERROR(s.begin_capture());
+  for (int it = 0; it < per_graph; ++it) {
+    Status st = enqueue(it);
+    if (!st.ok()) {
+      (void)s.end_capture();
+      return st;
+    }
+  }
+  LOOM_ASSIGN_OR_RETURN(hrx::Graph graph, s.end_capture());
+  LOOM_ASSIGN_OR_RETURN(double us, time_graph(graph, s, dev, per_graph, 15));
+  Timed t;
+  t.us = us;
+  const Cost c = op.cost(shape);
+  t.gbs = c.bytes / (us * 1e3);
+  t.tflops = c.flops / (us * 1e6);
+  return t;
+}
+
+// Schedules worth timing for matvec_gpu beyond its default (a small sweep of the space).
+std::vector<Schedule> matvec_gpu_sweep(const OpSpec& op, const Shape& s) {
+  std::vector<Schedule> out = {op.default_schedule(s, ir::TargetKind::kPtx)};
+  const Schedule d = out[0];
+  for (int64_t warps : {4, 8})
+    for (int64_t lpr : {d.at("lanes_per_row") / 2, d.at("lanes_per_row"), d.at("lanes_per_row") * 2})
+      for (int64_t rpt : {1, 2})
+        for (int64_t passes : {1, 2}) {
+          if (lpr < 1 || lpr > 32) continue;
+          Schedule c = {{"warps", warps}, {"lanes_per_row", lpr}, {"rows_per_thread", rpt}, {"passes", passes}};
+          if (c != d) out.push_back(c);
+        }
+  return out;
+}
+
+struct BenchEnv {
+  hrx::Device dev;
+  hrx::Stream stream;
+  double peak = 0;
+  std::ofstream out;
+};
+
+// Times `ops` (all sharing one argument layout) on each shape: the first op that accepts the
+// shape fills the inputs; every op and schedule is checked against `make_ref`'s rows first.
+void run_shapes(BenchEnv& env, const std::vector<std::string>& opnames, const std::vector<std::string>& shapes,
+                const std::function<RowRef(const std::string& op, const Shape&, ShapeBuffers&)>& make_ref, bool sweep) {
+  for (const std::string& key : shapes) {
+    auto shape = Shape::parse(key);
+    ASSERT_TRUE(shape.ok()) << key;
+    const OpSpec* filler = nullptr;
+    for (const std::string& n : opnames)
+      if (const OpSpec* o = find_op(n); o && o->validate(*shape).ok()) {
+        filler = o;
+        break;
+      }
+    if (!filler) continue;
+    auto sb = make_buffers(*filler, *shape, env.dev, env.stream);
+    ASSERT_TRUE(sb.ok()) << sb.status().to_string();
+    for (const std::string& opname : opnames) {
+      const OpSpec* op = find_op(opname);
+      ASSERT_NE(op, nullptr) << opname;
+      if (!op->validate(*shape).ok()) continue;
+      RowRef ref = make_ref(opname, *shape, *sb);
+      std::vector<Schedule> schedules = {op->default_schedule(*shape, ir::TargetKind::kPtx)};
+      if (sweep && opname == "matvec_gpu") schedules = matvec_gpu_sweep(*op, *shape);
+      double best = 1e30;
+      std::string best_key;
+      for (size_t i = 0; i < schedules.size(); ++i) {
+        auto t = bench_one(*op, *shape, schedules[i], env.dev, env.stream, *sb, ref);
+        nlohmann::json j = {{"what", "op"}, {"op", opname}, {"shape", key}, {"schedule", schedule_key(schedules[i])},
+                            {"default", i == 0}, {"device", env.dev.props().name}, {"copies", sb->copies}};
+        if (!t.ok()) {
+          j["error"] = t.status().to_string();
+          ADD_FAILURE() << opname << " " << key << " " << schedule_key(schedules[i]) << ": " << t.status().to_string();
+        } else {
+          j["us"] = t->us;
+          j["gbs"] = t->gbs;
+          j["tflops"] = t->tflops;
+          j["fraction_of_copy"] = t->gbs / env.peak;
+          if (t->us < best) {
+            best = t->us;
+            best_key = schedule_key(schedules[i]);
+          }
+          if (i == 0)
+            std::printf("%-10s %-44s default %-50s %9.2f us %6.0f GB/s %4.0f%% %6.1f TFLOP/s\n", opname.c_str(), key.c_str(),
+                        schedule_key(schedules[i]).c_str(), t->us, t->gbs, 100 * t->gbs / env.peak, t->tflops);
+        }
+        env.out << j.dump() << "\n";
+        env.out.flush();
+      }
+      if (schedules.size() > 1 && best < 1e30) {
+        const double gbs = op->cost(*shape).bytes / (best * 1e3);
+        std::printf("%-10s %-44s best    %-50s %9.2f us %6.0f GB/s %4.0f%%\n", opname.c_str(), key.c_str(), best_key.c_str(),
+                    best, gbs, 100 * gbs / env.peak);
+      }
+    }
+  }
+}
+
+std::unique_ptr<BenchEnv> open_env(const char* path) {
+  auto dev = hrx::Device::open("cuda");
+  if (!dev.ok()) return nullptr;
+  auto env = std::make_unique<BenchEnv>();
+  env->dev = *dev;
+  auto stream = hrx::Stream::create(env->dev);
+  if (!stream.ok()) return nullptr;
+  env->stream = std::move(*stream);
+  env->out.open(path, std::ios::app);
+  auto copy = copy_gbs(env->dev, env->stream);
+  if (!copy.ok()) return nullptr;
+  env->peak = *copy;
+  env->out << nlohmann::json{{"what", "copy_d2d"}, {"device", env->dev.props().name}, {"bytes", 2.0 * (1 << 30)},
+                             {"gbs", env->peak}}.dump()
+           << "\n";
+  std::printf("copy d2d: %.0f GB/s (read + write)\n", env->peak);
+  return env;
+}
+
+// matvec / matvec_gpu: y[r] = vec_dot(W row r, xq) (llm::ref).
+RowRef vec_dot_ref(const Shape& shape, ShapeBuffers& sb) {
+  const auto wt = static_cast<llm::GgmlType>(shape.at("wtype"));
+  const int64_t n_in = shape.at("n_in"), n_out = shape.at("n_out"), nt = shape.at("n_tokens");
+  const int64_t wr = sb.specs[0].bytes / n_out, xr = sb.specs[1].bytes / nt;
+  return [&sb, wt, n_in, wr, xr](int64_t r, int64_t t) {
+    return static_cast<double>(llm::ref::vec_dot(wt, sb.host[0].bytes.data() + r * wr, sb.host[1].bytes.data() + t * xr, n_in));
+  };
+}
+
+TEST(GpuBench, WeightStreamingOpsAtLlamaShapes) {
+  const char* path = std::getenv("LOOM_GPU_BENCH");
+  if (!path) GTEST_SKIP() << "a GPU benchmark: set LOOM_GPU_BENCH=FILE (JSON lines) on a machine with a CUDA device";
+  auto env = open_env(path);
+  if (!env) GTEST_SKIP() << "no usable CUDA device";
+  std::vector<std::string> shapes = {
+      "n_in=4096,n_out=14336,n_tokens=1,wtype=2",    // Llama-3-8B gate/up, Q4_0
+      "n_in=14336,n_out=4096,n_tokens=1,wtype=2",    // down
+      "n_in=4096,n_out=4096,n_tokens=1,wtype=2",     // q / o
+      "n_in=4096,n_out=1024,n_tokens=1,wtype=2",     // k / v
+      "n_in=4096,n_out=128256,n_tokens=1,wtype=14",  // output, Q6_K
+      "n_in=4096,n_out=14336,n_tokens=1,wtype=12",   // Q4_K_M-like: gate/up Q4_K
+      "n_in=14336,n_out=4096,n_tokens=1,wtype=14",   // down Q6_K
+      "n_in=4096,n_out=4096,n_tokens=1,wtype=12",
+      "n_in=4096,n_out=4096,n_tokens=1,wtype=8",     // Q8_0
+      "n_in=4096,n_out=14336,n_tokens=1,wtype=8",
+      "n_in=4096,n_out=14336,n_tokens=1,wtype=3",    // Q4_1
+      "n_in=576,n_out=1536,n_tokens=1,wtype=2",      // SmolLM2 up, Q4_0
+      "n_in=576,n_out=49152,n_tokens=1,wtype=8",     // SmolLM2 output, Q8_0
+  };
+  run_shapes(*env, {"matvec_gpu", "matvec"}, shapes,
+             [](const std::string&, const Shape& s, ShapeBuffers& sb) { return vec_dot_ref(s, sb); },
+             std::getenv("LOOM_GPU_BENCH_SWEEP") != nullptr);
+}
+
+TEST(GpuBench, PromptMatmulAtLlamaShapes) {
+  const char* path = std::getenv("LOOM_GPU_BENCH");
+  if (!path) GTEST_SKIP() << "a GPU benchmark: set LOOM_GPU_BENCH=FILE (JSON lines) on a machine with a CUDA device";
+  auto env = open_env(path);
+  if (!env) GTEST_SKIP() << "no usable CUDA device";
+  std::vector<std::string> shapes = {
+      "n_in=4096,n_out=14336,n_tokens=512,wtype=2", "n_in=14336,n_out=4096,n_tokens=512,wtype=2",
+      "n_in=4096,n_out=4096,n_tokens=512,wtype=2",  "n_in=4096,n_out=1024,n_tokens=512,wtype=2",
+      "n_in=4096,n_out=14336,n_tokens=512,wtype=12", "n_in=14336,n_out=4096,n_tokens=512,wtype=14",
+      "n_in=4096,n_out=128256,n_tokens=512,wtype=14",
+  };
+  // matmul_mma: dequantized rows (llm::dequantize) times the f32 activations, in double.
+  auto mma_ref = [](const Shape& s, ShapeBuffers& sb) -> RowRef {
+    const auto wt = static_cast<llm::GgmlType>(s.at("wtype"));
+    const int64_t n_in = s.at("n_in"), wr = sb.specs[0].bytes / s.at("n_out");
+    auto cache = std::make_shared<std::map<int64_t, std::vector<float>>>();
+    return [&sb, wt, n_in, wr, cache](int64_t r, int64_t t) {
+      auto& row = (*cache)[r];
+      if (row.empty()) {
+        row.resize(static_cast<size_t>(n_in));
+        (void)llm::dequantize(wt, sb.host[0].bytes.data() + r * wr, row.data(), n_in);
+      }
+      const float* x = reinterpret_cast<const float*>(sb.host[1].bytes.data()) + t * n_in;
+      double acc = 0;
+      for (int64_t k = 0; k < n_in; ++k) acc += static_cast<double>(row[static_cast<size_t>(k)]) * x[k];
+      return acc;
+    };
+  };
+  run_shapes(*env, {"matmul_mma"}, shapes, [&](const std::string&, const Shape& s, ShapeBuffers& sb) { return mma_ref(s, sb); },
+             false);
+  // The CUDA-core matmul on quantized activations, at the same shapes, for comparison.
+  run_shapes(*env, {"matmul"}, shapes, [](const std::string&, const Shape& s, ShapeBuffers& sb) { return vec_dot_ref(s, sb); },
+             false);
+}
+
+}  // namespace
+}  // namespace loom::kernels
