@@ -67,7 +67,7 @@ TEST_P(MatmulBatch, EveryElementEqualsTheSingleTokenDotProduct) {
   const GgmlType dot = *ref::vec_dot_type(c.type);
   const size_t xq_row = ref::quantized_row_bytes(dot, c.n_in);
   ThreadPool p1(1), p2(2), p3(3);
-  for (int64_t n_tok : {2, 3, 4, 5, 7, 8, 16, 33}) {
+  for (int64_t n_tok : {2, 3, 4, 5, 6, 7, 8, 12, 16, 33}) {
     auto x = random_floats(static_cast<size_t>(c.n_in * n_tok), 77 + static_cast<uint32_t>(n_tok), 1.5f);
     std::vector<uint8_t> xq(xq_row * static_cast<size_t>(n_tok));
     for (int64_t t = 0; t < n_tok; ++t) ref::quantize_activation(dot, x.data() + t * c.n_in, xq.data() + t * xq_row, c.n_in);

@@ -109,9 +109,9 @@ void tile32(const uint8_t* const* wrow, const uint8_t* const* xrow, const GemmSc
   using W = typename F::W;
   using X = typename F::X;
   __m256 acc[R][T];
-  __m128 summs[R];  // lane t: token t's summs chain (T <= 4)
+  __m256 summs[R];  // lane t: token t's summs chain (T <= 8)
   for (int r = 0; r < R; ++r) {
-    summs[r] = _mm_setzero_ps();
+    summs[r] = _mm256_setzero_ps();
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   }
   for (int64_t i = 0; i < nb; ++i) {
@@ -124,10 +124,10 @@ void tile32(const uint8_t* const* wrow, const uint8_t* const* xrow, const GemmSc
       const WQ q = F::load(wb);
       const __m256 wd = _mm256_set1_ps(half_to_float(wb.d));
       if constexpr (F::kMin) {
-        // Four tokens' fma(m_w, s_x, summs) in one instruction (the lanes past T are unused;
-        // the scale rows are padded to a multiple of four tokens).
-        const __m128 xsum = _mm_loadu_ps(xs.s.data() + i * xs.ld + t0);
-        summs[r] = _mm_fmadd_ps(_mm_set1_ps(half_to_float(wb.m)), xsum, summs[r]);
+        // Eight tokens' fma(m_w, s_x, summs) in one instruction (the lanes past T are unused;
+        // the scale rows are padded to a multiple of eight tokens).
+        const __m256 xsum = _mm256_loadu_ps(xs.s.data() + i * xs.ld + t0);
+        summs[r] = _mm256_fmadd_ps(_mm256_set1_ps(half_to_float(wb.m)), xsum, summs[r]);
       }
       for (int t = 0; t < T; ++t) {
         const __m256i lanes = F::kSigned ? lanes_us(q.u, _mm256_sign_epi8(y[t], q.s)) : lanes_us(q.u, y[t]);
@@ -137,8 +137,8 @@ void tile32(const uint8_t* const* wrow, const uint8_t* const* xrow, const GemmSc
     }
   }
   for (int r = 0; r < R; ++r) {
-    alignas(16) float sm[4];
-    _mm_store_ps(sm, summs[r]);
+    alignas(32) float sm[8];
+    _mm256_store_ps(sm, summs[r]);
     for (int t = 0; t < T; ++t) {
       const float v = reduce8(acc[r][t]);
       yrow[t][r] = F::kMin ? v + sm[t] : v;
@@ -278,7 +278,14 @@ void tile_q6_k(const uint8_t* wrow, const uint8_t* const* xrow, int64_t nb, floa
 #ifndef LOOM_GEMM_ROWS32
 #define LOOM_GEMM_ROWS32 2
 #endif
-constexpr int kTokTile = 4;   // tokens per register tile (the Q8_1 min sums use four lanes)
+#ifndef LOOM_GEMM_TOK32
+#define LOOM_GEMM_TOK32 8
+#endif
+#ifndef LOOM_GEMM_TOKK
+#define LOOM_GEMM_TOKK 4
+#endif
+constexpr int kTokTile = LOOM_GEMM_TOKK;   // tokens per register tile of the K-quants (<= 8)
+constexpr int kTok32 = LOOM_GEMM_TOK32;   // tokens per register tile of the 32-element formats (<= 8)
 constexpr int kRows32 = LOOM_GEMM_ROWS32;  // rows per register tile of the 32-element formats
 constexpr int64_t kRowTile = 16;  // rows that stay in L1 while every token tile passes
 
@@ -297,6 +304,10 @@ template <class F, int R>
 void tile32_any(const uint8_t* const* wrow, const uint8_t* const* xrow, const GemmScales& xs, int64_t t0, int64_t nb,
                 float* const* yrow, int nt) {
   switch (nt) {
+    case 8: tile32<F, R, 8>(wrow, xrow, xs, t0, nb, yrow); break;
+    case 7: tile32<F, R, 7>(wrow, xrow, xs, t0, nb, yrow); break;
+    case 6: tile32<F, R, 6>(wrow, xrow, xs, t0, nb, yrow); break;
+    case 5: tile32<F, R, 5>(wrow, xrow, xs, t0, nb, yrow); break;
     case 4: tile32<F, R, 4>(wrow, xrow, xs, t0, nb, yrow); break;
     case 3: tile32<F, R, 3>(wrow, xrow, xs, t0, nb, yrow); break;
     case 2: tile32<F, R, 2>(wrow, xrow, xs, t0, nb, yrow); break;
@@ -306,12 +317,12 @@ void tile32_any(const uint8_t* const* wrow, const uint8_t* const* xrow, const Ge
 
 template <class F>
 void run32(const Args& a, int64_t r0, int64_t r1, const GemmScales& xs) {
-  const uint8_t* xrow[kTokTile];
-  float* yrow[kTokTile];
+  const uint8_t* xrow[kTok32];
+  float* yrow[kTok32];
   for (int64_t rt = r0; rt < r1; rt += kRowTile) {
     const int64_t re = std::min(r1, rt + kRowTile);
-    for (int64_t t0 = 0; t0 < a.n_tok; t0 += kTokTile) {
-      const int nt = static_cast<int>(std::min<int64_t>(kTokTile, a.n_tok - t0));
+    for (int64_t t0 = 0; t0 < a.n_tok; t0 += kTok32) {
+      const int nt = static_cast<int>(std::min<int64_t>(kTok32, a.n_tok - t0));
       for (int t = 0; t < nt; ++t) xrow[t] = a.xq + (t0 + t) * a.xq_row;
       for (int64_t r = rt; r < re;) {
         const int nr = static_cast<int>(std::min<int64_t>(kRows32, re - r));
@@ -350,6 +361,10 @@ void run_k(const Args& a, int64_t r0, int64_t r1, Tile tile) {
 template <bool kQ5>
 void k4_any(const uint8_t* w, const uint8_t* const* x, int64_t nb, float* const* y, int64_t r, int nt) {
   switch (nt) {
+    case 8: tile_k4<kQ5, 8>(w, x, nb, y, r); break;
+    case 7: tile_k4<kQ5, 7>(w, x, nb, y, r); break;
+    case 6: tile_k4<kQ5, 6>(w, x, nb, y, r); break;
+    case 5: tile_k4<kQ5, 5>(w, x, nb, y, r); break;
     case 4: tile_k4<kQ5, 4>(w, x, nb, y, r); break;
     case 3: tile_k4<kQ5, 3>(w, x, nb, y, r); break;
     case 2: tile_k4<kQ5, 2>(w, x, nb, y, r); break;
@@ -358,6 +373,10 @@ void k4_any(const uint8_t* w, const uint8_t* const* x, int64_t nb, float* const*
 }
 void q6_k_any(const uint8_t* w, const uint8_t* const* x, int64_t nb, float* const* y, int64_t r, int nt) {
   switch (nt) {
+    case 8: tile_q6_k<8>(w, x, nb, y, r); break;
+    case 7: tile_q6_k<7>(w, x, nb, y, r); break;
+    case 6: tile_q6_k<6>(w, x, nb, y, r); break;
+    case 5: tile_q6_k<5>(w, x, nb, y, r); break;
     case 4: tile_q6_k<4>(w, x, nb, y, r); break;
     case 3: tile_q6_k<3>(w, x, nb, y, r); break;
     case 2: tile_q6_k<2>(w, x, nb, y, r); break;
@@ -367,7 +386,7 @@ void q6_k_any(const uint8_t* w, const uint8_t* const* x, int64_t nb, float* cons
 
 template <class X>
 void fill_scales(const uint8_t* xq, size_t xq_row, int64_t n_tok, int64_t nb, GemmScales* xs) {
-  xs->ld = (n_tok + 3) & ~int64_t{3};  // whole groups of four tokens (zero padding)
+  xs->ld = (n_tok + 7) & ~int64_t{7};  // whole groups of eight tokens (zero padding)
   xs->d.assign(static_cast<size_t>(nb * xs->ld), 0.0f);
   if constexpr (requires(X x) { x.s; }) xs->s.assign(static_cast<size_t>(nb * xs->ld), 0.0f);
   for (int64_t t = 0; t < n_tok; ++t) {
