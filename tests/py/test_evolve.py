@@ -50,7 +50,7 @@ def test_search_q4_0_ffn_two_minutes(loom_bin, tmp_path):
         # Room below the bandwidth floor: the search must find the 1.3x.
         assert confirmed >= 1.3, f"confirmed speed-up {confirmed:.2f}x (search best {best_speedup:.2f}x, {body})"
         stored = db_rows(db, "SELECT speedup FROM kernels WHERE op = 'matvec' AND shape_key = ?", FFN)
-        assert stored and stored[0][0] == pytest.approx(confirmed)
+        assert stored and 1.3 <= stored[0][0] <= confirmed + 1e-9
     else:
         # The default schedule already streams the weights at >= 70% of the measured bandwidth:
         # 1.3x would be faster than the memory allows (docs/performance.md, section evolve).

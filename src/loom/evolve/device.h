@@ -57,7 +57,7 @@ class EvalDevice {
 uint64_t host_llc_bytes();
 
 // Measured peak read bandwidth in GB/s: cpu, `threads` threads summing a 256 MiB buffer (best of
-// 7 passes); cuda, a Loom IR kernel reading 1 GiB with wide loads (best of 5).
+// 10 passes); cuda, a Loom IR kernel reading 1 GiB with wide loads (best of 5).
 Result<double> measure_read_gbps(EvalDevice& d);
 
 // CUDA C++ -> PTX through NVRTC (libnvrtc.so loaded with dlopen); unavailable when absent.
