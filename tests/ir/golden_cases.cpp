@@ -476,6 +476,48 @@ GoldenRun convert_half(std::mt19937& rng) {
   return run;
 }
 
+GoldenRun dot4_lanes(std::mt19937& rng) {
+  const int rows = uniform_int(rng, 5, 150);
+  std::vector<int8_t> a(static_cast<size_t>(rows) * 32), x(32);
+  for (auto& v : a) v = static_cast<int8_t>(uniform_int(rng, -128, 127));
+  for (auto& v : x) v = static_cast<int8_t>(uniform_int(rng, -128, 127));
+  std::vector<uint16_t> h(static_cast<size_t>(rows) * 8);
+  for (auto& v : h) v = to_f16_bits(random_floats(rng, 1, -2, 2)[0] * (uniform_int(rng, 0, 3) ? 1e-4f : 1.0f));
+  GoldenRun run;
+  run.buffers = {to_bytes(a), to_bytes(x), to_bytes(h), output(rows * 64), output(rows * 32), output(rows * 16)};
+  run.args = {buf(0), buf(1), buf(2), buf(3), buf(4), buf(5), scalar<int32_t>(rows)};
+  run.block = {32, 1, 1};
+  run.grid = {blocks_for(rows, 32), 1, 1};
+  run.check = [a, x, h, rows](const std::vector<std::vector<uint8_t>>& out) -> std::string {
+    auto lanes = from_bytes<int32_t>(out[3]);
+    auto f = from_bytes<uint32_t>(out[4]);
+    auto fh = from_bytes<uint16_t>(out[5]);
+    for (int r = 0; r < rows; ++r)
+      for (int l = 0; l < 8; ++l) {
+        int32_t s = 0, u = 0;
+        for (int j = 0; j < 4; ++j) {
+          const int8_t w = a[static_cast<size_t>(r) * 32 + 4 * l + j];
+          s += int32_t{w} * x[4 * l + j];
+          u += int32_t{static_cast<int8_t>(w & 0x7F)} * x[4 * l + j];
+        }
+        u += s;
+        const size_t i = static_cast<size_t>(r) * 8 + l;
+        if (lanes[static_cast<size_t>(r) * 16 + l] != s)
+          return fmt::format("row {} lane {}: dot4 {} != {}", r, l, lanes[static_cast<size_t>(r) * 16 + l], s);
+        if (lanes[static_cast<size_t>(r) * 16 + 8 + l] != u)
+          return fmt::format("row {} lane {}: 7-bit dot4 {} != {}", r, l, lanes[static_cast<size_t>(r) * 16 + 8 + l], u);
+        const float hf = from_f16_bits(h[i]);
+        const float g = std::fma(hf, static_cast<float>(u), hf);
+        uint32_t gb;
+        std::memcpy(&gb, &g, 4);
+        if (f[i] != gb) return fmt::format("row {} lane {}: fma bits 0x{:08x} != 0x{:08x}", r, l, f[i], gb);
+        if (fh[i] != to_f16_bits(g)) return fmt::format("row {} lane {}: f16 0x{:04x} != 0x{:04x}", r, l, fh[i], to_f16_bits(g));
+      }
+    return "";
+  };
+  return run;
+}
+
 }  // namespace
 
 const std::vector<GoldenCase>& golden_cases() {
@@ -491,6 +533,7 @@ const std::vector<GoldenCase>& golden_cases() {
       {"histogram", true, histogram},
       {"mixed_ops", true, mixed_ops},
       {"convert_half", true, convert_half},
+      {"dot4_lanes", true, dot4_lanes},
       {"warp_sum", false, warp_sum},
       {"mma_tile", false, mma_tile},
   };

@@ -4,13 +4,16 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 
 #include "ir_test_util.h"
 #include "loom/base/file.h"
 #include "loom/base/thread_pool.h"
+#include "loom/codegen/cpp/byte_range.h"
 #include "loom/codegen/cpp/cpp_emitter.h"
 #include "loom/codegen/target.h"
 #include "loom/codegen/tool_run.h"
+#include "loom/ir/parser.h"
 #include "loom/ir/passes/passes.h"
 #include "loom/ir/verifier.h"
 
@@ -125,6 +128,62 @@ TEST(CppBackend, LaunchRejectsOversizedBlocks) {
   Status s = codegen::launch_cpu(*fn, nullptr, {1, 1, 1}, {2048, 1, 1});
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(cpu->kernel("no_such_kernel").status().code(), StatusCode::kNotFound);
+}
+
+// The byte bounds that let vector dot4 use vpmaddubsw (see byte_range.h): nibbles and small
+// fields built from loaded data have known bounds; the loaded data itself does not.
+TEST(CppBackend, ByteRangeBoundsWhatDot4Needs) {
+  auto m = ir::parse_module(R"(kernel @k(%p: ptr<global, u32>) {
+  %z = const 0 : i32
+  %q = load %p[%z], align 16 : u32x4
+  %m = const 0x0F0F0F0F : u32x4
+  %lo = and %q, %m
+  %c4 = const 4 : u32x4
+  %s = shr %q, %c4
+  %hi = and %s, %m
+  %j = concat %lo, %hi
+  %one = const 0x01010101 : u32x8
+  %c4x = const 4 : u32x8
+  %x = load %p[%z], align 32 : u32x8
+  %b = and %x, %one
+  %b4 = shl %b, %c4x
+  %or = or %j, %b4
+  %i = bitcast %or : i32x8
+  %c4i = const 4 : i32x8
+  %sr = shr %i, %c4i
+  %c8x = const 8 : u32x8
+  %sb8 = shr %or, %c8x
+  %w = shl %or, %c4x
+  %sa = add %or, %or
+  %sb = add %sa, %sa
+  %sc = add %sb, %sb
+  %sd = add %sc, %sc
+}
+)");
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const ir::Kernel& k = *m->kernels[0];
+  codegen::ByteRange br(k);
+  std::map<std::string, int> got;
+  ir::Namer namer(k);
+  ir::walk(k.body, [&](const ir::Inst* i) {
+    for (const ir::Value* r : i->results) got[namer.name(r)] = br.max_byte(r);
+  });
+  EXPECT_EQ(got["q"], 255);  // loaded
+  EXPECT_EQ(got["s"], 255);  // a shift by 4 brings the next byte's low bits in
+  EXPECT_EQ(got["lo"], 15);
+  EXPECT_EQ(got["hi"], 15);
+  EXPECT_EQ(got["j"], 15);  // concat: the larger bound
+  EXPECT_EQ(got["b"], 1);
+  EXPECT_EQ(got["b4"], 16);  // no bit leaves its byte
+  EXPECT_EQ(got["or"], 31);  // 15 | 16
+  EXPECT_EQ(got["i"], 31);   // bitcast keeps the bytes
+  EXPECT_EQ(got["sr"], 255);  // as %s (arithmetic, but the bytes are non-negative)
+  EXPECT_EQ(got["sb8"], 31);  // whole bytes move down, zeros come in
+  EXPECT_EQ(got["w"], 255);   // 31 << 4 leaves the byte
+  EXPECT_EQ(got["sa"], 62);   // byte sums below 256: no carries
+  EXPECT_EQ(got["sb"], 124);
+  EXPECT_EQ(got["sc"], 248);  // no carry, but not a 7-bit operand any more
+  EXPECT_EQ(got["sd"], 255);  // may carry
 }
 
 }  // namespace

@@ -188,6 +188,14 @@ const BadCase kBadCases[] = {
     {"i1 pointer", "kernel @k(%a: ptr<global, i1>) {\n}\n", "1:27", "pointers to i1 are not allowed"},
     {"yield at top level", KERNEL_HEAD "  yield %n\n}\n", "2:3", "'yield' outside a region"},
     {"dot4 operand types", KERNEL_HEAD "  %f = const 1.0 : f32\n  %d = dot4 %f, %n, %n\n}\n", "3:3", "'dot4' takes i32 operands"},
+    {"dot4 mixed lanes", KERNEL_HEAD "  %v = const 0 : i32x8\n  %d = dot4 %v, %v, %n\n}\n", "3:3",
+     "'dot4' operands must have one type, got i32x8 and i32"},
+    {"dot4 on i16 lanes", KERNEL_HEAD "  %v = const 0 : i16x8\n  %d = dot4 %v, %v, %v\n}\n", "3:3", "'dot4' takes i32 operands"},
+    {"concat of scalars", KERNEL_HEAD "  %d = concat %n, %n\n}\n", "2:3", "'concat' joins two vectors, got i32"},
+    {"concat of two types", KERNEL_HEAD "  %v = const 0 : i32x4\n  %w = const 0 : u32x4\n  %d = concat %v, %w\n}\n", "4:3",
+     "'concat' operands must have one type, got i32x4 and u32x4"},
+    {"concat past 16 lanes", KERNEL_HEAD "  %v = const 0 : i8x16\n  %d = concat %v, %v\n}\n", "3:3",
+     "'concat' of i8x16 would make 32 lanes"},
 };
 
 TEST(IrErrors, MalformedTextGivesOneErrorWithLocation) {
@@ -269,6 +277,12 @@ TEST(IrOpTable, NamesRoundTripAndTargetsAreConsistent) {
   EXPECT_TRUE(op_info(Op::kDot4).legal_on(TargetKind::kCpp));
   EXPECT_EQ(infer_result_type(Op::kCmp, std::vector<Type>{Type::vector(Scalar::kF32, 4), Type::vector(Scalar::kF32, 4)}),
             Type::vector(Scalar::kI1, 4));
+  const Type i32x4 = Type::vector(Scalar::kI32, 4);
+  EXPECT_EQ(infer_result_type(Op::kConcat, std::vector<Type>{i32x4, i32x4}), Type::vector(Scalar::kI32, 8));
+  EXPECT_EQ(infer_result_type(Op::kDot4, std::vector<Type>{i32x4, i32x4, i32x4}), i32x4);
+  EXPECT_EQ(infer_result_type(Op::kDot4, std::vector<Type>{Type::scalar(Scalar::kI32), Type::scalar(Scalar::kI32),
+                                                           Type::scalar(Scalar::kI32)}),
+            Type::scalar(Scalar::kI32));
 }
 
 }  // namespace

@@ -81,7 +81,10 @@ class Builder {
   Value* lane_id() { return op(Op::kLaneId, {}); }
   Value* shfl(Mode kind, Value* v, Value* lane) { return op(Op::kShuffle, {v, lane}, Type(), kind); }
   Value* warp_reduce(Mode kind, Value* v) { return op(Op::kWarpReduce, {v}, Type(), kind); }
+  // Lane-wise on i32xN: each lane is acc + the four signed byte products of a and b.
   Value* dot4(Value* a, Value* b, Value* acc) { return op(Op::kDot4, {a, b, acc}); }
+  // The lanes of a, then those of b (one vector type; 2N <= 16 lanes).
+  Value* concat(Value* a, Value* b) { return op(Op::kConcat, {a, b}); }
   Value* mma(Value* a, Value* b, Value* c) { return op(Op::kMma, {a, b, c}); }
 
   // Structured control flow. The callbacks build the region with this builder (its insertion

@@ -32,7 +32,8 @@ enum class TypeRule : uint8_t {
   kSpecial,     // -> i32 (thread/block indices and sizes, lane id)
   kShuffle,     // (32-bit scalar, i32 lane/delta/mask) -> same
   kWarpReduce,  // 32-bit scalar -> same
-  kDot4,        // (i32 packed 4 x i8, i32 packed 4 x i8, i32 acc) -> i32
+  kDot4,        // (i32 packed 4 x i8, same, i32 acc) -> i32; lane-wise on i32xN
+  kConcat,      // (vector T x N, vector T x N) -> T x 2N: lanes of a, then lanes of b
   kMma,         // (f16x8 A fragment, f16x4 B fragment, f32x4 C fragment) -> f32x4
   kFor,         // (lo, hi, step, inits...) -> types of inits; region(iv, iters...)
   kIf,          // (i1) -> explicit types; regions then, else
@@ -116,6 +117,7 @@ enum TargetMask : uint8_t { kOnPtx = 1, kOnCpp = 2, kOnAmdgpu = 4, kOnAll = 7 };
   X(kWarpReduce, "warp_reduce", 1, kWarpReduce, kAny, kReduce, kPure | kConvergent,            \
     kOnPtx | kOnAmdgpu)                                                                        \
   X(kDot4, "dot4", 3, kDot4, kAny, kNone, kPure, kOnAll)                                       \
+  X(kConcat, "concat", 2, kConcat, kAny, kNone, kPure, kOnAll)                                 \
   X(kMma, "mma", 3, kMma, kAny, kNone, kPure | kConvergent, kOnPtx)                            \
   X(kFor, "for", -1, kFor, kAny, kNone, kHasRegions, kOnAll)                                   \
   X(kIf, "if", 1, kIf, kAny, kNone, kHasRegions, kOnAll)                                       \

@@ -71,7 +71,10 @@ Type infer_result_type(Op op, std::span<const Type> ts) {
     case TypeRule::kSpecial: return Type::scalar(Scalar::kI32);
     case TypeRule::kShuffle:
     case TypeRule::kWarpReduce: return at(0).is_value() ? at(0) : Type();
-    case TypeRule::kDot4: return Type::scalar(Scalar::kI32);
+    case TypeRule::kDot4: return at(0).is_value() ? at(0) : Type();
+    case TypeRule::kConcat:
+      return at(0).is_vector() && valid_lanes(2 * at(0).lanes()) ? Type::vector(at(0).elem(), 2 * at(0).lanes())
+                                                                 : Type();
     case TypeRule::kMma: return Type::vector(Scalar::kF32, 4);
     default: return Type();
   }
@@ -221,9 +224,18 @@ std::string check_inst_types(const Inst& inst, bool check_results) {
       return want(t(0));
     case TypeRule::kDot4:
       for (size_t i = 0; i < 3; ++i)
-        if (t(i) != Type::scalar(Scalar::kI32))
-          return fmt::format("'dot4' takes i32 operands (4 packed i8 each), got {}", t(i).str());
-      return want(Type::scalar(Scalar::kI32));
+        if (!t(i).is_value() || t(i).elem() != Scalar::kI32)
+          return fmt::format("'dot4' takes i32 operands (4 packed i8 each, scalar or vector), got {}", t(i).str());
+      for (size_t i = 1; i < 3; ++i)
+        if (t(i) != t(0))
+          return fmt::format("'dot4' operands must have one type, got {} and {}", t(0).str(), t(i).str());
+      return want(t(0));
+    case TypeRule::kConcat:
+      if (!t(0).is_vector()) return fmt::format("'concat' joins two vectors, got {}", t(0).str());
+      if (t(1) != t(0)) return fmt::format("'concat' operands must have one type, got {} and {}", t(0).str(), t(1).str());
+      if (!valid_lanes(2 * t(0).lanes()))
+        return fmt::format("'concat' of {} would make {} lanes (at most 16)", t(0).str(), 2 * t(0).lanes());
+      return want(Type::vector(t(0).elem(), 2 * t(0).lanes()));
     case TypeRule::kMma:
       if (t(0) != Type::vector(Scalar::kF16, 8) || t(1) != Type::vector(Scalar::kF16, 4) ||
           t(2) != Type::vector(Scalar::kF32, 4))

@@ -1,10 +1,11 @@
-// Block dot products as Loom IR (see mat_dot.h). Integer lanes are built without a shuffle op:
-// a 32-byte group viewed as i32x8 already holds elements 4l..4l+3 in lane l, so two i16
-// multiplies (low and high bytes of each 16-bit pair) and one pairwise add of the 16-bit halves
-// give the reference's eight lane sums; on the cpp target these are AVX2 vector instructions.
+// Block dot products as Loom IR (see mat_dot.h). Integer lanes come from lane-wise `dot4` on
+// i32x8: a 32-byte group viewed as i32x8 already holds elements 4l..4l+3 in lane l, so one dot4
+// gives the reference's eight lane sums. Weight quants are kept unsigned where the format allows
+// (nibbles, 5- and 6-bit values: bytes <= 127, which the cpp target turns into vpmaddubsw +
+// vpmaddwd); the -8/-16 offsets of Q4_0/Q5_0 come back through the activation's lane sums
+// (computed once per activation block). Integer sums are exact, so any exact order gives the
+// reference's lanes.
 #include "loom/kernels/mat_dot.h"
-
-#include <tuple>
 
 namespace loom::kernels {
 namespace {
@@ -14,43 +15,26 @@ using ir::Type;
 using ir::Value;
 using llm::GgmlType;
 
-const Type kI16x16 = Type::vector(Scalar::kI16, 16);
 const Type kI32x8 = Type::vector(Scalar::kI32, 8);
 const Type kU32x8 = Type::vector(Scalar::kU32, 8);
 const Type kU32x4 = Type::vector(Scalar::kU32, 4);
 const Type kF32x8 = Type::vector(Scalar::kF32, 8);
 const Type kF32x4 = Type::vector(Scalar::kF32, 4);
 
-// Low and high bytes (sign-extended) of each 16-bit pair of a 32-byte group of int8 values.
-std::pair<Value*, Value*> split_bytes_signed(Emit& b, Value* v32) {
-  Value* a = b.bitcast(v32, kI16x16);
-  return {b.shrc(b.shlc(a, 8), 8), b.shrc(a, 8)};
+// Lane sums of a 32-element group: w (i32x8 or u32x8 packed bytes) times x (i32x8 signed bytes).
+Value* dot32(Emit& b, Value* w32, Value* x32) {
+  if (w32->type != kI32x8) w32 = b.bitcast(w32, kI32x8);
+  return b.dot4(w32, x32, b.c(kI32x8, 0));
 }
 
-// Lane sums of a 32-element group: w packed as bytes (u32x8, unsigned values < 64, minus
-// `offset`; or signed bytes), x as prepared by split_bytes_signed.
-Value* dot32(Emit& b, Value* w32, bool w_signed, int offset, Value* xlo, Value* xhi) {
-  Value* alo;
-  Value* ahi;
-  if (w_signed) {
-    std::tie(alo, ahi) = split_bytes_signed(b, w32);
-  } else {
-    Value* a = b.bitcast(w32, kI16x16);
-    alo = b.andc(a, 0xFF);
-    ahi = b.shrc(a, 8);
-  }
-  if (offset) {
-    alo = b.addc(alo, -offset);
-    ahi = b.addc(ahi, -offset);
-  }
-  Value* p = b.add(b.mul(alo, xlo), b.mul(ahi, xhi));
-  Value* p32 = b.bitcast(p, kI32x8);
-  return b.add(b.shrc(b.shlc(p32, 16), 16), b.shrc(p32, 16));
+// An f16 at a byte offset as f32 (convert is exact; on the cpp target it is vcvtph2ps).
+Value* f16_at(Emit& b, Value* base, Value* off) {
+  Value* bits = b.load_at(base, off, ty::s(Scalar::kU16), 2);
+  return b.convert(b.bitcast(bits, ty::s(Scalar::kF16)), ty::f32);
 }
 
-// small: |lanes| < 2^22 (32-element blocks: at most 4 * 127 * 127 per lane).
-Value* fma_lanes(Emit& b, Value* d, Value* lanes, Value* acc, bool small) {
-  return b.fma(b.splat(d, 8), b.int_to_f32(lanes, small), acc);
+Value* fma_lanes(Emit& b, Value* d, Value* lanes, Value* acc) {
+  return b.fma(b.splat(d, 8), b.convert(lanes, kF32x8), acc);
 }
 
 // hsum_float_8: (hi + lo) lane pairs, then (0+2) + (1+3).
@@ -63,12 +47,7 @@ Value* hsum8(Emit& b, Value* v) {
 // 16 bytes of nibbles (qs[j]: element j low, j+16 high) as the 32 elements packed in u32x8.
 Value* nibbles32(Emit& b, Value* w, Value* off, int align) {
   Value* q = b.load_at(w, off, kU32x4, align);
-  Value* lo = b.andc(q, 0x0F0F0F0F);
-  Value* hi = b.andc(b.shrc(q, 4), 0x0F0F0F0F);
-  std::vector<Value*> l;
-  for (int i = 0; i < 4; ++i) l.push_back(b.extract(lo, i));
-  for (int i = 0; i < 4; ++i) l.push_back(b.extract(hi, i));
-  return b.build(l);
+  return b.concat(b.andc(q, 0x0F0F0F0F), b.andc(b.shrc(q, 4), 0x0F0F0F0F));
 }
 
 // Bit 4 of element j is bit j of the 32-bit qh: spread lane l's four bits into its bytes.
@@ -130,21 +109,19 @@ DotX dot_prep_x(Emit& b, const DotFormat& f, Value* x, Value* xoff) {
   DotX r;
   switch (f.xtype) {
     case GgmlType::Q8_0:
-    case GgmlType::Q8_1: {
+    case GgmlType::Q8_1: {  // [0] d, [1] the 32 bytes, [2] their lane sums (Q4_0/Q5_0), [3] s (Q8_1)
       const bool q81 = f.xtype == GgmlType::Q8_1;
-      auto [lo, hi] = split_bytes_signed(b, b.load_at(x, b.addc(xoff, q81 ? 4 : 2), kI32x8, q81 ? 4 : 2));
-      r.v = {b.load_f16(x, xoff), lo, hi};
-      if (q81) r.v.push_back(b.load_f16(x, b.addc(xoff, 2)));
+      Value* y = b.load_at(x, b.addc(xoff, q81 ? 4 : 2), kI32x8, q81 ? 4 : 2);
+      const bool offset = f.wtype == GgmlType::Q4_0 || f.wtype == GgmlType::Q5_0;
+      r.v = {f16_at(b, x, xoff), y, offset ? b.dot4(b.c(kI32x8, 0x01010101), y, b.c(kI32x8, 0)) : nullptr};
+      if (q81) r.v.push_back(f16_at(b, x, b.addc(xoff, 2)));
       return r;
     }
     case GgmlType::Q8_K: {
       r.v.push_back(b.load_at(x, xoff, ty::f32, 4));  // [0] d
-      for (int c = 0; c < 8; ++c) {                   // [1 + 2c], [2 + 2c]: chunk c bytes
-        auto [lo, hi] = split_bytes_signed(b, b.load_at(x, b.addc(xoff, 4 + 32 * c), kI32x8, 4));
-        r.v.push_back(lo);
-        r.v.push_back(hi);
-      }
-      for (int g = 0; g < 16; ++g)  // [17 + g]: bsums
+      for (int c = 0; c < 8; ++c)                     // [1 + c]: chunk c bytes
+        r.v.push_back(b.load_at(x, b.addc(xoff, 4 + 32 * c), kI32x8, 4));
+      for (int g = 0; g < 16; ++g)  // [9 + g]: bsums
         r.v.push_back(b.convert(b.load_at(x, b.addc(xoff, 260 + 2 * g), ty::s(Scalar::kI16), 2), ty::i32));
       return r;
     }
@@ -170,32 +147,33 @@ std::vector<Value*> dot_step(Emit& b, const DotFormat& f, Value* w, Value* woff,
     case GgmlType::Q8_0: {
       const bool has_m = f.wtype == GgmlType::Q4_1 || f.wtype == GgmlType::Q5_1;
       const bool q5 = f.wtype == GgmlType::Q5_0 || f.wtype == GgmlType::Q5_1;
-      Value* d = b.mul(b.load_f16(w, woff), x.v[0]);
-      if (has_m) out[1] = b.fma(b.load_f16(w, b.addc(woff, 2)), x.v[3], acc[1]);
+      Value* d = b.mul(f16_at(b, w, woff), x.v[0]);
+      if (has_m) out[1] = b.fma(f16_at(b, w, b.addc(woff, 2)), x.v[3], acc[1]);
       Value* lanes;
       if (f.wtype == GgmlType::Q8_0) {
-        lanes = dot32(b, b.load_at(w, b.addc(woff, 2), kI32x8, 2), true, 0, x.v[1], x.v[2]);
+        lanes = dot32(b, b.load_at(w, b.addc(woff, 2), kI32x8, 2), x.v[1]);
       } else {
         const int qh_off = has_m ? 4 : 2;
         const int qs_off = (has_m ? 4 : 2) + (q5 ? 4 : 0);
         Value* q = nibbles32(b, w, b.addc(woff, qs_off), has_m ? 4 : 2);
         if (q5) q = b.bit_or(q, q5_high_bits(b, w, b.addc(woff, qh_off)));
-        const int offset = has_m ? 0 : (q5 ? 16 : 8);
-        lanes = dot32(b, q, false, offset, x.v[1], x.v[2]);
+        lanes = dot32(b, q, x.v[1]);
+        // (q - o) . y = q . y - o * (lane sums of y), o = 8 or 16.
+        if (!has_m) lanes = b.sub(lanes, b.shlc(x.v[2], q5 ? 4 : 3));
       }
-      out[0] = fma_lanes(b, d, lanes, acc[0], true);
+      out[0] = fma_lanes(b, d, lanes, acc[0]);
       return out;
     }
     case GgmlType::Q4_K:
     case GgmlType::Q5_K: {
       const bool q5 = f.wtype == GgmlType::Q5_K;
       Value* xd = x.v[0];
-      Value* d = b.mul(xd, b.load_f16(w, woff));
-      Value* dmin = b.mul(b.neg(xd), b.load_f16(w, b.addc(woff, 2)));
+      Value* d = b.mul(xd, f16_at(b, w, woff));
+      Value* dmin = b.mul(b.neg(xd), f16_at(b, w, b.addc(woff, 2)));
       Value* sc[8];
       Value* mn[8];
       unpack_k4_scales(b, w, b.addc(woff, 4), sc, mn);
-      auto bs = [&](int g) { return x.v[17 + g]; };
+      auto bs = [&](int g) { return x.v[9 + g]; };
       if (!q5) {
         std::vector<Value*> m;
         for (int i = 0; i < 4; ++i) {
@@ -217,16 +195,15 @@ std::vector<Value*> dot_step(Emit& b, const DotFormat& f, Value* w, Value* woff,
         for (int h = 0; h < 2; ++h) {
           Value* v = b.andc(h ? b.shrc(q, 4) : q, 0x0F0F0F0F);
           if (q5) v = b.bit_or(v, b.shlc(b.andc(b.shrc(qh, 2 * g + h), 0x01010101), 4));
-          Value* s = b.mul(dot32(b, v, false, 0, x.v[1 + 2 * (2 * g + h)], x.v[2 + 2 * (2 * g + h)]),
-                           b.splat(sc[2 * g + h], 8));
+          Value* s = b.mul(dot32(b, v, x.v[1 + 2 * g + h]), b.splat(sc[2 * g + h], 8));
           lanes = lanes ? b.add(lanes, s) : s;
         }
       }
-      out[0] = fma_lanes(b, d, lanes, acc[0], false);
+      out[0] = fma_lanes(b, d, lanes, acc[0]);
       return out;
     }
     case GgmlType::Q6_K: {
-      Value* d = b.mul(x.v[0], b.load_f16(w, b.addc(woff, 208)));
+      Value* d = b.mul(x.v[0], f16_at(b, w, b.addc(woff, 208)));
       Value* sc[16];
       for (int i = 0; i < 16; ++i)
         sc[i] = b.convert(b.load_at(w, b.addc(woff, 192 + i), ty::s(Scalar::kI8), 1), ty::i32);
@@ -241,7 +218,7 @@ std::vector<Value*> dot_step(Emit& b, const DotFormat& f, Value* w, Value* woff,
           Value* hb = b.andc(c ? b.shrc(qh, 2 * c) : qh, 0x03030303);
           v = b.bit_or(v, b.shlc(hb, 4));
           const int ch = 4 * h + c;
-          Value* s = dot32(b, v, false, 0, x.v[1 + 2 * ch], x.v[2 + 2 * ch]);
+          Value* s = dot32(b, v, x.v[1 + ch]);
           std::vector<Value*> scl;
           for (int l = 0; l < 8; ++l) scl.push_back(sc[2 * ch + (l >= 4 ? 1 : 0)]);
           s = b.mul(s, b.build(scl));
@@ -250,9 +227,9 @@ std::vector<Value*> dot_step(Emit& b, const DotFormat& f, Value* w, Value* woff,
       }
       std::vector<Value*> corr;
       for (int l = 0; l < 8; ++l)
-        corr.push_back(b.mulc(b.add(b.mul(x.v[17 + 2 * l], sc[2 * l]), b.mul(x.v[17 + 2 * l + 1], sc[2 * l + 1])), 32));
+        corr.push_back(b.mulc(b.add(b.mul(x.v[9 + 2 * l], sc[2 * l]), b.mul(x.v[9 + 2 * l + 1], sc[2 * l + 1])), 32));
       lanes = b.sub(lanes, b.build(corr));
-      out[0] = fma_lanes(b, d, lanes, acc[0], false);
+      out[0] = fma_lanes(b, d, lanes, acc[0]);
       return out;
     }
     case GgmlType::F16:

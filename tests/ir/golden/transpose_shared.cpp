@@ -3,6 +3,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace {
 struct LoomLaunchDims {
@@ -17,6 +20,9 @@ typedef uint16_t loom_bf16;  // bfloat16, raw bits
 // Integer-only half conversions: compilers may keep _Float16 values in float precision
 // (excess precision), which would skip the rounding these must do.
 inline float loom_f16_to_f32(loom_f16 h) {
+#if defined(__F16C__)
+  return _cvtsh_ss(h);  // exact for every half (subnormals included)
+#endif
   uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
   uint32_t e = (h >> 10) & 0x1F, m = h & 0x3FF, bits;
   if (e == 0x1F) {
@@ -33,6 +39,9 @@ inline float loom_f16_to_f32(loom_f16 h) {
   return f;
 }
 inline loom_f16 loom_f32_to_f16(float f) {  // round to nearest even
+#if defined(__F16C__)
+  return static_cast<loom_f16>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
   uint32_t x;
   std::memcpy(&x, &f, 4);
   uint32_t sign = (x >> 16) & 0x8000, mag = x & 0x7FFFFFFF;
@@ -101,6 +110,93 @@ inline int32_t loom_dot4(int32_t a, int32_t b, int32_t c) {
   for (int i = 0; i < 4; ++i)
     s += static_cast<int8_t>(static_cast<uint32_t>(a) >> (8 * i)) * static_cast<int8_t>(static_cast<uint32_t>(b) >> (8 * i));
   return s;
+}
+
+// Vector forms of the lane-wise ops that GCC's vector operators do not cover. Each has an exact
+// SIMD path for the host's instruction set and a lane loop for other hosts.
+
+// dot4 on i32 lanes. Exact for all inputs: bytes sign-extended to 16 bits (even and odd bytes
+// apart), then pairwise 16-bit multiply-adds (vpmaddwd).
+template <class V>
+inline V loom_dot4_v(V a, V b, V c) {
+#if defined(__AVX2__)
+  if constexpr (sizeof(V) == 32) {
+    const __m256i x = (__m256i)a, y = (__m256i)b;
+    const __m256i xe = _mm256_srai_epi16(_mm256_slli_epi16(x, 8), 8), xo = _mm256_srai_epi16(x, 8);
+    const __m256i ye = _mm256_srai_epi16(_mm256_slli_epi16(y, 8), 8), yo = _mm256_srai_epi16(y, 8);
+    return c + (V)_mm256_add_epi32(_mm256_madd_epi16(xe, ye), _mm256_madd_epi16(xo, yo));
+  }
+#endif
+#if defined(__SSE2__)
+  if constexpr (sizeof(V) == 16) {
+    const __m128i x = (__m128i)a, y = (__m128i)b;
+    const __m128i xe = _mm_srai_epi16(_mm_slli_epi16(x, 8), 8), xo = _mm_srai_epi16(x, 8);
+    const __m128i ye = _mm_srai_epi16(_mm_slli_epi16(y, 8), 8), yo = _mm_srai_epi16(y, 8);
+    return c + (V)_mm_add_epi32(_mm_madd_epi16(xe, ye), _mm_madd_epi16(xo, yo));
+  }
+#endif
+  V r;
+  for (int l = 0; l < static_cast<int>(sizeof(V) / 4); ++l) r[l] = loom_dot4(a[l], b[l], c[l]);
+  return r;
+}
+// dot4 where every byte of `a` is known to be <= 127: unsigned-by-signed byte products summed in
+// 16-bit pairs (vpmaddubsw; at most 2 * 127 * 128 in magnitude, so it never saturates), then
+// pairs of those (vpmaddwd with ones).
+template <class V>
+inline V loom_dot4_u7(V a, V b, V c) {
+#if defined(__AVX2__)
+  if constexpr (sizeof(V) == 32)
+    return c + (V)_mm256_madd_epi16(_mm256_maddubs_epi16((__m256i)a, (__m256i)b), _mm256_set1_epi16(1));
+#endif
+#if defined(__SSSE3__)
+  if constexpr (sizeof(V) == 16)
+    return c + (V)_mm_madd_epi16(_mm_maddubs_epi16((__m128i)a, (__m128i)b), _mm_set1_epi16(1));
+#endif
+  return loom_dot4_v(a, b, c);
+}
+// fma on f32/f64 lanes, one rounding per lane.
+template <class V>
+inline V loom_fma_v(V a, V b, V c) {
+#if defined(__FMA__)
+  if constexpr (sizeof(V) == 32 && sizeof(a[0]) == 4) return (V)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+  if constexpr (sizeof(V) == 16 && sizeof(a[0]) == 4) return (V)_mm_fmadd_ps((__m128)a, (__m128)b, (__m128)c);
+  if constexpr (sizeof(V) == 32 && sizeof(a[0]) == 8) return (V)_mm256_fmadd_pd((__m256d)a, (__m256d)b, (__m256d)c);
+  if constexpr (sizeof(V) == 16 && sizeof(a[0]) == 8) return (V)_mm_fmadd_pd((__m128d)a, (__m128d)b, (__m128d)c);
+#endif
+  V r;
+  for (int l = 0; l < static_cast<int>(sizeof(V) / sizeof(a[0])); ++l) r[l] = std::fma(a[l], b[l], c[l]);
+  return r;
+}
+// f16 lanes (raw bits) -> f32 lanes, exact.
+template <class R, class V>
+inline R loom_f16_to_f32_v(V h) {
+#if defined(__F16C__)
+  if constexpr (sizeof(V) == 16) return (R)_mm256_cvtph_ps((__m128i)h);
+  if constexpr (sizeof(V) == 8) {
+    __m128i t = _mm_setzero_si128();
+    std::memcpy(&t, &h, 8);
+    return (R)_mm_cvtph_ps(t);
+  }
+#endif
+  R r;
+  for (int l = 0; l < static_cast<int>(sizeof(V) / 2); ++l) r[l] = loom_f16_to_f32(h[l]);
+  return r;
+}
+// f32 lanes -> f16 lanes (raw bits), round to nearest even.
+template <class R, class V>
+inline R loom_f32_to_f16_v(V f) {
+#if defined(__F16C__)
+  if constexpr (sizeof(V) == 32) return (R)_mm256_cvtps_ph((__m256)f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  if constexpr (sizeof(V) == 16) {
+    const __m128i t = _mm_cvtps_ph((__m128)f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    R r;
+    std::memcpy(&r, &t, 8);
+    return r;
+  }
+#endif
+  R r;
+  for (int l = 0; l < static_cast<int>(sizeof(V) / 4); ++l) r[l] = loom_f32_to_f16(f[l]);
+  return r;
 }
 }  // namespace
 

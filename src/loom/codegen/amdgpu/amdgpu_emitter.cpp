@@ -431,10 +431,36 @@ class FunctionEmitter {
         alias(r, cur);
         return Status();
       }
-      case Op::kDot4:
-        emit(fmt::format("{} = {}", define(r), call("i32", "llvm.amdgcn.sdot4", {tv(in.operands[0]), tv(in.operands[1]),
-                                                                              tv(in.operands[2]), "i1 false"})));
+      case Op::kDot4: {
+        if (!r->type.is_vector()) {
+          emit(fmt::format("{} = {}", define(r), call("i32", "llvm.amdgcn.sdot4", {tv(in.operands[0]), tv(in.operands[1]),
+                                                                                tv(in.operands[2]), "i1 false"})));
+          return Status();
+        }
+        // One sdot4 per lane, reassembled.
+        const int n = r->type.lanes();
+        std::string cur = "poison";
+        for (int l = 0; l < n; ++l) {
+          std::string x[3];
+          for (int i = 0; i < 3; ++i) {
+            x[i] = tmp();
+            emit(fmt::format("{} = extractelement {}, i64 {}", x[i], tv(in.operands[static_cast<size_t>(i)]), l));
+          }
+          std::string s = tmp();
+          emit(fmt::format("{} = {}", s, call("i32", "llvm.amdgcn.sdot4", {"i32 " + x[0], "i32 " + x[1], "i32 " + x[2], "i1 false"})));
+          std::string next = l + 1 == n ? define(r) : tmp();
+          emit(fmt::format("{} = insertelement {} {}, i32 {}, i64 {}", next, ty(r->type), cur, s, l));
+          cur = next;
+        }
         return Status();
+      }
+      case Op::kConcat: {
+        std::string idx;
+        for (int l = 0; l < r->type.lanes(); ++l) idx += fmt::format("{}i32 {}", l ? ", " : "", l);
+        emit(fmt::format("{} = shufflevector {}, {}, <{} x i32> <{}>", define(r), tv(in.operands[0]), tv(in.operands[1]),
+                         r->type.lanes(), idx));
+        return Status();
+      }
       case Op::kMma: return unimplemented("'mma' has no amdgpu form (verify with the amdgpu target first)");
       case Op::kFor: return for_loop(in);
       case Op::kIf: return if_else(in);

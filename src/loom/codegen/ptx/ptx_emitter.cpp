@@ -319,10 +319,20 @@ Status KernelEmitter::inst(const Inst& in) {
       }
       return Status();
     }
-    case Op::kDot4:
-      line(fmt::format("dp4a.s32.s32 {}, {}, {}, {};", define(r)[0], reg(in.operands[0]), reg(in.operands[1]),
-                       reg(in.operands[2])));
+    case Op::kDot4: {  // one dp4a per lane
+      const auto& d = define(r);
+      for (size_t l = 0; l < d.size(); ++l)
+        line(fmt::format("dp4a.s32.s32 {}, {}, {}, {};", d[l], regs_[in.operands[0]->id][l], regs_[in.operands[1]->id][l],
+                         regs_[in.operands[2]->id][l]));
       return Status();
+    }
+    case Op::kConcat: {  // lanes are registers: copies
+      const auto& d = define(r);
+      const size_t half = d.size() / 2;
+      for (size_t l = 0; l < d.size(); ++l)
+        copy(d[l], regs_[in.operands[l < half ? 0 : 1]->id][l % half], rc_of(r->type));
+      return Status();
+    }
     case Op::kMma: {
       const auto& a = regs_[in.operands[0]->id];
       const auto& b = regs_[in.operands[1]->id];

@@ -149,6 +149,9 @@ std::optional<Literal> evaluate(const Inst& inst) {
     }
     case TypeRule::kSplat:
     case TypeRule::kExtract: return lits[0];  // constant vectors are splats
+    case TypeRule::kConcat:
+      if (lits[0] == lits[1]) return lits[0];  // two equal splats
+      return std::nullopt;
     default: return std::nullopt;
   }
 }
