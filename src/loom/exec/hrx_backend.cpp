@@ -4,16 +4,20 @@
 #include "loom/exec/hrx_backend.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
 #include <fmt/format.h>
 
 #include "loom/base/log.h"
+#include "loom/codegen/cpp/host_compiler.h"
+#include "loom/evolve/store.h"
 #include "loom/hrx/runtime.h"
 #include "loom/ir/ir.h"
 #include "loom/kernels/elementwise_util.h"
@@ -231,6 +235,12 @@ class HrxBackend final : public llm::Backend {
     return plan.scratch.back().address();
   }
 
+  // The GPU fast paths of issue 7 (matvec_gpu, matmul_mma) unless LOOM_GPU_FAST_OPS=0.
+  static bool gpu_fast_ops() {
+    const char* e = std::getenv("LOOM_GPU_FAST_OPS");
+    return !(e && std::string_view(e) == "0");
+  }
+
   // Program launches -> op calls. Rope launches are held back and fused with the KV store that
   // follows them (rope_kv rotates q in place and writes the rotated k and v into the cache).
   Result<std::vector<OpCall>> lower(Plan& plan) {
@@ -289,6 +299,20 @@ class HrxBackend final : public llm::Backend {
           LOOM_ASSIGN_OR_RETURN(GgmlType xt, llm::ref::vec_dot_type(w.type));
           const int64_t nt = rows_of(l.in0);
           uint64_t xaddr = value_addr(plan, l.in0);
+          // GPUs (issue 7): prompts of >= 16 tokens on the tensor cores (f32 activations, no
+          // quantize_act), single tokens through the wide-load mat-vec; shapes or weight types
+          // these ops refuse keep the generic matvec/matmul. LOOM_GPU_FAST_OPS=0 turns this off.
+          if (dev_.target() == ir::TargetKind::kPtx && gpu_fast_ops()) {
+            kernels::Shape fs;
+            fs.dims = {{"wtype", static_cast<int64_t>(w.type)}, {"n_in", w.n_in}, {"n_out", w.n_out}, {"n_tokens", nt}};
+            const OpSpec* mma = kernels::find_op("matmul_mma");
+            if (nt >= 16 && mma && mma->validate(fs).ok()) {
+              call.op = mma;
+              call.shape = fs;
+              call.bind = {{"w", weight_addr(l.weight)}, {"x", xaddr}, {"y", value_addr(plan, l.out)}};
+              break;
+            }
+          }
           if (xt != GgmlType::F32) {
             auto key = std::make_pair(l.in0, static_cast<int>(xt));
             auto found = xq.find(key);
@@ -306,6 +330,10 @@ class HrxBackend final : public llm::Backend {
           }
           LOOM_ASSIGN_OR_RETURN(call.op, op(nt == 1 ? "matvec" : "matmul"));
           call.shape.dims = {{"wtype", static_cast<int64_t>(w.type)}, {"n_in", w.n_in}, {"n_out", w.n_out}, {"n_tokens", nt}};
+          if (nt == 1 && dev_.target() == ir::TargetKind::kPtx && gpu_fast_ops()) {
+            const OpSpec* fast = kernels::find_op("matvec_gpu");
+            if (fast && fast->validate(call.shape).ok()) call.op = fast;  // same arguments: w, xq, y
+          }
           call.bind = {{"w", weight_addr(l.weight)}, {"xq", xaddr}, {"y", value_addr(plan, l.out)}};
           break;
         }
@@ -421,6 +449,8 @@ class HrxBackend final : public llm::Backend {
     merged.source_name = fmt::format("step of {} tokens", plan->n_padded);
     struct Pending {
       std::string kernel;
+      hrx::Kernel direct;  // a stored C++ kernel, loaded as a module of its own
+      bool has_direct = false;
       kernels::KernelLaunch launch;
       std::vector<uint64_t> addrs;  // per op argument
       std::vector<ir::Type> params;
@@ -429,11 +459,31 @@ class HrxBackend final : public llm::Backend {
     };
     std::vector<Pending> pending;
     std::map<std::string, std::string> renamed;  // op|shape|schedule|kernel -> merged name
+    const std::string arch = evolve::device_arch_of(dev_.props());
     for (OpCall& call : calls) {
       Status v = call.op->validate(call.shape);
       if (!v.ok()) return std::move(v).with_context(call.label);
       const kernels::Schedule sched = call.op->default_schedule(call.shape, target);
-      const std::string key = fmt::format("{}|{}|{}", call.op->name(), call.shape.key(), kernels::schedule_key(sched));
+      std::string key = fmt::format("{}|{}|{}", call.op->name(), call.shape.key(), kernels::schedule_key(sched));
+      // The kernel store (loom evolve): its best kernel for this op, shape and device replaces
+      // the default schedule; a store that cannot be read, or a kernel that does not build,
+      // leaves the default in place (with a warning).
+      std::optional<evolve::Instance> stored;
+      if (auto sk = evolve::best_kernel(call.op->name(), call.shape, arch); !sk.ok()) {
+        log_warn("kernel store: {}", sk.status().to_string());
+      } else if (*sk) {
+        auto inst = (*sk)->instantiate(*call.op, call.shape, target);
+        if (!inst.ok()) {
+          log_warn("kernel store: {} for {} {{{}}}: {}; using the default schedule", (*sk)->id(), call.op->name(),
+                        call.shape.key(), inst.status().to_string());
+        } else {
+          stored = std::move(*inst);
+          key = fmt::format("{}|{}|{}", call.op->name(), call.shape.key(), (*sk)->id());
+          if (stored_used_.insert(key).second)
+            std::fprintf(stderr, "loom: kernel store: %s for %s {%s} (%.2fx over the default schedule when stored)\n",
+                         (*sk)->id().c_str(), std::string(call.op->name()).c_str(), call.shape.key().c_str(), (*sk)->speedup);
+        }
+      }
       std::vector<kernels::ArgSpec> args = call.op->args(call.shape);
       std::vector<uint64_t> addrs(args.size(), 0);
       for (size_t i = 0; i < args.size(); ++i) {
@@ -448,7 +498,27 @@ class HrxBackend final : public llm::Backend {
           return internal_error("{}: op {} argument '{}' is not bound", call.label, call.op->name(), a.name);
         addrs[i] = it->second;
       }
-      auto gen = call.op->generate(call.shape, sched, target);
+      if (stored && stored->kind == evolve::CandKind::kCpp) {
+        // C++ from the store: its own shared object (compiled once, cached on disk by hash).
+        auto so = codegen::compile_shared_object(evolve::cpp_source_for_cpu(*stored));
+        if (!so.ok()) return std::move(so).status().with_context(call.label + ": stored kernel");
+        auto m = hrx::Module::load_shared_object(dev_, *so);
+        if (!m.ok()) return std::move(m).status().with_context(call.label + ": stored kernel");
+        for (const kernels::KernelLaunch& kl : stored->launches) {
+          Pending pd;
+          LOOM_ASSIGN_OR_RETURN(pd.direct, m->kernel(kl.kernel));
+          pd.has_direct = true;
+          pd.kernel = kl.kernel;
+          pd.launch = kl;
+          pd.addrs = addrs;
+          pd.params.assign(kl.args.size() + kl.scalars.size(), ir::Type::scalar(ir::Scalar::kI64));
+          pd.label = call.label;
+          pending.push_back(std::move(pd));
+        }
+        if (!stored->launches.empty()) pending.back().dump_value = call.out_value;
+        continue;
+      }
+      auto gen = stored ? Result<kernels::Generated>(std::move(stored->gen)) : call.op->generate(call.shape, sched, target);
       if (!gen.ok()) return std::move(gen).status().with_context(call.label);
       kernels::Generated g = std::move(gen).value();
       for (const kernels::KernelLaunch& kl : g.launches) {
@@ -484,7 +554,11 @@ class HrxBackend final : public llm::Backend {
     if (!mod.ok()) return std::move(mod).status().with_context("compiling the step's kernels");
     for (Pending& pd : pending) {
       BoundLaunch bl;
-      LOOM_ASSIGN_OR_RETURN(bl.kernel, mod->kernel(pd.kernel));
+      if (pd.has_direct) {
+        bl.kernel = std::move(pd.direct);
+      } else {
+        LOOM_ASSIGN_OR_RETURN(bl.kernel, mod->kernel(pd.kernel));
+      }
       bl.grid = hrx::Dim3(pd.launch.grid[0], pd.launch.grid[1], pd.launch.grid[2]);
       bl.block = hrx::Dim3(pd.launch.block[0], pd.launch.block[1], pd.launch.block[2]);
       size_t pi = 0;
@@ -510,6 +584,7 @@ class HrxBackend final : public llm::Backend {
   }
 
   HrxBackendOptions opt_;
+  std::set<std::string> stored_used_;  // stored kernels announced once (op|shape|id)
   std::string name_ = "hrx";
   hrx::Device dev_;
   hrx::Stream stream_;

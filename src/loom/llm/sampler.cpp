@@ -103,6 +103,16 @@ void Sampler::apply_temperature(std::vector<Candidate>& c, float t) {
 }
 
 int32_t Sampler::sample(const float* logits) {
+  const bool penalties = !(params_.repeat_penalty == 1.0f && params_.frequency_penalty == 0.0f &&
+                           params_.presence_penalty == 0.0f) && !history_.empty();
+  if (params_.temp <= 0.0f && !penalties) {
+    // Greedy without penalties: the first maximum, without copying the vocabulary (262144
+    // candidates for Gemma 3, once per token and stream).
+    int64_t best = 0;
+    for (int64_t i = 1; i < n_vocab_; ++i)
+      if (logits[i] > logits[best]) best = i;
+    return static_cast<int32_t>(best);
+  }
   cand_.resize(static_cast<size_t>(n_vocab_));
   for (int64_t i = 0; i < n_vocab_; ++i) cand_[static_cast<size_t>(i)] = {static_cast<int32_t>(i), logits[i], 0.0f};
   apply_penalties(cand_);
