@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "loom/evolve/candidate.h"
+#include "loom/evolve/cpp_family.h"
 #include "loom/evolve/device.h"
 #include "loom/evolve/db.h"
 #include "loom/evolve/evaluator.h"
@@ -154,6 +155,7 @@ int ops_cmd() {
     std::string space;
     for (const auto& k : op->schedule_space(shapes.back(), ir::TargetKind::kCpp)) space += " " + k.name;
     for (const auto& k : rewrite_knobs(ir::TargetKind::kCpp)) space += " " + k.name;
+    for (const auto& k : family_knobs(*op, shapes.back(), ir::TargetKind::kCpp)) space += " " + k.name;
     std::printf("  knobs (cpu):%s\n  e.g. --shape %s\n", space.c_str(), shapes.back().key().c_str());
   }
   return 0;

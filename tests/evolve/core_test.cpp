@@ -41,6 +41,29 @@ TEST(EvolveTemplate, ExpressionsAndSubstitution) {
   EXPECT_FALSE(substitute("x ${n", s).ok());
 }
 
+// `loom ops ir` output (its "// launch NAME grid (X,Y,Z) block (X,Y,Z)" line, no args) is a valid
+// IR candidate for its own shape: args are the kernel's pointer parameters in op order.
+TEST(EvolveTemplate, OpsIrOutputIsACandidate) {
+  const kernels::OpSpec* op = kernels::find_op("matvec");
+  auto shape = *kernels::Shape::parse("n_in=64,n_out=37,n_tokens=1,wtype=2");
+  auto gen = op->generate(shape, op->default_schedule(shape, ir::TargetKind::kCpp), ir::TargetKind::kCpp);
+  ASSERT_TRUE(gen.ok());
+  const auto& l = gen->launches[0];
+  Candidate c;
+  c.kind = CandKind::kIr;
+  c.source = fmt::format("// launch {} grid ({},{},{}) block ({},{},{})\n", l.kernel, l.grid[0], l.grid[1], l.grid[2], l.block[0],
+                         l.block[1], l.block[2]) + ir::print(gen->module);
+  auto inst = instantiate(c, *op, shape, ir::TargetKind::kCpp);
+  ASSERT_TRUE(inst.ok()) << inst.status().to_string();
+  ASSERT_EQ(inst->launches.size(), 1u);
+  EXPECT_EQ(inst->launches[0].args, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(inst->launches[0].grid, l.grid);
+  EvalOptions o;
+  o.time = false;
+  EvalResult r = evaluate_isolated("cpu", *op, shape, c, o, 120);
+  EXPECT_TRUE(r.ok()) << r.status << " " << r.reason;
+}
+
 TEST(EvolveBudget, Parses) {
   JobConfig c;
   ASSERT_TRUE(parse_budget("10m,500", c).ok());

@@ -138,8 +138,21 @@ Status parse_launches(const std::string& text, Instance& inst) {
         continue;
       }
       size_t eq = tok.find('=');
-      if (eq == std::string::npos) return invalid_argument("launch line '{}': '{}' is not KEY=VALUE", line, tok);
-      std::string key = tok.substr(0, eq), val = tok.substr(eq + 1);
+      std::string key, val;
+      if (eq == std::string::npos && (tok == "grid" || tok == "block")) {
+        // `loom ops ir` writes "grid (X,Y,Z) block (X,Y,Z)".
+        while (q < line.size() && line[q] == ' ') ++q;
+        size_t w2 = line.find(' ', q);
+        val = line.substr(q, w2 == std::string::npos ? std::string::npos : w2 - q);
+        q = w2 == std::string::npos ? line.size() : w2;
+        if (val.size() >= 2 && val.front() == '(' && val.back() == ')') val = val.substr(1, val.size() - 2);
+        key = tok;
+      } else if (eq == std::string::npos) {
+        return invalid_argument("launch line '{}': '{}' is not KEY=VALUE", line, tok);
+      } else {
+        key = tok.substr(0, eq);
+        val = tok.substr(eq + 1);
+      }
       if (key == "grid" || key == "block") {
         LOOM_ASSIGN_OR_RETURN(auto v, int_list(val));
         if (v.size() != 3) return invalid_argument("launch line '{}': {} needs X,Y,Z", line, key);
@@ -306,12 +319,18 @@ Result<Instance> instantiate(const Candidate& c, const kernels::OpSpec& op, cons
   LOOM_RETURN_IF_ERROR(parse_launches(text, inst));
   if (c.kind == CandKind::kIr) {
     LOOM_ASSIGN_OR_RETURN(inst.gen.module, ir::parse_module(text, "candidate.loom"));
+    for (kernels::KernelLaunch& l : inst.launches)  // no args=: the kernel's pointer parameters in op order
+      if (l.args.empty())
+        if (const ir::Kernel* k = inst.gen.module.find(l.kernel))
+          for (size_t p = 0; p < k->params.size() && k->params[p]->type.is_pointer(); ++p) l.args.push_back(static_cast<int>(p));
     inst.gen.launches = inst.launches;
     return inst;
   }
   if ((c.kind == CandKind::kCpp) != (target == ir::TargetKind::kCpp))
     return invalid_argument("a {} candidate does not run on a {} device", cand_kind_name(c.kind),
                             ir::target_kind_name(target));
+  for (const kernels::KernelLaunch& l : inst.launches)
+    if (l.args.empty()) return invalid_argument("launch of {} names no args= (which op arguments it takes)", l.kernel);
   inst.source = std::move(text);
   return inst;
 }
