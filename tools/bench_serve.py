@@ -159,7 +159,9 @@ def main():
                "threads": a.threads, "model": pathlib.Path(a.model).name,
                # The machine may be shared: the load average says how much CPU the run really had.
                "load_average_before": load_before[0], "load_average_after": os.getloadavg()[0],
-               "command": " ".join([sys.argv[0]] + sys.argv[1:]), "results": results}
+               "command": " ".join([sys.argv[0]] + sys.argv[1:]),
+               # LOOM_* settings change what the server runs (e.g. LOOM_REF_TOKEN_AT_A_TIME=1).
+               "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("LOOM_")}, "results": results}
         if a.json:
             pathlib.Path(a.json).write_text(json.dumps(doc, indent=2) + "\n")
         print(json.dumps(doc, indent=2))
