@@ -498,12 +498,11 @@ class MatvecGpuOp final : public OpSpec {
       add(1024, 45, t);   // 32 blocks: eight-block units, 16-byte loads
     }
     for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K}) {
-      add(512, 19, t);
+      add(512, 19, t);    // Q6_K: two-block units, 4-byte loads
       add(1536, 640, t);
-      add(2048, 33, t);  // Q6_K: eight-block units
     }
+    add(2048, 33, GgmlType::Q6_K);    // eight-block units, 16-byte loads
     add(4096, 1024, GgmlType::Q4_0);  // Llama-3-8B k rows
-    add(4096, 256, GgmlType::Q6_K);
     return out;
   }
 };
