@@ -57,7 +57,9 @@ float vec_dot(GgmlType weight_type, const void* w_row, const void* x_q, int64_t 
 
 // y[t * n_out + r] = dot(W[r], x[t]) for t < n_tok. x is [n_tok, n_in] float32.
 // `scratch` holds the quantized activations (resized as needed). Rows of W are split over the
-// pool's threads; the result does not depend on the thread count.
+// pool's threads; the result does not depend on the thread count. With several tokens (AVX2
+// builds) each tile of weight rows is multiplied with all of them at once, unpacked once per
+// tile of tokens; every element stays bit-identical to vec_dot(W[r], x[t]).
 Status matmul(const WeightView& w, const float* x, int64_t n_tok, float* y, ThreadPool* pool,
               std::vector<uint8_t>* scratch);
 
