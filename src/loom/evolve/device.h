@@ -56,8 +56,9 @@ class EvalDevice {
 // Largest cache size from /sys/devices/system/cpu/cpu0/cache/index*/size (0 if unreadable).
 uint64_t host_llc_bytes();
 
-// Measured peak read bandwidth in GB/s: cpu, `threads` threads summing a 256 MiB buffer (best of
-// 10 passes); cuda, a Loom IR kernel reading 1 GiB with wide loads (best of 5).
+// Measured peak read bandwidth in GB/s: cpu, a C++ kernel on the device summing 4 MiB per launch,
+// launches rotating through 256 MiB, median of the launches (timed like candidates); cuda, a Loom
+// IR kernel reading 1 GiB with wide loads (best of 5).
 Result<double> measure_read_gbps(EvalDevice& d);
 
 // CUDA C++ -> PTX through NVRTC (libnvrtc.so loaded with dlopen); unavailable when absent.

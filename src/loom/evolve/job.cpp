@@ -102,7 +102,7 @@ Result<double> peak_for(Db& db, const std::string& spec, Probe& p, const std::fu
   LOOM_ASSIGN_OR_RETURN(Probe m, probe(spec, true));
   LOOM_ASSIGN_OR_RETURN(Stmt ins, db.prepare("INSERT OR REPLACE INTO device_peaks VALUES (?1, ?2, ?3, julianday('now'))"));
   ins.bind(1, key).bind(2, m.peak_gbps).bind(3, p.arch.rfind("cuda", 0) == 0 ? "ir read kernel, 1 GiB, best of 5"
-                                                                              : "host threads summing 256 MiB, best of 10");
+                                                                              : "cpp kernel reading 4 MiB per launch over 256 MiB, median of launches");
   LOOM_RETURN_IF_ERROR(ins.run());
   log(fmt::format("peak read bandwidth: {:.1f} GB/s (cached in the database)", m.peak_gbps));
   return m.peak_gbps;
