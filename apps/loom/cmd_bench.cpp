@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "cli.h"
 #include "gen_flags.h"
 #include "loom/base/version.h"
+#include "loom/exec/hrx_backend.h"
 #include "loom/exec/peak.h"
 #include "loom/llm/engine.h"
 #include "loom/llm/ggml_types.h"
@@ -33,6 +35,7 @@ struct BenchFlags {
   int64_t n_prompt = 512, n_gen = 128;
   int reps = 5;
   bool json = false;
+  bool profile = false;  // per-op breakdown (eager launches with device events)
   std::string out;  // append the JSON objects to this file too
 };
 
@@ -144,6 +147,8 @@ std::string utc_now() {
 
 Status bench(const BenchFlags& f, const std::string& command) {
   if (f.n_prompt < 1 || f.n_gen < 1 || f.reps < 1) return invalid_argument("-p, -n and -r must be >= 1");
+  // Profiling is read when a backend is made: set before the engine exists.
+  if (f.profile) ::setenv("LOOM_PROFILE", "1", 1);
   LOOM_ASSIGN_OR_RETURN(std::string path, llm::resolve_model_path(f.gen.model));
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<llm::Model> model, llm::Model::load(path, !f.json));
   llm::EngineOptions opts = f.gen.engine();
@@ -162,6 +167,7 @@ Status bench(const BenchFlags& f, const std::string& command) {
   double pp, tg;
   LOOM_ASSIGN_OR_RETURN(std::vector<int32_t> expected, run_once(*engine, prompt, f.n_gen, &pp, &tg));
   std::vector<double> pp_tps, tg_tps;
+  exec::profile_reset();  // the warm-up compiled the kernels: profile only the timed runs
   for (int r = 0; r < f.reps; ++r) {
     LOOM_ASSIGN_OR_RETURN(std::vector<int32_t> got, run_once(*engine, prompt, f.n_gen, &pp, &tg));
     if (got != expected) return internal_error("repetition {} generated different tokens: not deterministic", r);
@@ -208,6 +214,27 @@ Status bench(const BenchFlags& f, const std::string& command) {
       j["limit"] = "compute (peak unknown for this device)";
       j["fraction_of_limit"] = nullptr;
     }
+    if (f.profile) {
+      // Per step of this test's kind: each op's time, share and bandwidth (issue 7's breakdown).
+      const std::string kind = test.rfind("tg", 0) == 0 ? "decode" : "prompt";
+      const double steps = static_cast<double>(std::max<int64_t>(1, exec::profile_steps(kind)));
+      double total = 0;
+      const auto prof = exec::profile_snapshot();
+      for (const auto& o : prof)
+        if (o.step == kind) total += o.seconds;
+      nlohmann::json ops = nlohmann::json::array();
+      for (const auto& o : prof) {
+        if (o.step != kind) continue;
+        const double gbs = o.seconds > 0 ? o.bytes / o.seconds / 1e9 : 0;
+        ops.push_back({{"op", o.op}, {"launches_per_step", static_cast<double>(o.launches) / steps},
+                       {"us_per_step", o.seconds / steps * 1e6}, {"share", total > 0 ? o.seconds / total : 0},
+                       {"gbs", gbs}, {"fraction_of_bandwidth", lim.bandwidth_gbs > 0 ? gbs / lim.bandwidth_gbs : 0},
+                       {"tflops", o.seconds > 0 ? o.flops / o.seconds / 1e12 : 0}});
+      }
+      j["profile"] = {{"step", kind}, {"steps", steps}, {"kernel_us_per_step", total / steps * 1e6},
+                      {"note", "eager launches with device events around each (no graph replay): tokens/s of a profiled run are lower"},
+                      {"ops", ops}};
+    }
     results.push_back(std::move(j));
   };
   // pp: the weights are read once per prompt, the attention over a triangle of cells.
@@ -241,6 +268,18 @@ Status bench(const BenchFlags& f, const std::string& command) {
                 fmt::format("{:.1f}-{:.1f}", j["min"].get<double>(), j["max"].get<double>()).c_str(),
                 j["achieved_gbs"].get<double>(), frac.c_str());
   }
+  for (const auto& j : results) {
+    if (!j.contains("profile")) continue;
+    const auto& pr = j["profile"];
+    std::printf("\nper-op profile of a %s step (%s; %.0f steps, kernels %.1f us per step):\n",
+                pr["step"].get<std::string>().c_str(), j["test"].get<std::string>().c_str(), pr["steps"].get<double>(),
+                pr["kernel_us_per_step"].get<double>());
+    std::printf("  %-18s %9s %11s %7s %9s %9s\n", "op", "launches", "us/step", "share", "GB/s", "of BW");
+    for (const auto& o : pr["ops"])
+      std::printf("  %-18s %9.1f %11.1f %6.1f%% %9.1f %8.1f%%\n", o["op"].get<std::string>().c_str(),
+                  o["launches_per_step"].get<double>(), o["us_per_step"].get<double>(), 100 * o["share"].get<double>(),
+                  o["gbs"].get<double>(), 100 * o["fraction_of_bandwidth"].get<double>());
+  }
   return Status();
 }
 
@@ -255,6 +294,8 @@ LOOM_COMMAND(kBench, "bench", "measure prompt and generation speed (tokens/s) ag
   app.add_option("-r,--reps", f->reps, "timed repetitions after one warm-up")->capture_default_str();
   app.add_flag("--json", f->json, "print one JSON object per test (one per line)");
   app.add_option("-o,--out", f->out, "also append the JSON objects to this file (JSON lines)");
+  app.add_flag("--profile", f->profile,
+               "per-op breakdown of a step: time, share, GB/s and fraction of the bandwidth (HRX devices; eager launches)");
   return [f] {
     Status s = bench(*f, command_line());
     return s.ok() ? 0 : report(s);

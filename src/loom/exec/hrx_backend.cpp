@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -59,6 +60,8 @@ struct BoundLaunch {
   hrx::KernelArgs args;
   std::string label;
   int32_t dump_value = -1;  // set on the last launch of a call that writes a Program value
+  std::string op;           // op-library name (profile)
+  double bytes = 0, flops = 0;  // the call's cost, on its last launch (profile)
 };
 
 // Everything one step shape needs on the device.
@@ -73,7 +76,19 @@ struct Plan {
   int runs = 0;
   uint64_t tokens_off = 0, pos_off = 0, seq_off = 0, rows_off = 0;
   std::vector<int32_t> host_step;          // staging for `step`
+  std::vector<hrx::Event> prof_events;     // two per launch when profiling
 };
+
+// The process-wide profile table (LOOM_PROFILE).
+struct ProfileTable {
+  std::mutex mu;
+  std::map<std::pair<std::string, std::string>, OpProfile> ops;
+  std::map<std::string, int64_t> steps;
+};
+ProfileTable& profile_table() {
+  static ProfileTable t;
+  return t;
+}
 
 class HrxBackend final : public llm::Backend {
  public:
@@ -157,9 +172,19 @@ class HrxBackend final : public llm::Backend {
     if (plan.graph.raw()) {
       LOOM_RETURN_IF_ERROR(plan.graph.launch(stream_));
     } else {
-      for (const BoundLaunch& l : plan.launches) {
+      if (profile_ && plan.prof_events.size() != 2 * plan.launches.size()) {
+        plan.prof_events.clear();
+        for (size_t i = 0; i < 2 * plan.launches.size(); ++i) {
+          LOOM_ASSIGN_OR_RETURN(hrx::Event e, hrx::Event::create(dev_));
+          plan.prof_events.push_back(std::move(e));
+        }
+      }
+      for (size_t i = 0; i < plan.launches.size(); ++i) {
+        const BoundLaunch& l = plan.launches[i];
+        if (profile_) LOOM_RETURN_IF_ERROR(plan.prof_events[2 * i].record(stream_));
         Status s = stream_.launch(l.kernel, l.grid, l.block, l.args);
         if (!s.ok()) return std::move(s).with_context(l.label);
+        if (profile_) LOOM_RETURN_IF_ERROR(plan.prof_events[2 * i + 1].record(stream_));
         if (dump_dir_ && l.dump_value >= 0) LOOM_RETURN_IF_ERROR(dump(plan, p.n_tokens, l.dump_value));
       }
     }
@@ -167,8 +192,9 @@ class HrxBackend final : public llm::Backend {
     LOOM_RETURN_IF_ERROR(stream_.copy_d2h(logits, plan.slots[static_cast<size_t>(out.slot)], 0,
                                           static_cast<uint64_t>(out.rows * out.cols) * 4));
     LOOM_RETURN_IF_ERROR(stream_.synchronize());
+    if (profile_) LOOM_RETURN_IF_ERROR(record_profile(plan));
     // After a first eager run proved the launches, later steps of this shape replay a graph.
-    if (++plan.runs == 1 && opt_.use_graphs && !dump_dir_ && !std::getenv("LOOM_NO_GRAPHS")) {
+    if (++plan.runs == 1 && opt_.use_graphs && !dump_dir_ && !profile_ && !std::getenv("LOOM_NO_GRAPHS")) {
       LOOM_RETURN_IF_ERROR(stream_.begin_capture());
       Status s;
       for (const BoundLaunch& l : plan.launches)
@@ -182,6 +208,25 @@ class HrxBackend final : public llm::Backend {
   }
 
  private:
+  Status record_profile(const Plan& plan) {
+    const std::string step = plan.n_tokens == 1 ? "decode" : "prompt";
+    ProfileTable& t = profile_table();
+    std::lock_guard<std::mutex> lock(t.mu);
+    for (size_t i = 0; i < plan.launches.size(); ++i) {
+      const BoundLaunch& l = plan.launches[i];
+      LOOM_ASSIGN_OR_RETURN(float ms, hrx::Event::elapsed_ms(plan.prof_events[2 * i], plan.prof_events[2 * i + 1]));
+      OpProfile& o = t.ops[{step, l.op}];
+      o.step = step;
+      o.op = l.op;
+      ++o.launches;
+      o.seconds += ms / 1e3;
+      o.bytes += l.bytes;
+      o.flops += l.flops;
+    }
+    ++t.steps[step];
+    return Status();
+  }
+
   // LOOM_DUMP_VALUES=DIR writes each value as it is computed to DIR/<value name>.f32 (the real
   // tokens' rows only), as the reference backend does: diff the two directories to find the
   // first op that diverges. Runs eagerly (no graph) and synchronizes after every op.
@@ -441,6 +486,13 @@ class HrxBackend final : public llm::Backend {
     return Status();
   }
 
+  template <typename P>
+  static void mark_cost(P& pd, const OpCall& call) {
+    const kernels::Cost c = call.op->cost(call.shape);
+    pd.bytes = c.bytes;
+    pd.flops = c.flops;
+  }
+
   // Generates every call's kernels, merges them into one module (one compile per plan), and
   // binds the launches.
   Result<std::unique_ptr<Plan>> compile(std::unique_ptr<Plan> plan, std::vector<OpCall> calls) {
@@ -456,6 +508,8 @@ class HrxBackend final : public llm::Backend {
       std::vector<ir::Type> params;
       std::string label;
       int32_t dump_value = -1;
+      std::string op;
+      double bytes = 0, flops = 0;
     };
     std::vector<Pending> pending;
     std::map<std::string, std::string> renamed;  // op|shape|schedule|kernel -> merged name
@@ -513,9 +567,13 @@ class HrxBackend final : public llm::Backend {
           pd.addrs = addrs;
           pd.params.assign(kl.args.size() + kl.scalars.size(), ir::Type::scalar(ir::Scalar::kI64));
           pd.label = call.label;
+          pd.op = std::string(call.op->name());
           pending.push_back(std::move(pd));
         }
-        if (!stored->launches.empty()) pending.back().dump_value = call.out_value;
+        if (!stored->launches.empty()) {
+          pending.back().dump_value = call.out_value;
+          mark_cost(pending.back(), call);
+        }
         continue;
       }
       auto gen = stored ? Result<kernels::Generated>(std::move(stored->gen)) : call.op->generate(call.shape, sched, target);
@@ -544,9 +602,13 @@ class HrxBackend final : public llm::Backend {
         pd.addrs = addrs;
         for (const auto& prm : k->params) pd.params.push_back(prm->type);
         pd.label = call.label;
+        pd.op = std::string(call.op->name());
         pending.push_back(std::move(pd));
       }
-      if (!g.launches.empty()) pending.back().dump_value = call.out_value;
+      if (!g.launches.empty()) {
+        pending.back().dump_value = call.out_value;
+        mark_cost(pending.back(), call);
+      }
     }
     Progress progress(fmt::format("compiling {} kernels for {}", merged.kernels.size(), dev_.props().spec), 1);
     auto mod = hrx::Module::compile(dev_, merged);
@@ -578,6 +640,9 @@ class HrxBackend final : public llm::Backend {
         return internal_error("{}: {} arguments for {} parameters of {}", pd.label, pi, pd.params.size(), pd.kernel);
       bl.label = std::move(pd.label);
       bl.dump_value = pd.dump_value;
+      bl.op = pd.op;
+      bl.bytes = pd.bytes;
+      bl.flops = pd.flops;
       plan->launches.push_back(std::move(bl));
     }
     return plan;
@@ -597,9 +662,40 @@ class HrxBackend final : public llm::Backend {
   int64_t decode_attention_max_ = std::getenv("LOOM_DECODE_ATTENTION_MAX") ? std::atoll(std::getenv("LOOM_DECODE_ATTENTION_MAX")) : 8;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<Plan>> plans_;
   const char* dump_dir_ = std::getenv("LOOM_DUMP_VALUES");
+  const bool profile_ = profiling_enabled();
 };
 
 }  // namespace
+
+bool profiling_enabled() {
+  const char* e = std::getenv("LOOM_PROFILE");
+  return e && *e && std::string_view(e) != "0";
+}
+
+std::vector<OpProfile> profile_snapshot() {
+  ProfileTable& t = profile_table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  std::vector<OpProfile> out;
+  for (const auto& [k, v] : t.ops) out.push_back(v);
+  std::sort(out.begin(), out.end(), [](const OpProfile& a, const OpProfile& b) {
+    return a.step != b.step ? a.step < b.step : a.seconds > b.seconds;
+  });
+  return out;
+}
+
+int64_t profile_steps(std::string_view step) {
+  ProfileTable& t = profile_table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  auto it = t.steps.find(std::string(step));
+  return it == t.steps.end() ? 0 : it->second;
+}
+
+void profile_reset() {
+  ProfileTable& t = profile_table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.ops.clear();
+  t.steps.clear();
+}
 
 Result<std::unique_ptr<llm::Backend>> make_hrx_backend(const HrxBackendOptions& options) {
   if (options.n_threads > 0 && options.device.rfind("cpu", 0) == 0)

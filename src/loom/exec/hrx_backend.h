@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "loom/base/status.h"
 #include "loom/llm/backend.h"
@@ -31,5 +32,19 @@ std::string default_device();
 // The backend for a --device flag: "cpu-ref" (the reference ops), or an HRX device spec;
 // "" means default_device(). n_threads sizes the cpu thread pools.
 Result<std::unique_ptr<llm::Backend>> make_backend(std::string_view device, int n_threads);
+
+// Per-op profile (LOOM_PROFILE=1, or `loom bench --profile`): HRX backends then run every step
+// eagerly with device events around each launch and add the time, launch count and the op's
+// cost (compulsory bytes and FLOPs, from the op library) to a process-wide table, per step kind.
+struct OpProfile {
+  std::string step;   // "decode" (1 token) or "prompt"
+  std::string op;     // op-library name: "matvec_gpu", "attention_decode" ...
+  int64_t launches = 0;
+  double seconds = 0, bytes = 0, flops = 0;
+};
+bool profiling_enabled();
+std::vector<OpProfile> profile_snapshot();  // sorted by step kind, then time (largest first)
+int64_t profile_steps(std::string_view step);  // steps of that kind profiled
+void profile_reset();
 
 }  // namespace loom::exec
