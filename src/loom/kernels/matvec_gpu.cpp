@@ -359,17 +359,19 @@ class MatvecGpuOp final : public OpSpec {
             {"passes", {1, 2, 4}}};
   }
 
+  // The best of a sweep on the H200 (bench/results/2026-11-29-h200-gpufast.json): about two
+  // units per lane (Q6_K's units are 1680 bytes: one), two rows per thread on long matrices.
   Schedule default_schedule(const Shape& s, ir::TargetKind) const override {
     WFormat f;
     w_format(static_cast<GgmlType>(s.at("wtype")), &f);
     const int64_t nb = s.at("n_in") / f.block_elems;
     const int64_t units = nb / unit_plan(f, nb).blocks;
-    // Enough lanes per row that every lane has about one to two units; rows fill the rest.
+    const int64_t per_lane = f.wtype == GgmlType::Q6_K ? 1 : 2;
     int64_t lpr = 1;
-    while (lpr < 32 && lpr * 2 <= units) lpr *= 2;
+    while (lpr < 32 && lpr * 2 * per_lane <= units) lpr *= 2;
     const int64_t rows = s.at("n_out");
-    const int64_t passes = rows >= 8192 ? 2 : 1;
-    return {{"warps", 4}, {"lanes_per_row", lpr}, {"rows_per_thread", 1}, {"passes", passes}};
+    const int64_t rpt = rows > 2048 && s.at("n_in") >= 1024 ? 2 : 1;
+    return {{"warps", rows >= 8192 ? 8 : 4}, {"lanes_per_row", lpr}, {"rows_per_thread", rpt}, {"passes", 1}};
   }
 
   Result<Generated> generate(const Shape& s, const Schedule& sch, ir::TargetKind target) const override {
