@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
-"""CPU speed of Loom's reference engine next to llama.cpp's, same machine, same run.
+"""CPU speed of Loom next to llama.cpp's, same machine, same run.
 
-For each model: `loom bench --json` (prompt processing pp and generation tg, median over
-repetitions after a validating warm-up) and llama.cpp through llama-cpp-python's low-level API in
-its default, fastest configuration (batched prompt, repacked weights, same thread count). Prints a
-markdown table and writes bench/results/cpu_reference.json (commit, device, numbers).
+For each model and each Loom device (`--device`: `cpu-ref`, the reference engine; `cpu`, the
+engine on HRX kernels generated from Loom IR by the cpp target): `loom bench --json` (prompt
+processing pp and generation tg, median over repetitions after a validating warm-up), and
+llama.cpp through llama-cpp-python's low-level API in its default, fastest configuration
+(batched prompt, repacked weights, same thread count). On a shared machine the load drifts, so
+the measurements run in `--rounds` interleaved rounds (each device, then llama.cpp) and the
+medians are over every repetition of every round. Prints a markdown table and writes the JSON
+(commit, device, load average before and after, every repetition's numbers).
 
-  LOOM_BIN=build/loom python3 bench/bench_cpu.py [--threads 2] [--n-prompt 128] [--n-gen 64] [--reps 3]
+  LOOM_BIN=build/loom python3 bench/bench_cpu.py [--threads 2] [--device cpu --device cpu-ref]
+      [--models smollm2,gemma3] [--n-prompt 128] [--n-gen 64] [--reps 3] [--rounds 1] [--out FILE]
 """
 import argparse
 import ctypes
@@ -43,7 +48,12 @@ def cpu_name():
     return platform.processor() or platform.machine()
 
 
+def summary(xs):
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "runs": xs}
+
+
 def llama_bench(path, threads, n_prompt, n_gen, reps):
+    """Per-repetition (pp tok/s, tg tok/s) of llama.cpp, after one warm-up run."""
     L.llama_log_set(_quiet, ctypes.c_void_p(0))
     L.llama_backend_init()
     model = L.llama_model_load_from_file(str(path).encode(), L.llama_model_default_params())
@@ -75,54 +85,81 @@ def llama_bench(path, threads, n_prompt, n_gen, reps):
     runs = [once() for _ in range(reps)]
     L.llama_free(ctx)
     L.llama_model_free(model)
-    summary = lambda xs: {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
-    return {"pp_tokens_per_second": summary([r[0] for r in runs]),
-            "tg_tokens_per_second": summary([r[1] for r in runs])}
+    return runs
 
 
-def loom_bench(loom, path, threads, n_prompt, n_gen, reps):
-    out = subprocess.run([str(loom), "bench", "-m", str(path), "-t", str(threads), "-p", str(n_prompt),
-                          "-n", str(n_gen), "-r", str(reps), "--json"], capture_output=True, text=True, check=True)
-    # `loom bench --json` prints one object per test (ppN, tgN), one per line.
-    tests = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
-    res = {"raw": tests}
-    for t in tests:
-        what = "pp" if t["test"].startswith("pp") else "tg"
-        res[f"{what}_tokens_per_second"] = {"median": t["tokens_per_s"], "min": t["min"], "max": t["max"],
-                                            "stdev": t["stdev"]}
-    return res
+def loom_bench(loom, path, device, threads, n_prompt, n_gen, reps):
+    """`loom bench --json` prints one object per test (ppN, tgN); returns them by test kind."""
+    cmd = [str(loom), "bench", "-m", str(path), "--device", device, "-t", str(threads), "-p", str(n_prompt),
+           "-n", str(n_gen), "-r", str(reps), "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stderr}")
+    tests = {}
+    for line in out.stdout.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            j = json.loads(line)
+            tests[j["test"][:2]] = j
+    if set(tests) != {"pp", "tg"}:
+        raise SystemExit(f"{' '.join(cmd)}: expected pp and tg results, got:\n{out.stdout}")
+    return tests
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", action="append", default=None,
+                    help="Loom device(s) to measure: cpu-ref (reference engine), cpu (HRX kernels); repeatable, "
+                         "or comma-separated (default cpu-ref)")
+    ap.add_argument("--models", default="smollm2,gemma3", help="comma-separated: smollm2, gemma3")
     ap.add_argument("--n-prompt", type=int, default=128)
     ap.add_argument("--n-gen", type=int, default=64)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=3, help="timed repetitions per round")
+    ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds (devices, then llama.cpp)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "cpu_reference.json"))
     args = ap.parse_args()
+    devices = [d for arg in (args.device or ["cpu-ref"]) for d in arg.split(",") if d]
+    models = [m for m in args.models.split(",") if m]
     loom = pathlib.Path(os.environ.get("LOOM_BIN", ROOT / "build" / "loom"))
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     results = {"commit": commit, "device": cpu_name(), "threads": args.threads, "n_prompt": args.n_prompt,
-               "n_gen": args.n_gen, "reps": args.reps, "llama_cpp_python": L.__version__,
+               "n_gen": args.n_gen, "reps": args.reps, "rounds": args.rounds, "loom_devices": devices,
+               "llama_cpp_python": L.__version__,
                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-               "load_average": os.getloadavg()[0], "models": {}}
+               "load_average_before": list(os.getloadavg()), "models": {}}
     rows = []
-    for name in ("smollm2", "gemma3"):
+    for name in models:
         path = model_path(name)
-        lm = loom_bench(loom, path, args.threads, args.n_prompt, args.n_gen, args.reps)
-        ll = llama_bench(path, args.threads, args.n_prompt, args.n_gen, args.reps)
-        results["models"][name] = {"loom": lm, "llama_cpp": ll}
-        for what in ("pp", "tg"):
-            a = lm[f"{what}_tokens_per_second"]["median"]
-            b = ll[f"{what}_tokens_per_second"]["median"]
-            n = args.n_prompt if what == "pp" else args.n_gen
-            rows.append(f"| {name} | {what}{n} | {a:.1f} | {b:.1f} | {a / b:.2f} |")
-    print(f"device: {results['device']}, {args.threads} threads, commit {commit}, "
-          f"load average {results['load_average']:.1f}")
-    print("| model | test | loom tok/s | llama.cpp tok/s | loom / llama.cpp |")
-    print("|---|---|---|---|---|")
+        loom_runs = {d: {"pp": [], "tg": [], "objects": []} for d in devices}
+        llama_runs = {"pp": [], "tg": []}
+        for _ in range(args.rounds):
+            for d in devices:
+                tests = loom_bench(loom, path, d, args.threads, args.n_prompt, args.n_gen, args.reps)
+                for what in ("pp", "tg"):
+                    # Each object carries the median/min/max of its reps; keep the median per round.
+                    loom_runs[d][what].append(tests[what]["tokens_per_s"])
+                loom_runs[d]["objects"].extend(tests.values())
+            for pp, tg in llama_bench(path, args.threads, args.n_prompt, args.n_gen, args.reps):
+                llama_runs["pp"].append(pp)
+                llama_runs["tg"].append(tg)
+        entry = {"llama_cpp": {f"{w}_tokens_per_second": summary(llama_runs[w]) for w in ("pp", "tg")}}
+        for d in devices:
+            entry[f"loom_{d}"] = {f"{w}_tokens_per_second": summary(loom_runs[d][w]) for w in ("pp", "tg")}
+            entry[f"loom_{d}"]["bench_objects"] = loom_runs[d]["objects"]
+        results["models"][name] = entry
+        for d in devices:
+            for what in ("pp", "tg"):
+                a = entry[f"loom_{d}"][f"{what}_tokens_per_second"]["median"]
+                b = entry["llama_cpp"][f"{what}_tokens_per_second"]["median"]
+                n = args.n_prompt if what == "pp" else args.n_gen
+                rows.append(f"| {name} | {d} | {what}{n} | {a:.1f} | {b:.1f} | {a / b:.2f} |")
+    results["load_average_after"] = list(os.getloadavg())
+    print(f"device: {results['device']}, {args.threads} threads, commit {commit}, load average "
+          f"{results['load_average_before'][0]:.1f} before, {results['load_average_after'][0]:.1f} after")
+    print("| model | loom device | test | loom tok/s | llama.cpp tok/s | loom / llama.cpp |")
+    print("|---|---|---|---|---|---|")
     print("\n".join(rows))
     pathlib.Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
 

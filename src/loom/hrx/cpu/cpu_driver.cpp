@@ -3,11 +3,14 @@
 // synchronize() has nothing to wait for; graphs record the enqueued work and replay it.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <new>
 #include <thread>
 #include <vector>
@@ -65,14 +68,88 @@ class CpuDevice final : public hrx_device {
   Result<hrx_module*> load_shared_object(const std::string& path) override;
   Status synchronize() override { return Status(); }
 
-  // Runs blocks [0, n) of a launch. One block, or a one-thread pool, runs inline on the caller:
-  // decode issues hundreds of tiny launches per token and waking workers costs more than they do.
-  void run(codegen::CpuKernelFn fn, void* const* args, const hrx_launch_config& c) {
+  // Runs blocks [0, n) of a launch (`name`: the kernel's, for LOOM_HRX_PROFILE).
+  void run(codegen::CpuKernelFn fn, void* const* args, const hrx_launch_config& c, const std::string& name) {
+    if (!profile_) return run_blocks(fn, args, c);
+    const auto t0 = Clock::now();
+    run_blocks(fn, args, c);
+    const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    std::lock_guard<std::mutex> lock(profile_mu_);
+    ProfileEntry& e = profile_by_name_[name];
+    e.launches += 1;
+    e.us += us;
+    e.blocks += uint64_t{c.grid[0]} * c.grid[1] * c.grid[2];
+  }
+
+  // LOOM_HRX_PROFILE=1: launches, blocks and wall time per kernel name, printed to stderr at
+  // exit (most expensive first). Costs two clock reads per launch.
+  void print_profile() {
+    std::lock_guard<std::mutex> lock(profile_mu_);
+    std::vector<std::pair<std::string, ProfileEntry>> v(profile_by_name_.begin(), profile_by_name_.end());
+    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second.us > b.second.us; });
+    double total = 0;
+    for (const auto& [n, e] : v) total += e.us;
+    std::fprintf(stderr, "hrx cpu profile (%d worker threads): %.1f ms in %zu kernels\n", pool_.n_threads(),
+                 total / 1e3, v.size());
+    std::fprintf(stderr, "%10s %6s %10s %10s %8s  %s\n", "ms", "%", "launches", "us/launch", "blocks", "kernel");
+    for (const auto& [n, e] : v)
+      std::fprintf(stderr, "%10.2f %6.1f %10llu %10.2f %8.0f  %s\n", e.us / 1e3, 100 * e.us / std::max(total, 1e-9),
+                   static_cast<unsigned long long>(e.launches), e.us / static_cast<double>(e.launches),
+                   static_cast<double>(e.blocks) / static_cast<double>(e.launches), n.c_str());
+  }
+
+ private:
+  // Decode issues hundreds of tiny launches per token, and handing blocks to the pool's workers
+  // (a wake-up, a join, and on a loaded machine a worker that is not running when the caller
+  // waits for its chunk) costs more than small kernels do. So a launch runs inline on the caller
+  // when it has one block, when the pool has one thread, or when its kernel at this grid size
+  // proved cheap: the first kSamples launches of each (kernel, grid) run inline and are timed,
+  // and the fastest decides (below LOOM_HRX_CPU_INLINE_US microseconds, default 8: inline from
+  // then on). Each block computes the same values on any thread, so results do not change.
+  static constexpr int kSamples = 3;
+  struct InlineStat {
+    int samples = 0;
+    double best_us = 1e30;
+    bool decided = false, run_inline = false;
+  };
+
+  // True when this launch should run inline; times it when still sampling (`sample_start` set).
+  bool choose_inline(codegen::CpuKernelFn fn, uint64_t blocks, InlineStat** sampling) {
+    *sampling = nullptr;
+    if (inline_us_ <= 0) return false;
+    std::lock_guard<std::mutex> lock(inline_mu_);
+    InlineStat& st = inline_stats_[{reinterpret_cast<uintptr_t>(fn), blocks}];
+    if (st.decided) return st.run_inline;
+    *sampling = &st;  // map nodes are stable
+    return true;
+  }
+  void record_inline(InlineStat* st, double us) {
+    std::lock_guard<std::mutex> lock(inline_mu_);
+    st->best_us = std::min(st->best_us, us);
+    if (++st->samples >= kSamples) {
+      st->decided = true;
+      st->run_inline = st->best_us < inline_us_;
+    }
+  }
+
+  void run_blocks(codegen::CpuKernelFn fn, void* const* args, const hrx_launch_config& c) {
     codegen::LaunchDims d{{c.grid[0], c.grid[1], c.grid[2]}, {c.block[0], c.block[1], c.block[2]}, 0, 0};
     const uint64_t blocks = uint64_t{c.grid[0]} * c.grid[1] * c.grid[2];
     if (blocks == 1 || pool_.n_threads() == 1) {
       d.block_end = blocks;
       fn(args, &d);
+      return;
+    }
+    InlineStat* sampling = nullptr;
+    if (choose_inline(fn, blocks, &sampling)) {
+      d.block_end = blocks;
+      if (!sampling) {
+        fn(args, &d);
+        return;
+      }
+      const auto t0 = Clock::now();
+      fn(args, &d);
+      record_inline(sampling, std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       return;
     }
     struct Job {
@@ -91,9 +168,24 @@ class CpuDevice final : public hrx_device {
     });
   }
 
- private:
+  struct ProfileEntry {
+    uint64_t launches = 0, blocks = 0;
+    double us = 0;
+  };
   ThreadPool pool_;
   std::mutex pool_mu_;
+  const double inline_us_ = [] {
+    const char* e = std::getenv("LOOM_HRX_CPU_INLINE_US");
+    return e && *e ? std::atof(e) : 8.0;
+  }();
+  std::mutex inline_mu_;
+  std::map<std::pair<uintptr_t, uint64_t>, InlineStat> inline_stats_;
+  const bool profile_ = [] {
+    const char* e = std::getenv("LOOM_HRX_PROFILE");
+    return e && *e && std::string(e) != "0";
+  }();
+  std::mutex profile_mu_;
+  std::map<std::string, ProfileEntry> profile_by_name_;
 };
 
 struct CpuBuffer final : hrx_buffer {
@@ -173,7 +265,7 @@ class CpuStream final : public hrx_stream {
                               r.kernel->name, r.config.shared_bytes);
     auto fn = static_cast<CpuKernel*>(r.kernel)->fn;
     if (!capturing_) {
-      dev_->run(fn, r.args, r.config);
+      dev_->run(fn, r.args, r.config, r.kernel->name);
       return Status();
     }
     // Captured: keep copies of the argument values (at most 8 bytes each, like every Loom IR
@@ -185,8 +277,10 @@ class CpuStream final : public hrx_stream {
       hrx_launch_config config;
       std::vector<uint64_t> values;
       std::vector<void*> ptrs;
+      std::string name;
     };
-    auto node = std::make_shared<LaunchNode>(LaunchNode{dev_, fn, r.config, std::vector<uint64_t>(r.n_args, 0), {}});
+    auto node = std::make_shared<LaunchNode>(
+        LaunchNode{dev_, fn, r.config, std::vector<uint64_t>(r.n_args, 0), {}, r.kernel->name});
     for (uint32_t i = 0; i < r.n_args; ++i) {
       uint32_t size = r.arg_sizes ? r.arg_sizes[i] : 8;
       if (size > 8)
@@ -196,7 +290,7 @@ class CpuStream final : public hrx_stream {
     }
     for (uint64_t& v : node->values) node->ptrs.push_back(&v);
     ops_.push_back([node] {
-      node->dev->run(node->fn, node->ptrs.data(), node->config);
+      node->dev->run(node->fn, node->ptrs.data(), node->config, node->name);
       return Status();
     });
     return Status();
@@ -278,7 +372,12 @@ Result<hrx_event*> CpuDevice::create_event() { return new CpuEvent(this); }
 
 hrx_device* cpu_device() {
   // Process lifetime on purpose (see hrx.h): never destroyed, so no handle outlives its device.
-  static CpuDevice* dev = new CpuDevice();
+  static CpuDevice* dev = [] {
+    auto* d = new CpuDevice();
+    if (const char* e = std::getenv("LOOM_HRX_PROFILE"); e && *e && std::string(e) != "0")
+      std::atexit([] { static_cast<CpuDevice*>(cpu_device())->print_profile(); });
+    return d;
+  }();
   return dev;
 }
 
