@@ -17,7 +17,7 @@ LOOM_COMMAND(kModel, "model", "Model utilities (synth: random-weight GGUF in rea
   for (const auto& s : llm::synth_shapes()) shapes += (shapes.empty() ? "" : "|") + s.name;
   synth->add_option("--arch", opts->arch, "architecture (llama)")->capture_default_str();
   synth->add_option("--shape", opts->shape, shapes)->capture_default_str();
-  synth->add_option("--quant", opts->quant, "q4_0 | q4_k (Q4_K_M-like mix) | q8_0")->capture_default_str();
+  synth->add_option("--quant", opts->quant, "q4_0 | q4_k (Q4_K_M-like mix) | q8_0 | f16 | bf16")->capture_default_str();
   synth->add_option("--seed", opts->seed, "random seed")->capture_default_str();
   synth->add_option("-o,--output", *out, "output GGUF file")->required();
   return [=] {

@@ -149,7 +149,7 @@ std::vector<Case> cases() {
   std::vector<Case> out;
   for (const char* dev : {"cpu", "cuda"})
     for (const char* m : {"SmolLM2-135M-Instruct-Q4_1.gguf", "gemma-3-270m-Q4_K_M.gguf", "synth:smollm2-135m:q4_0",
-                          "synth:smollm2-135m:q4_k"})
+                          "synth:smollm2-135m:q4_k", "synth:smollm2-135m:bf16"})
       out.push_back({m, dev});
   return out;
 }

@@ -46,7 +46,7 @@ std::vector<uint8_t> activation(GgmlType weight_type, const std::vector<float>& 
 }
 
 const GgmlType kTypes[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0,
-                           GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::F16};
+                           GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::F16, GgmlType::BF16};
 
 float scalar_dot(GgmlType t, const void* w, const void* x, int64_t n) {
   switch (t) {
@@ -60,6 +60,8 @@ float scalar_dot(GgmlType t, const void* w, const void* x, int64_t n) {
     case GgmlType::Q6_K: return ref::scalar::dot_q6_K(w, x, n);
     case GgmlType::F16:
       return ref::scalar::dot_f16(static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(x), n);
+    case GgmlType::BF16:
+      return ref::scalar::dot_bf16(static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(x), n);
     default: return NAN;
   }
 }
@@ -67,7 +69,7 @@ float scalar_dot(GgmlType t, const void* w, const void* x, int64_t n) {
 TEST(OpsRefDot, FastPathIsBitIdenticalToScalarDefinition) {
   for (GgmlType t : kTypes) {
     for (int trial = 0; trial < 20; ++trial) {
-      const int64_t n = 256 * (1 + trial % 3) + (t == GgmlType::F16 ? 8 * (trial % 4) : 0);
+      const int64_t n = 256 * (1 + trial % 3) + (t == GgmlType::F16 || t == GgmlType::BF16 ? 8 * (trial % 4) : 0);
       auto w = quantized(t, random_floats(n, 100 + trial, 0.5f + trial));
       auto x = activation(t, random_floats(n, 200 + trial, 2.0f));
       const float a = scalar_dot(t, w.data(), x.data(), n);
@@ -109,9 +111,40 @@ TEST(OpsRefDot, VecDotTypesFollowGgml) {
   EXPECT_EQ(*ref::vec_dot_type(GgmlType::Q4_1), GgmlType::Q8_1);
   EXPECT_EQ(*ref::vec_dot_type(GgmlType::Q6_K), GgmlType::Q8_K);
   EXPECT_EQ(*ref::vec_dot_type(GgmlType::F16), GgmlType::F16);
+  EXPECT_EQ(*ref::vec_dot_type(GgmlType::BF16), GgmlType::BF16);
   auto bad = ref::vec_dot_type(GgmlType::IQ2_XS);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("iq2_xs"), std::string::npos);
+}
+
+TEST(OpsRefDot, Bf16SumsInGgmlOrder) {
+  // 32 elements, one per lane and accumulator: lane l of accumulator j holds x[8j + l] * 1.
+  // Values picked so that float addition order matters (1e8 swallows 1 unless paired first).
+  std::vector<float> xf(32, 0.0f), ones(32, 1.0f);
+  xf[0] = 1e8f;   // acc 0, lane 0
+  xf[16] = -1e8f; // acc 2, lane 0: cancels acc 0 first, in (0+2)
+  xf[8] = 1.0f;   // acc 1, lane 0
+  xf[4] = 3.0f;   // acc 0, lane 4
+  std::vector<uint16_t> x(32), y(32);
+  for (int i = 0; i < 32; ++i) {
+    x[i] = fp32_to_bf16(xf[i]);
+    y[i] = fp32_to_bf16(ones[i]);
+  }
+  EXPECT_EQ(ref::vec_dot(GgmlType::BF16, x.data(), y.data(), 32), 4.0f);
+  // Leftovers past the 32-element steps are added in double.
+  std::vector<uint16_t> x2(40, fp32_to_bf16(0.5f)), y2(40, fp32_to_bf16(2.0f));
+  EXPECT_EQ(ref::vec_dot(GgmlType::BF16, x2.data(), y2.data(), 40), 40.0f);
+}
+
+TEST(OpsRefQuantize, Bf16ActivationsRoundToNearestEven) {
+  // 1 + 2^-8 is halfway between two bf16 values (1 and 1 + 2^-7): ties to the even one (1).
+  const float x[4] = {1.0f + 0x1p-8f, 1.0f + 0x1.8p-7f, -2.0f, NAN};
+  uint16_t h[4];
+  ref::quantize_activation(GgmlType::BF16, x, h, 4);
+  EXPECT_EQ(h[0], 0x3F80);
+  EXPECT_EQ(h[1], 0x3F82);  // 1 + 1.5 * 2^-7: tie between 1 + 2^-7 (odd) and 1 + 2^-6 (even)
+  EXPECT_EQ(h[2], 0xC000);
+  EXPECT_TRUE(std::isnan(bf16_to_fp32(h[3])));
 }
 
 TEST(OpsRefQuantize, Q8ActivationsRoundHalfToEvenWithScale127OverMax) {

@@ -21,7 +21,7 @@ using llm::GgmlType;
 
 bool table_supported(GgmlType t) {
   switch (t) {
-    case GgmlType::F32: case GgmlType::F16: case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0:
+    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0:
     case GgmlType::Q5_1: case GgmlType::Q8_0: case GgmlType::Q4_K: case GgmlType::Q6_K: return true;
     default: return false;
   }
@@ -42,6 +42,12 @@ void emit_chunk(Emit& b, GgmlType t, Value* wr, Value* c, Value* out) {
       return;
     case GgmlType::F16:
       each([&](Value* j) { return b.load_f16(wr, b.mulc(b.add(b.mulc(c, 32), j), 2)); });
+      return;
+    case GgmlType::BF16:  // the bits become the high half of an f32 (exact)
+      each([&](Value* j) {
+        Value* h = b.convert(b.load_at(wr, b.mulc(b.add(b.mulc(c, 32), j), 2), ty::s(Scalar::kU16), 2), ty::u32);
+        return b.bitcast(b.shlc(h, 16), ty::f32);
+      });
       return;
     case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q8_0: {
       const int bytes = t == GgmlType::Q4_0 ? 18 : t == GgmlType::Q4_1 ? 20 : t == GgmlType::Q5_0 ? 22
@@ -216,7 +222,7 @@ class GetRowsOp final : public OpSpec {
   }
   std::vector<Shape> test_shapes() const override {
     std::vector<Shape> out;
-    for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+    for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
                        GgmlType::Q8_0})
       out.push_back({{{"n_in", 576}, {"n_vocab", 300}, {"n_ids", 3}, {"wtype", static_cast<int64_t>(t)}}});
     for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K})

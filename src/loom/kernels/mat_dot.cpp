@@ -33,6 +33,12 @@ Value* f16_at(Emit& b, Value* base, Value* off) {
   return b.convert(b.bitcast(bits, ty::s(Scalar::kF16)), ty::f32);
 }
 
+// Eight bf16 values at a byte offset as f32x8 (exact: the 16 bits become the high half).
+Value* bf16x8_at(Emit& b, Value* base, Value* off) {
+  Value* h = b.convert(b.load_at(base, off, Type::vector(Scalar::kU16, 8), 2), kU32x8);
+  return b.bitcast(b.shlc(h, 16), kF32x8);
+}
+
 Value* fma_lanes(Emit& b, Value* d, Value* lanes, Value* acc) {
   return b.fma(b.splat(d, 8), b.convert(lanes, kF32x8), acc);
 }
@@ -87,6 +93,7 @@ DotFormat dot_format(GgmlType w) {
     case GgmlType::Q5_K: return {w, GgmlType::Q8_K, 256, 176, 292};
     case GgmlType::Q6_K: return {w, GgmlType::Q8_K, 256, 210, 292};
     case GgmlType::F16: return {w, GgmlType::F16, 32, 64, 64};
+    case GgmlType::BF16: return {w, GgmlType::BF16, 32, 64, 64};
     case GgmlType::F32: return {w, GgmlType::F32, 32, 128, 128};
     default: return {w, w, 0, 0, 0};
   }
@@ -99,7 +106,8 @@ std::vector<Value*> dot_init(Emit& b, const DotFormat& f) {
     case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q5_K:
       return {b.cf(kF32x8, 0), b.f32(0)};
     case GgmlType::Q4_K: return {b.cf(kF32x8, 0), b.cf(kF32x4, 0)};
-    case GgmlType::F16: return {b.cf(kF32x8, 0), b.cf(kF32x8, 0), b.cf(kF32x8, 0), b.cf(kF32x8, 0)};
+    case GgmlType::F16:
+    case GgmlType::BF16: return {b.cf(kF32x8, 0), b.cf(kF32x8, 0), b.cf(kF32x8, 0), b.cf(kF32x8, 0)};
     case GgmlType::F32: return {b.cf(ty::s(Scalar::kF64), 0)};
     default: return {b.cf(kF32x8, 0)};
   }
@@ -128,6 +136,9 @@ DotX dot_prep_x(Emit& b, const DotFormat& f, Value* x, Value* xoff) {
     case GgmlType::F16:
       for (int j = 0; j < 4; ++j)
         r.v.push_back(b.convert(b.load_at(x, b.addc(xoff, 16 * j), Type::vector(Scalar::kF16, 8), 2), kF32x8));
+      return r;
+    case GgmlType::BF16:
+      for (int j = 0; j < 4; ++j) r.v.push_back(bf16x8_at(b, x, b.addc(xoff, 16 * j)));
       return r;
     default:  // F32: the step reads x itself (sequential double sum)
       r.v.push_back(xoff);
@@ -238,6 +249,9 @@ std::vector<Value*> dot_step(Emit& b, const DotFormat& f, Value* w, Value* woff,
         out[j] = b.fma(wv, x.v[j], acc[j]);
       }
       return out;
+    case GgmlType::BF16:
+      for (int j = 0; j < 4; ++j) out[j] = b.fma(bf16x8_at(b, w, b.addc(woff, 16 * j)), x.v[j], acc[j]);
+      return out;
     case GgmlType::F32: {
       Value* s = acc[0];
       const ir::Type d64 = ty::s(Scalar::kF64);
@@ -271,6 +285,8 @@ Value* dot_finish(Emit& b, const DotFormat& f, std::span<Value* const> acc) {
       for (int l = 0; l < 4; ++l) t[l] = b.add(b.extract(a0, l), b.extract(a0, l + 4));
       return b.add(b.add(t[0], t[1]), b.add(t[2], t[3]));
     }
+    case GgmlType::BF16:  // ggml_vec_dot_bf16: (0+2) + (1+3), then hsum_float_8
+      return hsum8(b, b.add(b.add(acc[0], acc[2]), b.add(acc[1], acc[3])));
     case GgmlType::F32: return b.convert(acc[0], ty::f32);
     default: return hsum8(b, acc[0]);
   }

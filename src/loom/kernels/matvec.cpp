@@ -218,7 +218,7 @@ class MatOp final : public OpSpec {
   std::vector<Shape> test_shapes() const override {
     std::vector<Shape> out;
     const int64_t nt = multi_ ? 5 : 1;
-    for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+    for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
                        GgmlType::Q8_0}) {
       const int64_t wt = static_cast<int64_t>(t);
       out.push_back({{{"n_in", 64}, {"n_out", 37}, {"n_tokens", nt}, {"wtype", wt}}});

@@ -1,6 +1,10 @@
 // quantize_act: f32 activation rows -> the format the matmul of a weight type consumes (Q8_0,
 // Q8_1, Q8_K blocks, or F16), bit-exact with llm::ref::quantize_activation, which decides
-// token-exactness with llama.cpp. One thread per block (per element for F16/F32).
+// token-exactness with llama.cpp. Two layouts: one thread per block (`coop` 0, the cpp default:
+// a CPU thread walks whole blocks) or four elements per thread (`coop` 1, the GPU default: a
+// 4096-element row spreads over 1024 threads in 8 CTAs instead of 128 threads that each walk
+// 32 elements, which left the kernel latency-bound). F16/BF16/F32: one thread per element.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -87,17 +91,126 @@ void emit_q8k_block(Emit& b, Value* x, Value* xq, Value* blk) {
   });
 }
 
+// Cooperative Q8_0 / Q8_1 / Q8_K: thread i of the launch owns elements 4i..4i+3 (one 16-byte
+// load), so a block of 32 (256) elements is shared by 8 (64) consecutive threads of one CTA.
+// Bit-exactness: the block maximum is combined from the threads' maxima in element order with
+// the reference's comparison (std::max for Q8_0/Q8_1; for Q8_K a strict '>' that keeps the
+// first element of the largest magnitude, and each thread's candidate is its own first one);
+// the quants use the reference's float operations per element; integer sums are exact in any
+// order. Phases split by CTA barriers: thread maxima | quants and partial sums | block sums.
+void emit_q8_coop(Emit& b, GgmlType t, Value* x, Value* xq, int64_t units, int64_t threads) {
+  const bool qk = t == GgmlType::Q8_K, q81 = t == GgmlType::Q8_1;
+  const int64_t group = qk ? 64 : 8;  // threads per quant block
+  const int bytes = qk ? 292 : q81 ? 36 : 34, qoff = qk || q81 ? 4 : 2;
+  Value* tid = b.thread_id(Mode::kX);
+  Value* i = b.global_x();
+  Value* live = b.cmp(Mode::kLt, i, b.i32(static_cast<int32_t>(units)));
+  Value* ic = b.min(i, b.i32(static_cast<int32_t>(units - 1)));  // idle threads read a valid row
+  Value* v = b.load(x, b.mulc(ic, 4), ty::v(Scalar::kF32, 4), 16);
+  Value* sh_a = b.alloc_shared(Scalar::kF32, threads);
+  Value* sh_m = qk ? b.alloc_shared(Scalar::kF32, threads) : nullptr;
+  Value* sh_s = b.alloc_shared(Scalar::kI32, threads);
+  Value* amax = b.f32(0);
+  Value* mx = b.f32(0);
+  for (int j = 0; j < 4; ++j) {
+    Value* e = b.extract(v, j);
+    Value* a = b.op(ir::Op::kAbs, {e});
+    if (qk) {
+      Value* gt = b.cmp(Mode::kGt, a, amax);
+      mx = b.select(gt, e, mx);
+      amax = b.select(gt, a, amax);
+    } else {
+      amax = b.select(b.cmp(Mode::kLt, amax, a), a, amax);  // std::max(amax, a)
+    }
+  }
+  b.store(sh_a, tid, amax);
+  if (qk) b.store(sh_m, tid, mx);
+  b.barrier();
+
+  Value* g0 = b.sub(tid, b.rem(tid, b.i32(static_cast<int32_t>(group))));
+  Value* bm = b.f32(0);
+  Value* bmx = b.f32(0);
+  for (int64_t k = 0; k < group; ++k) {
+    Value* a = b.load(sh_a, b.addc(g0, k));
+    if (qk) {
+      Value* gt = b.cmp(Mode::kGt, a, bm);
+      bmx = b.select(gt, b.load(sh_m, b.addc(g0, k)), bmx);
+      bm = b.select(gt, a, bm);
+    } else {
+      bm = b.select(b.cmp(Mode::kLt, bm, a), a, bm);
+    }
+  }
+  Value* blk = b.div(i, b.i32(static_cast<int32_t>(group)));
+  Value* sub = b.rem(i, b.i32(static_cast<int32_t>(group)));
+  Value* base = b.mul(blk, b.i32(bytes));
+  Value* d;
+  Value* scale;  // what x is multiplied by before rounding
+  if (qk) {
+    Value* zero = b.cmp(Mode::kEq, bm, b.f32(0));
+    scale = b.select(zero, b.f32(0), b.div(b.f32(-127.0), bmx));
+    d = b.select(zero, b.f32(0), b.div(b.f32(1.0), scale));
+  } else {
+    d = b.div(bm, b.f32(127.0));
+    scale = b.select(b.cmp(Mode::kNe, bm, b.f32(0)), b.div(b.f32(127.0), bm), b.f32(0));
+  }
+  Value* packed = b.i32(0);
+  Value* qsum = b.i32(0);
+  for (int j = 0; j < 4; ++j) {
+    // A max that cannot change the product (|x * scale| <= 127.5) keeps a host compiler from
+    // fusing the multiply into the rounding add: the reference rounds the product first.
+    Value* q = nearest_int(b, b.max(b.mul(b.extract(v, j), scale), b.f32(-1024.0)));
+    if (qk) q = b.min(b.i32(127), q);
+    qsum = b.add(qsum, q);
+    packed = b.bit_or(packed, b.shlc(b.andc(q, 0xFF), 8 * j));
+  }
+  b.store(sh_s, tid, qsum);
+  b.if_then_else(live, {}, [&] {
+    Value* qo = b.add(base, b.addc(b.mulc(sub, 4), qoff));
+    Value* pu = b.bitcast(packed, ty::u32);
+    if (qk || q81) {
+      b.store_at(xq, qo, pu, 4);
+    } else {  // Q8_0 quants are only 2-byte aligned (34-byte blocks)
+      b.store_at(xq, qo, b.convert(b.andc(pu, 0xFFFF), ty::s(Scalar::kU16)), 2);
+      b.store_at(xq, b.addc(qo, 2), b.convert(b.shrc(pu, 16), ty::s(Scalar::kU16)), 2);
+    }
+    b.if_then_else(b.cmp(Mode::kEq, sub, b.i32(0)), {}, [&] {
+      if (qk) b.store_at(xq, base, d, 4);
+      else b.store_at(xq, base, b.bitcast(b.convert(d, ty::s(Scalar::kF16)), ty::s(Scalar::kU16)), 2);
+      return std::vector<Value*>{};
+    });
+    return std::vector<Value*>{};
+  });
+  if (!qk && !q81) return;
+  b.barrier();
+  // Block sums: Q8_1's s = d * (sum of its 32 quants), by the block's first thread; Q8_K's 16
+  // bsums of 16 quants, by the first thread of each run of 4.
+  const int64_t per = qk ? 4 : 8;
+  Value* first = b.cmp(Mode::kEq, b.rem(tid, b.i32(static_cast<int32_t>(per))), b.i32(0));
+  b.if_then_else(b.bit_and(live, first), {}, [&] {
+    Value* s = b.load(sh_s, tid);
+    for (int64_t k = 1; k < per; ++k) s = b.add(s, b.load(sh_s, b.addc(tid, k)));
+    if (qk) {
+      Value* off = b.add(base, b.addc(b.mulc(b.div(sub, b.i32(4)), 2), 260));
+      b.store_at(xq, off, b.convert(s, ty::s(Scalar::kI16)), 2);
+    } else {
+      Value* sv = b.mul(d, b.convert(s, ty::f32));
+      b.store_at(xq, b.addc(base, 2), b.bitcast(b.convert(sv, ty::s(Scalar::kF16)), ty::s(Scalar::kU16)), 2);
+    }
+    return std::vector<Value*>{};
+  });
+}
+
 class QuantizeActOp final : public OpSpec {
  public:
   std::string_view name() const override { return "quantize_act"; }
   std::string_view description() const override {
-    return "f32 activation rows -> Q8_0/Q8_1/Q8_K blocks or F16 (the matmul's activation operand)";
+    return "f32 activation rows -> Q8_0/Q8_1/Q8_K blocks, F16 or BF16 (the matmul's activation operand)";
   }
 
   Status validate(const Shape& s) const override {
     LOOM_ASSIGN_OR_RETURN(GgmlType t, shape_type(s, "dtype"));
     if (t != GgmlType::Q8_0 && t != GgmlType::Q8_1 && t != GgmlType::Q8_K && t != GgmlType::F16 &&
-        t != GgmlType::F32)
+        t != GgmlType::BF16 && t != GgmlType::F32)
       return invalid_argument("quantize_act: dtype {} is not an activation format", llm::ggml_type_name(t));
     LOOM_ASSIGN_OR_RETURN(int64_t n, s.get("n_in"));
     LOOM_ASSIGN_OR_RETURN(int64_t nt, s.get("n_tokens"));
@@ -123,11 +236,20 @@ class QuantizeActOp final : public OpSpec {
 
   Tolerance tolerance(const Shape&) const override { return {0, 0, true}; }
 
-  std::vector<Knob> schedule_space(const Shape&, ir::TargetKind) const override {
-    return {{"threads", {32, 64, 128, 256}}};
+  // coop (Q8_* only): 0 one thread per block, 1 four elements per thread (emit_q8_coop); a
+  // cooperative Q8_K block spans 64 threads, so its CTAs have at least 64.
+  static bool q8(const Shape& s) {
+    auto it = s.dims.find("dtype");
+    const auto t = static_cast<GgmlType>(it == s.dims.end() ? 8 : it->second);
+    return t == GgmlType::Q8_0 || t == GgmlType::Q8_1 || t == GgmlType::Q8_K;
   }
-  Schedule default_schedule(const Shape&, ir::TargetKind t) const override {
-    return {{"threads", t == ir::TargetKind::kCpp ? 32 : 128}};
+  std::vector<Knob> schedule_space(const Shape& s, ir::TargetKind) const override {
+    if (!q8(s)) return {{"threads", {32, 64, 128, 256}}, {"coop", {0}}};
+    return {{"threads", {32, 64, 128, 256}}, {"coop", {0, 1}}};
+  }
+  Schedule default_schedule(const Shape& s, ir::TargetKind t) const override {
+    if (t == ir::TargetKind::kCpp) return {{"threads", 32}, {"coop", 0}};
+    return {{"threads", 128}, {"coop", q8(s) ? 1 : 0}};
   }
 
   Result<Generated> generate(const Shape& s, const Schedule& sch, ir::TargetKind target) const override {
@@ -135,17 +257,20 @@ class QuantizeActOp final : public OpSpec {
     LOOM_RETURN_IF_ERROR(check_schedule(schedule_space(s, target), sch));
     GgmlType t = static_cast<GgmlType>(s.at("dtype"));
     const int64_t n = s.at("n_in"), nt = s.at("n_tokens");
-    const int64_t per = (t == GgmlType::F16 || t == GgmlType::F32) ? 1 : type_block_elems(t);
+    const bool coop = sch.at("coop") != 0;
+    const int64_t per =
+        coop ? 4 : (t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::F32) ? 1 : type_block_elems(t);
     const int64_t units = n * nt / per;  // rows are whole blocks, so blocks never straddle rows
-    const int64_t threads = sch.at("threads");
+    const int64_t threads = coop && t == GgmlType::Q8_K ? std::max<int64_t>(64, sch.at("threads")) : sch.at("threads");
     Generated g;
     std::string kname = fmt::format("quantize_act_{}", llm::ggml_type_name(t));
     ir::Kernel* k = g.module.add_kernel(kname);
     Emit b(*k);
     Value* x = b.param(ty::gptr(Scalar::kF32), "x");
     Value* xq = b.param(ty::gptr(Scalar::kU8), "xq");
-    Value* i = b.global_x();
-    b.if_then_else(b.cmp(Mode::kLt, i, b.i32(static_cast<int32_t>(units))), {}, [&] {
+    if (coop) emit_q8_coop(b, t, x, xq, units, threads);
+    Value* i = coop ? nullptr : b.global_x();
+    if (!coop) b.if_then_else(b.cmp(Mode::kLt, i, b.i32(static_cast<int32_t>(units))), {}, [&] {
       switch (t) {
         case GgmlType::Q8_0: emit_q8_block(b, x, xq, i, false); break;
         case GgmlType::Q8_1: emit_q8_block(b, x, xq, i, true); break;
@@ -153,6 +278,15 @@ class QuantizeActOp final : public OpSpec {
         case GgmlType::F16: {
           Value* h = b.bitcast(b.convert(b.load(x, i), ty::s(Scalar::kF16)), ty::s(Scalar::kU16));
           b.store_at(xq, b.mulc(i, 2), h, 2);
+          break;
+        }
+        case GgmlType::BF16: {
+          // Round to nearest even on the bits (NaN: truncated, quiet bit set), as fp32_to_bf16.
+          Value* u = b.bitcast(b.load(x, i), ty::u32);
+          Value* rne = b.shrc(b.add(b.add(u, b.c(ty::u32, 0x7FFF)), b.andc(b.shrc(u, 16), 1)), 16);
+          Value* nan = b.cmp(Mode::kGt, b.andc(u, 0x7FFFFFFF), b.c(ty::u32, 0x7F800000));
+          Value* h = b.select(nan, b.bit_or(b.shrc(u, 16), b.c(ty::u32, 0x40)), rne);
+          b.store_at(xq, b.mulc(i, 2), b.convert(h, ty::s(Scalar::kU16)), 2);
           break;
         }
         default: b.store_at(xq, b.mulc(i, 4), b.load(x, i), 4); break;
@@ -192,7 +326,7 @@ class QuantizeActOp final : public OpSpec {
 
   std::vector<Shape> test_shapes() const override {
     std::vector<Shape> out;
-    for (int dt : {8, 9, 15, 1}) {
+    for (int dt : {8, 9, 15, 1, 30}) {
       out.push_back({{{"n_in", 256}, {"n_tokens", 1}, {"dtype", dt}}});
       out.push_back({{{"n_in", dt == 15 ? 1536 : 576}, {"n_tokens", 3}, {"dtype", dt}}});
     }

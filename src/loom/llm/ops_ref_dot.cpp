@@ -283,6 +283,7 @@ float dot_q6_K(const void* vw, const void* vx, int64_t n) {
 // steps, fma per element, reduced (0+2, 1+3, then 0+1, then hi+lo halves, pairwise); leftovers
 // are added in double, as ggml_vec_dot_f16 does.
 float dot_f16(const uint16_t* x, const uint16_t* y, int64_t n) { return dot_f16_ggml(x, y, n); }
+float dot_bf16(const uint16_t* x, const uint16_t* y, int64_t n) { return dot_bf16_ggml(x, y, n); }
 
 }  // namespace scalar
 
@@ -303,10 +304,11 @@ Result<GgmlType> vec_dot_type(GgmlType weight) {
     case GgmlType::Q4_1: case GgmlType::Q5_1: return GgmlType::Q8_1;
     case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: return GgmlType::Q8_K;
     case GgmlType::F16: return GgmlType::F16;
+    case GgmlType::BF16: return GgmlType::BF16;
     case GgmlType::F32: return GgmlType::F32;
     default:
       return unimplemented("matmul with {} weights is not supported by the CPU reference backend "
-                           "(supported: f32, f16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K)",
+                           "(supported: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K)",
                            ggml_type_name(weight));
   }
 }
@@ -329,6 +331,11 @@ void quantize_activation(GgmlType dot_type, const float* x, void* dst, int64_t n
     case GgmlType::F16:
       to_fp16(x, static_cast<uint16_t*>(dst), n);
       break;
+    case GgmlType::BF16: {
+      auto* h = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) h[i] = fp32_to_bf16(x[i]);
+      break;
+    }
     default:
       std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float));
       break;
@@ -360,6 +367,8 @@ float vec_dot(GgmlType weight_type, const void* w_row, const void* x_q, int64_t 
     case GgmlType::Q6_K: return impl::dot_q6_K(w_row, x_q, n);
     case GgmlType::F16:
       return impl::dot_f16(static_cast<const uint16_t*>(w_row), static_cast<const uint16_t*>(x_q), n);
+    case GgmlType::BF16:
+      return impl::dot_bf16(static_cast<const uint16_t*>(w_row), static_cast<const uint16_t*>(x_q), n);
     case GgmlType::F32: return dot_f32(w_row, x_q, n);
     default: return NAN;
   }

@@ -26,7 +26,8 @@ namespace loom::llm::ref {
   float dot_q4_K(const void* w, const void* x, int64_t n);   \
   float dot_q5_K(const void* w, const void* x, int64_t n);   \
   float dot_q6_K(const void* w, const void* x, int64_t n);   \
-  float dot_f16(const uint16_t* x, const uint16_t* y, int64_t n);
+  float dot_f16(const uint16_t* x, const uint16_t* y, int64_t n);   \
+  float dot_bf16(const uint16_t* x, const uint16_t* y, int64_t n);
 
 namespace scalar {
 LOOM_REF_DOT_DECLS

@@ -54,6 +54,28 @@ inline float dot_f16_ggml(const uint16_t* x, const uint16_t* y, int64_t n) {
   return static_cast<float>(sum);
 }
 
+// Dot product of two bf16 vectors with ggml_vec_dot_bf16's AVX2 arithmetic: four accumulators
+// of eight lanes over 32-element steps (one fma per element; bf16 -> f32 is exact), combined as
+// (0+2) + (1+3), then lane l + lane l+4, then (0+2) + (1+3) of those four; the leftovers past the
+// last full step are added in double.
+inline float dot_bf16_ggml(const uint16_t* x, const uint16_t* y, int64_t n) {
+  float acc[4][8] = {};
+  const int64_t np = n & ~int64_t{31};
+  for (int64_t i = 0; i < np; i += 32)
+    for (int j = 0; j < 4; ++j)
+      for (int l = 0; l < 8; ++l) {
+        const int64_t k = i + 8 * j + l;
+        acc[j][l] = std::fma(bf16_to_fp32(x[k]), bf16_to_fp32(y[k]), acc[j][l]);
+      }
+  float a[8];
+  for (int l = 0; l < 8; ++l) a[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+  float t[4];
+  for (int l = 0; l < 4; ++l) t[l] = a[l + 4] + a[l];
+  double sum = static_cast<double>((t[0] + t[2]) + (t[1] + t[3]));
+  for (int64_t k = np; k < n; ++k) sum += static_cast<double>(bf16_to_fp32(x[k]) * bf16_to_fp32(y[k]));
+  return static_cast<float>(sum);
+}
+
 inline uint32_t float_bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 
 #include "loom/base/file.h"
 #include "loom/base/log.h"
@@ -132,15 +133,18 @@ Result<uint64_t> write_synthetic_model(const SynthOptions& opts, const std::stri
     names += (names.empty() ? "" : ", ") + s.name;
   }
   if (!shape) return invalid_argument("--shape {}: unknown (known: {})", opts.shape, names);
-  if (opts.quant != "q4_0" && opts.quant != "q4_k" && opts.quant != "q8_0")
-    return invalid_argument("--quant {}: unknown (known: q4_0, q4_k, q8_0)", opts.quant);
+  static const std::map<std::string, uint32_t> kFileTypes = {
+      {"q4_0", 2}, {"q8_0", 7}, {"q4_k", 15}, {"f16", 1}, {"bf16", 32}};  // llama_ftype values
+  auto ft = kFileTypes.find(opts.quant);
+  if (ft == kFileTypes.end())
+    return invalid_argument("--quant {}: unknown (known: q4_0, q4_k, q8_0, f16, bf16)", opts.quant);
   const SynthShape& S = *shape;
   const int64_t hd = S.n_embd / S.n_head;
 
   GgufWriter w;
   w.set_string("general.architecture", "llama");
   w.set_string("general.name", fmt::format("loom-synth {} {}", S.name, opts.quant));
-  w.set_u32("general.file_type", opts.quant == "q4_0" ? 2 : opts.quant == "q8_0" ? 7 : 15);
+  w.set_u32("general.file_type", ft->second);
   w.set_u32("llama.context_length", static_cast<uint32_t>(S.n_ctx));
   w.set_u32("llama.embedding_length", static_cast<uint32_t>(S.n_embd));
   w.set_u32("llama.block_count", static_cast<uint32_t>(S.n_layer));
@@ -182,6 +186,8 @@ Result<uint64_t> write_synthetic_model(const SynthOptions& opts, const std::stri
   auto weight_type = [&](const std::string& name, int64_t layer) {
     if (opts.quant == "q4_0") return name == "output" ? GgmlType::Q6_K : GgmlType::Q4_0;
     if (opts.quant == "q8_0") return GgmlType::Q8_0;
+    if (opts.quant == "f16") return GgmlType::F16;
+    if (opts.quant == "bf16") return GgmlType::BF16;
     // Q4_K_M-like: output in Q6_K; attn_v and ffn_down in Q6_K on the layers llama.cpp's
     // "use more bits" rule picks (first and last eighth, and every third in between).
     if (name == "output") return GgmlType::Q6_K;
