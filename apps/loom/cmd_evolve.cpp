@@ -1,6 +1,8 @@
 // `loom evolve run|resume|status|ops|report`: automated kernel search (src/loom/evolve). A job is
 // stored in one SQLite file (--db, default ~/.cache/loom/evolve.db); every evaluation is
 // committed as it finishes, so `resume` continues a job that was killed.
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 
@@ -13,6 +15,7 @@
 #include "loom/evolve/job.h"
 #include "loom/evolve/kb.h"
 #include "loom/evolve/report.h"
+#include "loom/evolve/worker.h"
 #include "loom/kernels/op_spec.h"
 
 namespace loom::cli {
@@ -30,6 +33,8 @@ struct EvolveFlags {
   std::vector<std::string> knobs;  // check: schedule candidates ("k=v,k=v")
   int repeat = 1;
   double ws_factor = 4.0;
+  std::string request;  // worker
+  int fd = 3;           // worker
 };
 
 Result<Db> open_db(const EvolveFlags& f) { return Db::open(f.db.empty() ? Db::default_path() : f.db); }
@@ -93,13 +98,8 @@ Status check_cmd(const EvolveFlags& f) {
   if (!op) return invalid_argument("unknown op '{}'", f.cfg.op);
   double peak = 0;
   if (f.peak) {
-    LOOM_ASSIGN_OR_RETURN(std::string out, run_isolated([&]() -> std::string {
-      auto d = EvalDevice::open(f.cfg.device);
-      if (!d.ok()) return "0";
-      auto g = measure_read_gbps(**d);
-      return g.ok() ? std::to_string(*g) : "0";
-    }, 300));
-    peak = std::atof(out.c_str());
+    LOOM_ASSIGN_OR_RETURN(DeviceFacts facts, probe_device(f.cfg.device, true));
+    peak = facts.peak_gbps;
     std::printf("measured peak read bandwidth: %.1f GB/s\n", peak);
   }
   int bad = 0;
@@ -231,7 +231,19 @@ LOOM_COMMAND(kEvolve, "evolve", "Search for faster kernels (jobs in an SQLite fi
                kb->add_option("--dir", f->kb_dir, "directory of markdown documents (default: kb/ of the source tree)");
                db_flag(kb);
                kb->callback([which] { *which = "kb"; });
+               auto* worker = sub.add_subcommand("worker", "(internal) evaluate one request file in this process");
+               worker->group("");  // hidden: spawned by the evaluator
+               worker->add_option("request", f->request, "request file (JSON)")->required();
+               worker->add_option("--fd", f->fd, "file descriptor of the result pipe");
+               worker->callback([which] { *which = "worker"; });
                return [f, which]() -> int {
+                 if (*which == "worker") return worker_main(f->request, f->fd);
+                 // Isolated evaluations that must not fork this process (cuda) exec this binary.
+                 {
+                   char exe[4096];
+                   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+                   if (n > 0) set_worker_binary(std::string(exe, static_cast<size_t>(n)));
+                 }
                  if (*which == "ops") return ops_cmd();
                  Status s = *which == "run" ? run_cmd(*f) : *which == "resume" ? resume_cmd(*f) : *which == "status" ? status_cmd(*f)
                           : *which == "kb" ? kb_cmd(*f) : *which == "check" ? check_cmd(*f) : report_cmd(*f);

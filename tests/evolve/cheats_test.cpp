@@ -11,6 +11,7 @@
 #include "loom/evolve/candidate.h"
 #include "loom/evolve/device.h"
 #include "loom/evolve/evaluator.h"
+#include "loom/evolve/worker.h"
 #include "loom/hrx/runtime.h"
 #include "loom/kernels/op_spec.h"
 
@@ -37,17 +38,31 @@ std::vector<std::string> files() {
   return out;
 }
 
+// The loom binary beside this test serves as the exec'ed evaluation worker (cuda candidates,
+// and LOOM_EVOLVE_ISOLATION=exec): this process initialises CUDA for its skip checks, and a
+// forked child could not use CUDA after that.
+const std::string kLoomBin = std::string(LOOM_BINARY_DIR) + "/loom";
+const bool kWorkerSet = [] {
+  if (std::filesystem::exists(kLoomBin)) set_worker_binary(kLoomBin);
+  return true;
+}();
+
 double cpu_peak() {
   static double peak = [] {
-    auto out = run_isolated([]() -> std::string {
-      auto d = EvalDevice::open("cpu");
-      if (!d.ok()) return "0";
-      auto g = measure_read_gbps(**d);
-      return g.ok() ? std::to_string(*g) : "0";
-    }, 120);
-    return out.ok() ? std::atof(out->c_str()) : 0.0;
+    auto f = probe_device("cpu", true, 120);
+    return f.ok() ? f->peak_gbps : 0.0;
   }();
   return peak;
+}
+
+bool expect_matches(const std::string& expect, const std::string& tag) {
+  for (size_t p = 0; p <= expect.size();) {
+    size_t e = expect.find('|', p);
+    if (e == std::string::npos) e = expect.size();
+    if (expect.substr(p, e - p) == tag) return true;
+    p = e + 1;
+  }
+  return false;
 }
 
 class Cheat : public ::testing::TestWithParam<std::string> {};
@@ -61,6 +76,7 @@ TEST_P(Cheat, JudgedAsExpected) {
     if (!s.ok() || hrx::Device::enumerate().size() < 2)
       GTEST_SKIP() << "needs a CUDA device (" << (s.ok() ? "no devices" : s.to_string())
                    << "); run on the H200 with `loom evolve check --device cuda`";
+    ASSERT_TRUE(isolate_by_exec("cuda")) << "cuda candidates need the exec'ed worker: build " << kLoomBin;
   }
   const std::string expect = header(c->source, "expect");
   ASSERT_FALSE(expect.empty()) << "every planted file states what it expects";
@@ -77,13 +93,7 @@ TEST_P(Cheat, JudgedAsExpected) {
   const std::string dev = c->kind == CandKind::kCuda || c->kind == CandKind::kPtx ? "cuda" : "cpu";
   const double timeout = expect == "timeout" ? 8 : 120;
   EvalResult r = evaluate_isolated(dev, *op, *shape, *c, o, timeout);
-  bool match = false;
-  for (size_t p = 0; p <= expect.size();) {
-    size_t e = expect.find('|', p);
-    if (e == std::string::npos) e = expect.size();
-    match = match || expect.substr(p, e - p) == r.tag();
-    p = e + 1;
-  }
+  const bool match = expect_matches(expect, r.tag());
   EXPECT_TRUE(match) << GetParam() << ": expected " << expect << ", got " << r.status << " (" << r.tag() << "): " << r.reason
                      << " " << r.diagnosis;
   if (expect == "ok") EXPECT_GT(r.median_us, 0);
@@ -96,6 +106,38 @@ INSTANTIATE_TEST_SUITE_P(Planted, Cheat, ::testing::ValuesIn(files()), [](const 
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return n;
 });
+
+// The exec'ed worker (the path cuda candidates take) judges like the forked child: results,
+// rejections, a crash, a hang and the phase of a held-out shape all come back over its pipe.
+TEST(EvolveWorker, ExecIsolationJudgesLikeFork) {
+  ASSERT_TRUE(std::filesystem::exists(kLoomBin)) << "the worker is the loom binary: build the loom target";
+  ASSERT_EQ(setenv("LOOM_EVOLVE_ISOLATION", "exec", 1), 0);
+  ASSERT_TRUE(isolate_by_exec("cpu"));
+  const kernels::OpSpec* op = kernels::find_op("add");
+  ASSERT_NE(op, nullptr);
+  auto facts = probe_device("cpu", false);
+  ASSERT_TRUE(facts.ok()) << facts.status().to_string();
+  EXPECT_EQ(facts->arch.rfind("cpu:", 0), 0u) << facts->arch;
+  EXPECT_GT(facts->threads, 0);
+  for (const char* name : {"cpp_honest.cpp", "ir_guard_after.loom", "cpp_shape.cpp", "cpp_crash.cpp", "cpp_hang.cpp"}) {
+    auto c = candidate_from_file(std::string(LOOM_SOURCE_DIR) + "/tests/evolve/cheats/" + name);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    const std::string expect = header(c->source, "expect");
+    auto shape = kernels::Shape::parse(header(c->source, "shape").empty() ? "n=1000" : header(c->source, "shape"));
+    ASSERT_TRUE(shape.ok());
+    EvalOptions o;
+    o.holdout = holdout_shapes(*op, *shape, 2);
+    o.time_budget_s = 0.05;
+    EvalResult r = evaluate_isolated("cpu", *op, *shape, *c, o, expect == "timeout" ? 3 : 120);
+    EXPECT_TRUE(expect_matches(expect, r.tag())) << name << ": expected " << expect << ", got " << r.tag() << ": " << r.reason;
+    if (expect == "ok") {
+      EXPECT_GT(r.median_us, 0);
+    }
+  }
+  unsetenv("LOOM_EVOLVE_ISOLATION");
+  EXPECT_FALSE(isolate_by_exec("cpu")) << "the cpu device forks by default";
+  EXPECT_TRUE(isolate_by_exec("cuda:0"));
+}
 
 TEST(CheatSuite, CoversEveryRule) {
   std::set<std::string> tags;

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/evolve/device.h"
+#include "loom/evolve/worker.h"
 #include "loom/llm/quant.h"
 
 namespace loom::evolve {
@@ -455,6 +456,8 @@ void note_phase(const std::string& phase) {
   (void)w;
 }
 
+void set_phase_fd(int fd) { g_phase_fd = fd; }
+
 Result<std::string> run_isolated(const std::function<std::string()>& fn, double timeout_s) {
   int fd[2];
   if (pipe(fd) != 0) return internal_error("pipe: {}", std::strerror(errno));
@@ -481,6 +484,10 @@ Result<std::string> run_isolated(const std::function<std::string()>& fn, double 
     _exit(0);
   }
   close(fd[1]);
+  return collect_isolated(pid, fd[0], timeout_s);
+}
+
+Result<std::string> collect_isolated(int pid, int read_fd, double timeout_s) {
   std::string out;
   const auto deadline = clock_type::now() + std::chrono::duration<double>(timeout_s);
   bool timed_out = false;
@@ -491,15 +498,16 @@ Result<std::string> run_isolated(const std::function<std::string()>& fn, double 
       timed_out = true;
       break;
     }
-    pollfd p{fd[0], POLLIN, 0};
+    pollfd p{read_fd, POLLIN, 0};
     int pr = poll(&p, 1, static_cast<int>(std::min(left, 1000.0)) + 1);
     if (pr < 0 && errno == EINTR) continue;
     if (pr <= 0) continue;
-    ssize_t n = read(fd[0], buf, sizeof buf);
+    ssize_t n = read(read_fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     out.append(buf, static_cast<size_t>(n));
   }
-  close(fd[0]);
+  close(read_fd);
   // Phase notes come first, one per line; the result is what follows the last one.
   std::string phase;
   while (out.rfind("@phase ", 0) == 0) {
@@ -524,17 +532,19 @@ Result<std::string> run_isolated(const std::function<std::string()>& fn, double 
 EvalResult evaluate_isolated(const std::string& device_spec, const kernels::OpSpec& op, const Shape& shape,
                              const Candidate& c, const EvalOptions& opt, double timeout_s) {
   const auto t0 = clock_type::now();
-  auto out = run_isolated(
-      [&]() -> std::string {
-        auto dev = EvalDevice::open(device_spec);
-        if (!dev.ok()) {
-          EvalResult e;
-          e.reason = dev.status().to_string();
-          return e.to_json();
-        }
-        return evaluate(**dev, op, shape, c, opt).to_json();
-      },
-      timeout_s);
+  auto out = isolate_by_exec(device_spec)
+                 ? run_worker(evaluate_request(device_spec, op, shape, c, opt), timeout_s)
+                 : run_isolated(
+                       [&]() -> std::string {
+                         auto dev = EvalDevice::open(device_spec);
+                         if (!dev.ok()) {
+                           EvalResult e;
+                           e.reason = dev.status().to_string();
+                           return e.to_json();
+                         }
+                         return evaluate(**dev, op, shape, c, opt).to_json();
+                       },
+                       timeout_s);
   EvalResult r;
   if (!out.ok()) {
     r.status = out.status().code() == StatusCode::kDeadlineExceeded ? "timeout" : "crash";

@@ -40,6 +40,7 @@ struct EvalOptions {
   double peak_gbps = 0;    // measured peak read bandwidth; 0: no floor check
   double floor_margin = 1.5;  // flagged above floor_margin x peak (the peak is measured on a shared machine)
   uint64_t seed = 1;
+  bool instrument = false;    // also time the regions of an instrumented copy (IR kernels)
 };
 
 struct EvalResult {
@@ -78,5 +79,19 @@ EvalResult evaluate_isolated(const std::string& device_spec, const kernels::OpSp
 Result<std::string> run_isolated(const std::function<std::string()>& fn, double timeout_s);
 // Inside run_isolated's child: tells the parent what the child is doing now (no-op elsewhere).
 void note_phase(const std::string& phase);
+// The parent's half of run_isolated (also used for exec'ed workers): reads child `pid`'s pipe
+// `read_fd` (closed here) until EOF or timeout_s, kills a hung child, reaps it.
+Result<std::string> collect_isolated(int pid, int read_fd, double timeout_s);
+// Where note_phase writes (a worker process sets its result pipe).
+void set_phase_fd(int fd);
+
+// Facts about a device found in an isolated process (the caller never opens the device).
+struct DeviceFacts {
+  std::string arch;       // device_arch_of(props)
+  int threads = 0;        // worker threads (cpu)
+  uint64_t llc = 0;       // last-level cache bytes
+  double peak_gbps = 0;   // measured peak read bandwidth (when asked for)
+};
+Result<DeviceFacts> probe_device(const std::string& device_spec, bool measure_peak, double timeout_s = 300);
 
 }  // namespace loom::evolve

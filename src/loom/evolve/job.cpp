@@ -54,52 +54,14 @@ JobConfig from_json(const nlohmann::json& j) {
   return c;
 }
 
-// Facts about the device, found in a child process (the parent never opens a device: a forked
-// child must not inherit a CUDA context or a thread pool's bookkeeping).
-struct Probe {
-  std::string arch;
-  int threads = 0;
-  double peak_gbps = 0;
-  uint64_t llc = 0;
-};
-
-Result<Probe> probe(const std::string& spec, bool measure) {
-  LOOM_ASSIGN_OR_RETURN(
-      std::string out,
-      run_isolated(
-          [&]() -> std::string {
-            auto dev = EvalDevice::open(spec);
-            if (!dev.ok()) return nlohmann::json{{"error", dev.status().to_string()}}.dump();
-            nlohmann::json j = {{"arch", device_arch_of((*dev)->props())},
-                                {"threads", (*dev)->props().worker_threads},
-                                {"llc", (*dev)->llc_bytes()}};
-            if (measure) {
-              auto g = measure_read_gbps(**dev);
-              if (!g.ok()) return nlohmann::json{{"error", g.status().to_string()}}.dump();
-              j["peak"] = *g;
-            }
-            return j.dump();
-          },
-          300));
-  auto j = nlohmann::json::parse(out, nullptr, false);
-  if (j.is_discarded()) return internal_error("device probe returned '{}'", out);
-  if (j.contains("error")) return unavailable("{}", j["error"].get<std::string>());
-  Probe p;
-  p.arch = j.value("arch", "");
-  p.threads = j.value("threads", 0);
-  p.llc = j.value("llc", uint64_t{0});
-  p.peak_gbps = j.value("peak", 0.0);
-  return p;
-}
-
-Result<double> peak_for(Db& db, const std::string& spec, Probe& p, const std::function<void(const std::string&)>& log) {
+Result<double> peak_for(Db& db, const std::string& spec, DeviceFacts& p, const std::function<void(const std::string&)>& log) {
   const std::string key = fmt::format("{}:t{}", p.arch, p.threads);
   LOOM_ASSIGN_OR_RETURN(Stmt s, db.prepare("SELECT read_gbps FROM device_peaks WHERE device_arch = ?1"));
   s.bind(1, key);
   LOOM_ASSIGN_OR_RETURN(bool has, s.step());
   if (has) return s.f64(0);
   log(fmt::format("measuring the peak read bandwidth of {} ({} threads)...", p.arch, p.threads));
-  LOOM_ASSIGN_OR_RETURN(Probe m, probe(spec, true));
+  LOOM_ASSIGN_OR_RETURN(DeviceFacts m, probe_device(spec, true));
   LOOM_ASSIGN_OR_RETURN(Stmt ins, db.prepare("INSERT OR REPLACE INTO device_peaks VALUES (?1, ?2, ?3, julianday('now'))"));
   ins.bind(1, key).bind(2, m.peak_gbps).bind(3, p.arch.rfind("cuda", 0) == 0 ? "ir read kernel, 1 GiB, best of 5"
                                                                               : "cpp kernel reading 4 MiB per launch over 256 MiB, median of launches");
@@ -267,7 +229,7 @@ Status run_job(Db& db, int64_t job, const RunOptions& ro) {
   if (!ro.llm_url.empty()) cfg.llm.url = ro.llm_url;
   cfg.llm.fill_from_env();
 
-  LOOM_ASSIGN_OR_RETURN(Probe pr, probe(cfg.device, false));
+  LOOM_ASSIGN_OR_RETURN(DeviceFacts pr, probe_device(cfg.device, false));
   LOOM_ASSIGN_OR_RETURN(double peak, peak_for(db, cfg.device, pr, log));
   const ir::TargetKind target = pr.arch.rfind("cuda", 0) == 0 ? ir::TargetKind::kPtx : ir::TargetKind::kCpp;
   {

@@ -1,0 +1,225 @@
+// The exec'ed evaluation worker (see worker.h): spawning it, its request format, and its main.
+#include "loom/evolve/worker.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "loom/evolve/device.h"
+#include "loom/evolve/store.h"
+#include "loom/evolve/user_op.h"
+
+namespace loom::evolve {
+namespace {
+
+// set_worker_binary's value; a function-local static, so it may be set during static init.
+struct WorkerName {
+  std::mutex mu;
+  std::string path;
+};
+WorkerName& worker_name() {
+  static WorkerName w;
+  return w;
+}
+
+// Facts of an open device as JSON (probe requests, in whichever process opened the device).
+std::string probe_json(const std::string& spec, bool measure) {
+  auto dev = EvalDevice::open(spec);
+  if (!dev.ok()) return nlohmann::json{{"error", dev.status().to_string()}}.dump();
+  nlohmann::json j = {{"arch", device_arch_of((*dev)->props())},
+                      {"threads", (*dev)->props().worker_threads},
+                      {"llc", (*dev)->llc_bytes()}};
+  if (measure) {
+    auto g = measure_read_gbps(**dev);
+    if (!g.ok()) return nlohmann::json{{"error", g.status().to_string()}}.dump();
+    j["peak"] = *g;
+  }
+  return j.dump();
+}
+
+std::string error_result(const std::string& reason) {
+  EvalResult e;
+  e.reason = reason;
+  return e.to_json();
+}
+
+std::string run_request(const nlohmann::json& req) {
+  const std::string task = req.value("task", "");
+  const std::string device = req.value("device", "cpu");
+  if (task == "probe") return probe_json(device, req.value("peak", false));
+  if (task != "evaluate") return error_result("worker: unknown task '" + task + "'");
+  auto op = resolve_op(req.value("op", ""), req.value("op_file", ""));
+  if (!op.ok()) return error_result(op.status().to_string());
+  auto shape = kernels::Shape::parse(req.value("shape", ""));
+  if (!shape.ok()) return error_result(shape.status().to_string());
+  auto cand = Candidate::from_body(req.value("candidate", ""));
+  if (!cand.ok()) return error_result(cand.status().to_string());
+  auto opt = eval_options_from_json(req.value("options", nlohmann::json::object()));
+  if (!opt.ok()) return error_result(opt.status().to_string());
+  auto dev = EvalDevice::open(device);
+  if (!dev.ok()) return error_result(dev.status().to_string());
+  return evaluate(**dev, **op, *shape, *cand, *opt).to_json();
+}
+
+}  // namespace
+
+void set_worker_binary(std::string path) {
+  WorkerName& w = worker_name();
+  std::lock_guard<std::mutex> lock(w.mu);
+  w.path = std::move(path);
+}
+
+std::string worker_binary() {
+  if (const char* e = std::getenv("LOOM_EVOLVE_WORKER"); e && *e) return e;
+  WorkerName& w = worker_name();
+  std::lock_guard<std::mutex> lock(w.mu);
+  return w.path;
+}
+
+bool isolate_by_exec(const std::string& device_spec) {
+  if (worker_binary().empty()) return false;
+  if (const char* e = std::getenv("LOOM_EVOLVE_ISOLATION"); e && *e) return std::strcmp(e, "exec") == 0;
+  return device_spec.rfind("cpu", 0) != 0;
+}
+
+nlohmann::json eval_options_to_json(const EvalOptions& o) {
+  nlohmann::json hold = nlohmann::json::array();
+  for (const kernels::Shape& s : o.holdout) hold.push_back(s.key());
+  return {{"trials", o.trials},       {"holdout", hold},
+          {"time", o.time},           {"time_budget_s", o.time_budget_s},
+          {"min_reps", o.min_reps},   {"max_reps", o.max_reps},
+          {"ws_factor", o.ws_factor}, {"peak_gbps", o.peak_gbps},
+          {"floor_margin", o.floor_margin}, {"seed", o.seed},
+          {"instrument", o.instrument}};
+}
+
+Result<EvalOptions> eval_options_from_json(const nlohmann::json& j) {
+  EvalOptions o;
+  if (!j.is_object()) return invalid_argument("evaluation options: expected an object");
+  o.trials = j.value("trials", o.trials);
+  for (const auto& h : j.value("holdout", nlohmann::json::array())) {
+    LOOM_ASSIGN_OR_RETURN(kernels::Shape s, kernels::Shape::parse(h.get<std::string>()));
+    o.holdout.push_back(std::move(s));
+  }
+  o.time = j.value("time", o.time);
+  o.time_budget_s = j.value("time_budget_s", o.time_budget_s);
+  o.min_reps = j.value("min_reps", o.min_reps);
+  o.max_reps = j.value("max_reps", o.max_reps);
+  o.ws_factor = j.value("ws_factor", o.ws_factor);
+  o.peak_gbps = j.value("peak_gbps", o.peak_gbps);
+  o.floor_margin = j.value("floor_margin", o.floor_margin);
+  o.seed = j.value("seed", o.seed);
+  o.instrument = j.value("instrument", o.instrument);
+  return o;
+}
+
+nlohmann::json evaluate_request(const std::string& device_spec, const kernels::OpSpec& op, const kernels::Shape& shape,
+                                const Candidate& c, const EvalOptions& opt) {
+  return {{"task", "evaluate"},         {"device", device_spec},     {"op", std::string(op.name())},
+          {"op_file", op_file_of(op)}, {"shape", shape.key()},      {"candidate", c.body()},
+          {"options", eval_options_to_json(opt)}};
+}
+
+Result<std::string> run_worker(const nlohmann::json& request, double timeout_s) {
+  const std::string bin = worker_binary();
+  if (bin.empty()) return failed_precondition("no evolve worker binary (set LOOM_EVOLVE_WORKER to a loom binary)");
+  const char* tmpdir = std::getenv("TMPDIR");
+  std::string path = std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") + "/loom-evolve-req-XXXXXX";
+  int tfd = mkstemp(path.data());
+  if (tfd < 0) return unavailable("cannot create a request file {}: {}", path, std::strerror(errno));
+  const std::string text = request.dump();
+  size_t off = 0;
+  while (off < text.size()) {
+    ssize_t w = write(tfd, text.data() + off, text.size() - off);
+    if (w <= 0) break;
+    off += static_cast<size_t>(w);
+  }
+  close(tfd);
+  if (off != text.size()) {
+    unlink(path.c_str());
+    return unavailable("cannot write the request file {}", path);
+  }
+  int fd[2];
+  if (pipe2(fd, O_CLOEXEC) != 0) {
+    unlink(path.c_str());
+    return internal_error("pipe: {}", std::strerror(errno));
+  }
+  // Everything the child needs is built before fork: between fork and exec only
+  // async-signal-safe calls (the parent may have threads).
+  std::vector<std::string> args = {bin, "evolve", "worker", path, "--fd", "3"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  static constexpr char kExecFailed[] = "{\"status\":\"error\",\"reason\":\"cannot exec the evolve worker binary\"}";
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fd[0]);
+    close(fd[1]);
+    unlink(path.c_str());
+    return internal_error("fork: {}", std::strerror(errno));
+  }
+  if (pid == 0) {
+    if (fd[1] == 3) {
+      fcntl(3, F_SETFD, 0);
+    } else if (dup2(fd[1], 3) < 0) {
+      _exit(127);
+    }
+    execv(argv[0], argv.data());
+    ssize_t w = write(3, kExecFailed, sizeof kExecFailed - 1);
+    (void)w;
+    _exit(0);
+  }
+  close(fd[1]);
+  auto out = collect_isolated(pid, fd[0], timeout_s);
+  unlink(path.c_str());
+  return out;
+}
+
+int worker_main(const std::string& path, int fd) {
+  // A parent that dies must not leave this process writing into a closed pipe forever.
+  signal(SIGPIPE, SIG_DFL);
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto req = nlohmann::json::parse(ss.str(), nullptr, false);
+  set_phase_fd(fd);
+  std::string out = req.is_discarded() ? error_result("worker: unreadable request " + path) : run_request(req);
+  set_phase_fd(-1);
+  size_t off = 0;
+  while (off < out.size()) {
+    ssize_t w = write(fd, out.data() + off, out.size() - off);
+    if (w <= 0) return 1;
+    off += static_cast<size_t>(w);
+  }
+  close(fd);
+  return 0;
+}
+
+Result<DeviceFacts> probe_device(const std::string& spec, bool measure_peak, double timeout_s) {
+  Result<std::string> out = isolate_by_exec(spec)
+                                ? run_worker({{"task", "probe"}, {"device", spec}, {"peak", measure_peak}}, timeout_s)
+                                : run_isolated([&] { return probe_json(spec, measure_peak); }, timeout_s);
+  if (!out.ok()) return std::move(out).status();
+  auto j = nlohmann::json::parse(*out, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return internal_error("device probe returned '{}'", *out);
+  if (j.contains("error")) return unavailable("{}", j["error"].get<std::string>());
+  DeviceFacts f;
+  f.arch = j.value("arch", "");
+  f.threads = j.value("threads", 0);
+  f.llc = j.value("llc", uint64_t{0});
+  f.peak_gbps = j.value("peak", 0.0);
+  return f;
+}
+
+}  // namespace loom::evolve

@@ -1,0 +1,45 @@
+// Isolated evaluation in a fresh process: fork + exec of a worker (`loom evolve worker`), which
+// reads one request (JSON file) and answers over a pipe on fd 3 with the same protocol as
+// run_isolated (phase notes, then the result text).
+//
+// Why exec: a CUDA context does not survive fork(), so a process that has initialised CUDA
+// (a test that checks for a GPU, an engine) cannot fork a child that uses CUDA; and a process
+// with threads (parallel compilation) is only safe to fork into a new program. The cpu device
+// keeps plain fork() by default (no exec cost); LOOM_EVOLVE_ISOLATION=exec|fork overrides.
+//
+// The worker binary: $LOOM_EVOLVE_WORKER, else what set_worker_binary() set (the loom CLI
+// names itself; tests name $LOOM_BINARY_DIR/loom). Without one, isolation falls back to fork.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "loom/base/status.h"
+#include "loom/evolve/evaluator.h"
+
+namespace loom::evolve {
+
+void set_worker_binary(std::string path);
+// The worker program, "" when none is known.
+std::string worker_binary();
+// Whether isolated work on `device_spec` runs in an exec'ed worker (else a plain fork).
+bool isolate_by_exec(const std::string& device_spec);
+
+// Runs `request` in a worker process with a timeout; errors as run_isolated's.
+Result<std::string> run_worker(const nlohmann::json& request, double timeout_s);
+
+// The worker's side: runs the request in `path` and writes its answer to fd `fd`. Returns the
+// process exit code. Requests: {"task":"evaluate", device, op, op_file, shape, candidate, options}
+// -> EvalResult JSON; {"task":"probe", device, peak} -> device facts JSON.
+int worker_main(const std::string& path, int fd);
+
+// The request that evaluates `c` (for evaluate_isolated).
+nlohmann::json evaluate_request(const std::string& device_spec, const kernels::OpSpec& op, const kernels::Shape& shape,
+                                const Candidate& c, const EvalOptions& opt);
+
+// Options as JSON (the worker protocol).
+nlohmann::json eval_options_to_json(const EvalOptions& o);
+Result<EvalOptions> eval_options_from_json(const nlohmann::json& j);
+
+}  // namespace loom::evolve
