@@ -189,6 +189,8 @@ LOOM_COMMAND(kEvolve, "evolve", "Search for faster kernels (jobs in an SQLite fi
                run->add_option("--holdout", f->cfg.holdout, "held-out shapes per candidate (default 3)");
                run->add_option("--time-per-candidate", f->cfg.time_budget_s, "seconds of timing per candidate (default 0.3)");
                run->add_option("--timeout", f->cfg.timeout_s, "seconds before an evaluation counts as hung (default 120)");
+               run->add_option("--compile-jobs", f->cfg.compile_jobs,
+                               "candidates proposed and compiled in parallel per batch (default: cores, at most 8)");
                run->add_flag("--no-store", [f](int64_t) { f->cfg.store = false; }, "do not put the winner into the kernel store");
                run->add_option("--llm-url", f->llm_url, "OpenAI-compatible endpoint (or LOOM_LLM_URL)");
                run->add_option("--llm-model", f->llm_model, "model name (or LOOM_LLM_MODEL)");

@@ -13,6 +13,7 @@
 #endif
 
 #include "loom/codegen/cpp/host_compiler.h"
+#include "loom/codegen/target.h"
 #include "loom/ir/parser.h"
 #include "loom/ir/verifier.h"
 
@@ -128,6 +129,23 @@ Status EvalDevice::run(const Loaded& l, const std::vector<uint64_t>& addrs) {
                              .with_context("launching " + kl.kernel));
   }
   return stream_.synchronize();
+}
+
+Status prebuild(const Instance& inst, ir::TargetKind target) {
+  if (target != ir::TargetKind::kCpp) return Status();
+  switch (inst.kind) {
+    case CandKind::kSchedule:
+    case CandKind::kIr: {
+      LOOM_RETURN_IF_ERROR(ir::verify(inst.gen.module, target));
+      const codegen::Target* t = codegen::target(target);
+      LOOM_ASSIGN_OR_RETURN(std::string text, t->emit(inst.gen.module, t->archs().front()));
+      return codegen::compile_shared_object(text).status();
+    }
+    case CandKind::kCpp:
+      return codegen::compile_shared_object(cpp_source_for_cpu(inst)).status();
+    default:
+      return Status();
+  }
 }
 
 uint64_t host_llc_bytes() {

@@ -53,6 +53,12 @@ class EvalDevice {
 
 
 
+// Compiles an instance's host code into the on-disk kernel cache without a device, so that a
+// later EvalDevice::load of the same instance (another process) only loads it: the cpp target's
+// shared object (IR emitted exactly as hrx::Module::compile emits it). A no-op for PTX and
+// CUDA C++ (the driver and NVRTC compile at load). Safe to run in several processes at once.
+Status prebuild(const Instance& inst, ir::TargetKind target);
+
 // Largest cache size from /sys/devices/system/cpu/cpu0/cache/index*/size (0 if unreadable).
 uint64_t host_llc_bytes();
 

@@ -260,9 +260,10 @@ std::vector<Shape> holdout_shapes(const kernels::OpSpec& op, const Shape& shape,
     out.push_back(s);
   };
   // The op's smallest test shape of the same class first: cheap and usually odd.
+  const std::vector<Shape> tests = op.test_shapes();  // `smallest` points into it
   const Shape* smallest = nullptr;
   int64_t smallest_size = 0;
-  for (const Shape& t : op.test_shapes()) {
+  for (const Shape& t : tests) {
     if (t.dims.size() != shape.dims.size()) continue;
     bool same = true;
     int64_t size = 1;
@@ -276,9 +277,7 @@ std::vector<Shape> holdout_shapes(const kernels::OpSpec& op, const Shape& shape,
       smallest_size = size;
     }
   }
-  std::vector<Shape> tests = op.test_shapes();
-  for (const Shape& t : tests)
-    if (smallest && t.key() == smallest->key()) push(t);
+  if (smallest) push(*smallest);
   // Each size dimension moved to a nearby valid value (odd first).
   for (const auto& [n, v] : shape.dims) {
     if (!is_size(n, v)) continue;
@@ -458,7 +457,7 @@ void note_phase(const std::string& phase) {
 
 void set_phase_fd(int fd) { g_phase_fd = fd; }
 
-Result<std::string> run_isolated(const std::function<std::string()>& fn, double timeout_s) {
+Result<IsolatedChild> spawn_isolated(const std::function<std::string()>& fn) {
   int fd[2];
   if (pipe(fd) != 0) return internal_error("pipe: {}", std::strerror(errno));
   std::fflush(stdout);
@@ -484,7 +483,23 @@ Result<std::string> run_isolated(const std::function<std::string()>& fn, double 
     _exit(0);
   }
   close(fd[1]);
-  return collect_isolated(pid, fd[0], timeout_s);
+  IsolatedChild c;
+  c.pid = pid;
+  c.fd = fd[0];
+  return c;
+}
+
+Result<std::string> collect(IsolatedChild& c, double timeout_s) {
+  auto out = collect_isolated(c.pid, c.fd, timeout_s);
+  c.fd = -1;
+  if (!c.request_file.empty()) unlink(c.request_file.c_str());
+  c.request_file.clear();
+  return out;
+}
+
+Result<std::string> run_isolated(const std::function<std::string()>& fn, double timeout_s) {
+  LOOM_ASSIGN_OR_RETURN(IsolatedChild c, spawn_isolated(fn));
+  return collect(c, timeout_s);
 }
 
 Result<std::string> collect_isolated(int pid, int read_fd, double timeout_s) {

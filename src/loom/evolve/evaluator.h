@@ -79,6 +79,15 @@ EvalResult evaluate_isolated(const std::string& device_spec, const kernels::OpSp
 Result<std::string> run_isolated(const std::function<std::string()>& fn, double timeout_s);
 // Inside run_isolated's child: tells the parent what the child is doing now (no-op elsewhere).
 void note_phase(const std::string& phase);
+// run_isolated in two halves, for several children at once: spawn, then collect (which waits
+// at most timeout_s, kills a hung child, reaps it and removes its request file, if any).
+struct IsolatedChild {
+  int pid = -1;
+  int fd = -1;               // read end of the result pipe
+  std::string request_file;  // exec'ed workers: removed by collect
+};
+Result<IsolatedChild> spawn_isolated(const std::function<std::string()>& fn);
+Result<std::string> collect(IsolatedChild& c, double timeout_s);
 // The parent's half of run_isolated (also used for exec'ed workers): reads child `pid`'s pipe
 // `read_fd` (closed here) until EOF or timeout_s, kills a hung child, reaps it.
 Result<std::string> collect_isolated(int pid, int read_fd, double timeout_s);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -17,6 +18,7 @@
 #include "loom/evolve/kb.h"
 #include "loom/evolve/search.h"
 #include "loom/evolve/store.h"
+#include "loom/evolve/worker.h"
 #include "loom/kernels/op_spec.h"
 
 namespace loom::evolve {
@@ -29,7 +31,7 @@ nlohmann::json to_json(const JobConfig& c) {
           {"synth", c.synth},    {"seed", c.seed},           {"budget_count", c.budget_count},
           {"budget_s", c.budget_s}, {"skills", c.skills},    {"trials", c.trials},     {"holdout", c.holdout},
           {"time_budget_s", c.time_budget_s}, {"timeout_s", c.timeout_s}, {"store", c.store},
-          {"llm_url", c.llm.url}, {"llm_model", c.llm.model}, {"llm_max_tokens", c.llm.max_tokens}};
+          {"compile_jobs", c.compile_jobs}, {"llm_url", c.llm.url}, {"llm_model", c.llm.model}, {"llm_max_tokens", c.llm.max_tokens}};
 }
 
 JobConfig from_json(const nlohmann::json& j) {
@@ -48,6 +50,7 @@ JobConfig from_json(const nlohmann::json& j) {
   c.time_budget_s = j.value("time_budget_s", 0.3);
   c.timeout_s = j.value("timeout_s", 120.0);
   c.store = j.value("store", true);
+  c.compile_jobs = j.value("compile_jobs", 1);  // jobs from before batches: one at a time
   c.llm.url = j.value("llm_url", "");
   c.llm.model = j.value("llm_model", "");
   c.llm.max_tokens = j.value("llm_max_tokens", 768);
@@ -102,6 +105,7 @@ struct Record {
   EvalResult ev;
   double speedup = 0, at_s = 0;
   int island = 0;
+  bool needs_eval = true;  // false: the synthesizer already failed (ev holds why)
 };
 
 Result<int64_t> insert(Db& db, int64_t job, const Record& r) {
@@ -194,6 +198,7 @@ Result<int64_t> create_job(Db& db, const JobConfig& cfg) {
   if (cfg.budget_count <= 0 && cfg.budget_s <= 0) return invalid_argument("a job needs a budget (--budget 120s or 500)");
   JobConfig c = cfg;
   c.shape = shape.key();
+  if (c.compile_jobs <= 0) c.compile_jobs = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
   LOOM_ASSIGN_OR_RETURN(Stmt s, db.prepare("INSERT INTO jobs(op, shape, device, strategy, synth, seed, budget, config, "
                                            "loom_version, status, created) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,'new',julianday('now'))"));
   s.bind(1, c.op).bind(2, c.shape).bind(3, c.device).bind(4, c.strategy).bind(5, c.synth).bind(6, static_cast<int64_t>(c.seed));
@@ -302,98 +307,142 @@ Status run_job(Db& db, int64_t job, const RunOptions& ro) {
   if (cfg.skills) {
     LOOM_ASSIGN_OR_RETURN(skills, load_skills(db, family, dkind));
   }
-  bool exhausted = false;
-  while (true) {
-    const int seq = static_cast<int>(h.nodes.size());
-    if (cfg.budget_count > 0 && seq - 1 >= cfg.budget_count) break;
-    if (cfg.budget_s > 0 && elapsed() >= cfg.budget_s) break;
+  // Candidates are proposed in batches of `batch` (the job's compile_jobs): every proposal of a
+  // batch sees the history as it stood at the batch's first seq (plus the batch's earlier
+  // proposals, for duplicates), so the batch can be compiled in parallel before its candidates
+  // are measured one at a time. A resumed job rebuilds a half-done batch the same way.
+  const int batch = std::max(1, cfg.compile_jobs);
+  auto propose = [&](int seq, const History& base, const History& seen) -> Result<std::optional<Record>> {
     std::mt19937_64 rng(step_seed(cfg.seed, seq));
-    Pick pick = pick_parent(strategy, h, seq, rng);
-    // A copy: h.add() below may move the nodes.
-    std::optional<Node> parent_node;
-    if (pick.parent)
-      if (const Node* pn = h.find(*pick.parent)) parent_node = *pn;
-    const Node* parent = parent_node ? &*parent_node : nullptr;
+    Pick pick = pick_parent(strategy, base, seq, rng);
+    const Node* parent = pick.parent ? base.find(*pick.parent) : nullptr;
     const bool use_llm = cfg.synth == "llm" || (cfg.synth == "both" && seq % 2 == 0);
     Record r;
     r.seq = seq;
     r.parent = parent ? parent->id : 0;
     r.island = pick.island;
-    if (use_llm) {
-      r.synth = "llm";
-      std::string parent_ir, launch;
-      if (parent) {
-        auto inst = instantiate(parent->cand, *op, shape, target);
-        if (inst.ok() && (inst->kind == CandKind::kSchedule || inst->kind == CandKind::kIr)) parent_ir = ir::print(inst->gen.module);
-        else if (inst.ok()) parent_ir = inst->source;
-      }
-      std::string diag;
-      {
-        LOOM_ASSIGN_OR_RETURN(Stmt d, db.prepare("SELECT diagnosis FROM candidates WHERE id = ?1"));
-        d.bind(1, r.parent);
-        LOOM_ASSIGN_OR_RETURN(bool has, d.step());
-        if (has) diag = d.text(0);
-      }
-      auto docs = search_documents(db, diag + " " + cfg.op + " " + dkind, 1);
-      auto sk = describe_skills(db, family, dkind, 3);
-      std::string prompt = build_prompt(*op, shape, target, parent_ir, diag, docs.ok() ? *docs : std::vector<Document>{},
-                                        sk.ok() ? *sk : std::vector<std::string>{}, launch);
-      auto reply = llm_chat(cfg.llm, "You are an expert kernel engineer. You answer with code only.", prompt);
-      {
-        LOOM_ASSIGN_OR_RETURN(Stmt lc, db.prepare("INSERT INTO llm_calls(job, seq, prompt, reply, error, at) VALUES (?1,?2,?3,?4,?5,julianday('now'))"));
-        lc.bind(1, job).bind(2, seq).bind(3, prompt).bind(4, reply.ok() ? *reply : std::string()).bind(5, reply.ok() ? std::string() : reply.status().to_string());
-        LOOM_RETURN_IF_ERROR(lc.run());
-      }
-      std::vector<Candidate> got;
-      if (reply.ok()) got = parse_reply(*reply, target, "");
-      if (!reply.ok() || got.empty()) {
-        r.cand.kind = CandKind::kIr;
-        r.cand.source = reply.ok() ? "// (no kernel in the reply)\n" + reply->substr(0, 2000) : "";
-        r.ev.status = reply.ok() ? "no_kernel" : "llm_error";
-        r.ev.reason = reply.ok() ? "the reply holds no kernel (no ```loom/```cpp block and no `kernel @`)" : reply.status().to_string();
-      } else {
-        r.cand = got[0];
-        r.diff = "llm reply";
-        if (h.by_hash.count(r.cand.hash())) {
-          r.ev.status = "duplicate";
-          r.ev.reason = "the reply repeats an evaluated candidate";
-        } else {
-          r.ev = evaluate_one(r.cand, step_seed(cfg.seed, seq));
-        }
-      }
-    } else {
+    if (!use_llm) {
       r.synth = "mutate";
-      auto m = mutate(space, parent ? &parent->cand : nullptr, h, cfg.skills ? &skills : nullptr, rng, normalize);
-      if (!m) {
-        exhausted = true;
-        log("the search space is exhausted: every candidate the mutate synthesizer can reach is evaluated");
-        break;
-      }
+      auto m = mutate(space, parent ? &parent->cand : nullptr, seen, cfg.skills ? &skills : nullptr, rng, normalize);
+      if (!m) return std::optional<Record>();
       r.cand = m->cand;
       r.diff = m->diff;
-      r.ev = evaluate_one(r.cand, step_seed(cfg.seed, seq));
+      return std::optional<Record>(std::move(r));
     }
-    r.speedup = r.ev.ok() && r.ev.median_us > 0 ? baseline_us / r.ev.median_us : 0;
-    r.at_s = elapsed();
-    LOOM_ASSIGN_OR_RETURN(int64_t id, insert(db, job, r));
-    Node n{id, seq, r.parent, r.synth, r.cand, r.cand.hash(), r.ev.ok(), r.speedup, r.island};
-    if (n.hash.empty() || h.by_hash.count(n.hash)) n.hash += fmt::format("#{}", seq);  // keep the map unique
-    h.add(n);
-    if (parent && parent->ok && r.ev.ok() && r.cand.kind == CandKind::kSchedule && parent->cand.kind == CandKind::kSchedule) {
-      LOOM_RETURN_IF_ERROR(record_skill(db, family, dkind, parent->cand.knobs, r.cand.knobs, std::log(r.speedup / parent->speedup)));
+    r.synth = "llm";
+    std::string parent_ir, launch;
+    if (parent) {
+      auto inst = instantiate(parent->cand, *op, shape, target);
+      if (inst.ok() && (inst->kind == CandKind::kSchedule || inst->kind == CandKind::kIr)) parent_ir = ir::print(inst->gen.module);
+      else if (inst.ok()) parent_ir = inst->source;
     }
-    const Node* best = h.best();
-    LOOM_RETURN_IF_ERROR(save_progress(best ? best->id : 0));
-    std::string what = r.cand.kind == CandKind::kSchedule ? r.diff : r.cand.summary();
-    if (r.ev.ok())
-      log(fmt::format("[{:4} {:6.1f}s] {}<-#{} {:6} {:<34} {:8.1f} us {:5.2f}x (best {:.2f}x) {:3.0f}% peak", seq, elapsed(),
-                      cfg.strategy, parent ? parent->seq : -1, r.synth, what.substr(0, 34), r.ev.median_us, r.speedup,
-                      best ? best->speedup : 0, 100 * r.ev.frac_peak));
-    else
-      log(fmt::format("[{:4} {:6.1f}s] {}<-#{} {:6} {:<34} {}: {}", seq, elapsed(), cfg.strategy, parent ? parent->seq : -1,
-                      r.synth, what.substr(0, 34), r.ev.status, short_reason(r.ev)));
+    std::string diag;
+    {
+      LOOM_ASSIGN_OR_RETURN(Stmt d, db.prepare("SELECT diagnosis FROM candidates WHERE id = ?1"));
+      d.bind(1, r.parent);
+      LOOM_ASSIGN_OR_RETURN(bool has, d.step());
+      if (has) diag = d.text(0);
+    }
+    auto docs = search_documents(db, diag + " " + cfg.op + " " + dkind, 1);
+    auto sk = describe_skills(db, family, dkind, 3);
+    std::string prompt = build_prompt(*op, shape, target, parent_ir, diag, docs.ok() ? *docs : std::vector<Document>{},
+                                      sk.ok() ? *sk : std::vector<std::string>{}, launch);
+    auto reply = llm_chat(cfg.llm, "You are an expert kernel engineer. You answer with code only.", prompt);
+    {
+      LOOM_ASSIGN_OR_RETURN(Stmt lc, db.prepare("INSERT INTO llm_calls(job, seq, prompt, reply, error, at) VALUES (?1,?2,?3,?4,?5,julianday('now'))"));
+      lc.bind(1, job).bind(2, seq).bind(3, prompt).bind(4, reply.ok() ? *reply : std::string()).bind(5, reply.ok() ? std::string() : reply.status().to_string());
+      LOOM_RETURN_IF_ERROR(lc.run());
+    }
+    std::vector<Candidate> got;
+    if (reply.ok()) got = parse_reply(*reply, target, "");
+    if (!reply.ok() || got.empty()) {
+      r.cand.kind = CandKind::kIr;
+      r.cand.source = reply.ok() ? "// (no kernel in the reply)\n" + reply->substr(0, 2000) : "";
+      r.ev.status = reply.ok() ? "no_kernel" : "llm_error";
+      r.ev.reason = reply.ok() ? "the reply holds no kernel (no ```loom/```cpp block and no `kernel @`)" : reply.status().to_string();
+      r.needs_eval = false;
+    } else {
+      r.cand = got[0];
+      r.diff = "llm reply";
+      if (seen.by_hash.count(r.cand.hash())) {
+        r.ev.status = "duplicate";
+        r.ev.reason = "the reply repeats an evaluated candidate";
+        r.needs_eval = false;
+      }
+    }
+    return std::optional<Record>(std::move(r));
+  };
+
+  bool exhausted = false;
+  auto out_of_budget = [&](int seq) {
+    return (cfg.budget_count > 0 && seq - 1 >= cfg.budget_count) || (cfg.budget_s > 0 && elapsed() >= cfg.budget_s);
+  };
+  while (!exhausted) {
+    const int seq0 = static_cast<int>(h.nodes.size());
+    if (out_of_budget(seq0)) break;
+    const int start = 1 + (seq0 - 1) / batch * batch;
+    int end = start + batch;
+    if (cfg.budget_count > 0) end = std::min(end, cfg.budget_count + 1);
+    History base;
+    for (int i = 0; i < start; ++i) base.add(h.nodes[static_cast<size_t>(i)]);
+    History seen = h;
+    std::vector<Record> todo;
+    for (int seq = seq0; seq < end; ++seq) {
+      LOOM_ASSIGN_OR_RETURN(std::optional<Record> r, propose(seq, base, seen));
+      if (!r) {
+        exhausted = true;
+        break;
+      }
+      Node pending;
+      pending.seq = seq;
+      pending.hash = r->cand.hash();
+      if (!seen.by_hash.count(pending.hash)) seen.add(pending);
+      todo.push_back(std::move(*r));
+    }
+    // Compile the batch in parallel (cpp target), then measure one at a time.
+    std::vector<Candidate> to_build;
+    for (const Record& r : todo)
+      if (r.needs_eval) to_build.push_back(r.cand);
+    if (to_build.size() > 1) {
+      std::vector<kernels::Shape> shapes = {shape};
+      for (const kernels::Shape& x : eo.holdout) shapes.push_back(x);
+      const auto t0 = clock_type::now();
+      auto built = prebuild_parallel(cfg.device, *op, shapes, to_build, target, batch, cfg.timeout_s);
+      double sum = 0;
+      for (const PrebuildResult& b : built) sum += b.seconds;
+      const double wall = std::chrono::duration<double>(clock_type::now() - t0).count();
+      if (target == ir::TargetKind::kCpp && sum > 0.5)
+        log(fmt::format("compiled {} candidates in parallel: {:.1f} s of compiling in {:.1f} s", to_build.size(), sum, wall));
+    }
+    for (Record& r : todo) {
+      if (out_of_budget(r.seq)) break;
+      const Node* parent = r.parent ? h.find(r.parent) : nullptr;
+      std::optional<Node> parent_node;
+      if (parent) parent_node = *parent;  // a copy: h.add() below may move the nodes
+      parent = parent_node ? &*parent_node : nullptr;
+      if (r.needs_eval) r.ev = evaluate_one(r.cand, step_seed(cfg.seed, r.seq));
+      r.speedup = r.ev.ok() && r.ev.median_us > 0 ? baseline_us / r.ev.median_us : 0;
+      r.at_s = elapsed();
+      LOOM_ASSIGN_OR_RETURN(int64_t id, insert(db, job, r));
+      Node n{id, r.seq, r.parent, r.synth, r.cand, r.cand.hash(), r.ev.ok(), r.speedup, r.island};
+      if (n.hash.empty() || h.by_hash.count(n.hash)) n.hash += fmt::format("#{}", r.seq);  // keep the map unique
+      h.add(n);
+      if (parent && parent->ok && r.ev.ok() && r.cand.kind == CandKind::kSchedule && parent->cand.kind == CandKind::kSchedule) {
+        LOOM_RETURN_IF_ERROR(record_skill(db, family, dkind, parent->cand.knobs, r.cand.knobs, std::log(r.speedup / parent->speedup)));
+      }
+      const Node* best = h.best();
+      LOOM_RETURN_IF_ERROR(save_progress(best ? best->id : 0));
+      std::string what = r.cand.kind == CandKind::kSchedule ? r.diff : r.cand.summary();
+      if (r.ev.ok())
+        log(fmt::format("[{:4} {:6.1f}s] {}<-#{} {:6} {:<34} {:8.1f} us {:5.2f}x (best {:.2f}x) {:3.0f}% peak", r.seq, elapsed(),
+                        cfg.strategy, parent ? parent->seq : -1, r.synth, what.substr(0, 34), r.ev.median_us, r.speedup,
+                        best ? best->speedup : 0, 100 * r.ev.frac_peak));
+      else
+        log(fmt::format("[{:4} {:6.1f}s] {}<-#{} {:6} {:<34} {}: {}", r.seq, elapsed(), cfg.strategy, parent ? parent->seq : -1,
+                        r.synth, what.substr(0, 34), r.ev.status, short_reason(r.ev)));
+    }
+    if (exhausted) log("the search space is exhausted: every candidate the mutate synthesizer can reach is evaluated");
   }
-  (void)exhausted;
 
   // Confirm the winner against the baseline: 5 rounds, each timing both back to back; the
   // confirmed speed-up is the median of the rounds' ratios (robust to a busy machine), and the

@@ -5,6 +5,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -52,10 +54,50 @@ std::string error_result(const std::string& reason) {
   return e.to_json();
 }
 
+// Instantiates `c` for every shape and compiles it into the kernel cache: {"ok", "seconds", "error"}.
+std::string prebuild_json(const kernels::OpSpec& op, const std::vector<kernels::Shape>& shapes, const Candidate& c,
+                          ir::TargetKind target) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string error;
+  for (const kernels::Shape& s : shapes) {
+    auto inst = instantiate(c, op, s, target);
+    Status st = inst.ok() ? prebuild(*inst, target) : inst.status();
+    if (!st.ok()) {
+      error = fmt::format("{{{}}}: {}", s.key(), st.to_string().substr(0, 400));
+      break;
+    }
+  }
+  return nlohmann::json{{"ok", error.empty()},
+                        {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()},
+                        {"error", error}}
+      .dump();
+}
+
+nlohmann::json prebuild_request(const kernels::OpSpec& op, const std::vector<kernels::Shape>& shapes, const Candidate& c,
+                                ir::TargetKind target) {
+  nlohmann::json sh = nlohmann::json::array();
+  for (const kernels::Shape& s : shapes) sh.push_back(s.key());
+  return {{"task", "prebuild"}, {"op", std::string(op.name())}, {"op_file", op_file_of(op)},
+          {"shapes", sh},       {"candidate", c.body()},         {"target", target == ir::TargetKind::kCpp ? "cpp" : "ptx"}};
+}
+
 std::string run_request(const nlohmann::json& req) {
   const std::string task = req.value("task", "");
   const std::string device = req.value("device", "cpu");
   if (task == "probe") return probe_json(device, req.value("peak", false));
+  if (task == "prebuild") {
+    auto op = resolve_op(req.value("op", ""), req.value("op_file", ""));
+    if (!op.ok()) return nlohmann::json{{"ok", false}, {"error", op.status().to_string()}}.dump();
+    auto cand = Candidate::from_body(req.value("candidate", ""));
+    if (!cand.ok()) return nlohmann::json{{"ok", false}, {"error", cand.status().to_string()}}.dump();
+    std::vector<kernels::Shape> shapes;
+    for (const auto& k : req.value("shapes", nlohmann::json::array())) {
+      auto s = kernels::Shape::parse(k.get<std::string>());
+      if (!s.ok()) return nlohmann::json{{"ok", false}, {"error", s.status().to_string()}}.dump();
+      shapes.push_back(std::move(*s));
+    }
+    return prebuild_json(**op, shapes, *cand, req.value("target", "cpp") == "cpp" ? ir::TargetKind::kCpp : ir::TargetKind::kPtx);
+  }
   if (task != "evaluate") return error_result("worker: unknown task '" + task + "'");
   auto op = resolve_op(req.value("op", ""), req.value("op_file", ""));
   if (!op.ok()) return error_result(op.status().to_string());
@@ -129,7 +171,7 @@ nlohmann::json evaluate_request(const std::string& device_spec, const kernels::O
           {"options", eval_options_to_json(opt)}};
 }
 
-Result<std::string> run_worker(const nlohmann::json& request, double timeout_s) {
+Result<IsolatedChild> spawn_worker(const nlohmann::json& request) {
   const std::string bin = worker_binary();
   if (bin.empty()) return failed_precondition("no evolve worker binary (set LOOM_EVOLVE_WORKER to a loom binary)");
   const char* tmpdir = std::getenv("TMPDIR");
@@ -181,9 +223,16 @@ Result<std::string> run_worker(const nlohmann::json& request, double timeout_s) 
     _exit(0);
   }
   close(fd[1]);
-  auto out = collect_isolated(pid, fd[0], timeout_s);
-  unlink(path.c_str());
-  return out;
+  IsolatedChild c;
+  c.pid = pid;
+  c.fd = fd[0];
+  c.request_file = path;
+  return c;
+}
+
+Result<std::string> run_worker(const nlohmann::json& request, double timeout_s) {
+  LOOM_ASSIGN_OR_RETURN(IsolatedChild c, spawn_worker(request));
+  return collect(c, timeout_s);
 }
 
 int worker_main(const std::string& path, int fd) {
@@ -204,6 +253,47 @@ int worker_main(const std::string& path, int fd) {
   }
   close(fd);
   return 0;
+}
+
+std::vector<PrebuildResult> prebuild_parallel(const std::string& device_spec, const kernels::OpSpec& op,
+                                              const std::vector<kernels::Shape>& shapes,
+                                              const std::vector<Candidate>& cands, ir::TargetKind target, int jobs,
+                                              double timeout_s) {
+  std::vector<PrebuildResult> out(cands.size());
+  if (target != ir::TargetKind::kCpp) return out;  // nothing to compile ahead (see prebuild)
+  const bool by_exec = isolate_by_exec(device_spec);
+  jobs = std::max(1, jobs);
+  for (size_t wave = 0; wave < cands.size(); wave += static_cast<size_t>(jobs)) {
+    const size_t end = std::min(cands.size(), wave + static_cast<size_t>(jobs));
+    std::vector<Result<IsolatedChild>> kids;
+    for (size_t i = wave; i < end; ++i) {
+      const Candidate& c = cands[i];
+      kids.push_back(by_exec ? spawn_worker(prebuild_request(op, shapes, c, target))
+                             : spawn_isolated([&op, &shapes, &c, target] { return prebuild_json(op, shapes, c, target); }));
+    }
+    for (size_t i = wave; i < end; ++i) {
+      Result<IsolatedChild>& kid = kids[i - wave];
+      PrebuildResult& r = out[i];
+      if (!kid.ok()) {
+        r.error = kid.status().to_string();
+        continue;
+      }
+      auto text = collect(*kid, timeout_s);
+      if (!text.ok()) {
+        r.error = text.status().to_string();
+        continue;
+      }
+      auto j = nlohmann::json::parse(*text, nullptr, false);
+      if (j.is_discarded() || !j.is_object()) {
+        r.error = "the compile process returned no result";
+        continue;
+      }
+      r.ok = j.value("ok", false);
+      r.seconds = j.value("seconds", 0.0);
+      r.error = j.value("error", "");
+    }
+  }
+  return out;
 }
 
 Result<DeviceFacts> probe_device(const std::string& spec, bool measure_peak, double timeout_s) {

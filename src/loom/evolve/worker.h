@@ -12,6 +12,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -28,6 +29,20 @@ bool isolate_by_exec(const std::string& device_spec);
 
 // Runs `request` in a worker process with a timeout; errors as run_isolated's.
 Result<std::string> run_worker(const nlohmann::json& request, double timeout_s);
+Result<IsolatedChild> spawn_worker(const nlohmann::json& request);
+
+// Compiles candidates for `shapes` into the kernel cache ahead of their evaluation, `jobs`
+// isolated processes at a time (the evaluations then only load them, one at a time, so timing
+// never competes with a compiler). cpp target only; other targets return untouched results.
+struct PrebuildResult {
+  bool ok = false;
+  double seconds = 0;  // compile time inside the process
+  std::string error;   // why not (the evaluation will report it as compile_error)
+};
+std::vector<PrebuildResult> prebuild_parallel(const std::string& device_spec, const kernels::OpSpec& op,
+                                              const std::vector<kernels::Shape>& shapes,
+                                              const std::vector<Candidate>& cands, ir::TargetKind target, int jobs,
+                                              double timeout_s);
 
 // The worker's side: runs the request in `path` and writes its answer to fd `fd`. Returns the
 // process exit code. Requests: {"task":"evaluate", device, op, op_file, shape, candidate, options}
