@@ -344,14 +344,19 @@ class HrxBackend final : public llm::Backend {
           LOOM_ASSIGN_OR_RETURN(GgmlType xt, llm::ref::vec_dot_type(w.type));
           const int64_t nt = rows_of(l.in0);
           uint64_t xaddr = value_addr(plan, l.in0);
-          // GPUs (issue 7): prompts of >= 16 tokens on the tensor cores (f32 activations, no
-          // quantize_act), single tokens through the wide-load mat-vec; shapes or weight types
-          // these ops refuse keep the generic matvec/matmul. LOOM_GPU_FAST_OPS=0 turns this off.
+          // GPUs (issues 7, 6): 1..16 tokens through the wide-load mat-vec, which reads each
+          // weight once for all of them and gives every token the bits it gets alone (a batched
+          // decode step does not change a request's tokens); longer prompts on the tensor cores
+          // (f32 activations, no quantize_act); shapes or weight types these ops refuse keep the
+          // generic matvec/matmul. LOOM_GPU_FAST_OPS=0 turns this off.
+          const OpSpec* mvg = nullptr;
           if (dev_.target() == ir::TargetKind::kPtx && gpu_fast_ops()) {
             kernels::Shape fs;
             fs.dims = {{"wtype", static_cast<int64_t>(w.type)}, {"n_in", w.n_in}, {"n_out", w.n_out}, {"n_tokens", nt}};
+            mvg = kernels::find_op("matvec_gpu");
+            if (mvg && !mvg->validate(fs).ok()) mvg = nullptr;
             const OpSpec* mma = kernels::find_op("matmul_mma");
-            if (nt >= 16 && mma && mma->validate(fs).ok()) {
+            if (!mvg && nt >= 16 && mma && mma->validate(fs).ok()) {
               call.op = mma;
               call.shape = fs;
               call.bind = {{"w", weight_addr(l.weight)}, {"x", xaddr}, {"y", value_addr(plan, l.out)}};
@@ -375,10 +380,7 @@ class HrxBackend final : public llm::Backend {
           }
           LOOM_ASSIGN_OR_RETURN(call.op, op(nt == 1 ? "matvec" : "matmul"));
           call.shape.dims = {{"wtype", static_cast<int64_t>(w.type)}, {"n_in", w.n_in}, {"n_out", w.n_out}, {"n_tokens", nt}};
-          if (nt == 1 && dev_.target() == ir::TargetKind::kPtx && gpu_fast_ops()) {
-            const OpSpec* fast = kernels::find_op("matvec_gpu");
-            if (fast && fast->validate(call.shape).ok()) call.op = fast;  // same arguments: w, xq, y
-          }
+          if (mvg) call.op = mvg;  // same arguments: w, xq, y
           call.bind = {{"w", weight_addr(l.weight)}, {"xq", xaddr}, {"y", value_addr(plan, l.out)}};
           break;
         }
@@ -517,7 +519,9 @@ class HrxBackend final : public llm::Backend {
     for (OpCall& call : calls) {
       Status v = call.op->validate(call.shape);
       if (!v.ok()) return std::move(v).with_context(call.label);
-      const kernels::Schedule sched = call.op->default_schedule(call.shape, target);
+      kernels::Schedule sched = call.op->default_schedule(call.shape, target);
+      LOOM_ASSIGN_OR_RETURN(kernels::Schedule forced, kernels::schedule_override(call.op->name()));
+      for (const auto& [knob, value] : forced) sched[knob] = value;
       std::string key = fmt::format("{}|{}|{}", call.op->name(), call.shape.key(), kernels::schedule_key(sched));
       // The kernel store (loom evolve): its best kernel for this op, shape and device replaces
       // the default schedule; a store that cannot be read, or a kernel that does not build,

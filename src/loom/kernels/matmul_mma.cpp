@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstring>
 
+#include <functional>
+
 #include "loom/kernels/op_list.h"
 #include "loom/kernels/op_util.h"
 #include "loom/llm/quant.h"
@@ -197,14 +199,21 @@ class MatmulMmaOp final : public OpSpec {
     return {2e-4 * std::sqrt(static_cast<double>(s.at("n_in"))), 2e-3, false};
   }
 
-  std::vector<Knob> schedule_space(const Shape&, ir::TargetKind t) const override {
+  std::vector<Knob> schedule_space(const Shape& s, ir::TargetKind t) const override {
     if (t != ir::TargetKind::kPtx) return {{"threads", {32, 64, 128}}};
-    return {{"warps_m", {1, 2, 4}}, {"warps_n", {1, 2, 4}}};
+    std::vector<int64_t> kts;
+    for (int64_t kt : {32, 64, 128})
+      if (s.at("n_in") % kt == 0) kts.push_back(kt);
+    return {{"warps_m", {1, 2, 4}}, {"warps_n", {1, 2, 4}}, {"k_tile", kts}};
   }
+  // k_tile: the k elements staged per barrier pair. Wider tiles put more loads in flight per
+  // thread before each barrier and pay the barriers and the load latency once per more mma.
   Schedule default_schedule(const Shape& s, ir::TargetKind t) const override {
     if (t != ir::TargetKind::kPtx) return {{"threads", 64}};
-    const int64_t nt = s.at("n_tokens");
-    return {{"warps_m", 2}, {"warps_n", nt >= 64 ? 2 : 1}};
+    const int64_t nt = s.at("n_tokens"), n_in = s.at("n_in");
+    int64_t kt = 128;
+    while (n_in % kt) kt /= 2;
+    return {{"warps_m", 2}, {"warps_n", nt >= 64 ? 2 : 1}, {"k_tile", kt}};
   }
 
   Result<Generated> generate(const Shape& s, const Schedule& sch, ir::TargetKind target) const override {
@@ -318,7 +327,13 @@ class MatmulMmaOp final : public OpSpec {
     const int64_t row_bytes = n_in / f.block_elems * f.block_bytes;
     const int64_t wm = sch.at("warps_m"), wn = sch.at("warps_n");
     const int64_t bm = 32 * wm, bn = 32 * wn, threads = 32 * wm * wn;
-    const int64_t stride = 40;  // halves per tile row: 32 + 8 (80 bytes: rows start 16-byte aligned, banks spread)
+    int64_t kt = sch.at("k_tile");
+    if (n_in % kt) return invalid_argument("matmul_mma: k_tile={} does not divide n_in={}", kt, n_in);
+    // Halves per tile row: k_tile + 8 (rows start 16-byte aligned; consecutive rows shift by 4
+    // banks, so the 8 rows x 4 lanes of a fragment load hit 32 different banks). Large CTA tiles
+    // take a narrower k_tile where both tiles would not fit the 48 KiB of static shared memory.
+    while (kt > 32 && (bm + bn) * (kt + 8) * 2 > 48 * 1024) kt /= 2;
+    const int64_t stride = kt + 8;
     Generated g;
     const std::string kname = fmt::format("matmul_mma_{}", llm::ggml_type_name(wt));
     ir::Kernel* k = g.module.add_kernel(kname);
@@ -340,12 +355,26 @@ class MatmulMmaOp final : public OpSpec {
     Value* nthreads = b.i32(static_cast<int32_t>(threads));
     const Type f16x2 = Type::vector(Scalar::kF16, 2);
     std::vector<Value*> init(8, b.const_float(Type::vector(Scalar::kF32, 4), 0.0));
-    auto acc = b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(n_in)), b.i32(32), init,
+    const int64_t c16 = kt / 16, c8 = kt / 8;  // 16-element weight chunks, 8-element activation chunks per row
+    // The threads' share of `count` tile items: unrolled when it divides evenly, so that every
+    // item's global loads are in flight before the first one is needed (a loop would wait for
+    // each item's loads in turn).
+    auto each_item = [&](int64_t count, const std::function<void(Value*)>& body) {
+      if (count % threads == 0) {
+        for (int64_t j = 0; j < count / threads; ++j) body(b.addc(tid, static_cast<int32_t>(j * threads)));
+        return;
+      }
+      b.for_loop(tid, b.i32(static_cast<int32_t>(count)), nthreads, {}, [&](Value* item, std::span<Value* const>) {
+        body(item);
+        return std::vector<Value*>{};
+      });
+    };
+    auto acc = b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(n_in)), b.i32(static_cast<int32_t>(kt)), init,
                           [&](Value* kk, std::span<Value* const> it) {
-      // Weight tile: item = (row, half of the 32).
-      b.for_loop(tid, b.i32(static_cast<int32_t>(2 * bm)), nthreads, {}, [&](Value* item, std::span<Value* const>) {
-        Value* lr = b.div(item, b.i32(2));
-        Value* hf = b.rem(item, b.i32(2));
+      // Weight tile: item = (row, 16-element chunk of the k_tile).
+      each_item(c16 * bm, [&](Value* item) {
+        Value* lr = b.div(item, b.i32(static_cast<int32_t>(c16)));
+        Value* hf = b.rem(item, b.i32(static_cast<int32_t>(c16)));
         Value* r = b.min(b.add(m0, lr), b.i32(static_cast<int32_t>(n_out - 1)));
         Value* row = b.mul(b.convert(r, kI64), b.i64(row_bytes));
         std::vector<Value*> v = dequant16(b, wt, w, row, b.add(kk, b.mulc(hf, 16)));
@@ -354,12 +383,11 @@ class MatmulMmaOp final : public OpSpec {
           for (int i = 0; i < 8; ++i) lanes.push_back(b.convert(v[static_cast<size_t>(8 * h + i)], kF16));
           b.store(ws, b.add(b.mulc(lr, stride), b.addc(b.mulc(hf, 16), 8 * h)), b.build(lanes), 16);
         }
-        return std::vector<Value*>{};
       });
-      // Activation tile: item = (token, quarter of the 32): 8 floats each.
-      b.for_loop(tid, b.i32(static_cast<int32_t>(4 * bn)), nthreads, {}, [&](Value* item, std::span<Value* const>) {
-        Value* lt = b.div(item, b.i32(4));
-        Value* qt = b.rem(item, b.i32(4));
+      // Activation tile: item = (token, 8-element chunk of the k_tile).
+      each_item(c8 * bn, [&](Value* item) {
+        Value* lt = b.div(item, b.i32(static_cast<int32_t>(c8)));
+        Value* qt = b.rem(item, b.i32(static_cast<int32_t>(c8)));
         Value* t = b.min(b.add(n0, lt), b.i32(static_cast<int32_t>(nt - 1)));
         Value* xi = b.add(b.mul(t, b.i32(static_cast<int32_t>(n_in))), b.add(kk, b.mulc(qt, 8)));
         Value* xv = b.load(x, xi, Type::vector(Scalar::kF32, 4), 16);
@@ -368,11 +396,10 @@ class MatmulMmaOp final : public OpSpec {
         for (int i = 0; i < 4; ++i) lanes.push_back(b.convert(b.extract(xv, i), kF16));
         for (int i = 0; i < 4; ++i) lanes.push_back(b.convert(b.extract(xv2, i), kF16));
         b.store(xs, b.add(b.mulc(lt, stride), b.mulc(qt, 8)), b.build(lanes), 16);
-        return std::vector<Value*>{};
       });
       b.barrier();
       std::vector<Value*> a(it.begin(), it.end());
-      for (int ks = 0; ks < 2; ++ks) {
+      for (int ks = 0; ks < static_cast<int>(c16); ++ks) {
         Value* kc = b.addc(b.mulc(qq, 2), 16 * ks);  // this lane's first k column
         Value* af[2];
         for (int mt = 0; mt < 2; ++mt) {

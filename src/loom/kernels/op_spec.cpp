@@ -5,6 +5,7 @@
 #include <cassert>
 #include <cctype>
 #include <charconv>
+#include <cstdlib>
 
 #include <fmt/format.h>
 
@@ -61,5 +62,30 @@ Result<Shape> Shape::parse(std::string_view key) {
 }
 
 std::string schedule_key(const Schedule& s) { return join_map(s); }
+
+Result<Schedule> schedule_override(std::string_view op) {
+  static const Result<std::map<std::string, Schedule, std::less<>>> table =
+      []() -> Result<std::map<std::string, Schedule, std::less<>>> {
+    std::map<std::string, Schedule, std::less<>> t;
+    const char* env = std::getenv("LOOM_SCHEDULE");
+    std::string_view text = env ? env : "";
+    while (!text.empty()) {
+      const size_t end = std::min(text.find(';'), text.size());
+      std::string_view item = text.substr(0, end);
+      text.remove_prefix(std::min(end + 1, text.size()));
+      if (item.empty()) continue;
+      const size_t colon = item.find(':');
+      if (colon == std::string_view::npos || colon == 0)
+        return invalid_argument("LOOM_SCHEDULE: expected OP:KNOB=VALUE,..., got '{}'", item);
+      auto knobs = Shape::parse(item.substr(colon + 1));
+      if (!knobs.ok()) return std::move(knobs).status().with_context("LOOM_SCHEDULE");
+      t[std::string(item.substr(0, colon))] = Schedule(knobs->dims.begin(), knobs->dims.end());
+    }
+    return t;
+  }();
+  if (!table.ok()) return table.status();
+  auto it = table->find(op);
+  return it == table->end() ? Schedule{} : it->second;
+}
 
 }  // namespace loom::kernels
