@@ -15,6 +15,7 @@
 #include "loom/evolve/job.h"
 #include "loom/evolve/kb.h"
 #include "loom/evolve/report.h"
+#include "loom/evolve/user_op.h"
 #include "loom/evolve/worker.h"
 #include "loom/kernels/op_spec.h"
 
@@ -49,6 +50,7 @@ Status run_cmd(EvolveFlags& f) {
     LOOM_RETURN_IF_ERROR(llm_available().with_context("--synth " + f.cfg.synth));
     if (f.cfg.llm.url.empty()) return invalid_argument("--synth {} needs --llm-url or LOOM_LLM_URL", f.cfg.synth);
   }
+  if (f.cfg.op.empty() && f.cfg.op_file.empty()) return invalid_argument("run needs --op or --op-file");
   LOOM_ASSIGN_OR_RETURN(Db db, open_db(f));
   LOOM_ASSIGN_OR_RETURN(int64_t job, create_job(db, f.cfg));
   std::printf("job %lld in %s\n", static_cast<long long>(job), db.path().c_str());
@@ -94,8 +96,8 @@ std::string header_value(const std::string& src, const std::string& key) {
 
 // Evaluates kernel files (planted cheats, hand-written kernels) and compares with their expect lines.
 Status check_cmd(const EvolveFlags& f) {
-  const kernels::OpSpec* op = kernels::find_op(f.cfg.op);
-  if (!op) return invalid_argument("unknown op '{}'", f.cfg.op);
+  if (f.cfg.op.empty() && f.cfg.op_file.empty()) return invalid_argument("check needs --op or --op-file");
+  LOOM_ASSIGN_OR_RETURN(const kernels::OpSpec* op, resolve_op(f.cfg.op, f.cfg.op_file));
   double peak = 0;
   if (f.peak) {
     LOOM_ASSIGN_OR_RETURN(DeviceFacts facts, probe_device(f.cfg.device, true));
@@ -177,7 +179,8 @@ LOOM_COMMAND(kEvolve, "evolve", "Search for faster kernels (jobs in an SQLite fi
                sub.require_subcommand(1);
                auto db_flag = [&](CLI::App* c) { c->add_option("--db", f->db, "database file (default ~/.cache/loom/evolve.db)"); };
                auto* run = sub.add_subcommand("run", "start a search job");
-               run->add_option("--op", f->cfg.op, "op name (see `loom evolve ops`)")->required();
+               run->add_option("--op", f->cfg.op, "op name (see `loom evolve ops`)");
+               run->add_option("--op-file", f->cfg.op_file, "a user-defined op (JSON: dims, args, reference, kernel; docs/evolve.md)");
                run->add_option("--shape", f->cfg.shape, "NAME=VALUE,... (e.g. n_in=576,n_out=1536,n_tokens=1,wtype=2)")->required();
                run->add_option("--device", f->cfg.device, "cpu or cuda[:N]");
                run->add_option("--budget", f->budget, "time (120s, 10m) and/or count (500), e.g. 10m,500");
@@ -217,7 +220,8 @@ LOOM_COMMAND(kEvolve, "evolve", "Search for faster kernels (jobs in an SQLite fi
                check->add_option("files", f->files, "kernel files");
                check->add_option("--knobs", f->knobs, "schedule candidates to evaluate (k=v,k=v), besides files");
                check->add_option("--repeat", f->repeat, "evaluate each --knobs candidate this many times");
-               check->add_option("--op", f->cfg.op, "op name")->required();
+               check->add_option("--op", f->cfg.op, "op name");
+               check->add_option("--op-file", f->cfg.op_file, "a user-defined op (JSON)");
                check->add_option("--shape", f->cfg.shape, "default shape (a file's '// shape:' line wins)");
                check->add_option("--device", f->cfg.device, "cpu or cuda[:N]");
                check->add_option("--timeout", f->cfg.timeout_s, "seconds per file (default 120)");

@@ -8,6 +8,7 @@
    that hold no kernel or do not compile are recorded with the reason.
 """
 import os
+import pathlib
 import re
 import signal
 import sqlite3
@@ -130,6 +131,31 @@ def test_llm_unreachable_endpoint_is_recorded(loom_bin, tmp_path):
     rows = db_rows(db, "SELECT status, reason FROM candidates WHERE job = 1 AND seq > 0")
     assert [s for s, _ in rows] == ["llm_error", "llm_error"]
     assert all("127.0.0.1:9" in reason for _, reason in rows)
+
+
+EXAMPLE_OP = pathlib.Path(__file__).resolve().parents[2] / "examples" / "evolve" / "row_sum.json"
+
+
+def test_user_defined_op_from_a_file(loom_bin, tmp_path):
+    """A row-sum defined in examples/evolve/row_sum.json (C++ reference, Loom IR kernel template
+    with a block-size knob) is searched on the cpu like a built-in op."""
+    db = tmp_path / "user.db"
+    r = run_loom(loom_bin, "evolve", "run", "--op-file", EXAMPLE_OP, "--shape", "rows=256,cols=512", "--budget", "4",
+                 "--trials", "2", "--holdout", "2", "--time-per-candidate", "0.05", "--no-store", "--db", db, timeout=600)
+    print(r.stdout[-2000:])
+    (op, status, config), = db_rows(db, "SELECT op, status, config FROM jobs WHERE id = 1")
+    assert op == "row_sum" and status == "done"
+    assert f'"op_file":"{EXAMPLE_OP}"' in config.replace(" ", "")
+    rows = db_rows(db, "SELECT seq, synth, status, reason, body FROM candidates WHERE job = 1 ORDER BY seq")
+    assert len(rows) == 5 and rows[0][1] == "baseline" and rows[0][2] == "ok"
+    assert '"bs":64' in rows[0][4], "the baseline is the kernel template at its default knobs"
+    assert all(reason for _, _, st, reason, _ in rows if st != "ok")
+    assert sum(st == "ok" for _, _, st, _, _ in rows) >= 3
+    assert "held-out shapes: {cols=5,rows=3}" in r.stdout, "the file's smallest test shape is held out"
+    st = run_loom(loom_bin, "evolve", "status", "1", "--db", db).stdout
+    assert "row_sum" in st and "done" in st
+    bad = run_loom(loom_bin, "evolve", "run", "--op-file", tmp_path / "missing.json", "--shape", "n=4", "--db", db, check=False)
+    assert bad.returncode != 0 and "cannot open op file" in bad.stderr
 
 
 def test_bad_arguments_fail_cleanly(loom_bin, tmp_path):

@@ -18,6 +18,7 @@
 #include "loom/evolve/kb.h"
 #include "loom/evolve/search.h"
 #include "loom/evolve/store.h"
+#include "loom/evolve/user_op.h"
 #include "loom/evolve/worker.h"
 #include "loom/kernels/op_spec.h"
 
@@ -27,7 +28,7 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 
 nlohmann::json to_json(const JobConfig& c) {
-  return {{"op", c.op},          {"shape", c.shape},         {"device", c.device},     {"strategy", c.strategy},
+  return {{"op", c.op},          {"op_file", c.op_file},     {"shape", c.shape},         {"device", c.device},     {"strategy", c.strategy},
           {"synth", c.synth},    {"seed", c.seed},           {"budget_count", c.budget_count},
           {"budget_s", c.budget_s}, {"skills", c.skills},    {"trials", c.trials},     {"holdout", c.holdout},
           {"time_budget_s", c.time_budget_s}, {"timeout_s", c.timeout_s}, {"store", c.store},
@@ -37,6 +38,7 @@ nlohmann::json to_json(const JobConfig& c) {
 JobConfig from_json(const nlohmann::json& j) {
   JobConfig c;
   c.op = j.value("op", "");
+  c.op_file = j.value("op_file", "");
   c.shape = j.value("shape", "");
   c.device = j.value("device", "cpu");
   c.strategy = j.value("strategy", "mcts");
@@ -188,8 +190,7 @@ Status parse_budget(std::string_view text, JobConfig& cfg) {
 }
 
 Result<int64_t> create_job(Db& db, const JobConfig& cfg) {
-  const kernels::OpSpec* op = kernels::find_op(cfg.op);
-  if (!op) return invalid_argument("unknown op '{}' (see `loom evolve ops`)", cfg.op);
+  LOOM_ASSIGN_OR_RETURN(const kernels::OpSpec* op, resolve_op(cfg.op, cfg.op_file));
   LOOM_ASSIGN_OR_RETURN(kernels::Shape shape, kernels::Shape::parse(cfg.shape));
   LOOM_RETURN_IF_ERROR(op->validate(shape));
   LOOM_RETURN_IF_ERROR(parse_strategy(cfg.strategy).status());
@@ -198,6 +199,8 @@ Result<int64_t> create_job(Db& db, const JobConfig& cfg) {
   if (cfg.budget_count <= 0 && cfg.budget_s <= 0) return invalid_argument("a job needs a budget (--budget 120s or 500)");
   JobConfig c = cfg;
   c.shape = shape.key();
+  c.op = std::string(op->name());
+  c.op_file = op_file_of(*op);  // absolute: a resume may run elsewhere
   if (c.compile_jobs <= 0) c.compile_jobs = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
   LOOM_ASSIGN_OR_RETURN(Stmt s, db.prepare("INSERT INTO jobs(op, shape, device, strategy, synth, seed, budget, config, "
                                            "loom_version, status, created) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,'new',julianday('now'))"));
@@ -226,8 +229,12 @@ Status run_job(Db& db, int64_t job, const RunOptions& ro) {
     log(fmt::format("job {} is already done (`loom evolve status {}`)", job, job));
     return Status();
   }
-  const kernels::OpSpec* op = kernels::find_op(cfg.op);
-  if (!op) return invalid_argument("job {}: unknown op '{}'", job, cfg.op);
+  auto op_or = resolve_op(cfg.op, cfg.op_file);
+  if (!op_or.ok()) return std::move(op_or).status().with_context(fmt::format("job {}", job));
+  const kernels::OpSpec* op = *op_or;
+  // What the search minimizes: the median time, or the 90th percentile for ops that ask for it.
+  const bool tail = op_objective(*op) == "p90";
+  auto objective_us = [tail](const EvalResult& e) { return tail ? e.p90_us : e.median_us; };
   LOOM_ASSIGN_OR_RETURN(kernels::Shape shape, kernels::Shape::parse(cfg.shape));
   LOOM_ASSIGN_OR_RETURN(StrategyKind strategy, parse_strategy(cfg.strategy));
   if (!ro.llm_key.empty()) cfg.llm.key = ro.llm_key;
@@ -291,7 +298,7 @@ Status run_job(Db& db, int64_t job, const RunOptions& ro) {
       if (!r.cand.knobs.count(k.name)) r.cand.knobs[k.name] = k.choices[0];
     r.ev = evaluate_one(r.cand, step_seed(cfg.seed, 0));
     if (!r.ev.ok()) return failed_precondition("the baseline (default schedule) fails: {} {}", r.ev.status, r.ev.reason);
-    baseline_us = r.ev.median_us;
+    baseline_us = objective_us(r.ev);
     r.speedup = 1;
     r.at_s = elapsed();
     LOOM_ASSIGN_OR_RETURN(int64_t id, insert(db, job, r));
@@ -421,7 +428,7 @@ Status run_job(Db& db, int64_t job, const RunOptions& ro) {
       if (parent) parent_node = *parent;  // a copy: h.add() below may move the nodes
       parent = parent_node ? &*parent_node : nullptr;
       if (r.needs_eval) r.ev = evaluate_one(r.cand, step_seed(cfg.seed, r.seq));
-      r.speedup = r.ev.ok() && r.ev.median_us > 0 ? baseline_us / r.ev.median_us : 0;
+      r.speedup = r.ev.ok() && objective_us(r.ev) > 0 ? baseline_us / objective_us(r.ev) : 0;
       r.at_s = elapsed();
       LOOM_ASSIGN_OR_RETURN(int64_t id, insert(db, job, r));
       Node n{id, r.seq, r.parent, r.synth, r.cand, r.cand.hash(), r.ev.ok(), r.speedup, r.island};
@@ -458,9 +465,9 @@ Status run_job(Db& db, int64_t job, const RunOptions& ro) {
       EvalResult b = evaluate_isolated(cfg.device, *op, shape, h.nodes[0].cand, o, cfg.timeout_s);
       EvalResult w = evaluate_isolated(cfg.device, *op, shape, best->cand, o, cfg.timeout_s);
       if (!b.ok() || !w.ok()) continue;
-      ratios.push_back(b.median_us / w.median_us);
-      base.push_back(b.median_us);
-      win.push_back(w.median_us);
+      ratios.push_back(objective_us(b) / objective_us(w));
+      base.push_back(objective_us(b));
+      win.push_back(objective_us(w));
     }
     if (!ratios.empty()) {
       auto median = [](std::vector<double> v) {

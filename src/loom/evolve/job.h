@@ -17,6 +17,7 @@ namespace loom::evolve {
 class Db;
 
 struct JobConfig {
+  std::string op_file;    // a user-defined op (user_op.h); op may then be empty (the file's name)
   std::string op, shape, device = "cpu", strategy = "mcts", synth = "mutate";
   uint64_t seed = 1;
   int budget_count = 0;   // evaluations after the baseline (0: no count limit)

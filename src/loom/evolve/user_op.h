@@ -15,5 +15,7 @@ Result<const kernels::OpSpec*> resolve_op(const std::string& name, const std::st
 
 // The file a user-defined op came from ("" for built-in ops).
 std::string op_file_of(const kernels::OpSpec& op);
+// What a search minimizes: "median" (the median time; built-in ops) or "p90" (tail time).
+std::string op_objective(const kernels::OpSpec& op);
 
 }  // namespace loom::evolve
