@@ -163,7 +163,7 @@ class MatmulMmaOp final : public OpSpec {
 
   Status validate(const Shape& s) const override {
     LOOM_ASSIGN_OR_RETURN(GgmlType wt, shape_type(s, "wtype"));
-    MFormat f;
+    MFormat f{};
     if (!m_format(wt, &f))
       return invalid_argument("matmul_mma: weight type {} is not supported (Q4_0, Q8_0, Q4_K, Q6_K)", llm::ggml_type_name(wt));
     LOOM_ASSIGN_OR_RETURN(int64_t n_in, s.get("n_in"));
@@ -178,7 +178,7 @@ class MatmulMmaOp final : public OpSpec {
   }
 
   std::vector<ArgSpec> args(const Shape& s) const override {
-    MFormat f;
+    MFormat f{};
     m_format(static_cast<GgmlType>(s.at("wtype")), &f);
     const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
     return {{"w", ArgKind::kBuffer, ArgRole::kInput, n_out * (n_in / f.block_elems) * f.block_bytes, Scalar::kU8},
@@ -204,7 +204,7 @@ class MatmulMmaOp final : public OpSpec {
     std::vector<int64_t> kts;
     for (int64_t kt : {32, 64, 128})
       if (s.at("n_in") % kt == 0) kts.push_back(kt);
-    return {{"warps_m", {1, 2, 4}}, {"warps_n", {1, 2, 4}}, {"k_tile", kts}};
+    return {{"warps_m", {1, 2, 4}}, {"warps_n", {1, 2, 4}}, {"k_tile", kts}, {"warp_m_tiles", {2, 4}}};
   }
   // k_tile: the k elements staged per barrier pair. Wider tiles put more loads in flight per
   // thread before each barrier and pay the barriers and the load latency once per more mma.
@@ -213,7 +213,7 @@ class MatmulMmaOp final : public OpSpec {
     const int64_t nt = s.at("n_tokens"), n_in = s.at("n_in");
     int64_t kt = 128;
     while (n_in % kt) kt /= 2;
-    return {{"warps_m", 2}, {"warps_n", nt >= 64 ? 2 : 1}, {"k_tile", kt}};
+    return {{"warps_m", 2}, {"warps_n", nt >= 64 ? 2 : 1}, {"k_tile", kt}, {"warp_m_tiles", 2}};
   }
 
   Result<Generated> generate(const Shape& s, const Schedule& sch, ir::TargetKind target) const override {
@@ -275,7 +275,7 @@ class MatmulMmaOp final : public OpSpec {
   // cpu (and any non-PTX target): one thread per (row, token), the same f16 roundings.
   Result<Generated> generate_scalar(const Shape& s, const Schedule& sch, ir::TargetKind target) const {
     const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
-    MFormat f;
+    MFormat f{};
     m_format(wt, &f);
     const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
     const int64_t row_bytes = n_in / f.block_elems * f.block_bytes;
@@ -316,18 +316,20 @@ class MatmulMmaOp final : public OpSpec {
     return g;
   }
 
-  // PTX: CTA tile of 32 warps_m weight rows x 32 warps_n tokens; per k step of 32, the weight
-  // tile (f16, [rows][32 + 8 pad]) and activation tile (f16, [tokens][32 + 8 pad]) go through
-  // shared memory; each warp owns 2 x 4 mma tiles (32 rows x 32 tokens).
+  // PTX: CTA tile of 16 warp_m_tiles warps_m weight rows x 32 warps_n tokens; per k step of
+  // k_tile, the weight tile (f16, [rows][k_tile + 8 pad]) and activation tile (f16, [tokens]
+  // [k_tile + 8 pad]) go through shared memory; each warp owns warp_m_tiles x 4 mma tiles
+  // (16 warp_m_tiles rows x 32 tokens).
   Result<Generated> generate_mma(const Shape& s, const Schedule& sch) const {
     const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
-    MFormat f;
+    MFormat f{};
     m_format(wt, &f);
     const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
     const int64_t row_bytes = n_in / f.block_elems * f.block_bytes;
     const int64_t wm = sch.at("warps_m"), wn = sch.at("warps_n");
-    const int64_t bm = 32 * wm, bn = 32 * wn, threads = 32 * wm * wn;
-    int64_t kt = sch.at("k_tile");
+    const int64_t mtiles = sch.count("warp_m_tiles") ? sch.at("warp_m_tiles") : 2;  // 16-row mma tiles per warp
+    const int64_t bm = 16 * mtiles * wm, bn = 32 * wn, threads = 32 * wm * wn;
+    int64_t kt = sch.count("k_tile") ? sch.at("k_tile") : 32;  // schedules stored before the knob: 32
     if (n_in % kt) return invalid_argument("matmul_mma: k_tile={} does not divide n_in={}", kt, n_in);
     // Halves per tile row: k_tile + 8 (rows start 16-byte aligned; consecutive rows shift by 4
     // banks, so the 8 rows x 4 lanes of a fragment load hit 32 different banks). Large CTA tiles
@@ -350,11 +352,11 @@ class MatmulMmaOp final : public OpSpec {
     Value* qq = b.rem(lane, b.i32(4));  // q
     Value* m0 = b.mul(b.block_id(Mode::kX), b.i32(static_cast<int32_t>(bm)));
     Value* n0 = b.mul(b.block_id(Mode::kY), b.i32(static_cast<int32_t>(bn)));
-    Value* wm0 = b.mul(b.rem(warp, b.i32(static_cast<int32_t>(wm))), b.i32(32));  // warp's first row in the tile
+    Value* wm0 = b.mul(b.rem(warp, b.i32(static_cast<int32_t>(wm))), b.i32(static_cast<int32_t>(16 * mtiles)));  // warp's first row
     Value* wn0 = b.mul(b.div(warp, b.i32(static_cast<int32_t>(wm))), b.i32(32));  // warp's first token
     Value* nthreads = b.i32(static_cast<int32_t>(threads));
     const Type f16x2 = Type::vector(Scalar::kF16, 2);
-    std::vector<Value*> init(8, b.const_float(Type::vector(Scalar::kF32, 4), 0.0));
+    std::vector<Value*> init(static_cast<size_t>(4 * mtiles), b.const_float(Type::vector(Scalar::kF32, 4), 0.0));
     const int64_t c16 = kt / 16, c8 = kt / 8;  // 16-element weight chunks, 8-element activation chunks per row
     // The threads' share of `count` tile items: unrolled when it divides evenly, so that every
     // item's global loads are in flight before the first one is needed (a loop would wait for
@@ -401,8 +403,8 @@ class MatmulMmaOp final : public OpSpec {
       std::vector<Value*> a(it.begin(), it.end());
       for (int ks = 0; ks < static_cast<int>(c16); ++ks) {
         Value* kc = b.addc(b.mulc(qq, 2), 16 * ks);  // this lane's first k column
-        Value* af[2];
-        for (int mt = 0; mt < 2; ++mt) {
+        std::vector<Value*> af(static_cast<size_t>(mtiles));
+        for (int mt = 0; mt < mtiles; ++mt) {
           Value* rA = b.add(wm0, b.addc(gq, 16 * mt));
           std::vector<Value*> l8;
           for (int p = 0; p < 4; ++p) {  // pairs: (row g, k), (row g+8, k), (row g, k+8), (row g+8, k+8)
@@ -422,14 +424,15 @@ class MatmulMmaOp final : public OpSpec {
             l4.push_back(b.extract(pr, 1));
           }
           Value* bf = b.build(l4);
-          for (int mt = 0; mt < 2; ++mt) a[static_cast<size_t>(mt * 4 + nt8)] = b.mma(af[mt], bf, a[static_cast<size_t>(mt * 4 + nt8)]);
+          for (int mt = 0; mt < mtiles; ++mt)
+            a[static_cast<size_t>(mt * 4 + nt8)] = b.mma(af[static_cast<size_t>(mt)], bf, a[static_cast<size_t>(mt * 4 + nt8)]);
         }
       }
       b.barrier();
       return a;
     });
     // C fragment lane i: row g + 8 (i / 2), token 2q + i % 2.
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < mtiles; ++mt)
       for (int nt8 = 0; nt8 < 4; ++nt8)
         for (int i = 0; i < 4; ++i) {
           Value* r = b.add(m0, b.add(wm0, b.addc(gq, 16 * mt + 8 * (i / 2))));
