@@ -7,7 +7,8 @@
 # launch.json), engine (the engine on cuda vs the reference: tests/exec), bench (synthetic models
 # written there with `loom model synth`, `loom bench --json` on cuda: bench.jsonl; LOOM_BENCH_SHAPES
 # lists shape:quant pairs, default smollm2-135m:q4_0 llama3-8b:q4_0 llama3-8b:q4_k), serve
-# (tools/bench_serve.py against `loom serve` on cuda with the synthetic SmolLM2: serve.json).
+# (tools/bench_serve.py against `loom serve` on cuda with the synthetic SmolLM2: serve.json),
+# mma_sweep (pp512 of the 8B Q4_0 model per matmul_mma schedule forced with LOOM_SCHEDULE).
 # Default: devices tests.
 # LOOM_GPU_STAGE names the staging folder (default .gpu), as for tools/gpu/build.sh.
 set -uo pipefail
@@ -104,6 +105,23 @@ PY
         shape="${sq%%:*}" quant="${sq##*:}" f="/tmp/models/synth-${sq/:/-}.gguf"
         [[ -f "$f" ]] || "$bin/loom" model synth --arch llama --shape "$shape" --quant "$quant" -o "$f" 2>&1 | tail -1
         "$bin/loom" bench -m "$f" --device cuda:0 ${LOOM_BENCH_FLAGS:-} --json -o "$out/bench.jsonl" || rc=1
+      done
+      ;;
+    mma_sweep)
+      # pp512 of the 8B Q4_0 synthetic model with matmul_mma schedules forced through
+      # LOOM_SCHEDULE (variants: LOOM_MMA_SWEEP, space-separated knob lists); one JSON line per
+      # variant in $out/mma_sweep.jsonl, with the schedule in "schedule_override".
+      mkdir -p /tmp/models
+      f=/tmp/models/synth-llama3-8b-q4_0.gguf
+      [[ -f "$f" ]] || "$bin/loom" model synth --arch llama --shape llama3-8b --quant q4_0 -o "$f" 2>&1 | tail -1
+      for v in ${LOOM_MMA_SWEEP:-default warps_m=2,warps_n=2,k_tile=32 warps_m=4,warps_n=2,k_tile=64 warps_m=2,warps_n=4,k_tile=64 warps_m=4,warps_n=4,k_tile=64 warps_m=2,warps_n=2,k_tile=64,warp_m_tiles=4 warps_m=2,warps_n=4,k_tile=64,warp_m_tiles=4}; do
+        sched=""; [[ "$v" != default ]] && sched="matmul_mma:$v"
+        LOOM_SCHEDULE="$sched" "$bin/loom" bench -m "$f" --device cuda:0 -p 512 -n 1 -r 3 --json > /tmp/sweep_one.jsonl || rc=1
+        python3 -c 'import json,sys
+for l in open("/tmp/sweep_one.jsonl"):
+    o=json.loads(l); o["schedule_override"]=sys.argv[1]; print(json.dumps(o))' "$sched" | tee -a "$out/mma_sweep.jsonl" |
+          python3 -c 'import json,sys
+[print(o["test"], o.get("schedule_override") or "default", round(o["tokens_per_s"],1)) for o in map(json.loads, sys.stdin)]'
       done
       ;;
     serve)
