@@ -29,7 +29,7 @@ struct EvolveFlags {
   std::string budget = "120s", db, out = "report.html", kb_dir;
   std::string llm_url, llm_model, llm_key;
   int64_t job = 0;
-  bool no_skills = false, peak = false;
+  bool no_skills = false, peak = false, instrument = false;
   std::vector<std::string> files;
   std::vector<std::string> knobs;  // check: schedule candidates ("k=v,k=v")
   int repeat = 1;
@@ -126,6 +126,7 @@ Status check_cmd(const EvolveFlags& f) {
     o.time_budget_s = f.cfg.time_budget_s;
     o.ws_factor = f.ws_factor;
     o.seed = static_cast<uint64_t>(bad + 1);
+    o.instrument = f.instrument;
     EvalResult r = evaluate_isolated(f.cfg.device, *op, shape, c, o, f.cfg.timeout_s);
     const std::string expect = header_value(c.source, "expect");
     bool match = expect.empty();
@@ -142,6 +143,7 @@ Status check_cmd(const EvolveFlags& f) {
                 expect.empty() ? "-" : expect.c_str(), r.tag().c_str(), r.ok() ? r.diagnosis.c_str() : reason.c_str());
     if (r.ok())
       std::printf("     median %.1f us (p10 %.1f, p90 %.1f, %d reps)\n", r.median_us, r.p10_us, r.p90_us, r.reps);
+    if (r.ok() && !r.regions.empty()) std::printf("     regions: %s\n", r.regions.c_str());
     std::fflush(stdout);
   }
   std::printf("%zu candidates, %d not as expected\n", items.size(), bad);
@@ -229,6 +231,7 @@ LOOM_COMMAND(kEvolve, "evolve", "Search for faster kernels (jobs in an SQLite fi
                check->add_option("--holdout", f->cfg.holdout, "held-out shapes (default 3)");
                check->add_option("--time-per-candidate", f->cfg.time_budget_s, "seconds of timing per candidate (default 0.3)");
                check->add_option("--ws-factor", f->ws_factor, "timing working set in last-level caches (default 4; 0: one copy, cache-hot)");
+               check->add_flag("--instrument", f->instrument, "also report where time goes (cycle counters around regions; IR kernels)");
                check->add_flag("--peak", f->peak, "measure the peak read bandwidth first (enables the floor check)");
                check->callback([which] { *which = "check"; });
                auto* ops = sub.add_subcommand("ops", "the searchable ops and their knobs");

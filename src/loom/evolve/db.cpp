@@ -18,7 +18,7 @@ CREATE TABLE IF NOT EXISTS jobs(
   id INTEGER PRIMARY KEY, op TEXT, shape TEXT, device TEXT, device_arch TEXT, strategy TEXT,
   synth TEXT, seed INTEGER, budget TEXT, config TEXT, loom_version TEXT, status TEXT,
   created REAL, elapsed_s REAL DEFAULT 0, baseline_us REAL, best_candidate INTEGER,
-  confirmed_speedup REAL);
+  confirmed_speedup REAL, regions TEXT);
 CREATE TABLE IF NOT EXISTS candidates(
   id INTEGER PRIMARY KEY, job INTEGER, seq INTEGER, parent INTEGER, synth TEXT, kind TEXT,
   hash TEXT, body TEXT, diff TEXT, status TEXT, reason TEXT, median_us REAL, p10_us REAL,
@@ -68,6 +68,9 @@ Result<Db> Db::open(const std::string& path) {
   }
   sqlite3_busy_timeout(d.db_, 10000);
   LOOM_RETURN_IF_ERROR(d.exec(kSchema).with_context("creating the evolve schema in " + path));
+  // Columns added after the first schema (files from older versions gain them; "duplicate
+  // column" means the file has them already).
+  (void)d.exec("ALTER TABLE jobs ADD COLUMN regions TEXT");
   return d;
 }
 

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/evolve/device.h"
+#include "loom/ir/passes/instrument.h"
 #include "loom/evolve/worker.h"
 #include "loom/llm/quant.h"
 
@@ -216,12 +217,59 @@ EvalResult reject(EvalResult r, std::string reason) {
   return r;
 }
 
+// Where the time goes inside the kernel: the first launch's kernel instrumented with cycle
+// counters (ir::instrument_regions), run `reps` times over the timing working set; the shares
+// of the regions as text, or why not.
+std::string measure_regions(EvalDevice& dev, const kernels::OpSpec& op, const Shape& shape, const Candidate& c,
+                            const std::vector<std::vector<uint64_t>>& all_addrs, int reps) {
+  if (c.kind != CandKind::kSchedule && c.kind != CandKind::kIr) return "not measured: only Loom IR kernels are instrumented";
+  auto inst = instantiate(c, op, shape, dev.target());
+  if (!inst.ok()) return "not measured: " + inst.status().to_string();
+  if (inst->kind != CandKind::kSchedule && inst->kind != CandKind::kIr)
+    return "not measured: the candidate is C++ text (only Loom IR kernels are instrumented)";
+  if (inst->launches.empty()) return "not measured: no launch";
+  kernels::KernelLaunch& l0 = inst->launches[0];
+  ir::Kernel* k = inst->gen.module.find(l0.kernel);
+  if (!k) return "not measured: no kernel " + l0.kernel;
+  auto info = ir::instrument_regions(*k, l0.args.size());
+  if (!info.ok()) return "not measured: " + info.status().to_string();
+  const size_t nargs = all_addrs.empty() ? 0 : all_addrs[0].size();
+  l0.args.push_back(static_cast<int>(nargs));  // the profile buffer, after the op's arguments
+  inst->gen.launches = inst->launches;
+  auto loaded = dev.load(*inst);
+  if (!loaded.ok()) return "not measured: instrumented kernel: " + loaded.status().to_string();
+  const uint64_t blocks = uint64_t{l0.grid[0]} * l0.grid[1] * l0.grid[2];
+  const uint64_t bytes = blocks * ir::kInstrumentRegions * 4;
+  auto buf = hrx::Buffer::alloc(dev.device(), bytes);
+  if (!buf.ok()) return "not measured: " + buf.status().to_string();
+  if (Status st = dev.stream().memset(*buf, 0, 0, bytes); !st.ok()) return "not measured: " + st.to_string();
+  for (int i = 0; i < reps; ++i) {
+    std::vector<uint64_t> a = all_addrs[static_cast<size_t>(i) % all_addrs.size()];
+    a.push_back(buf->address());
+    if (Status st = dev.run(*loaded, a); !st.ok()) return "not measured: " + st.to_string();
+  }
+  std::vector<uint32_t> host(blocks * ir::kInstrumentRegions);
+  if (Status st = dev.stream().copy_d2h(host.data(), *buf, 0, bytes); !st.ok()) return "not measured: " + st.to_string();
+  (void)dev.stream().synchronize();
+  double sum[ir::kInstrumentRegions] = {}, total = 0;
+  for (uint64_t b = 0; b < blocks; ++b)
+    for (int r = 0; r < ir::kInstrumentRegions; ++r) sum[r] += host[b * ir::kInstrumentRegions + static_cast<uint64_t>(r)];
+  for (double v : sum) total += v;
+  if (total <= 0) return "not measured: the counters stayed at zero";
+  std::string out;
+  for (int r = 0; r < ir::kInstrumentRegions; ++r) {
+    if (!info->has_loop && (r == 1 || r == 2)) continue;
+    out += fmt::format("{}{} {:.0f}%", out.empty() ? "" : ", ", ir::instrument_region_name(r), 100 * sum[r] / total);
+  }
+  return out + fmt::format(" (cycle counters of thread 0 per block, kernel {}, {} launches)", l0.kernel, reps);
+}
+
 }  // namespace
 
 std::string EvalResult::to_json() const {
   nlohmann::json j = {{"status", status}, {"reason", reason}, {"median_us", median_us}, {"p10_us", p10_us},
                       {"p90_us", p90_us}, {"reps", reps}, {"gbps", gbps}, {"frac_peak", frac_peak},
-                      {"diagnosis", diagnosis}, {"eval_s", eval_s}, {"ws_bytes", ws_bytes}};
+                      {"diagnosis", diagnosis}, {"eval_s", eval_s}, {"ws_bytes", ws_bytes}, {"regions", regions}};
   return j.dump();
 }
 
@@ -244,6 +292,7 @@ EvalResult EvalResult::from_json(std::string_view text) {
   r.diagnosis = j.value("diagnosis", "");
   r.eval_s = j.value("eval_s", 0.0);
   r.ws_bytes = j.value("ws_bytes", uint64_t{0});
+  r.regions = j.value("regions", "");
   return r;
 }
 
@@ -440,6 +489,10 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
     r.diagnosis = fmt::format("instruction/latency-bound: {:.0f}% of the measured read bandwidth ({:.1f} of {:.1f} GB/s), "
                               "{:.2f} flop/byte: fewer instructions per byte or more parallelism would help",
                               100 * r.frac_peak, r.gbps, opt.peak_gbps, intensity);
+  if (opt.instrument) {
+    note_phase("instrumented run");
+    r.regions = measure_regions(dev, op, shape, c, all_addrs, 20);
+  }
   r.status = "ok";
   return done(r);
 }

@@ -52,6 +52,7 @@ struct EvalResult {
   std::string diagnosis;
   double eval_s = 0;
   uint64_t ws_bytes = 0;
+  std::string regions;           // instrument: "loads 9%, main loop 83%, ..." or "not measured: why"
 
   bool ok() const { return status == "ok"; }
   std::string tag() const { return status == "rejected" ? reason.substr(0, reason.find(':')) : status; }

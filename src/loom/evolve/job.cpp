@@ -500,8 +500,22 @@ Status run_job(Db& db, int64_t job, const RunOptions& ro) {
       }
     }
   }
-  LOOM_ASSIGN_OR_RETURN(Stmt u, db.prepare("UPDATE jobs SET status = 'done', confirmed_speedup = ?2, elapsed_s = ?3 WHERE id = ?1"));
-  LOOM_RETURN_IF_ERROR(u.bind(1, job).bind(2, confirmed).bind(3, elapsed()).run());
+  // Where the best kernel spends its time: one instrumented evaluation (cycle counters around
+  // its regions, ir::instrument_regions); Loom IR kernels only.
+  std::string regions;
+  if (best) {
+    EvalOptions o = eo;
+    o.trials = 1;
+    o.holdout.clear();
+    o.time_budget_s = 0.05;
+    o.instrument = true;
+    EvalResult w = evaluate_isolated(cfg.device, *op, shape, best->cand, o, cfg.timeout_s);
+    regions = w.ok() ? w.regions : "not measured: " + w.status + " " + w.reason.substr(0, 200);
+    log(fmt::format("regions of best #{}: {}", best->seq, regions));
+  }
+  LOOM_ASSIGN_OR_RETURN(Stmt u, db.prepare("UPDATE jobs SET status = 'done', confirmed_speedup = ?2, elapsed_s = ?3, "
+                                           "regions = ?4 WHERE id = ?1"));
+  LOOM_RETURN_IF_ERROR(u.bind(1, job).bind(2, confirmed).bind(3, elapsed()).bind(4, regions).run());
   log(fmt::format("job {} done: {} evaluations in {:.0f} s; best #{} {:.2f}x ({}); confirmed {:.2f}x", job, h.nodes.size(),
                   elapsed(), best ? best->seq : 0, best ? best->speedup : 0, best ? best->cand.summary() : "", confirmed));
   return Status();
@@ -510,7 +524,7 @@ Status run_job(Db& db, int64_t job, const RunOptions& ro) {
 Result<std::string> job_status(Db& db, int64_t job) {
   std::string out;
   LOOM_ASSIGN_OR_RETURN(Stmt s, db.prepare("SELECT id, op, shape, device, strategy, synth, status, elapsed_s, baseline_us, "
-                                           "best_candidate, confirmed_speedup, budget, device_arch FROM jobs "
+                                           "best_candidate, confirmed_speedup, budget, device_arch, regions FROM jobs "
                                            "WHERE ?1 = 0 OR id = ?1 ORDER BY id"));
   s.bind(1, job);
   int n = 0;
@@ -528,6 +542,7 @@ Result<std::string> job_status(Db& db, int64_t job) {
                        id, s.text(1), s.text(2), s.text(3), s.text(12), s.text(4), s.text(5), s.text(11), c.i64(0), c.i64(1),
                        s.f64(7), s.f64(8), c.f64(2), s.i64(9), s.f64(10));
     out += fmt::format("  status: {}\n", s.text(6));
+    if (!s.text(13).empty()) out += fmt::format("  regions of the best kernel: {}\n", s.text(13));
     if (job == 0) continue;
     LOOM_ASSIGN_OR_RETURN(Stmt r, db.prepare("SELECT status, count(*) FROM candidates WHERE job = ?1 GROUP BY status"));
     r.bind(1, id);

@@ -5,8 +5,11 @@
 #include <cmath>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "loom/evolve/candidate.h"
 #include "loom/evolve/db.h"
+#include "loom/evolve/user_op.h"
 #include "loom/kernels/op_spec.h"
 
 namespace loom::evolve {
@@ -36,12 +39,15 @@ struct Row {
 
 Result<std::string> job_report_html(Db& db, int64_t job) {
   LOOM_ASSIGN_OR_RETURN(Stmt js, db.prepare("SELECT op, shape, device, device_arch, strategy, synth, seed, budget, elapsed_s, "
-                                            "baseline_us, confirmed_speedup, status FROM jobs WHERE id = ?1"));
+                                            "baseline_us, confirmed_speedup, status, regions, config FROM jobs WHERE id = ?1"));
   js.bind(1, job);
   LOOM_ASSIGN_OR_RETURN(bool has, js.step());
   if (!has) return not_found("no job {} in {}", job, db.path());
   const std::string op = js.text(0), shape = js.text(1), arch = js.text(3);
   const double baseline = js.f64(9), confirmed = js.f64(10);
+  const std::string regions = js.text(12);
+  std::string op_file;
+  if (auto cfg = nlohmann::json::parse(js.text(13), nullptr, false); cfg.is_object()) op_file = cfg.value("op_file", "");
   double peak = 0;
   {
     LOOM_ASSIGN_OR_RETURN(Stmt p, db.prepare("SELECT read_gbps FROM device_peaks WHERE device_arch LIKE ?1 || ':t%'"));
@@ -137,11 +143,14 @@ Result<std::string> job_report_html(Db& db, int64_t job) {
   if (!roof.empty()) html += "<h2>Roofline position</h2>" + roof;
   if (best) {
     html += "<h2>Winning kernel</h2><pre>" + esc(best->body) + "</pre><p>" + esc(best->diagnosis) + "</p>";
+    if (!regions.empty())
+      html += "<p><b>Where its time goes</b> (Loom IR instrumentation pass: cycle counters around its regions): " +
+              esc(regions) + "</p>";
     auto c = Candidate::from_body(best->body);
-    const kernels::OpSpec* ops = kernels::find_op(op);
+    auto ops = resolve_op(op, op_file);
     auto sh = kernels::Shape::parse(shape);
-    if (c.ok() && ops && sh.ok()) {
-      auto inst = instantiate(*c, *ops, *sh, arch.rfind("cuda", 0) == 0 ? ir::TargetKind::kPtx : ir::TargetKind::kCpp);
+    if (c.ok() && ops.ok() && sh.ok()) {
+      auto inst = instantiate(*c, **ops, *sh, arch.rfind("cuda", 0) == 0 ? ir::TargetKind::kPtx : ir::TargetKind::kCpp);
       if (inst.ok() && (inst->kind == CandKind::kSchedule || inst->kind == CandKind::kIr))
         html += "<details><summary>its Loom IR</summary><pre>" + esc(ir::print(inst->gen.module)) + "</pre></details>";
     }

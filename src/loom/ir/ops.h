@@ -113,6 +113,8 @@ enum TargetMask : uint8_t { kOnPtx = 1, kOnCpp = 2, kOnAmdgpu = 4, kOnAll = 7 };
   X(kBlockDim, "block_dim", 0, kSpecial, kAny, kDim, kPure, kOnAll)                            \
   X(kGridDim, "grid_dim", 0, kSpecial, kAny, kDim, kPure, kOnAll)                              \
   X(kLaneId, "lane_id", 0, kSpecial, kAny, kNone, kPure, kOnPtx | kOnAmdgpu)                   \
+  /* the low 32 bits of a cycle counter (%clock on ptx, rdtsc on cpp): deltas wrap mod 2^32 */ \
+  X(kClock, "clock", 0, kSpecial, kAny, kNone, kSideEffects, kOnPtx | kOnCpp)                  \
   X(kShuffle, "shfl", 2, kShuffle, kAny, kShuffle, kPure | kConvergent, kOnPtx | kOnAmdgpu)    \
   X(kWarpReduce, "warp_reduce", 1, kWarpReduce, kAny, kReduce, kPure | kConvergent,            \
     kOnPtx | kOnAmdgpu)                                                                        \

@@ -537,6 +537,9 @@ class CppEmitter {
         line(fmt::format("const {} {} = __builtin_shufflevector({}, {}{});", ctype(r->type), name(r), op(0), op(1), idx));
         return Status();
       }
+      case Op::kClock:
+        line(fmt::format("const int32_t {} = static_cast<int32_t>(static_cast<uint32_t>(__builtin_ia32_rdtsc()));", name(r)));
+        return Status();
       case Op::kFor: return for_loop(in);
       case Op::kIf: return if_else(in);
       case Op::kYield: return Status();  // handled by the enclosing region

@@ -300,6 +300,7 @@ Status KernelEmitter::inst(const Inst& in) {
       return Status();
     }
     case Op::kLaneId: line(fmt::format("mov.u32 {}, %laneid;", define(r)[0])); return Status();
+    case Op::kClock: line(fmt::format("mov.u32 {}, %clock;", define(r)[0])); return Status();
     case Op::kShuffle: {
       std::string_view kind = in.mode == Mode::kXor ? "bfly" : mode_name(in.mode);
       int c = in.mode == Mode::kUp ? 0 : 0x1f;
