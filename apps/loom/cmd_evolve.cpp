@@ -14,6 +14,7 @@
 #include "loom/evolve/evaluator.h"
 #include "loom/evolve/job.h"
 #include "loom/evolve/kb.h"
+#include "loom/evolve/ncu.h"
 #include "loom/evolve/report.h"
 #include "loom/evolve/user_op.h"
 #include "loom/evolve/worker.h"
@@ -29,7 +30,7 @@ struct EvolveFlags {
   std::string budget = "120s", db, out = "report.html", kb_dir;
   std::string llm_url, llm_model, llm_key;
   int64_t job = 0;
-  bool no_skills = false, peak = false, instrument = false;
+  bool no_skills = false, peak = false, instrument = false, ncu = false;
   std::vector<std::string> files;
   std::vector<std::string> knobs;  // check: schedule candidates ("k=v,k=v")
   int repeat = 1;
@@ -144,6 +145,7 @@ Status check_cmd(const EvolveFlags& f) {
     if (r.ok())
       std::printf("     median %.1f us (p10 %.1f, p90 %.1f, %d reps)\n", r.median_us, r.p10_us, r.p90_us, r.reps);
     if (r.ok() && !r.regions.empty()) std::printf("     regions: %s\n", r.regions.c_str());
+    if (r.ok() && f.ncu) std::printf("     %s\n", ncu_diagnosis(f.cfg.device, *op, shape, c, o).c_str());
     std::fflush(stdout);
   }
   std::printf("%zu candidates, %d not as expected\n", items.size(), bad);
@@ -232,6 +234,7 @@ LOOM_COMMAND(kEvolve, "evolve", "Search for faster kernels (jobs in an SQLite fi
                check->add_option("--time-per-candidate", f->cfg.time_budget_s, "seconds of timing per candidate (default 0.3)");
                check->add_option("--ws-factor", f->ws_factor, "timing working set in last-level caches (default 4; 0: one copy, cache-hot)");
                check->add_flag("--instrument", f->instrument, "also report where time goes (cycle counters around regions; IR kernels)");
+               check->add_flag("--ncu", f->ncu, "profile each accepted kernel once with Nsight Compute (cuda; dram throughput, occupancy)");
                check->add_flag("--peak", f->peak, "measure the peak read bandwidth first (enables the floor check)");
                check->callback([which] { *which = "check"; });
                auto* ops = sub.add_subcommand("ops", "the searchable ops and their knobs");

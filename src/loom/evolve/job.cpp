@@ -16,6 +16,7 @@
 #include "loom/evolve/device.h"
 #include "loom/evolve/evaluator.h"
 #include "loom/evolve/kb.h"
+#include "loom/evolve/ncu.h"
 #include "loom/evolve/search.h"
 #include "loom/evolve/store.h"
 #include "loom/evolve/user_op.h"
@@ -512,6 +513,13 @@ Status run_job(Db& db, int64_t job, const RunOptions& ro) {
     EvalResult w = evaluate_isolated(cfg.device, *op, shape, best->cand, o, cfg.timeout_s);
     regions = w.ok() ? w.regions : "not measured: " + w.status + " " + w.reason.substr(0, 200);
     log(fmt::format("regions of best #{}: {}", best->seq, regions));
+    // Hardware counters where Nsight Compute is installed, into the best candidate's diagnosis.
+    const std::string hw = ncu_diagnosis(cfg.device, *op, shape, best->cand, o);
+    log(hw);
+    if (hw.rfind("ncu: skipped: not a cuda", 0) != 0) {
+      LOOM_ASSIGN_OR_RETURN(Stmt d, db.prepare("UPDATE candidates SET diagnosis = diagnosis || '; ' || ?2 WHERE id = ?1"));
+      LOOM_RETURN_IF_ERROR(d.bind(1, best->id).bind(2, hw).run());
+    }
   }
   LOOM_ASSIGN_OR_RETURN(Stmt u, db.prepare("UPDATE jobs SET status = 'done', confirmed_speedup = ?2, elapsed_s = ?3, "
                                            "regions = ?4 WHERE id = ?1"));
