@@ -153,6 +153,10 @@ std::vector<Value*> dequant16(Emit& b, GgmlType t, Value* w, Value* row, Value* 
   return out;
 }
 
+// Activations as f16 (shape dim xtype = 1, the GGUF F16 type number): converted once per step by
+// quantize_act instead of in every CTA that reads them, at half the bytes. Absent or 0: f32.
+bool x_is_f16(const Shape& s) { return s.dims.count("xtype") && s.at("xtype") == 1; }
+
 class MatmulMmaOp final : public OpSpec {
  public:
   std::string_view name() const override { return "matmul_mma"; }
@@ -174,6 +178,8 @@ class MatmulMmaOp final : public OpSpec {
     if (n_out <= 0 || n_out > (1 << 24)) return invalid_argument("matmul_mma: n_out={} out of range", n_out);
     if (nt < 1 || nt > 65535) return invalid_argument("matmul_mma: n_tokens={} out of range 1..65535", nt);
     if (nt * n_in > (int64_t{1} << 31)) return invalid_argument("matmul_mma: activations too large");
+    if (s.dims.count("xtype") && s.at("xtype") != 0 && s.at("xtype") != 1)
+      return invalid_argument("matmul_mma: xtype={} (0: f32 activations, 1: f16)", s.at("xtype"));
     return Status();
   }
 
@@ -182,7 +188,7 @@ class MatmulMmaOp final : public OpSpec {
     m_format(static_cast<GgmlType>(s.at("wtype")), &f);
     const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
     return {{"w", ArgKind::kBuffer, ArgRole::kInput, n_out * (n_in / f.block_elems) * f.block_bytes, Scalar::kU8},
-            {"x", ArgKind::kBuffer, ArgRole::kInput, nt * n_in * 4, Scalar::kF32},
+            {"x", ArgKind::kBuffer, ArgRole::kInput, nt * n_in * (x_is_f16(s) ? 2 : 4), x_is_f16(s) ? Scalar::kF16 : Scalar::kF32},
             {"y", ArgKind::kBuffer, ArgRole::kOutput, nt * n_out * 4, Scalar::kF32}};
   }
 
@@ -230,6 +236,14 @@ class MatmulMmaOp final : public OpSpec {
     a[0].bytes.resize(static_cast<size_t>(specs[0].bytes));
     random_rows(rng, wt, n_out, n_in, 0.1f, a[0].bytes.data());
     std::vector<float> x = random_floats(rng, static_cast<size_t>(nt * n_in), -1.0f, 1.0f);
+    if (x_is_f16(s)) {
+      a[1].bytes.resize(x.size() * 2);
+      for (size_t i = 0; i < x.size(); ++i) {
+        const uint16_t h = llm::fp32_to_fp16(x[i]);
+        std::memcpy(a[1].bytes.data() + 2 * i, &h, 2);
+      }
+      return;
+    }
     a[1].bytes.resize(x.size() * 4);
     std::memcpy(a[1].bytes.data(), x.data(), x.size() * 4);
   }
@@ -241,7 +255,13 @@ class MatmulMmaOp final : public OpSpec {
     auto specs = args(s);
     const int64_t wr = specs[0].bytes / n_out;
     a[2].bytes.resize(static_cast<size_t>(specs[2].bytes));
-    const float* x = reinterpret_cast<const float*>(a[1].bytes.data());
+    std::vector<float> xf(static_cast<size_t>(nt * n_in));
+    if (x_is_f16(s)) {
+      LOOM_RETURN_IF_ERROR(llm::dequantize(GgmlType::F16, a[1].bytes.data(), xf.data(), nt * n_in));
+    } else {
+      std::memcpy(xf.data(), a[1].bytes.data(), xf.size() * 4);
+    }
+    const float* x = xf.data();
     float* y = reinterpret_cast<float*>(a[2].bytes.data());
     std::vector<float> row(static_cast<size_t>(n_in));
     for (int64_t r = 0; r < n_out; ++r) {
@@ -268,6 +288,9 @@ class MatmulMmaOp final : public OpSpec {
       add(512, 19, 17, t);
       add(1024, 130, 64, t);
     }
+    // f16 activations (converted once per step by quantize_act).
+    out.push_back({{{"n_in", 576}, {"n_out", 200}, {"n_tokens", 70}, {"wtype", 2}, {"xtype", 1}}});
+    out.push_back({{{"n_in", 1024}, {"n_out", 130}, {"n_tokens", 64}, {"wtype", 12}, {"xtype", 1}}});
     return out;
   }
 
@@ -286,7 +309,8 @@ class MatmulMmaOp final : public OpSpec {
     Emit b(*k);
     b.cpu = target == ir::TargetKind::kCpp;
     Value* w = b.param(ty::gptr(Scalar::kU8), "w");
-    Value* x = b.param(ty::gptr(Scalar::kF32), "x");
+    const bool xh16 = x_is_f16(s);
+    Value* x = b.param(ty::gptr(xh16 ? Scalar::kF16 : Scalar::kF32), "x");
     Value* y = b.param(ty::gptr(Scalar::kF32), "y");
     Value* r = b.global_x();
     Value* t = b.block_id(Mode::kY);
@@ -299,7 +323,8 @@ class MatmulMmaOp final : public OpSpec {
                               Value* a = it[0];
                               for (int i = 0; i < 16; ++i) {
                                 Value* wh = b.convert(b.convert(wv[static_cast<size_t>(i)], kF16), kF32);
-                                Value* xh = b.convert(b.convert(b.load(x, b.add(xrow, b.addc(k0, i))), kF16), kF32);
+                                Value* xv = b.load(x, b.add(xrow, b.addc(k0, i)));
+                                Value* xh = b.convert(xh16 ? xv : b.convert(xv, kF16), kF32);
                                 a = b.fma(wh, xh, a);
                               }
                               return std::vector<Value*>{a};
@@ -341,7 +366,8 @@ class MatmulMmaOp final : public OpSpec {
     ir::Kernel* k = g.module.add_kernel(kname);
     Emit b(*k);
     Value* w = b.param(Type::pointer(AddrSpace::kConstant, Scalar::kU8), "w");
-    Value* x = b.param(ty::gptr(Scalar::kF32), "x");
+    const bool xh16 = x_is_f16(s);
+    Value* x = b.param(ty::gptr(xh16 ? Scalar::kF16 : Scalar::kF32), "x");
     Value* y = b.param(ty::gptr(Scalar::kF32), "y");
     Value* ws = b.alloc_shared(Scalar::kF16, bm * stride);
     Value* xs = b.alloc_shared(Scalar::kF16, bn * stride);
@@ -392,6 +418,10 @@ class MatmulMmaOp final : public OpSpec {
         Value* qt = b.rem(item, b.i32(static_cast<int32_t>(c8)));
         Value* t = b.min(b.add(n0, lt), b.i32(static_cast<int32_t>(nt - 1)));
         Value* xi = b.add(b.mul(t, b.i32(static_cast<int32_t>(n_in))), b.add(kk, b.mulc(qt, 8)));
+        if (xh16) {  // 8 halves, one 16-byte load, stored as they are
+          b.store(xs, b.add(b.mulc(lt, stride), b.mulc(qt, 8)), b.load(x, xi, Type::vector(Scalar::kF16, 8), 16), 16);
+          return;
+        }
         Value* xv = b.load(x, xi, Type::vector(Scalar::kF32, 4), 16);
         Value* xv2 = b.load(x, b.addc(xi, 4), Type::vector(Scalar::kF32, 4), 16);
         std::vector<Value*> lanes;
