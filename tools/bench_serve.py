@@ -4,7 +4,8 @@
 
 Starts its own server (or uses --url), validates first (every stream gets exactly max_tokens
 tokens; identical greedy requests give identical text alone and under load), warms up, then
-runs each concurrency level --repeat times and reports the median and the spread.
+runs each concurrency level --repeat times (round-robin over the levels) and reports the median
+and the spread.
 
   tools/bench_serve.py --loom build/loom -m ~/.cache/loom/models/SmolLM2-135M-Instruct-Q4_1.gguf \
       --json bench/results/<date>-<device>-serve.json
@@ -26,6 +27,25 @@ import time
 import requests
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def device_name(loom, device):
+    """The device the server runs on, as `loom devices` names it (the server's default: the first
+    CUDA GPU when there is one, else the CPU)."""
+    try:
+        info = json.loads(subprocess.run([loom, "devices", "--json"], capture_output=True, text=True,
+                                         timeout=60).stdout)
+        devs = info.get("devices", [])
+        want = device or ""
+        if not want or want.startswith("cuda"):
+            idx = int(want.split(":")[1]) if ":" in want else 0
+            gpus = [d for d in devs if d.get("id", "").startswith("cuda")]
+            if len(gpus) > idx:
+                return f"{gpus[idx]['name']} ({gpus[idx]['id']})"
+        cpu = next(d for d in devs if d.get("id") == "cpu")
+        return f"CPU: {cpu['name']} ({os.cpu_count()} cores visible, device {device or 'cpu-ref'})"
+    except Exception:  # noqa: BLE001 - the name is informative only
+        return f"CPU: {cpu_name()} ({os.cpu_count()} cores visible)"
 
 
 def cpu_name():
@@ -95,6 +115,7 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--device", help="the server's --device (default: its own default: cuda:0 when present, else cpu-ref)")
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args()
     levels = [int(x) for x in a.streams.split(",")]
@@ -106,7 +127,7 @@ def main():
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         cmd = [a.loom, "serve", "-m", a.model, "--port", str(port), "--parallel", str(max(levels)), "-c", "512",
-               "-t", str(a.threads), "-q"]
+               "-t", str(a.threads), "-q"] + (["--device", a.device] if a.device else [])
         proc = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
         url = f"http://127.0.0.1:{port}"
         for _ in range(600):
@@ -122,13 +143,22 @@ def main():
         loaded = run_level(url, max(levels), a.max_tokens)
         assert all(c == a.max_tokens for c in loaded["token_counts"]), loaded["token_counts"]
         assert loaded["texts"][0] == alone["texts"][0], "stream 0 differs under load"
+        # Repetitions go round-robin over the levels (1, 4, 16, 1, 4, 16, ...), so that a shared
+        # machine's changing load falls on every level alike and the ratios stay fair.
+        per_level = {n: [] for n in levels}
+        cpu_used = {n: 0.0 for n in levels}
+        for _ in range(a.repeat):
+            for n in levels:
+                # CPU time the server spends per generated token: unlike wall time it hardly
+                # depends on how busy a shared machine is.
+                c0 = cpu_seconds(proc.pid) if proc else None
+                per_level[n].append(run_level(url, n, a.max_tokens))
+                c1 = cpu_seconds(proc.pid) if proc else None
+                if c0 is not None and c1 is not None:
+                    cpu_used[n] += c1 - c0
         results = []
         for n in levels:
-            # CPU time the server spends per generated token: unlike wall time it hardly depends on
-            # how busy a shared machine is.
-            c0 = cpu_seconds(proc.pid) if proc else None
-            runs = [run_level(url, n, a.max_tokens) for _ in range(a.repeat)]
-            c1 = cpu_seconds(proc.pid) if proc else None
+            runs = per_level[n]
             tps = [r["tokens_per_second"] for r in runs]
             ttft = [r["ttft_median"] for r in runs]
             row = {"streams": n, "max_tokens": a.max_tokens, "repeat": a.repeat,
@@ -136,8 +166,7 @@ def main():
                    "tokens_per_second_max": max(tps), "ttft_seconds_median": statistics.median(ttft),
                    "ttft_seconds_min": min(ttft), "ttft_seconds_max": max(ttft),
                    "ttft_worst_stream_seconds": max(r["ttft_max"] for r in runs),
-                   "server_cpu_ms_per_token": (c1 - c0) * 1e3 / sum(r["tokens"] for r in runs)
-                   if c0 is not None and c1 is not None else None}
+                   "server_cpu_ms_per_token": cpu_used[n] * 1e3 / sum(r["tokens"] for r in runs) if proc else None}
             results.append(row)
             print(f"{n:3d} streams: {row['tokens_per_second_median']:7.1f} tok/s aggregate "
                   f"({row['tokens_per_second_min']:.1f}..{row['tokens_per_second_max']:.1f}), "
@@ -155,7 +184,7 @@ def main():
                                 text=True).stdout.strip()
         doc = {"what": "loom serve load benchmark (completions, greedy, ignore_eos, streaming)",
                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-               "commit": commit, "device": f"CPU: {cpu_name()} ({os.cpu_count()} cores visible)",
+               "commit": commit, "device": device_name(a.loom, a.device),
                "threads": a.threads, "model": pathlib.Path(a.model).name,
                # The machine may be shared: the load average says how much CPU the run really had.
                "load_average_before": load_before[0], "load_average_after": os.getloadavg()[0],
