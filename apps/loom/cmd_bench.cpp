@@ -18,6 +18,7 @@
 
 #include "cli.h"
 #include "gen_flags.h"
+#include "loom/base/stats.h"
 #include "loom/base/version.h"
 #include "loom/exec/hrx_backend.h"
 #include "loom/exec/peak.h"
@@ -41,23 +42,6 @@ struct BenchFlags {
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-struct Stats {
-  double median = 0, min = 0, max = 0, stdev = 0;
-};
-Stats stats(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  Stats s;
-  s.min = v.front();
-  s.max = v.back();
-  const size_t n = v.size();
-  s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  double mean = 0;
-  for (double x : v) mean += x / static_cast<double>(n);
-  for (double x : v) s.stdev += (x - mean) * (x - mean);
-  s.stdev = n > 1 ? std::sqrt(s.stdev / static_cast<double>(n - 1)) : 0;
-  return s;
 }
 
 // One run: the prompt in one go, then n_gen greedy tokens one by one. Returns the tokens.
@@ -178,7 +162,7 @@ Status bench(const BenchFlags& f, const std::string& command) {
   const TokenCost c = token_cost(*model);
   const std::string model_file = std::filesystem::path(path).filename().string();
   std::vector<nlohmann::json> results;
-  auto add = [&](const std::string& test, const Stats& s, double bytes_per_token, double flops_per_token,
+  auto add = [&](const std::string& test, const Spread& s, double bytes_per_token, double flops_per_token,
                  bool memory_bound) {
     nlohmann::json j;
     j["commit"] = std::string(git_commit());
@@ -239,11 +223,11 @@ Status bench(const BenchFlags& f, const std::string& command) {
   };
   // pp: the weights are read once per prompt, the attention over a triangle of cells.
   const double np = static_cast<double>(f.n_prompt), ng = static_cast<double>(f.n_gen);
-  add(fmt::format("pp{}", f.n_prompt), stats(pp_tps), c.weight_bytes / np + c.kv_bytes_per_cell * (np + 1) / 2,
+  add(fmt::format("pp{}", f.n_prompt), spread(pp_tps), c.weight_bytes / np + c.kv_bytes_per_cell * (np + 1) / 2,
       c.flops + c.attn_flops_per_cell * (np + 1) / 2, false);
   // tg: every token reads every weight and the cache so far (n_prompt + n_gen / 2 cells on average).
   const double cells = np + ng / 2;
-  add(fmt::format("tg{}", f.n_gen), stats(tg_tps), c.weight_bytes + c.kv_bytes_per_cell * cells,
+  add(fmt::format("tg{}", f.n_gen), spread(tg_tps), c.weight_bytes + c.kv_bytes_per_cell * cells,
       c.flops + c.attn_flops_per_cell * cells, true);
 
   if (!f.out.empty()) {

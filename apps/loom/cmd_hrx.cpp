@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "loom/base/stats.h"
 #include "loom/codegen/cpp/cpu_abi.h"
 #include "loom/hrx/cuda_api.h"
 #include "loom/hrx/runtime.h"
@@ -48,19 +49,10 @@ struct Variant {
   std::vector<double> enqueue_us, total_us;  // per launch, one entry per repetition
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 nlohmann::ordered_json stats(const std::vector<double>& v) {
-  double m = median(v), mean = 0, var = 0;
-  for (double x : v) mean += x / static_cast<double>(v.size());
-  for (double x : v) var += (x - mean) * (x - mean) / static_cast<double>(std::max<size_t>(1, v.size() - 1));
-  auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  const Spread s = spread(v);
   auto r = [](double x) { return std::round(x * 1000.0) / 1000.0; };
-  return {{"median_us", r(m)}, {"stdev_us", r(std::sqrt(var))}, {"min_us", r(*lo)}, {"max_us", r(*hi)}};
+  return {{"median_us", r(s.median)}, {"stdev_us", r(s.stdev)}, {"min_us", r(s.min)}, {"max_us", r(s.max)}};
 }
 
 Status bench(const Options& o, nlohmann::ordered_json* out) {

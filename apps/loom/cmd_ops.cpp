@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "loom/base/stats.h"
 #include "loom/base/thread_pool.h"
 #include "loom/ir/ir.h"
 #include "loom/kernels/op_harness.h"
@@ -124,8 +125,8 @@ Result<BenchResult> bench_ref_matmul(const OpSpec& op, const Shape& s, int threa
     LOOM_RETURN_IF_ERROR(llm::ref::matmul(w, x.data(), nt, y.data(), &pool, &scratch));
     t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
-  std::sort(t.begin(), t.end());
-  return BenchResult{t[t.size() / 2], t.front(), t.back(), reps};
+  const Spread sp = spread(t);
+  return BenchResult{sp.median, sp.min, sp.max, reps};
 }
 
 Status run_bench(const OpsFlags& f) {

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "loom/base/stats.h"
 #include "loom/base/thread_pool.h"
 #include "loom/codegen/cpp/host_compiler.h"
 #include "loom/hrx/runtime.h"
@@ -320,12 +321,12 @@ Result<BenchResult> bench_op(const OpSpec& op, const Shape& shape, const Schedul
     LOOM_RETURN_IF_ERROR(prog->run(dbuf.ptrs));
     t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
-  std::sort(t.begin(), t.end());
+  const Spread sp = spread(t);
   BenchResult b;
   b.reps = reps;
-  b.median_us = t[t.size() / 2];
-  b.min_us = t.front();
-  b.max_us = t.back();
+  b.median_us = sp.median;
+  b.min_us = sp.min;
+  b.max_us = sp.max;
   return b;
 }
 
