@@ -734,6 +734,8 @@ class CppEmitter {
 
 }  // namespace
 
+std::string_view cpp_prelude() { return kPrelude; }
+
 Result<std::string> emit_cpp(const Module& module) { return CppEmitter().run(module); }
 
 }  // namespace loom::codegen

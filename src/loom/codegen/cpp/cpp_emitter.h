@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "loom/base/status.h"
 #include "loom/ir/ir.h"
@@ -12,5 +13,9 @@ namespace loom::codegen {
 
 // Expects a module that passed ir::verify(module, TargetKind::kCpp).
 Result<std::string> emit_cpp(const ir::Module& module);
+
+// The fixed text every emitted translation unit starts with (includes, SIMD helpers). Golden
+// files store what follows it, so a prelude change does not rewrite every golden.
+std::string_view cpp_prelude();
 
 }  // namespace loom::codegen
