@@ -168,18 +168,29 @@ Result<Timed> bench_one(const OpSpec& op, const Shape& shape, const Schedule& sc
   return t;
 }
 
-// Schedules worth timing for matvec_gpu beyond its default (a small sweep of the space).
+// Schedules worth timing for matvec_gpu beyond its default: rows per thread, warps and prefetch
+// around the default's lanes per row, and half / double the lanes with the default's placement.
 std::vector<Schedule> matvec_gpu_sweep(const OpSpec& op, const Shape& s) {
   std::vector<Schedule> out = {op.default_schedule(s, ir::TargetKind::kPtx)};
   const Schedule d = out[0];
-  for (int64_t warps : {4, 8})
-    for (int64_t lpr : {d.at("lanes_per_row") / 2, d.at("lanes_per_row"), d.at("lanes_per_row") * 2})
-      for (int64_t rpt : {1, 2})
-        for (int64_t passes : {1, 2}) {
-          if (lpr < 1 || lpr > 32) continue;
-          Schedule c = {{"warps", warps}, {"lanes_per_row", lpr}, {"rows_per_thread", rpt}, {"passes", passes}};
-          if (c != d) out.push_back(c);
-        }
+  auto add = [&](Schedule c) {
+    if (c.at("lanes_per_row") < 1 || c.at("lanes_per_row") > 32) return;
+    for (const Schedule& o : out)
+      if (o == c) return;
+    out.push_back(c);
+  };
+  for (int64_t prefetch : {0, 1}) {
+    for (int64_t rpt : {1, 2, 4})
+      for (int64_t warps : {4, 8})
+        add({{"warps", warps}, {"lanes_per_row", d.at("lanes_per_row")}, {"rows_per_thread", rpt}, {"passes", 1},
+             {"prefetch", prefetch}});
+    for (int64_t lpr : {d.at("lanes_per_row") / 2, d.at("lanes_per_row") * 2}) {
+      Schedule c = d;
+      c["lanes_per_row"] = lpr;
+      c["prefetch"] = prefetch;
+      add(c);
+    }
+  }
   return out;
 }
 
@@ -334,6 +345,89 @@ TEST(GpuBench, PromptMatmulAtLlamaShapes) {
   // The CUDA-core matmul on quantized activations, at the same shapes, for comparison.
   run_shapes(*env, {"matmul"}, {shapes[0], shapes[1]},
              [](const std::string&, const Shape& s, ShapeBuffers& sb) { return vec_dot_ref(s, sb); }, false);
+}
+
+// Batched decode (issue 6): matvec_gpu for 1..16 tokens (each weight read once for all of them)
+// against matmul_mma at 16 tokens, at SmolLM2's and Llama-3-8B's rows.
+TEST(GpuBench, SmallBatchMatvec) {
+  const char* path = std::getenv("LOOM_GPU_BENCH");
+  if (!path) GTEST_SKIP() << "a GPU benchmark: set LOOM_GPU_BENCH=FILE (JSON lines) on a machine with a CUDA device";
+  auto env = open_env(path);
+  if (!env) GTEST_SKIP() << "no usable CUDA device";
+  std::vector<std::string> shapes;
+  const std::pair<const char*, int> rows[] = {{"n_in=576,n_out=1536", 2},   {"n_in=1536,n_out=576", 2},
+                                              {"n_in=4096,n_out=14336", 2}, {"n_in=14336,n_out=4096", 2},
+                                              {"n_in=4096,n_out=14336", 12}};
+  for (const auto& [r, wtype] : rows)
+    for (int nt : {1, 2, 4, 8, 16}) shapes.push_back(fmt::format("{},n_tokens={},wtype={}", r, nt, wtype));
+  run_shapes(*env, {"matvec_gpu"}, shapes,
+             [](const std::string&, const Shape& s, ShapeBuffers& sb) { return vec_dot_ref(s, sb); }, false);
+  std::vector<std::string> mma_shapes;
+  for (const std::string& k : shapes)
+    if (k.find("n_tokens=16,") != std::string::npos) mma_shapes.push_back(k);
+  auto mma_ref = [](const Shape& s, ShapeBuffers& sb) -> RowRef {
+    const auto wt = static_cast<llm::GgmlType>(s.at("wtype"));
+    const int64_t n_in = s.at("n_in"), wr = sb.specs[0].bytes / s.at("n_out");
+    return [&sb, wt, n_in, wr](int64_t r, int64_t t) {
+      std::vector<float> row(static_cast<size_t>(n_in));
+      (void)llm::dequantize(wt, sb.host[0].bytes.data() + r * wr, row.data(), n_in);
+      const float* x = reinterpret_cast<const float*>(sb.host[1].bytes.data()) + t * n_in;
+      double acc = 0;
+      for (int64_t k = 0; k < n_in; ++k) acc += static_cast<double>(row[static_cast<size_t>(k)]) * x[k];
+      return acc;
+    };
+  };
+  run_shapes(*env, {"matmul_mma"}, mma_shapes,
+             [&](const std::string&, const Shape& s, ShapeBuffers& sb) { return mma_ref(s, sb); }, false);
+}
+
+// quantize_act at the 8B activation rows (one token, and 16): the cooperative layout (the GPU
+// default) against one thread per block.
+TEST(GpuBench, QuantizeAct) {
+  const char* path = std::getenv("LOOM_GPU_BENCH");
+  if (!path) GTEST_SKIP() << "a GPU benchmark: set LOOM_GPU_BENCH=FILE (JSON lines) on a machine with a CUDA device";
+  auto env = open_env(path);
+  if (!env) GTEST_SKIP() << "no usable CUDA device";
+  const OpSpec* op = find_op("quantize_act");
+  ASSERT_NE(op, nullptr);
+  for (const char* key : {"dtype=8,n_in=4096,n_tokens=1", "dtype=8,n_in=14336,n_tokens=1", "dtype=15,n_in=4096,n_tokens=1",
+                          "dtype=15,n_in=14336,n_tokens=1", "dtype=8,n_in=4096,n_tokens=16", "dtype=9,n_in=576,n_tokens=1"}) {
+    auto shape = Shape::parse(key);
+    ASSERT_TRUE(shape.ok());
+    auto sb = make_buffers(*op, *shape, env->dev, env->stream);
+    ASSERT_TRUE(sb.ok()) << sb.status().to_string();
+    for (int64_t coop : {1, 0}) {
+      const Schedule sch = {{"threads", 128}, {"coop", coop}};
+      auto g = op->generate(*shape, sch, ir::TargetKind::kPtx);
+      ASSERT_TRUE(g.ok()) << g.status().to_string();
+      auto mod = hrx::Module::compile(env->dev, g->module);
+      ASSERT_TRUE(mod.ok()) << mod.status().to_string();
+      auto k = mod->kernel(g->launches[0].kernel);
+      ASSERT_TRUE(k.ok());
+      const KernelLaunch& l = g->launches[0];
+      hrx::KernelArgs a;
+      a.buffer(sb->bufs[0][0]).buffer(sb->bufs[1][0]);
+      // Checked byte for byte against the reference first.
+      ASSERT_TRUE(env->stream.launch(*k, {l.grid[0], l.grid[1], l.grid[2]}, {l.block[0], l.block[1], l.block[2]}, a).ok());
+      std::vector<uint8_t> got(static_cast<size_t>(sb->specs[1].bytes));
+      ASSERT_TRUE(env->stream.copy_d2h(got.data(), sb->bufs[1][0], 0, got.size()).ok());
+      ASSERT_TRUE(env->stream.synchronize().ok());
+      std::vector<HostArg> want = sb->host;
+      ASSERT_TRUE(op->reference(*shape, want).ok());
+      ASSERT_EQ(got, want[1].bytes) << key << " coop=" << coop;
+      ASSERT_TRUE(env->stream.begin_capture().ok());
+      for (int i = 0; i < 50; ++i)
+        ASSERT_TRUE(env->stream.launch(*k, {l.grid[0], l.grid[1], l.grid[2]}, {l.block[0], l.block[1], l.block[2]}, a).ok());
+      auto graph = env->stream.end_capture();
+      ASSERT_TRUE(graph.ok()) << graph.status().to_string();
+      auto us = time_graph(*graph, env->stream, env->dev, 50, 15);
+      ASSERT_TRUE(us.ok()) << us.status().to_string();
+      std::printf("quantize_act %-34s coop=%d %7.2f us (graph replay)\n", key, static_cast<int>(coop), *us);
+      env->out << nlohmann::json{{"what", "op"}, {"op", "quantize_act"}, {"shape", key}, {"schedule", schedule_key(sch)},
+                                 {"device", env->dev.props().name}, {"us", *us}}.dump()
+               << "\n";
+    }
+  }
 }
 
 }  // namespace

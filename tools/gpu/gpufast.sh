@@ -5,7 +5,8 @@
 # gpu_bench_test.cpp: graph replay over weight copies larger than the L2, event-timed, a 1 GiB
 # device copy as the ceiling), then `loom ops bench` (host-timed) of old and new side by side.
 # Steps: tests, bench, sweep (bench with a schedule sweep of matvec_gpu), prompt (matmul_mma vs
-# matmul at 512 tokens), opsbench. Default: tests bench prompt opsbench.
+# matmul at 512 tokens), batch (matvec_gpu at 1..16 tokens vs matmul_mma at 16, and quantize_act
+# cooperative vs one thread per block), opsbench. Default: tests bench prompt opsbench.
 # Writes $OUT/gpufast_tests.json, $OUT/gpufast_bench.jsonl, $OUT/gpufast_opsbench.jsonl, logs.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -29,10 +30,10 @@ for step in "${steps[@]}"; do
   case "$step" in
     tests)
       timeout "${GPUFAST_TEST_TIMEOUT:-90}" "$bin/test_ops" \
-        --gtest_filter='*matvec_gpu_cuda*:*matmul_mma_cuda*' \
+        --gtest_filter='*matvec_gpu_cuda*:*matmul_mma_cuda*:*quantize_act_cuda*:*MatvecGpuBatch*/1' \
         --gtest_output="json:/tmp/gpufast_tests.json" > "$out/gpufast_tests.log" 2>&1 || rc=1
       [[ -s /tmp/gpufast_tests.json ]] && python3 tools/gpu/gtest_summary.py "$out/gpufast_tests.json" "$commit" \
-        "bash tools/gpu/gpufast.sh tests (test_ops: matvec_gpu, matmul_mma on cuda)" /tmp/gpufast_tests.json
+        "bash tools/gpu/gpufast.sh tests (test_ops: matvec_gpu, matmul_mma, quantize_act, batch bit-identity on cuda)" /tmp/gpufast_tests.json
       grep -E "FAILED|Failure|reference|SKIPPED" "$out/gpufast_tests.log" | sort | uniq | head -20
       tail -3 "$out/gpufast_tests.log"
       ;;
@@ -47,6 +48,11 @@ for step in "${steps[@]}"; do
       LOOM_GPU_BENCH="$out/gpufast_bench.jsonl" timeout "${GPUFAST_PROMPT_TIMEOUT:-90}" \
         "$bin/test_ops" --gtest_filter='GpuBench.PromptMatmul*' 2>&1 | tee -a "$out/gpufast_bench.log" | \
         grep -E "copy|matmul|Failure|FAILED|OK" || rc=1
+      ;;
+    batch)
+      LOOM_GPU_BENCH="$out/gpufast_bench.jsonl" timeout "${GPUFAST_BATCH_TIMEOUT:-90}" \
+        "$bin/test_ops" --gtest_filter='GpuBench.SmallBatch*:GpuBench.QuantizeAct*' 2>&1 | tee -a "$out/gpufast_bench.log" | \
+        grep -E "copy|matvec|matmul|quantize|Failure|FAILED|OK" || rc=1
       ;;
     opsbench)
       : > "$out/gpufast_opsbench.jsonl"

@@ -1,10 +1,14 @@
-// matvec_gpu: y = W x for one token, written for GPUs that stream weights at memory speed: each
+// matvec_gpu: y = W x for 1..16 tokens, written for GPUs that stream weights at memory speed: each
 // lane reads a contiguous run of weight blocks with the widest loads the layout allows (16-byte
-// vectors through the read-only path), activations are staged once per CTA in shared memory in an
-// aligned layout, integer dot products use dot4 (dp4a), and each thread serves several rows.
+// vectors through the read-only path), the tokens' activations are staged once per CTA in shared
+// memory in an aligned layout, integer dot products use dot4 (dp4a), each thread serves several
+// rows, and every weight unit it loads is dotted with every token's row (issue 6's batched decode
+// reads the weights once). A token's result is bit-identical whatever the token count.
 // The same IR runs on the cpu target (threads run in turn; the lane partials meet in shared
-// memory after one top-level barrier), so the cpu op tests check the GPU kernel itself.
+// memory after a top-level barrier), so the cpu op tests check the GPU kernel itself.
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 
 #include "loom/kernels/op_list.h"
@@ -73,7 +77,8 @@ UnitPlan unit_plan(const WFormat& f, int64_t nb) {
 
 // The bytes of one unit as the lane sees them: 16/8/4-byte chunks (or u16 for 2-byte layouts),
 // loaded the first time generated code asks for a byte inside them, so loads appear in the order
-// the computation needs them and are never repeated.
+// the computation needs them and are never repeated; or all at once (load_all), for a loop that
+// carries the next unit's bytes while it computes on this one (adopt).
 class Window {
  public:
   Window(Emit& b, Value* w, Value* base, int align) : b_(b), w_(w), base_(base), align_(align) {}
@@ -88,13 +93,7 @@ class Window {
   }
   // The u16 at byte offset o (o even), zero-extended to u32.
   Value* half(int o) {
-    if (align_ == 2) {
-      auto it = halves_.find(o);
-      if (it != halves_.end()) return it->second;
-      Value* h = b_.convert(b_.load_at(w_, b_.add(base_, b_.i64(o)), Type::scalar(Scalar::kU16), 2), kU32);
-      halves_[o] = h;
-      return h;
-    }
+    if (align_ == 2) return chunk(o / 2)[0];
     Value* wd = raw_word(o & ~3);
     return o % 4 ? b_.shrc(wd, 16) : b_.andc(wd, 0xFFFF);
   }
@@ -104,32 +103,47 @@ class Window {
     return b_.convert(b_.bitcast(h, Type::scalar(Scalar::kF16)), kF32);
   }
 
- private:
-  Value* raw_word(int o) {
-    const int c = o / align_;
-    auto it = chunks_.find(c);
-    if (it == chunks_.end()) {
-      const int n = align_ / 4;
-      Value* v = b_.load_at(w_, b_.add(base_, b_.i64(int64_t{c} * align_)), n == 1 ? kU32 : Type::vector(Scalar::kU32, n),
-                            align_);
-      std::vector<Value*> words;
-      for (int i = 0; i < n; ++i) words.push_back(n == 1 ? v : b_.extract(v, i));
-      it = chunks_.emplace(c, std::move(words)).first;
-    }
-    return it->second[static_cast<size_t>((o % align_) / 4)];
+  // Loads every chunk of the first `bytes` bytes now; returns them (one value per chunk).
+  std::vector<Value*> load_all(int bytes) {
+    std::vector<Value*> out;
+    for (int c = 0; c < bytes / align_; ++c) out.push_back(load_chunk(c));
+    return out;
   }
+  // Takes chunks that load_all returned (possibly carried through a loop) as this unit's bytes.
+  void adopt(std::span<Value* const> chunks) {
+    for (size_t c = 0; c < chunks.size(); ++c) split(static_cast<int>(c), chunks[c]);
+  }
+
+ private:
+  Value* load_chunk(int c) {
+    if (align_ == 2)
+      return b_.convert(b_.load_at(w_, b_.add(base_, b_.i64(int64_t{c} * 2)), Type::scalar(Scalar::kU16), 2), kU32);
+    const int n = align_ / 4;
+    return b_.load_at(w_, b_.add(base_, b_.i64(int64_t{c} * align_)), n == 1 ? kU32 : Type::vector(Scalar::kU32, n),
+                      align_);
+  }
+  const std::vector<Value*>& split(int c, Value* v) {
+    std::vector<Value*> words;
+    const int n = align_ == 2 ? 1 : align_ / 4;
+    for (int i = 0; i < n; ++i) words.push_back(n == 1 ? v : b_.extract(v, i));
+    return chunks_.insert_or_assign(c, std::move(words)).first->second;
+  }
+  const std::vector<Value*>& chunk(int c) {
+    auto it = chunks_.find(c);
+    return it != chunks_.end() ? it->second : split(c, load_chunk(c));
+  }
+  Value* raw_word(int o) { return chunk(o / align_)[static_cast<size_t>((o % align_) / 4)]; }
 
   Emit& b_;
   Value* w_;
   Value* base_;
   int align_;
-  std::map<int, std::vector<Value*>> chunks_;
-  std::map<int, Value*> halves_;
+  std::map<int, std::vector<Value*>> chunks_;  // chunk index -> its 32-bit words (align 2: the u16)
 };
 
-// The activation row staged in shared memory: quants as i32 words (16-byte aligned per block),
-// the block scale as f32, and per-block sums (Q8_0: sum of the quants; Q8_1: s as f32 bits;
-// Q8_K: the 16 bsums).
+// The activation rows of a group of tokens staged in shared memory: quants as i32 words (16-byte
+// aligned per block), the block scale as f32, and per-block sums (Q8_0: sum of the quants; Q8_1:
+// s as f32 bits; Q8_K: the 16 bsums). Token j's block xb is staged block j * nxb + xb.
 struct StagedX {
   Value* q = nullptr;    // ptr<shared, i32>, words_per_block per block
   Value* d = nullptr;    // ptr<shared, f32>
@@ -137,6 +151,7 @@ struct StagedX {
   int words_per_block = 8;
 };
 
+// Shared bytes of one token's staged row of nxb activation blocks.
 int64_t staged_bytes(GgmlType xt, int64_t nxb) {
   if (xt == GgmlType::Q8_K) return nxb * (256 + 4 + 64);
   return nxb * (32 + 4 + 4);
@@ -144,16 +159,27 @@ int64_t staged_bytes(GgmlType xt, int64_t nxb) {
 
 Value* i32_of(Emit& b, Value* u) { return b.bitcast(u, kI32); }
 
-StagedX stage_x(Emit& b, GgmlType xt, Value* xq, int64_t nxb, Value* tid, Value* nthreads) {
+StagedX alloc_x(Emit& b, GgmlType xt, int64_t blocks) {
   StagedX sx;
   const bool qk = xt == GgmlType::Q8_K;
   sx.words_per_block = qk ? 64 : 8;
-  sx.q = b.alloc_shared(Scalar::kI32, nxb * sx.words_per_block);
-  sx.d = b.alloc_shared(Scalar::kF32, nxb);
-  sx.s = b.alloc_shared(Scalar::kI32, nxb * (qk ? 16 : 1));
+  sx.q = b.alloc_shared(Scalar::kI32, blocks * sx.words_per_block);
+  sx.d = b.alloc_shared(Scalar::kF32, blocks);
+  sx.s = b.alloc_shared(Scalar::kI32, blocks * (qk ? 16 : 1));
+  return sx;
+}
+
+// Stages tokens t0 .. t0 + count - 1 (rows of xrow bytes in xq) into sx, all threads sharing the
+// count * nxb blocks.
+void stage_x(Emit& b, const StagedX& sx, GgmlType xt, Value* xq, int64_t nxb, int64_t xrow, int64_t t0, int64_t count,
+             Value* tid, Value* nthreads) {
+  const bool qk = xt == GgmlType::Q8_K;
   const int xbytes = qk ? 292 : xt == GgmlType::Q8_1 ? 36 : 34;
-  b.for_loop(tid, b.i32(static_cast<int32_t>(nxb)), nthreads, {}, [&](Value* xb, std::span<Value* const>) {
-    Value* off = b.mul(xb, b.i32(xbytes));
+  Value* nxbv = b.i32(static_cast<int32_t>(nxb));
+  b.for_loop(tid, b.i32(static_cast<int32_t>(count * nxb)), nthreads, {}, [&](Value* xb, std::span<Value* const>) {
+    Value* tok = b.div(xb, nxbv);
+    Value* off = b.add(b.mul(b.addc(tok, t0), b.i32(static_cast<int32_t>(xrow))),
+                       b.mul(b.sub(xb, b.mul(tok, nxbv)), b.i32(xbytes)));
     if (qk) {
       b.store(sx.d, xb, b.load_at(xq, off, kF32, 4));
       for (int j = 0; j < 4; ++j) {
@@ -179,7 +205,6 @@ StagedX stage_x(Emit& b, GgmlType xt, Value* xq, int64_t nxb, Value* tid, Value*
     }
     return std::vector<Value*>{};
   });
-  return sx;
 }
 
 // The 8 (or 64) quant words of activation block xb, as i32 values, loaded 16 bytes at a time.
@@ -302,17 +327,25 @@ Value* block_dot(Emit& b, const WFormat& f, Window& win, int o, const StagedX& s
   }
 }
 
+// Tokens per launch (issue 6: a batched decode step of up to 16 streams), and the shared memory
+// the staged rows (and, on the cpp target, the lane partials) may take.
+constexpr int64_t kMaxTokens = 16;
+constexpr int64_t kSharedBudget = 46 * 1024;
+// Prefetching carries the next unit of every row of a thread in registers: only for units small
+// enough (Q6_K's 1680-byte units would spill).
+constexpr int64_t kMaxPrefetchBytes = 640;
+
 class MatvecGpuOp final : public OpSpec {
  public:
   std::string_view name() const override { return "matvec_gpu"; }
   std::string_view description() const override {
-    return "y = W x for one token, streaming weights with wide loads (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K; x staged in "
-           "shared memory, dot4)";
+    return "y = W x for 1..16 tokens, streaming weights with wide loads (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K; x staged in "
+           "shared memory, dot4); each token's result is bit-identical to its one-token launch";
   }
 
   Status validate(const Shape& s) const override {
     LOOM_ASSIGN_OR_RETURN(GgmlType wt, shape_type(s, "wtype"));
-    WFormat f;
+    WFormat f{};
     if (!w_format(wt, &f))
       return invalid_argument("matvec_gpu: weight type {} is not supported (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K)",
                               llm::ggml_type_name(wt));
@@ -322,28 +355,31 @@ class MatvecGpuOp final : public OpSpec {
     if (n_in <= 0 || n_in % f.block_elems != 0)
       return invalid_argument("matvec_gpu: n_in={} must be a positive multiple of {}", n_in, f.block_elems);
     if (n_out <= 0 || n_out > (1 << 24)) return invalid_argument("matvec_gpu: n_out={} out of range", n_out);
-    if (nt != 1) return invalid_argument("matvec_gpu: n_tokens={} (one token; use matmul)", nt);
-    // The staged activation row and the partial sums share the 48 KiB of shared memory.
+    if (nt < 1 || nt > kMaxTokens)
+      return invalid_argument("matvec_gpu: n_tokens={} (1..{}; use matmul_mma or matmul)", nt, kMaxTokens);
+    // One token's staged row, plus the lane partials, must fit the 48 KiB of shared memory;
+    // more tokens are staged in groups that fit.
     if (staged_bytes(f.xtype, n_in / (f.xtype == GgmlType::Q8_K ? 256 : 32)) > 30 * 1024)
       return invalid_argument("matvec_gpu: n_in={} does not fit the staged activation row (30 KiB)", n_in);
     return Status();
   }
 
   std::vector<ArgSpec> args(const Shape& s) const override {
-    WFormat f;
+    WFormat f{};
     w_format(static_cast<GgmlType>(s.at("wtype")), &f);
-    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out");
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
     const int64_t nb = n_in / f.block_elems;
     const int64_t xrow = static_cast<int64_t>(llm::ref::quantized_row_bytes(f.xtype, n_in));
     return {{"w", ArgKind::kBuffer, ArgRole::kInput, n_out * nb * f.block_bytes, Scalar::kU8},
-            {"xq", ArgKind::kBuffer, ArgRole::kInput, xrow, Scalar::kU8},
-            {"y", ArgKind::kBuffer, ArgRole::kOutput, n_out * 4, Scalar::kF32}};
+            {"xq", ArgKind::kBuffer, ArgRole::kInput, xrow * nt, Scalar::kU8},
+            {"y", ArgKind::kBuffer, ArgRole::kOutput, n_out * nt * 4, Scalar::kF32}};
   }
 
   Cost cost(const Shape& s) const override {
     auto a = args(s);
     return {static_cast<double>(a[0].bytes + a[1].bytes + a[2].bytes),
-            2.0 * static_cast<double>(s.at("n_in")) * static_cast<double>(s.at("n_out"))};
+            2.0 * static_cast<double>(s.at("n_in")) * static_cast<double>(s.at("n_out")) *
+                static_cast<double>(s.at("n_tokens"))};
   }
 
   // As matvec's: the row's blocks are summed per lane, then across lanes, in another order than
@@ -352,17 +388,21 @@ class MatvecGpuOp final : public OpSpec {
     return {2e-6 * std::sqrt(static_cast<double>(s.at("n_in"))), 1e-5, false};
   }
 
+  // lanes_per_row and the unit plan fix each row's order of operations; the other knobs only
+  // place work, so a token's result does not depend on them (nor on the token count).
   std::vector<Knob> schedule_space(const Shape&, ir::TargetKind) const override {
     return {{"warps", {2, 4, 8}},
             {"lanes_per_row", {1, 2, 4, 8, 16, 32}},
             {"rows_per_thread", {1, 2, 4}},
-            {"passes", {1, 2, 4}}};
+            {"passes", {1, 2, 4}},
+            {"prefetch", {0, 1}}};
   }
 
   // The best of a sweep on the H200 (bench/results/2026-11-29-h200-gpufast.json): about two
   // units per lane (Q6_K's units are 1680 bytes: one), two rows per thread on long matrices.
+  // lanes_per_row must not depend on n_tokens (bit-identity across batch sizes).
   Schedule default_schedule(const Shape& s, ir::TargetKind) const override {
-    WFormat f;
+    WFormat f{};
     w_format(static_cast<GgmlType>(s.at("wtype")), &f);
     const int64_t nb = s.at("n_in") / f.block_elems;
     const int64_t units = nb / unit_plan(f, nb).blocks;
@@ -371,30 +411,40 @@ class MatvecGpuOp final : public OpSpec {
     while (lpr < 32 && lpr * 2 * per_lane <= units) lpr *= 2;
     const int64_t rows = s.at("n_out");
     const int64_t rpt = rows > 2048 && s.at("n_in") >= 1024 ? 2 : 1;
-    return {{"warps", rows >= 8192 ? 8 : 4}, {"lanes_per_row", lpr}, {"rows_per_thread", rpt}, {"passes", 1}};
+    return {{"warps", rows >= 8192 ? 8 : 4}, {"lanes_per_row", lpr}, {"rows_per_thread", rpt}, {"passes", 1},
+            {"prefetch", 0}};
   }
 
   Result<Generated> generate(const Shape& s, const Schedule& sch, ir::TargetKind target) const override {
     LOOM_RETURN_IF_ERROR(validate(s));
     LOOM_RETURN_IF_ERROR(check_schedule(schedule_space(s, target), sch));
-    WFormat f;
+    WFormat f{};
     w_format(static_cast<GgmlType>(s.at("wtype")), &f);
-    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out");
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
     const int64_t nb = n_in / f.block_elems;
     const int64_t row_bytes = nb * f.block_bytes;
     const UnitPlan up = unit_plan(f, nb);
     const int64_t units = nb / up.blocks;
+    const int unit_bytes = up.blocks * f.block_bytes;
     const int64_t warps = sch.at("warps"), lpr = sch.at("lanes_per_row"), rpt = sch.at("rows_per_thread"),
                   passes = sch.at("passes");
+    const bool prefetch = sch.at("prefetch") != 0 && rpt * unit_bytes <= kMaxPrefetchBytes;
     const int64_t threads = 32 * warps;
     const int64_t slots = threads / lpr;             // row slots per pass
     const int64_t rows_pass = slots * rpt;           // rows per pass
     const int64_t rows_cta = rows_pass * passes;     // rows per CTA
-    const int64_t part_floats = rows_cta * lpr;
     const int64_t nxb = n_in / (f.xtype == GgmlType::Q8_K ? 256 : 32);
-    if (staged_bytes(f.xtype, nxb) + part_floats * 4 > 46 * 1024)
-      return invalid_argument("matvec_gpu: schedule {} needs {} bytes of shared memory", schedule_key(sch),
-                              staged_bytes(f.xtype, nxb) + part_floats * 4);
+    const int64_t xrow = static_cast<int64_t>(llm::ref::quantized_row_bytes(f.xtype, n_in));
+    // GPUs add a row's lane partials with shuffles; the cpp target (no shuffles) through shared
+    // memory. Both add them in lane order, so the two agree bit for bit.
+    const bool shfl_reduce = target != ir::TargetKind::kCpp;
+    const int64_t per_token = staged_bytes(f.xtype, nxb) + (shfl_reduce ? 0 : rows_cta * lpr * 4);
+    if (per_token > kSharedBudget)
+      return invalid_argument("matvec_gpu: schedule {} needs {} bytes of shared memory per token", schedule_key(sch),
+                              per_token);
+    // Tokens staged at once; groups re-read the weights (from the L2) when they do not all fit.
+    const int64_t groups = (nt + std::min(nt, kSharedBudget / per_token) - 1) / std::min(nt, kSharedBudget / per_token);
+    const int64_t tg = (nt + groups - 1) / groups;
 
     const std::string kname = fmt::format("matvec_gpu_{}", llm::ggml_type_name(f.wtype));
     Generated g;
@@ -406,55 +456,143 @@ class MatvecGpuOp final : public OpSpec {
     Value* y = b.param(ty::gptr(Scalar::kF32), "y");
     Value* tid = b.thread_id(Mode::kX);
     Value* nthreads = b.i32(static_cast<int32_t>(threads));
-    Value* part = b.alloc_shared(Scalar::kF32, part_floats);
-    StagedX sx = stage_x(b, f.xtype, xq, nxb, tid, nthreads);
-    b.barrier();
-
+    StagedX sx = alloc_x(b, f.xtype, tg * nxb);
+    Value* part = shfl_reduce ? nullptr : b.alloc_shared(Scalar::kF32, rows_cta * lpr * tg);
     Value* lane = b.rem(tid, b.i32(static_cast<int32_t>(lpr)));
     Value* slot = b.div(tid, b.i32(static_cast<int32_t>(lpr)));
+    Value* lane0 = shfl_reduce ? b.sub(b.rem(tid, b.i32(32)), lane) : nullptr;  // the row's first lane in the warp
     Value* cta_row0 = b.mul(b.block_id(Mode::kX), b.i32(static_cast<int32_t>(rows_cta)));
     const int x_words_per_block = f.xtype == GgmlType::Q8_K ? 64 : 8;
-    b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(passes)), b.i32(1), {}, [&](Value* p, std::span<Value* const>) {
-      // Rows of this thread in this pass: consecutive, so a warp's rows are neighbours.
-      Value* local0 = b.add(b.mul(p, b.i32(static_cast<int32_t>(rows_pass))), b.mulc(slot, rpt));
+    const size_t nchunk = static_cast<size_t>(unit_bytes / up.align);
+
+    // Rows of this thread in pass p: consecutive, so a warp's rows are neighbours.
+    auto local_row0 = [&](Value* p) { return b.add(b.mulc(slot, rpt), b.mulc(p, rows_pass)); };
+    auto row_offsets = [&](Value* p) {
       std::vector<Value*> wrow;
       for (int64_t r = 0; r < rpt; ++r) {
-        Value* row = b.min(b.add(cta_row0, b.addc(local0, r)), b.i32(static_cast<int32_t>(n_out - 1)));
+        Value* row = b.min(b.add(cta_row0, b.addc(local_row0(p), r)), b.i32(static_cast<int32_t>(n_out - 1)));
         wrow.push_back(b.mul(b.convert(row, kI64), b.i64(row_bytes)));
       }
-      std::vector<Value*> init(static_cast<size_t>(rpt), b.f32(0));
-      auto acc = b.for_loop(lane, b.i32(static_cast<int32_t>(units)), b.i32(static_cast<int32_t>(lpr)), init,
-                            [&](Value* u, std::span<Value* const> it) {
-                              std::vector<Value*> a(it.begin(), it.end());
-                              Value* ubase = b.mul(b.convert(u, kI64), b.i64(int64_t{up.blocks} * f.block_bytes));
-                              std::vector<Window> wins;
-                              for (int64_t r = 0; r < rpt; ++r)
-                                wins.emplace_back(b, w, b.add(wrow[static_cast<size_t>(r)], ubase), up.align);
-                              for (int blk = 0; blk < up.blocks; ++blk) {
-                                Value* xb = b.addc(b.mulc(u, up.blocks), blk);
-                                std::vector<Value*> xw = x_words(b, sx, xb, 0, x_words_per_block);
-                                for (int64_t r = 0; r < rpt; ++r)
-                                  a[static_cast<size_t>(r)] = block_dot(b, f, wins[static_cast<size_t>(r)], blk * f.block_bytes,
-                                                                        sx, xb, xw, a[static_cast<size_t>(r)]);
-                              }
-                              return a;
-                            });
-      for (int64_t r = 0; r < rpt; ++r)
-        b.store(part, b.add(b.mul(b.addc(local0, r), b.i32(static_cast<int32_t>(lpr))), lane), acc[static_cast<size_t>(r)]);
-      return std::vector<Value*>{};
-    });
-    b.barrier();
-    // One thread per row adds its lanes' partials in lane order.
-    b.for_loop(tid, b.i32(static_cast<int32_t>(rows_cta)), nthreads, {}, [&](Value* i, std::span<Value* const>) {
-      Value* row = b.add(cta_row0, i);
-      Value* sum = b.load(part, b.mulc(i, lpr));
-      for (int64_t l = 1; l < lpr; ++l) sum = b.add(sum, b.load(part, b.addc(b.mulc(i, lpr), l)));
-      b.if_then_else(b.cmp(Mode::kLt, row, b.i32(static_cast<int32_t>(n_out))), {}, [&] {
-        b.store(y, row, sum);
+      return wrow;
+    };
+    auto unit_base = [&](Value* u) { return b.mul(b.convert(u, kI64), b.i64(unit_bytes)); };
+    // Every chunk of unit u (clamped to the row) of each of the thread's rows.
+    auto load_unit = [&](const std::vector<Value*>& wrow, Value* u) {
+      Value* ub = unit_base(b.min(u, b.i32(static_cast<int32_t>(units - 1))));
+      std::vector<Value*> out;
+      for (Value* wr : wrow) {
+        Window win(b, w, b.add(wr, ub), up.align);
+        for (Value* c : win.load_all(unit_bytes)) out.push_back(c);
+      }
+      return out;
+    };
+
+    for (int64_t g0 = 0; g0 < nt; g0 += tg) {
+      const int64_t cnt = std::min(tg, nt - g0);
+      if (g0 > 0) b.barrier();  // every thread is done with the previous group's rows
+      // The first unit's weights are requested before the activations are staged (and the
+      // barrier waited for), so the first DRAM round trip overlaps the staging.
+      std::vector<Value*> wrow0, pre0;
+      if (prefetch) {
+        wrow0 = row_offsets(b.i32(0));
+        pre0 = load_unit(wrow0, lane);
+      }
+      stage_x(b, sx, f.xtype, xq, nxb, xrow, g0, cnt, tid, nthreads);
+      b.barrier();
+      // Accumulates pass p's rows for the group's tokens `toks` (indices within the group) and
+      // hands each (row, token) lane partial to `out`.
+      auto pass = [&](Value* p, bool first, const std::vector<Value*>& toks,
+                      const std::function<void(int64_t, Value*, Value*)>& out) {
+        std::vector<Value*> wrow = first && prefetch ? wrow0 : row_offsets(p);
+        const size_t nt_here = toks.size(), nacc = static_cast<size_t>(rpt) * nt_here;
+        std::vector<Value*> init(nacc, b.f32(0));
+        if (prefetch) {
+          std::vector<Value*> pre = first ? pre0 : load_unit(wrow, lane);
+          init.insert(init.end(), pre.begin(), pre.end());
+        }
+        auto res = b.for_loop(lane, b.i32(static_cast<int32_t>(units)), b.i32(static_cast<int32_t>(lpr)), init,
+                              [&](Value* u, std::span<Value* const> it) {
+          std::vector<Value*> a(it.begin(), it.begin() + static_cast<std::ptrdiff_t>(nacc));
+          std::vector<Value*> next;
+          if (prefetch) next = load_unit(wrow, b.addc(u, lpr));  // in flight while this unit computes
+          Value* ubase = unit_base(u);
+          std::vector<Window> wins;
+          for (int64_t r = 0; r < rpt; ++r) {
+            wins.emplace_back(b, w, b.add(wrow[static_cast<size_t>(r)], ubase), up.align);
+            if (prefetch) wins.back().adopt(it.subspan(nacc + static_cast<size_t>(r) * nchunk, nchunk));
+          }
+          for (int blk = 0; blk < up.blocks; ++blk) {
+            Value* xb = b.addc(b.mulc(u, up.blocks), blk);
+            for (size_t j = 0; j < nt_here; ++j) {
+              Value* xbj = b.add(xb, b.mulc(toks[j], nxb));
+              std::vector<Value*> xw = x_words(b, sx, xbj, 0, x_words_per_block);
+              for (int64_t r = 0; r < rpt; ++r) {
+                Value*& acc = a[static_cast<size_t>(r) * nt_here + j];
+                acc = block_dot(b, f, wins[static_cast<size_t>(r)], blk * f.block_bytes, sx, xbj, xw, acc);
+              }
+            }
+          }
+          a.insert(a.end(), next.begin(), next.end());
+          return a;
+        });
+        for (int64_t r = 0; r < rpt; ++r)
+          for (size_t j = 0; j < nt_here; ++j) out(r, toks[j], res[static_cast<size_t>(r) * nt_here + j]);
+      };
+      // Pass 0 (whose first loads were issued before the staging), then the others in a loop.
+      auto run_pass = [&](Value* p, bool first) {
+        Value* local0 = local_row0(p);
+        if (!shfl_reduce) {
+          // cpp: one token at a time (an IR loop: the kernel's size does not grow with the token
+          // count; a token's arithmetic is the same as in the GPU's all-tokens loop).
+          b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(cnt)), b.i32(1), {}, [&](Value* j, std::span<Value* const>) {
+            pass(p, first, {j}, [&](int64_t r, Value* tj, Value* acc) {
+              Value* lr = b.add(b.addc(local0, r), b.mulc(tj, rows_cta));
+              b.store(part, b.add(b.mulc(lr, lpr), lane), acc);
+            });
+            return std::vector<Value*>{};
+          });
+          return;
+        }
+        std::vector<Value*> toks;
+        for (int64_t j = 0; j < cnt; ++j) toks.push_back(b.i32(static_cast<int32_t>(j)));
+        pass(p, first, toks, [&](int64_t r, Value* tj, Value* acc) {
+          // The row's lanes' partials in lane order (as the cpp target's shared-memory sum).
+          Value* sum = acc;
+          if (lpr > 1) {
+            sum = b.shfl(Mode::kIdx, acc, lane0);
+            for (int64_t l = 1; l < lpr; ++l) sum = b.add(sum, b.shfl(Mode::kIdx, acc, b.addc(lane0, l)));
+          }
+          Value* row = b.add(cta_row0, b.addc(local0, r));
+          Value* ok = b.bit_and(b.cmp(Mode::kEq, lane, b.i32(0)), b.cmp(Mode::kLt, row, b.i32(static_cast<int32_t>(n_out))));
+          b.if_then_else(ok, {}, [&] {
+            b.store(y, b.add(row, b.mulc(b.addc(tj, g0), n_out)), sum);
+            return std::vector<Value*>{};
+          });
+        });
+      };
+      int64_t p0 = 0;
+      if (prefetch) run_pass(b.i32(0), true), p0 = 1;
+      if (p0 < passes)
+        b.for_loop(b.i32(static_cast<int32_t>(p0)), b.i32(static_cast<int32_t>(passes)), b.i32(1), {},
+                   [&](Value* p, std::span<Value* const>) {
+                     run_pass(p, false);
+                     return std::vector<Value*>{};
+                   });
+      if (shfl_reduce) continue;
+      b.barrier();
+      // One thread per (token, row) adds its lanes' partials in lane order.
+      b.for_loop(tid, b.i32(static_cast<int32_t>(rows_cta * cnt)), nthreads, {}, [&](Value* i, std::span<Value* const>) {
+        Value* j = b.div(i, b.i32(static_cast<int32_t>(rows_cta)));
+        Value* row = b.add(cta_row0, b.sub(i, b.mulc(j, rows_cta)));
+        Value* sum = b.load(part, b.mulc(i, lpr));
+        for (int64_t l = 1; l < lpr; ++l) sum = b.add(sum, b.load(part, b.addc(b.mulc(i, lpr), l)));
+        b.if_then_else(b.cmp(Mode::kLt, row, b.i32(static_cast<int32_t>(n_out))), {}, [&] {
+          b.store(y, b.add(b.mulc(b.addc(j, g0), n_out), row), sum);
+          return std::vector<Value*>{};
+        });
         return std::vector<Value*>{};
       });
-      return std::vector<Value*>{};
-    });
+    }
 
     KernelLaunch l;
     l.kernel = kname;
@@ -466,33 +604,38 @@ class MatvecGpuOp final : public OpSpec {
   }
 
   void fill_inputs(const Shape& s, std::mt19937_64& rng, std::span<HostArg> a) const override {
-    WFormat f;
+    WFormat f{};
     const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
     w_format(wt, &f);
-    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out");
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
     auto specs = args(s);
     a[0].bytes.resize(static_cast<size_t>(specs[0].bytes));
     random_rows(rng, wt, n_out, n_in, 0.1f, a[0].bytes.data());
     a[1].bytes.resize(static_cast<size_t>(specs[1].bytes));
-    std::vector<float> x = random_floats(rng, static_cast<size_t>(n_in), -1.0f, 1.0f);
-    llm::ref::quantize_activation(f.xtype, x.data(), a[1].bytes.data(), n_in);
+    const int64_t xrow = specs[1].bytes / nt;
+    for (int64_t t = 0; t < nt; ++t) {
+      std::vector<float> x = random_floats(rng, static_cast<size_t>(n_in), -1.0f, 1.0f);
+      llm::ref::quantize_activation(f.xtype, x.data(), a[1].bytes.data() + t * xrow, n_in);
+    }
   }
 
   Status reference(const Shape& s, std::span<HostArg> a) const override {
     const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
-    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out");
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
     auto specs = args(s);
-    const int64_t wr = specs[0].bytes / n_out;
+    const int64_t wr = specs[0].bytes / n_out, xrow = specs[1].bytes / nt;
     a[2].bytes.resize(static_cast<size_t>(specs[2].bytes));
     float* yv = reinterpret_cast<float*>(a[2].bytes.data());
-    for (int64_t r = 0; r < n_out; ++r) yv[r] = llm::ref::vec_dot(wt, a[0].bytes.data() + r * wr, a[1].bytes.data(), n_in);
+    for (int64_t t = 0; t < nt; ++t)
+      for (int64_t r = 0; r < n_out; ++r)
+        yv[t * n_out + r] = llm::ref::vec_dot(wt, a[0].bytes.data() + r * wr, a[1].bytes.data() + t * xrow, n_in);
     return Status();
   }
 
   std::vector<Shape> test_shapes() const override {
     std::vector<Shape> out;
-    auto add = [&](int64_t n_in, int64_t n_out, GgmlType t) {
-      out.push_back({{{"n_in", n_in}, {"n_out", n_out}, {"n_tokens", 1}, {"wtype", static_cast<int64_t>(t)}}});
+    auto add = [&](int64_t n_in, int64_t n_out, GgmlType t, int64_t nt = 1) {
+      out.push_back({{{"n_in", n_in}, {"n_out", n_out}, {"n_tokens", nt}, {"wtype", static_cast<int64_t>(t)}}});
     };
     for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
       add(64, 37, t);     // two blocks: one-block units, 4-byte loads
@@ -505,6 +648,12 @@ class MatvecGpuOp final : public OpSpec {
     }
     add(2048, 33, GgmlType::Q6_K);    // eight-block units, 16-byte loads
     add(4096, 1024, GgmlType::Q4_0);  // Llama-3-8B k rows
+    // Several tokens (issue 6's batched decode): each weight unit dotted with every token.
+    add(576, 200, GgmlType::Q4_0, 2);
+    add(1024, 45, GgmlType::Q8_0, 5);
+    add(576, 96, GgmlType::Q4_1, 16);
+    add(512, 40, GgmlType::Q6_K, 16);
+    add(14336, 40, GgmlType::Q4_0, 5);  // Llama-3-8B down rows: 5 tokens do not fit at once (groups)
     return out;
   }
 };
