@@ -202,7 +202,10 @@ Result<int64_t> create_job(Db& db, const JobConfig& cfg) {
   c.shape = shape.key();
   c.op = std::string(op->name());
   c.op_file = op_file_of(*op);  // absolute: a resume may run elsewhere
-  if (c.compile_jobs <= 0) c.compile_jobs = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+  // Batches pay off where candidates compile on the host (cpu device: C++); on cuda the driver
+  // JIT-compiles at load, so proposals go one at a time (each sees every result before it).
+  if (c.compile_jobs <= 0)
+    c.compile_jobs = c.device.rfind("cpu", 0) == 0 ? static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u)) : 1;
   LOOM_ASSIGN_OR_RETURN(Stmt s, db.prepare("INSERT INTO jobs(op, shape, device, strategy, synth, seed, budget, config, "
                                            "loom_version, status, created) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,'new',julianday('now'))"));
   s.bind(1, c.op).bind(2, c.shape).bind(3, c.device).bind(4, c.strategy).bind(5, c.synth).bind(6, static_cast<int64_t>(c.seed));

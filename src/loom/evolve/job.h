@@ -28,8 +28,8 @@ struct JobConfig {
   double time_budget_s = 0.3;  // timing per candidate
   double timeout_s = 120;      // per evaluation (hang -> timeout)
   bool store = true;      // put a confirmed winner into the kernel store
-  int compile_jobs = 0;   // candidates proposed and compiled in parallel per batch (0: the
-                          // machine's cores, at most 8); part of the job (a resume keeps it)
+  int compile_jobs = 0;   // candidates proposed and compiled in parallel per batch (0: on cpu
+                          // the machine's cores, at most 8; on cuda 1); kept with the job
   LlmConfig llm;          // key is never stored
 };
 
