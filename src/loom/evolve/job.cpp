@@ -506,6 +506,7 @@ Status run_job(Db& db, int64_t job, const RunOptions& ro) {
   }
   // Where the best kernel spends its time: one instrumented evaluation (cycle counters around
   // its regions, ir::instrument_regions); Loom IR kernels only.
+  // A C++ winner (evolve's AVX2 family) cannot be instrumented: then the best Loom IR kernel is.
   std::string regions;
   if (best) {
     EvalOptions o = eo;
@@ -513,8 +514,25 @@ Status run_job(Db& db, int64_t job, const RunOptions& ro) {
     o.holdout.clear();
     o.time_budget_s = 0.05;
     o.instrument = true;
-    EvalResult w = evaluate_isolated(cfg.device, *op, shape, best->cand, o, cfg.timeout_s);
-    regions = w.ok() ? w.regions : "not measured: " + w.status + " " + w.reason.substr(0, 200);
+    auto is_ir = [](const Candidate& c) {
+      auto fam = c.knobs.find("ev_family");
+      return c.kind == CandKind::kIr || (c.kind == CandKind::kSchedule && (fam == c.knobs.end() || fam->second == 0));
+    };
+    const Node* target_node = best;
+    if (!is_ir(best->cand)) {
+      target_node = nullptr;
+      for (const Node& n : h.nodes)
+        if (n.ok && is_ir(n.cand) && (!target_node || n.speedup > target_node->speedup)) target_node = &n;
+    }
+    if (target_node) {
+      EvalResult w = evaluate_isolated(cfg.device, *op, shape, target_node->cand, o, cfg.timeout_s);
+      regions = w.ok() ? w.regions : "not measured: " + w.status + " " + w.reason.substr(0, 200);
+      if (target_node != best)
+        regions = fmt::format("best #{} is C++ text (not instrumented); best Loom IR kernel #{} ({:.2f}x): {}", best->seq,
+                              target_node->seq, target_node->speedup, regions);
+    } else {
+      regions = "not measured: no Loom IR kernel passed";
+    }
     log(fmt::format("regions of best #{}: {}", best->seq, regions));
     // Hardware counters where Nsight Compute is installed, into the best candidate's diagnosis.
     const std::string hw = ncu_diagnosis(cfg.device, *op, shape, best->cand, o);
