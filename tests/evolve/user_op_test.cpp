@@ -177,6 +177,10 @@ TEST(EvolveUserOp, BadFilesFailClearly) {
   std::string no_kernel = scaled_add("nk", kCppRef);
   no_kernel = no_kernel.substr(0, no_kernel.find(",\n  \"kernel\"")) + "}";
   expect_error(no_kernel, "needs a \"kernel\"");
+  std::string bad_default = scaled_add("bd", kCppRef);
+  bad_default.replace(bad_default.find("\"knobs\": {\"bs\": [64, 32, 128]}"), 30,
+                      "\"knobs\": {\"bs\": [64, 32, 128]}, \"default\": {\"bs\": 48}");
+  expect_error(bad_default, "not one of its choices");
   EXPECT_FALSE(resolve_op("", "/nonexistent/op.json").ok());
   auto op = resolve_op("", write_temp("v.json", scaled_add("scaled_add_v", kCppRef)));
   ASSERT_TRUE(op.ok());

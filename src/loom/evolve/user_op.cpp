@@ -337,7 +337,13 @@ Result<std::unique_ptr<FileOp>> FileOp::load(const std::string& path) {
           op->default_[n] = kn.choices.front();
         }
       if (k.contains("default"))
-        for (const auto& [n, v] : k["default"].items()) op->default_[n] = v.get<int64_t>();
+        for (const auto& [n, v] : k["default"].items()) {
+          auto kn = std::find_if(op->knobs_.begin(), op->knobs_.end(), [&](const kernels::Knob& x) { return x.name == n; });
+          if (kn == op->knobs_.end()) return invalid_argument("op file {}: default for unknown knob '{}'", path, n);
+          if (std::find(kn->choices.begin(), kn->choices.end(), v.get<int64_t>()) == kn->choices.end())
+            return invalid_argument("op file {}: default {}={} is not one of its choices", path, n, v.get<int64_t>());
+          op->default_[n] = v.get<int64_t>();
+        }
     } else if (op->ref_lang_ == "ir") {
       op->kernel_ = op->ref_source_;  // the IR reference is the first kernel
     }
