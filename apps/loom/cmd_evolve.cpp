@@ -203,6 +203,8 @@ LOOM_COMMAND(kEvolve, "evolve", "Search for faster kernels (jobs in an SQLite fi
                run->add_option("--llm-model", f->llm_model, "model name (or LOOM_LLM_MODEL)");
                run->add_option("--llm-key", f->llm_key, "API key (or LOOM_LLM_KEY; never stored)");
                run->add_option("--llm-max-tokens", f->cfg.llm.max_tokens, "reply length limit (default 768)");
+               run->add_option("--llm-memory", f->cfg.llm_memory,
+                               "what a prompt carries of the tree: parent (its code, default), siblings (its other children's results), both, none");
                db_flag(run);
                run->callback([which] { *which = "run"; });
                auto* resume = sub.add_subcommand("resume", "continue a job (after a kill, or with more budget spent)");

@@ -118,7 +118,7 @@ def test_llm_synthesizer_against_loom_serve(loom_bin, tmp_path):
     with LoomServer(loom_bin, model_path("smollm2"), "-c", "2048", "--parallel", "1") as server:
         r = run_loom(loom_bin, "evolve", "run", "--op", "matvec", "--shape", SMALL, "--device", "cpu", "--budget", "3",
                      "--synth", "llm", "--llm-url", server.url, "--llm-max-tokens", "96", "--trials", "1",
-                     "--holdout", "1", "--db", db, timeout=900)
+                     "--holdout", "1", "--llm-memory", "both", "--compile-jobs", "1", "--db", db, timeout=900)
     print(r.stdout[-3000:])
     (status,), = db_rows(db, "SELECT status FROM jobs WHERE id = 1")
     assert status == "done"
@@ -129,6 +129,9 @@ def test_llm_synthesizer_against_loom_serve(loom_bin, tmp_path):
     assert len(calls) == 3
     assert all(reply for _, reply, err in calls), [err for *_, err in calls]
     assert "matvec" in calls[0][0] and "launch" in calls[0][0]
+    # Node memory "both": the parent's code, and from the second call on what its other children gave.
+    assert "The current kernel begins" in calls[0][0]
+    assert "Tried before from the same kernel: #1" in calls[1][0], calls[1][0]
 
 
 def test_llm_unreachable_endpoint_is_recorded(loom_bin, tmp_path):

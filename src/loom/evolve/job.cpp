@@ -33,7 +33,7 @@ nlohmann::json to_json(const JobConfig& c) {
           {"synth", c.synth},    {"seed", c.seed},           {"budget_count", c.budget_count},
           {"budget_s", c.budget_s}, {"skills", c.skills},    {"trials", c.trials},     {"holdout", c.holdout},
           {"time_budget_s", c.time_budget_s}, {"timeout_s", c.timeout_s}, {"store", c.store},
-          {"compile_jobs", c.compile_jobs}, {"llm_url", c.llm.url}, {"llm_model", c.llm.model}, {"llm_max_tokens", c.llm.max_tokens}};
+          {"compile_jobs", c.compile_jobs}, {"llm_memory", c.llm_memory}, {"llm_url", c.llm.url}, {"llm_model", c.llm.model}, {"llm_max_tokens", c.llm.max_tokens}};
 }
 
 JobConfig from_json(const nlohmann::json& j) {
@@ -53,7 +53,8 @@ JobConfig from_json(const nlohmann::json& j) {
   c.time_budget_s = j.value("time_budget_s", 0.3);
   c.timeout_s = j.value("timeout_s", 120.0);
   c.store = j.value("store", true);
-  c.compile_jobs = j.value("compile_jobs", 1);  // jobs from before batches: one at a time
+  c.compile_jobs = j.value("compile_jobs", 1);
+  c.llm_memory = j.value("llm_memory", "parent");  // jobs from before batches: one at a time
   c.llm.url = j.value("llm_url", "");
   c.llm.model = j.value("llm_model", "");
   c.llm.max_tokens = j.value("llm_max_tokens", 768);
@@ -135,7 +136,8 @@ std::string short_reason(const EvalResult& e) {
 // The prompt of the llm synthesizer (kept short: small local models have small contexts).
 std::string build_prompt(const kernels::OpSpec& op, const kernels::Shape& shape, ir::TargetKind target,
                          const std::string& parent_ir, const std::string& parent_diag, const std::vector<Document>& docs,
-                         const std::vector<std::string>& skills, std::string& default_launch) {
+                         const std::vector<std::string>& skills, const std::vector<std::string>& siblings,
+                         std::string& default_launch) {
   std::string args;
   for (const kernels::ArgSpec& a : op.args(shape))
     args += fmt::format("  {} ({}, {} bytes)\n", a.name,
@@ -150,6 +152,7 @@ std::string build_prompt(const kernels::OpSpec& op, const kernels::Shape& shape,
   if (!parent_diag.empty()) p += "Current kernel: " + parent_diag + "\n";
   for (const std::string& s : skills) p += "Known to help: " + s + "\n";
   for (const Document& d : docs) p += "Note (" + d.title + "): " + d.body.substr(0, 240) + "\n";
+  for (const std::string& s : siblings) p += "Tried before from the same kernel: " + s + "\n";
   if (!parent_ir.empty()) {
     std::string cut;
     size_t lines = 0, pos = 0;
@@ -195,6 +198,8 @@ Result<int64_t> create_job(Db& db, const JobConfig& cfg) {
   LOOM_ASSIGN_OR_RETURN(kernels::Shape shape, kernels::Shape::parse(cfg.shape));
   LOOM_RETURN_IF_ERROR(op->validate(shape));
   LOOM_RETURN_IF_ERROR(parse_strategy(cfg.strategy).status());
+  if (cfg.llm_memory != "parent" && cfg.llm_memory != "siblings" && cfg.llm_memory != "both" && cfg.llm_memory != "none")
+    return invalid_argument("unknown llm memory '{}' (parent, siblings, both, none)", cfg.llm_memory);
   if (cfg.synth != "mutate" && cfg.synth != "llm" && cfg.synth != "both")
     return invalid_argument("unknown synthesizer '{}' (mutate, llm, both)", cfg.synth);
   if (cfg.budget_count <= 0 && cfg.budget_s <= 0) return invalid_argument("a job needs a budget (--budget 120s or 500)");
@@ -341,14 +346,32 @@ Status run_job(Db& db, int64_t job, const RunOptions& ro) {
       return std::optional<Record>(std::move(r));
     }
     r.synth = "llm";
+    // Node memory: the parent's code and diagnosis (inherit), what its other children gave
+    // (siblings, as of the batch's start), both, or neither (a fresh attempt).
+    const bool inherit = cfg.llm_memory == "parent" || cfg.llm_memory == "both";
+    const bool compare = cfg.llm_memory == "siblings" || cfg.llm_memory == "both";
+    std::vector<std::string> siblings;
+    if (compare) {
+      LOOM_ASSIGN_OR_RETURN(Stmt q, db.prepare("SELECT seq, synth, kind, diff, status, speedup, reason FROM candidates "
+                                               "WHERE job = ?1 AND parent = ?2 AND seq < ?3 ORDER BY seq DESC LIMIT 4"));
+      q.bind(1, job).bind(2, r.parent).bind(3, static_cast<int64_t>(base.nodes.size()));
+      while (true) {
+        LOOM_ASSIGN_OR_RETURN(bool row, q.step());
+        if (!row) break;
+        const std::string what = q.text(3).empty() ? q.text(2) + " text" : q.text(3);
+        siblings.push_back(q.text(4) == "ok" ? fmt::format("#{} {} ({}): {:.2f}x", q.i64(0), what.substr(0, 60), q.text(1), q.f64(5))
+                                             : fmt::format("#{} {} ({}): {}: {}", q.i64(0), what.substr(0, 60), q.text(1),
+                                                           q.text(4), q.text(6).substr(0, 100)));
+      }
+    }
     std::string parent_ir, launch;
-    if (parent) {
+    if (parent && inherit) {
       auto inst = instantiate(parent->cand, *op, shape, target);
       if (inst.ok() && (inst->kind == CandKind::kSchedule || inst->kind == CandKind::kIr)) parent_ir = ir::print(inst->gen.module);
       else if (inst.ok()) parent_ir = inst->source;
     }
     std::string diag;
-    {
+    if (inherit) {
       LOOM_ASSIGN_OR_RETURN(Stmt d, db.prepare("SELECT diagnosis FROM candidates WHERE id = ?1"));
       d.bind(1, r.parent);
       LOOM_ASSIGN_OR_RETURN(bool has, d.step());
@@ -357,7 +380,7 @@ Status run_job(Db& db, int64_t job, const RunOptions& ro) {
     auto docs = search_documents(db, diag + " " + cfg.op + " " + dkind, 1);
     auto sk = describe_skills(db, family, dkind, 3);
     std::string prompt = build_prompt(*op, shape, target, parent_ir, diag, docs.ok() ? *docs : std::vector<Document>{},
-                                      sk.ok() ? *sk : std::vector<std::string>{}, launch);
+                                      sk.ok() ? *sk : std::vector<std::string>{}, siblings, launch);
     auto reply = llm_chat(cfg.llm, "You are an expert kernel engineer. You answer with code only.", prompt);
     {
       LOOM_ASSIGN_OR_RETURN(Stmt lc, db.prepare("INSERT INTO llm_calls(job, seq, prompt, reply, error, at) VALUES (?1,?2,?3,?4,?5,julianday('now'))"));

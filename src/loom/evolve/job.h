@@ -30,6 +30,8 @@ struct JobConfig {
   bool store = true;      // put a confirmed winner into the kernel store
   int compile_jobs = 0;   // candidates proposed and compiled in parallel per batch (0: on cpu
                           // the machine's cores, at most 8; on cuda 1); kept with the job
+  std::string llm_memory = "parent";  // what an llm prompt remembers of the tree: the parent's
+                                      // code (parent), its other children (siblings), both, none
   LlmConfig llm;          // key is never stored
 };
 
