@@ -347,7 +347,7 @@ class HrxBackend final : public llm::Backend {
           // GPUs (issues 7, 6): 1..16 tokens through the wide-load mat-vec, which reads each
           // weight once for all of them and gives every token the bits it gets alone (a batched
           // decode step does not change a request's tokens); longer prompts on the tensor cores
-          // (f32 activations, no quantize_act); shapes or weight types these ops refuse keep the
+          // (activations converted to f16 once by quantize_act); shapes or weight types these ops refuse keep the
           // generic matvec/matmul. LOOM_GPU_FAST_OPS=0 turns this off.
           const OpSpec* mvg = nullptr;
           if (dev_.target() == ir::TargetKind::kPtx && gpu_fast_ops()) {
@@ -357,9 +357,24 @@ class HrxBackend final : public llm::Backend {
             if (mvg && !mvg->validate(fs).ok()) mvg = nullptr;
             const OpSpec* mma = kernels::find_op("matmul_mma");
             if (!mvg && nt >= 16 && mma && mma->validate(fs).ok()) {
+              // Activations converted to f16 once (shared by every weight that reads them), not
+              // in every CTA of every matmul_mma.
+              auto key = std::make_pair(l.in0, static_cast<int>(GgmlType::F16));
+              auto found = xq.find(key);
+              if (found == xq.end()) {
+                OpCall q;
+                LOOM_ASSIGN_OR_RETURN(q.op, op("quantize_act"));
+                q.shape.dims = {{"dtype", static_cast<int64_t>(GgmlType::F16)}, {"n_in", w.n_in}, {"n_tokens", nt}};
+                LOOM_ASSIGN_OR_RETURN(uint64_t buf, scratch(plan, static_cast<uint64_t>(2 * w.n_in * nt)));
+                q.bind = {{"x", xaddr}, {"xq", buf}};
+                q.label = fmt::format("quantize_act {} -> f16", vname(l.in0));
+                calls.push_back(std::move(q));
+                found = xq.emplace(key, buf).first;
+              }
+              fs.dims["xtype"] = 1;
               call.op = mma;
               call.shape = fs;
-              call.bind = {{"w", weight_addr(l.weight)}, {"x", xaddr}, {"y", value_addr(plan, l.out)}};
+              call.bind = {{"w", weight_addr(l.weight)}, {"x", found->second}, {"y", value_addr(plan, l.out)}};
               break;
             }
           }
@@ -713,9 +728,13 @@ std::string default_device() {
   // CPU ops, which stay the CPU default until the HRX cpu kernels match their speed
   // (docs/engine.md). `--device` always wins.
   if (const char* env = std::getenv("LOOM_DEVICE"); env && *env) return env;
-  for (const hrx::Device& d : hrx::Device::enumerate())
-    if (d.props().spec.rfind("cuda", 0) == 0) return d.props().spec;
-  return "cpu-ref";
+  // Enumerating opens the CUDA driver: once per process is enough.
+  static const std::string first_gpu = [] {
+    for (const hrx::Device& d : hrx::Device::enumerate())
+      if (d.props().spec.rfind("cuda", 0) == 0) return d.props().spec;
+    return std::string("cpu-ref");
+  }();
+  return first_gpu;
 }
 
 Result<std::unique_ptr<llm::Backend>> make_backend(std::string_view device, int n_threads) {
