@@ -2,7 +2,7 @@
 # The GPU recipe, run on the GPU machine from the repository root (binaries staged by
 # tools/gpu/build.sh in .gpu/bin). Every GPU result in bench/results/ comes from this script:
 #   device run: bash tools/gpu/run.sh [STEP...]     (carry .gpu; results land in $OUT)
-# Steps: devices, tests (every test binary, GPU tests included), golden (Loom IR goldens from
+# Steps: devices, tests (every test binary, GPU tests included), ops (test_ops on cuda), golden (Loom IR goldens from
 # PTX through the CUDA driver), launch (HRX launch overhead vs cuLaunchKernel and cudaLaunchKernel:
 # launch.json), engine (the engine on cuda vs the reference: tests/exec), bench (synthetic models
 # written there with `loom model synth`, `loom bench --json` on cuda: bench.jsonl; LOOM_BENCH_SHAPES
@@ -94,8 +94,15 @@ json.dump(res, open(out, "w"), indent=2)
 print(json.dumps(res.get("floors"), indent=2))
 PY
       ;;
+    ops)
+      # Every op test on the cuda driver (the cpu cases run in CI).
+      "$bin/test_ops" --gtest_filter="${LOOM_OPS_FILTER:-*cuda*}" --gtest_output="json:/tmp/ops.json" > "$out/ops.log" 2>&1
+      [[ $? -ne 0 ]] && rc=1
+      grep -E "FAILED|tests ran|PASSED" "$out/ops.log" | sort | uniq | head -30
+      python3 tools/gpu/gtest_summary.py "$out/ops.json" "$commit" "bash tools/gpu/run.sh ops (test_ops ${LOOM_OPS_FILTER:-*cuda*})" /tmp/ops.json
+      ;;
     engine)
-      "$bin/test_exec" --gtest_output="json:/tmp/engine.json" 2>&1 | grep -E "worst cosine|top-1|OK|FAILED|SKIPPED|PASSED" | head -40
+      "$bin/test_exec" --gtest_filter="${LOOM_ENGINE_FILTER:-*}" --gtest_output="json:/tmp/engine.json" 2>&1 | grep -E "worst cosine|top-1|OK|FAILED|SKIPPED|PASSED" | head -40
       [[ ${PIPESTATUS[0]} -ne 0 ]] && rc=1
       python3 tools/gpu/gtest_summary.py "$out/engine.json" "$commit" "bash tools/gpu/run.sh engine" /tmp/engine.json
       ;;
