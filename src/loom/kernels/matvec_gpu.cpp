@@ -144,28 +144,47 @@ class Window {
 // The activation rows of a group of tokens staged in shared memory: quants as i32 words (16-byte
 // aligned per block), the block scale as f32, and per-block sums (Q8_0: sum of the quants; Q8_1:
 // s as f32 bits; Q8_K: the 16 bsums). Token j's block xb is staged block j * nxb + xb.
+// The lanes of a row read units `lanes_per_row` apart, so without padding their quants sit a
+// multiple of 128 bytes apart and every lane hits the same shared-memory banks (an 8-way
+// conflict at 8 lanes, which made 16-token launches 10x slower than one token): each unit's
+// quants are followed by 16 bytes, its scales and sums by one word.
 struct StagedX {
   Value* q = nullptr;    // ptr<shared, i32>, words_per_block per block
   Value* d = nullptr;    // ptr<shared, f32>
   Value* s = nullptr;    // ptr<shared, i32> (Q8_0 sums, Q8_K bsums) or f32 bits (Q8_1 s)
   int words_per_block = 8;
+  int sums_per_block = 1;
+  int unit_shift = 0;    // log2(blocks per unit)
+
+  Value* unit(Emit& b, Value* xb) const { return unit_shift ? b.shrc(xb, unit_shift) : xb; }
+  Value* qi(Emit& b, Value* xb) const { return b.add(b.mulc(xb, words_per_block), b.mulc(unit(b, xb), 4)); }
+  Value* di(Emit& b, Value* xb) const { return b.add(xb, unit(b, xb)); }
+  Value* si(Emit& b, Value* xb, int k) const {
+    return b.addc(b.add(b.mulc(xb, sums_per_block), unit(b, xb)), k);
+  }
 };
 
-// Shared bytes of one token's staged row of nxb activation blocks.
-int64_t staged_bytes(GgmlType xt, int64_t nxb) {
-  if (xt == GgmlType::Q8_K) return nxb * (256 + 4 + 64);
-  return nxb * (32 + 4 + 4);
+// Shared bytes of one token's staged row of nxb activation blocks in units of unit_blocks
+// (padding included, and one unit's worth of slack for the arrays of a group).
+int64_t staged_bytes(GgmlType xt, int64_t nxb, int64_t unit_blocks) {
+  const int64_t pad = (nxb / unit_blocks + 1) * 24;
+  if (xt == GgmlType::Q8_K) return nxb * (256 + 4 + 64) + pad;
+  return nxb * (32 + 4 + 4) + pad;
 }
 
 Value* i32_of(Emit& b, Value* u) { return b.bitcast(u, kI32); }
 
-StagedX alloc_x(Emit& b, GgmlType xt, int64_t blocks) {
+// `blocks` staged blocks in units of `unit_blocks` (a power of two).
+StagedX alloc_x(Emit& b, GgmlType xt, int64_t blocks, int unit_blocks) {
   StagedX sx;
   const bool qk = xt == GgmlType::Q8_K;
   sx.words_per_block = qk ? 64 : 8;
-  sx.q = b.alloc_shared(Scalar::kI32, blocks * sx.words_per_block);
-  sx.d = b.alloc_shared(Scalar::kF32, blocks);
-  sx.s = b.alloc_shared(Scalar::kI32, blocks * (qk ? 16 : 1));
+  sx.sums_per_block = qk ? 16 : 1;
+  while ((1 << sx.unit_shift) < unit_blocks) ++sx.unit_shift;
+  const int64_t units = blocks / unit_blocks + 1;
+  sx.q = b.alloc_shared(Scalar::kI32, blocks * sx.words_per_block + 4 * units);
+  sx.d = b.alloc_shared(Scalar::kF32, blocks + units);
+  sx.s = b.alloc_shared(Scalar::kI32, blocks * sx.sums_per_block + units);
   return sx;
 }
 
@@ -181,26 +200,26 @@ void stage_x(Emit& b, const StagedX& sx, GgmlType xt, Value* xq, int64_t nxb, in
     Value* off = b.add(b.mul(b.addc(tok, t0), b.i32(static_cast<int32_t>(xrow))),
                        b.mul(b.sub(xb, b.mul(tok, nxbv)), b.i32(xbytes)));
     if (qk) {
-      b.store(sx.d, xb, b.load_at(xq, off, kF32, 4));
+      b.store(sx.d, sx.di(b, xb), b.load_at(xq, off, kF32, 4));
       for (int j = 0; j < 4; ++j) {
         Value* q = b.load_at(xq, b.addc(off, 4 + 64 * j), Type::vector(Scalar::kI32, 16), 4);
-        b.store(sx.q, b.addc(b.mulc(xb, 64), 16 * j), q, 16);
+        b.store(sx.q, b.addc(sx.qi(b, xb), 16 * j), q, 16);
       }
       Value* bs = b.convert(b.load_at(xq, b.addc(off, 260), Type::vector(Scalar::kI16, 16), 2),
                             Type::vector(Scalar::kI32, 16));
-      b.store(sx.s, b.mulc(xb, 16), bs, 16);
+      b.store(sx.s, sx.si(b, xb, 0), bs, 4);
     } else {
       const bool q81 = xt == GgmlType::Q8_1;
-      b.store(sx.d, xb, b.load_f16(xq, off));
+      b.store(sx.d, sx.di(b, xb), b.load_f16(xq, off));
       Value* q = b.load_at(xq, b.addc(off, q81 ? 4 : 2), Type::vector(Scalar::kI32, 8), q81 ? 4 : 2);
-      b.store(sx.q, b.mulc(xb, 8), q, 16);
+      b.store(sx.q, sx.qi(b, xb), q, 16);
       if (q81) {
-        b.store(sx.s, xb, b.bitcast(b.load_f16(xq, b.addc(off, 2)), kI32));
+        b.store(sx.s, sx.si(b, xb, 0), b.bitcast(b.load_f16(xq, b.addc(off, 2)), kI32));
       } else {
         Value* ones = b.i32(0x01010101);
         Value* sum = b.i32(0);
         for (int i = 0; i < 8; ++i) sum = b.dot4(b.extract(q, i), ones, sum);
-        b.store(sx.s, xb, sum);
+        b.store(sx.s, sx.si(b, xb, 0), sum);
       }
     }
     return std::vector<Value*>{};
@@ -210,7 +229,7 @@ void stage_x(Emit& b, const StagedX& sx, GgmlType xt, Value* xq, int64_t nxb, in
 // The 8 (or 64) quant words of activation block xb, as i32 values, loaded 16 bytes at a time.
 std::vector<Value*> x_words(Emit& b, const StagedX& sx, Value* xb, int first, int count) {
   std::vector<Value*> out;
-  Value* base = b.mulc(xb, sx.words_per_block);
+  Value* base = sx.qi(b, xb);
   for (int i = first; i < first + count; i += 4) {
     Value* v = b.load(sx.q, b.addc(base, i), Type::vector(Scalar::kI32, 4), 16);
     for (int l = 0; l < 4; ++l) out.push_back(b.extract(v, l));
@@ -236,24 +255,24 @@ Value* block_dot(Emit& b, const WFormat& f, Window& win, int o, const StagedX& s
         isum = b.dot4(nib_lo(b, w), xw[static_cast<size_t>(i)], isum);
         isum = b.dot4(nib_hi(b, w), xw[static_cast<size_t>(4 + i)], isum);
       }
-      Value* dx = b.load(sx.d, xb);
+      Value* dx = b.load(sx.d, sx.di(b, xb));
       Value* d = b.mul(win.f16(o), dx);
       if (!q41) {
-        isum = b.sub(isum, b.mulc(b.load(sx.s, xb), 8));
+        isum = b.sub(isum, b.mulc(b.load(sx.s, sx.si(b, xb, 0)), 8));
         return b.fma(d, b.convert(isum, kF32), acc);
       }
-      Value* s = b.bitcast(b.load(sx.s, xb), kF32);
+      Value* s = b.bitcast(b.load(sx.s, sx.si(b, xb, 0)), kF32);
       acc = b.fma(win.f16(o + 2), s, acc);
       return b.fma(d, b.convert(isum, kF32), acc);
     }
     case GgmlType::Q8_0: {
       Value* isum = b.i32(0);
       for (int i = 0; i < 8; ++i) isum = b.dot4(i32_of(b, win.word(o + 2 + 4 * i)), xw[static_cast<size_t>(i)], isum);
-      Value* d = b.mul(win.f16(o), b.load(sx.d, xb));
+      Value* d = b.mul(win.f16(o), b.load(sx.d, sx.di(b, xb)));
       return b.fma(d, b.convert(isum, kF32), acc);
     }
     case GgmlType::Q4_K: {
-      Value* dx = b.load(sx.d, xb);
+      Value* dx = b.load(sx.d, sx.di(b, xb));
       Value* d = b.mul(dx, win.f16(o));
       Value* dmin = b.mul(b.neg(dx), win.f16(o + 2));
       Value* q[12];
@@ -283,7 +302,7 @@ Value* block_dot(Emit& b, const WFormat& f, Window& win, int o, const StagedX& s
         }
         isum = b.add(isum, b.add(b.mul(sc[2 * j], dlo), b.mul(sc[2 * j + 1], dhi)));
       }
-      Value* bsb = b.mulc(xb, 16);
+      Value* bsb = sx.si(b, xb, 0);
       Value* msum = b.i32(0);
       for (int s = 0; s < 8; ++s) {
         Value* bs = b.add(b.load(sx.s, b.addc(bsb, 2 * s)), b.load(sx.s, b.addc(bsb, 2 * s + 1)));
@@ -311,7 +330,7 @@ Value* block_dot(Emit& b, const WFormat& f, Window& win, int o, const StagedX& s
           dot[g + 4] = b.dot4(q3, xw[static_cast<size_t>(32 * h + 16 + w)], dot[g + 4]);
           dot[g + 6] = b.dot4(q4, xw[static_cast<size_t>(32 * h + 24 + w)], dot[g + 6]);
         }
-      Value* bsb = b.mulc(xb, 16);
+      Value* bsb = sx.si(b, xb, 0);
       Value* isum = b.i32(0);
       for (int g = 0; g < 16; ++g) {
         Value* sw = i32_of(b, win.word(o + 192 + 4 * (g / 4)));
@@ -319,7 +338,7 @@ Value* block_dot(Emit& b, const WFormat& f, Window& win, int o, const StagedX& s
         Value* corr = b.mulc(b.load(sx.s, b.addc(bsb, g)), 32);
         isum = b.add(isum, b.mul(sc, b.sub(dot[g], corr)));
       }
-      Value* d = b.mul(b.load(sx.d, xb), win.f16(o + 208));
+      Value* d = b.mul(b.load(sx.d, sx.di(b, xb)), win.f16(o + 208));
       return b.fma(d, b.convert(isum, kF32), acc);
     }
     default:
@@ -359,7 +378,8 @@ class MatvecGpuOp final : public OpSpec {
       return invalid_argument("matvec_gpu: n_tokens={} (1..{}; use matmul_mma or matmul)", nt, kMaxTokens);
     // One token's staged row, plus the lane partials, must fit the 48 KiB of shared memory;
     // more tokens are staged in groups that fit.
-    if (staged_bytes(f.xtype, n_in / (f.xtype == GgmlType::Q8_K ? 256 : 32)) > 30 * 1024)
+    const int64_t nb = n_in / f.block_elems;
+    if (staged_bytes(f.xtype, nb, unit_plan(f, nb).blocks) > 30 * 1024)
       return invalid_argument("matvec_gpu: n_in={} does not fit the staged activation row (30 KiB)", n_in);
     return Status();
   }
@@ -398,21 +418,29 @@ class MatvecGpuOp final : public OpSpec {
             {"prefetch", {0, 1}}};
   }
 
-  // The best of a sweep on the H200 (bench/results/2026-11-29-h200-gpufast.json): about two
-  // units per lane (Q6_K's units are 1680 bytes: one), two rows per thread on long matrices.
-  // lanes_per_row must not depend on n_tokens (bit-identity across batch sizes).
+  // From the sweep on the H200 (bench/results/2026-11-30-h200-gpudecode.json): enough lanes per
+  // row that the launch has ~16K threads (512 warps) and each lane at most 4 units, no more lanes
+  // than units; two rows per thread on long matrices, 8 warps per CTA on long matrices and 2 on
+  // small ones (more CTAs for the SMs); prefetch for the one-block-scale formats
+  // (their unit math is light; Q4_K's scale unpacking with the carried bytes was slower).
+  // lanes_per_row must not depend on n_tokens (bit-identity across batch sizes); rows per thread
+  // do not change results, and several tokens need registers for their accumulators.
   Schedule default_schedule(const Shape& s, ir::TargetKind) const override {
     WFormat f{};
     w_format(static_cast<GgmlType>(s.at("wtype")), &f);
     const int64_t nb = s.at("n_in") / f.block_elems;
     const int64_t units = nb / unit_plan(f, nb).blocks;
-    const int64_t per_lane = f.wtype == GgmlType::Q6_K ? 1 : 2;
-    int64_t lpr = 1;
-    while (lpr < 32 && lpr * 2 * per_lane <= units) lpr *= 2;
-    const int64_t rows = s.at("n_out");
+    const int64_t rows = s.at("n_out"), nt = s.at("n_tokens");
     const int64_t rpt = rows > 2048 && s.at("n_in") >= 1024 ? 2 : 1;
-    return {{"warps", rows >= 8192 ? 8 : 4}, {"lanes_per_row", lpr}, {"rows_per_thread", rpt}, {"passes", 1},
-            {"prefetch", 0}};
+    int64_t lpr = 1;
+    while (lpr < 32 && lpr * 2 <= units && (rows * lpr / rpt < 16384 || lpr * 4 < units)) lpr *= 2;
+    const bool kquant = f.xtype == GgmlType::Q8_K;
+    const int64_t threads = rows * lpr / rpt;  // small matrices: more, smaller CTAs
+    return {{"warps", rows >= 8192 ? 8 : threads < 8192 ? 2 : 4},
+            {"lanes_per_row", lpr},
+            {"rows_per_thread", nt >= 4 ? 1 : rpt},
+            {"passes", 1},
+            {"prefetch", kquant ? 0 : 1}};
   }
 
   Result<Generated> generate(const Shape& s, const Schedule& sch, ir::TargetKind target) const override {
@@ -438,7 +466,7 @@ class MatvecGpuOp final : public OpSpec {
     // GPUs add a row's lane partials with shuffles; the cpp target (no shuffles) through shared
     // memory. Both add them in lane order, so the two agree bit for bit.
     const bool shfl_reduce = target != ir::TargetKind::kCpp;
-    const int64_t per_token = staged_bytes(f.xtype, nxb) + (shfl_reduce ? 0 : rows_cta * lpr * 4);
+    const int64_t per_token = staged_bytes(f.xtype, nxb, up.blocks) + (shfl_reduce ? 0 : rows_cta * lpr * 4);
     if (per_token > kSharedBudget)
       return invalid_argument("matvec_gpu: schedule {} needs {} bytes of shared memory per token", schedule_key(sch),
                               per_token);
@@ -456,7 +484,7 @@ class MatvecGpuOp final : public OpSpec {
     Value* y = b.param(ty::gptr(Scalar::kF32), "y");
     Value* tid = b.thread_id(Mode::kX);
     Value* nthreads = b.i32(static_cast<int32_t>(threads));
-    StagedX sx = alloc_x(b, f.xtype, tg * nxb);
+    StagedX sx = alloc_x(b, f.xtype, tg * nxb, up.blocks);
     Value* part = shfl_reduce ? nullptr : b.alloc_shared(Scalar::kF32, rows_cta * lpr * tg);
     Value* lane = b.rem(tid, b.i32(static_cast<int32_t>(lpr)));
     Value* slot = b.div(tid, b.i32(static_cast<int32_t>(lpr)));
