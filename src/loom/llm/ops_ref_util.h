@@ -33,15 +33,22 @@ inline uint16_t float_to_half(float f) {
 // Dot product of two fp16 vectors with ggml_vec_dot_f16's x86 arithmetic: four accumulators of
 // eight lanes over 32-element steps (one fma per element), reduced 0+2, 1+3, 0+1, then the two
 // 4-lane halves and two pairwise steps; elements past the last full step are added in double.
-inline float dot_f16_ggml(const uint16_t* x, const uint16_t* y, int64_t n) {
-  float acc[4][8] = {};
-  const int64_t np = n & ~int64_t{31};
+// The four 8-lane accumulators of ggml's 16-bit float dot products over the first np elements
+// (np a multiple of 32): element 8j + l of each 32-element step goes to accumulator j, lane l.
+template <float (*ToFloat)(uint16_t)>
+inline void accumulate_4x8(const uint16_t* x, const uint16_t* y, int64_t np, float acc[4][8]) {
   for (int64_t i = 0; i < np; i += 32)
     for (int j = 0; j < 4; ++j)
       for (int l = 0; l < 8; ++l) {
         const int64_t k = i + 8 * j + l;
-        acc[j][l] = std::fma(half_to_float(x[k]), half_to_float(y[k]), acc[j][l]);
+        acc[j][l] = std::fma(ToFloat(x[k]), ToFloat(y[k]), acc[j][l]);
       }
+}
+
+inline float dot_f16_ggml(const uint16_t* x, const uint16_t* y, int64_t n) {
+  float acc[4][8] = {};
+  const int64_t np = n & ~int64_t{31};
+  accumulate_4x8<half_to_float>(x, y, np, acc);
   float t[4];
   for (int l = 0; l < 8; ++l) {
     acc[0][l] = acc[0][l] + acc[2][l];
@@ -61,12 +68,7 @@ inline float dot_f16_ggml(const uint16_t* x, const uint16_t* y, int64_t n) {
 inline float dot_bf16_ggml(const uint16_t* x, const uint16_t* y, int64_t n) {
   float acc[4][8] = {};
   const int64_t np = n & ~int64_t{31};
-  for (int64_t i = 0; i < np; i += 32)
-    for (int j = 0; j < 4; ++j)
-      for (int l = 0; l < 8; ++l) {
-        const int64_t k = i + 8 * j + l;
-        acc[j][l] = std::fma(bf16_to_fp32(x[k]), bf16_to_fp32(y[k]), acc[j][l]);
-      }
+  accumulate_4x8<bf16_to_fp32>(x, y, np, acc);
   float a[8];
   for (int l = 0; l < 8; ++l) a[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
   float t[4];
