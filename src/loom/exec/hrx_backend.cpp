@@ -355,6 +355,9 @@ class HrxBackend final : public llm::Backend {
             fs.dims = {{"wtype", static_cast<int64_t>(w.type)}, {"n_in", w.n_in}, {"n_out", w.n_out}, {"n_tokens", nt}};
             mvg = kernels::find_op("matvec_gpu");
             if (mvg && !mvg->validate(fs).ok()) mvg = nullptr;
+            // LOOM_GPU_BATCH_MATVEC=0: one token only, as before issue 6 (A/B of the batched path).
+            const char* bm = std::getenv("LOOM_GPU_BATCH_MATVEC");
+            if (nt > 1 && bm && std::string_view(bm) == "0") mvg = nullptr;
             const OpSpec* mma = kernels::find_op("matmul_mma");
             if (!mvg && nt >= 16 && mma && mma->validate(fs).ok()) {
               // Activations converted to f16 once (shared by every weight that reads them), not

@@ -418,13 +418,14 @@ class MatvecGpuOp final : public OpSpec {
             {"prefetch", {0, 1}}};
   }
 
-  // From the sweep on the H200 (bench/results/2026-11-30-h200-gpudecode.json): enough lanes per
-  // row that the launch has ~16K threads (512 warps) and each lane at most 4 units, no more lanes
-  // than units; two rows per thread on long matrices, 8 warps per CTA on long matrices and 2 on
-  // small ones (more CTAs for the SMs); prefetch for the one-block-scale formats
-  // (their unit math is light; Q4_K's scale unpacking with the carried bytes was slower).
-  // lanes_per_row must not depend on n_tokens (bit-identity across batch sizes); rows per thread
-  // do not change results, and several tokens need registers for their accumulators.
+  // From the sweeps on the H200 (bench/results/2026-11-30-h200-gpudecode-run1.json, -run2):
+  // enough lanes per row that the launch has ~16K threads (512 warps) and each lane at most 4
+  // units (small matrices: up to the next power of two of the units, some lanes idle: SmolLM2's
+  // 1536 -> 576 took 2.2 us with 8 lanes for 6 units, 3.6 us with 4); two rows per thread on long
+  // matrices, for batches too (16 tokens at 4096x14336: 49 us, 64 with one row); 8 warps per CTA
+  // on long matrices and 2 on small ones (more CTAs for the SMs); prefetch for the
+  // one-block-scale formats (Q4_K's scale unpacking with the carried bytes was slower).
+  // lanes_per_row must not depend on n_tokens (bit-identity across batch sizes).
   Schedule default_schedule(const Shape& s, ir::TargetKind) const override {
     WFormat f{};
     w_format(static_cast<GgmlType>(s.at("wtype")), &f);
@@ -433,12 +434,12 @@ class MatvecGpuOp final : public OpSpec {
     const int64_t rows = s.at("n_out"), nt = s.at("n_tokens");
     const int64_t rpt = rows > 2048 && s.at("n_in") >= 1024 ? 2 : 1;
     int64_t lpr = 1;
-    while (lpr < 32 && lpr * 2 <= units && (rows * lpr / rpt < 16384 || lpr * 4 < units)) lpr *= 2;
+    while (lpr < 32 && lpr < units && (rows * lpr / rpt < 16384 || lpr * 4 < units)) lpr *= 2;
     const bool kquant = f.xtype == GgmlType::Q8_K;
     const int64_t threads = rows * lpr / rpt;  // small matrices: more, smaller CTAs
     return {{"warps", rows >= 8192 ? 8 : threads < 8192 ? 2 : 4},
             {"lanes_per_row", lpr},
-            {"rows_per_thread", nt >= 4 ? 1 : rpt},
+            {"rows_per_thread", rpt},
             {"passes", 1},
             {"prefetch", kquant ? 0 : 1}};
   }
