@@ -472,8 +472,9 @@ class MatvecGpuOp final : public OpSpec {
       return invalid_argument("matvec_gpu: schedule {} needs {} bytes of shared memory per token", schedule_key(sch),
                               per_token);
     // Tokens staged at once; groups re-read the weights (from the L2) when they do not all fit.
-    const int64_t groups = (nt + std::min(nt, kSharedBudget / per_token) - 1) / std::min(nt, kSharedBudget / per_token);
-    const int64_t tg = (nt + groups - 1) / groups;
+    const int64_t fit = std::min(nt, kSharedBudget / per_token);
+    const int64_t groups = (nt + fit - 1) / fit;
+    const int64_t tg = (nt + groups - 1) / groups;  // balanced group sizes
 
     const std::string kname = fmt::format("matvec_gpu_{}", llm::ggml_type_name(f.wtype));
     Generated g;
