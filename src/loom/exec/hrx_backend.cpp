@@ -150,10 +150,16 @@ class HrxBackend final : public llm::Backend {
     for (int64_t i = 0; i < p.n_outputs; ++i)
       if (in.output_rows[i] < 0 || in.output_rows[i] >= p.n_tokens)
         return out_of_range("output row {} outside the batch of {}", in.output_rows[i], p.n_tokens);
-    auto key = std::make_pair(p.n_tokens, p.n_outputs);
+    // Plans are built for padded sizes (powers of two, tokens and output rows alike), so a
+    // server whose batch changes every step meets a handful of plans, not one per (tokens,
+    // outputs) mix: each new plan compiles a module, which stalls every request in the batch.
+    int64_t plan_tokens = pad_tokens(p.n_tokens);
+    if (plan_tokens > n_ctx_) plan_tokens = p.n_tokens;  // tiny contexts: no padding
+    const int64_t plan_outputs = p.n_outputs == 0 ? 0 : std::min(pad_tokens(p.n_outputs), plan_tokens);
+    auto key = std::make_pair(plan_tokens, plan_outputs);
     auto it = plans_.find(key);
     if (it == plans_.end()) {
-      auto plan = build_plan(p.n_tokens, p.n_outputs);
+      auto plan = build_plan(plan_tokens, plan_outputs);
       if (!plan.ok()) return std::move(plan).status().with_context(fmt::format("preparing a step of {} tokens on {}", p.n_tokens, name_));
       it = plans_.emplace(key, std::move(plan).value()).first;
     }
@@ -167,7 +173,9 @@ class HrxBackend final : public llm::Backend {
       h[plan.pos_off / 4 + t] = real ? in.positions[t] : static_cast<int32_t>(t - p.n_tokens);
       h[plan.seq_off / 4 + t] = real ? (in.seq_ids ? in.seq_ids[t] : 0) : static_cast<int32_t>(n_seq_);
     }
-    for (int64_t i = 0; i < p.n_outputs; ++i) h[plan.rows_off / 4 + i] = in.output_rows[i];
+    // Output rows past the step's own repeat its last one (their logits are not copied back).
+    for (int64_t i = 0; i < plan.n_outputs; ++i)
+      h[plan.rows_off / 4 + i] = in.output_rows[std::min<int64_t>(i, p.n_outputs - 1)];
     LOOM_RETURN_IF_ERROR(stream_.copy_h2d(plan.step, 0, h, plan.host_step.size() * 4));
     if (plan.graph.raw()) {
       LOOM_RETURN_IF_ERROR(plan.graph.launch(stream_));
@@ -190,7 +198,7 @@ class HrxBackend final : public llm::Backend {
     }
     const llm::ValueDesc& out = plan.program.values[static_cast<size_t>(plan.program.logits)];
     LOOM_RETURN_IF_ERROR(stream_.copy_d2h(logits, plan.slots[static_cast<size_t>(out.slot)], 0,
-                                          static_cast<uint64_t>(out.rows * out.cols) * 4));
+                                          static_cast<uint64_t>(std::min(out.rows, p.n_outputs) * out.cols) * 4));
     LOOM_RETURN_IF_ERROR(stream_.synchronize());
     if (profile_) LOOM_RETURN_IF_ERROR(record_profile(plan));
     // After a first eager run proved the launches, later steps of this shape replay a graph.
