@@ -216,10 +216,13 @@ class MatmulMmaOp final : public OpSpec {
   // thread before each barrier and pay the barriers and the load latency once per more mma.
   Schedule default_schedule(const Shape& s, ir::TargetKind t) const override {
     if (t != ir::TargetKind::kPtx) return {{"threads", 64}};
+    // The best of a sweep on the H200 (pp512 of the 8B Q4_0 model, f16 activations,
+    // bench/results/2026-11-30-h200-mma-sweep.json): 2 x 4 warps (64 rows x 128 tokens),
+    // k_tile 64: 6094 tok/s; 2 x 2 warps at k_tile 128 5437, at k_tile 32 3669 (the old default).
     const int64_t nt = s.at("n_tokens"), n_in = s.at("n_in");
-    int64_t kt = 128;
+    int64_t kt = 64;
     while (n_in % kt) kt /= 2;
-    return {{"warps_m", 2}, {"warps_n", nt >= 64 ? 2 : 1}, {"k_tile", kt}, {"warp_m_tiles", 2}};
+    return {{"warps_m", 2}, {"warps_n", nt >= 128 ? 4 : nt >= 64 ? 2 : 1}, {"k_tile", kt}, {"warp_m_tiles", 2}};
   }
 
   Result<Generated> generate(const Shape& s, const Schedule& sch, ir::TargetKind target) const override {
