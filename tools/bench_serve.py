@@ -180,8 +180,13 @@ def main():
             r["speedup_vs_first"] = r["tokens_per_second_median"] / base
             if cpu_base and r["server_cpu_ms_per_token"]:
                 r["cpu_efficiency_vs_first"] = cpu_base / r["server_cpu_ms_per_token"]
-        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True).stdout.strip()
+        # The binary's own commit (`loom --version`: "loom X (COMMIT)"); the checkout it runs
+        # from may be another one (a copied tree on a GPU machine).
+        ver = subprocess.run([a.loom, "--version"], capture_output=True, text=True).stdout.strip()
+        commit = ver[ver.find("(") + 1:ver.rfind(")")] if "(" in ver else ""
+        if not commit:
+            commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                    text=True).stdout.strip()
         doc = {"what": "loom serve load benchmark (completions, greedy, ignore_eos, streaming)",
                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "commit": commit, "device": device_name(a.loom, a.device),
