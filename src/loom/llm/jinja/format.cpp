@@ -1,5 +1,6 @@
 // String formatting as Python does it: `"%s" % args` and str.format() with format specs, and
 // Python's int()/float() parsing of strings.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
