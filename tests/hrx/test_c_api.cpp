@@ -55,7 +55,12 @@ TEST(HrxCApi, SmokeProgramRunsOnEveryDevice) {
                         std::string(LOOM_SOURCE_DIR "/tests/hrx/c_api_smoke.c") + " -o " + exe + ".o");
   if (crc == 127) GTEST_SKIP() << "no C compiler on this machine: " << cout;
   ASSERT_EQ(crc, 0) << cout;
-  auto [lrc, lout] = sh("c++ " + exe + ".o" + link + " -ldl -lpthread -o " + exe);
+#ifdef FMT_HEADER_ONLY
+  const std::string fmt_lib;  // portable builds carry fmt inside the libraries
+#else
+  const std::string fmt_lib = " -lfmt";  // the libraries call Debian's shared libfmt
+#endif
+  auto [lrc, lout] = sh("c++ " + exe + ".o" + link + fmt_lib + " -ldl -lpthread -o " + exe);
   ASSERT_EQ(lrc, 0) << lout;
 
   ir::Module ir = parse_ir(kVectorAddIr);
