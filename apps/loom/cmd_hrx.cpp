@@ -1,7 +1,8 @@
 // `loom hrx bench-launch`: HRX's per-launch overhead on a device, side by side with the driver's
 // own launch call on the same kernel (cuLaunchKernel on cuda; a direct call of the compiled
-// function on cpu) and with graph replay. Validates a launch first, warms up, then reports the
-// median and spread over repetitions, interleaving the variants so drift hits all alike.
+// function on cpu) and with graph replay, then a chain of dependent launches with and without
+// programmatic dependent launch (hrx.h). Validates first, warms up, then reports the median and
+// spread over repetitions, interleaving the variants so drift hits all alike.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -31,6 +32,17 @@ kernel @touch(%p: ptr<global, i32>, %v: i32) {
   %c0 = const 0 : i32
   store %p[%c0], %v
 }
+kernel @chain(%p: ptr<global, i32>) {
+  %c0 = const 0 : i32
+  %c1 = const 1 : i32
+  %tid = thread_id.x
+  %first = cmp.eq %tid, %c0
+  if %first {
+    %v = load %p[%c0]
+    %w = add %v, %c1
+    store %p[%c0], %w
+  }
+}
 )";
 
 struct Options {
@@ -39,6 +51,7 @@ struct Options {
   int reps = 30;
   int graph_size = 100;
   bool json = false;
+  int chain = 1000;
 };
 
 struct Variant {
@@ -53,6 +66,103 @@ nlohmann::ordered_json stats(const std::vector<double>& v) {
   const Spread s = spread(v);
   auto r = [](double x) { return std::round(x * 1000.0) / 1000.0; };
   return {{"median_us", r(s.median)}, {"stdev_us", r(s.stdev)}, {"min_us", r(s.min)}, {"max_us", r(s.max)}};
+}
+
+// Programmatic edges among the kernel nodes that `capture` enqueues on `stream` (cuda only;
+// -1 when the driver cannot tell).
+Result<int> programmatic_edges(hrx::Stream& stream, const std::function<Status()>& capture) {
+  LOOM_ASSIGN_OR_RETURN(const hrx::cuda::Api* cu, hrx::cuda::api());
+  auto cs = static_cast<hrx::cuda::CUstream>(hrx_stream_native_handle(stream.raw()));
+  LOOM_RETURN_IF_ERROR(hrx::cuda::check(cu->cuStreamBeginCapture(cs, hrx::cuda::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+                                        "cuStreamBeginCapture"));
+  Status st = capture();
+  hrx::cuda::CUgraph g = nullptr;
+  Status end = hrx::cuda::check(cu->cuStreamEndCapture(cs, &g), "cuStreamEndCapture");
+  LOOM_RETURN_IF_ERROR(st);
+  LOOM_RETURN_IF_ERROR(end);
+  int programmatic = -1;
+  if (cu->cuGraphGetEdges_v2) {
+    size_t n = 0;
+    Status q = hrx::cuda::check(cu->cuGraphGetEdges_v2(g, nullptr, nullptr, nullptr, &n), "cuGraphGetEdges_v2");
+    std::vector<hrx::cuda::CUgraphNode> from(n), to(n);
+    std::vector<hrx::cuda::CUgraphEdgeData> data(n);
+    if (q.ok() && n > 0)
+      q = hrx::cuda::check(cu->cuGraphGetEdges_v2(g, from.data(), to.data(), data.data(), &n), "cuGraphGetEdges_v2");
+    if (q.ok()) {
+      programmatic = 0;
+      for (size_t i = 0; i < n; ++i) programmatic += data[i].type == hrx::cuda::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
+    }
+  }
+  (void)cu->cuGraphDestroy(g);
+  return programmatic;
+}
+
+Status bench_chain(const Options& o, const hrx::Device& dev, const hrx::Module& mod, hrx::Stream& stream,
+                   const hrx::Buffer& buf, nlohmann::ordered_json* out) {
+  LOOM_ASSIGN_OR_RETURN(hrx::Kernel chain, mod.kernel("chain"));
+  const bool cuda = dev.driver() == hrx::DriverKind::kCuda;
+  const bool was_on = stream.dependent_launch();
+  const bool supported = stream.set_dependent_launch(true);
+  hrx::KernelArgs kargs;
+  kargs.buffer(buf);
+  const int n = o.chain;
+  auto enqueue = [&](int count) -> Status {
+    for (int i = 0; i < count; ++i) LOOM_RETURN_IF_ERROR(stream.launch(chain, {1}, {32}, kargs));
+    return Status();
+  };
+  struct ChainVariant {
+    std::string name;
+    bool pdl, graph;
+    hrx::Graph g;
+    std::vector<double> us;
+  };
+  std::vector<ChainVariant> vs;
+  for (bool graph : {false, true})
+    for (bool pdl : {false, true}) {
+      if (pdl && !supported) continue;
+      vs.push_back({fmt::format("{}_{}", graph ? "graph" : "eager", pdl ? "pdl" : "plain"), pdl, graph, {}, {}});
+    }
+  nlohmann::ordered_json edges = nlohmann::ordered_json::object();
+  for (ChainVariant& v : vs) {
+    stream.set_dependent_launch(v.pdl);
+    if (!v.graph) continue;
+    LOOM_RETURN_IF_ERROR(stream.begin_capture());
+    if (Status s = enqueue(n); !s.ok()) {
+      (void)stream.end_capture();
+      return s;
+    }
+    LOOM_ASSIGN_OR_RETURN(v.g, stream.end_capture());
+    if (cuda) {
+      LOOM_ASSIGN_OR_RETURN(int pe, programmatic_edges(stream, [&] { return enqueue(n); }));
+      edges[v.name] = {{"edges", n - 1}, {"programmatic", pe}};
+    }
+  }
+  for (int rep = -2; rep < o.reps; ++rep) {
+    for (ChainVariant& v : vs) {
+      stream.set_dependent_launch(v.pdl);
+      int32_t got = -1;
+      LOOM_RETURN_IF_ERROR(stream.memset(buf, 0, 0, 4));
+      LOOM_RETURN_IF_ERROR(stream.synchronize());
+      auto t0 = Clock::now();
+      LOOM_RETURN_IF_ERROR((v.graph ? v.g.launch(stream) : enqueue(n)).with_context(v.name));
+      LOOM_RETURN_IF_ERROR(stream.synchronize());
+      auto t1 = Clock::now();
+      LOOM_RETURN_IF_ERROR(stream.copy_d2h(&got, buf, 0, 4));
+      LOOM_RETURN_IF_ERROR(stream.synchronize());
+      if (got != n) return internal_error("dependent chain {}: counter {} after {} launches", v.name, got, n);
+      if (rep >= 0) v.us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / n);
+    }
+  }
+  stream.set_dependent_launch(was_on);
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (const ChainVariant& v : vs)
+    rows.push_back({{"variant", v.name}, {"dependent_launch", v.pdl}, {"graph", v.graph}, {"per_launch", stats(v.us)}});
+  *out = {{"kernel", "chain (thread 0 increments a counter), grid 1, block 32"},
+          {"launches", n},
+          {"dependent_launch_supported", supported},
+          {"variants", rows},
+          {"graph_edges", edges}};
+  return Status();
 }
 
 Status bench(const Options& o, nlohmann::ordered_json* out) {
@@ -158,6 +268,13 @@ Status bench(const Options& o, nlohmann::ordered_json* out) {
     }
   }
 
+  // Dependent chains: each launch increments a counter its predecessor wrote, so every launch
+  // waits for the one before. With and without programmatic dependent launch (hrx.h), eager and
+  // as a captured graph; the counter validates every variant. The graph edges are read back to
+  // check that capture kept them programmatic.
+  nlohmann::ordered_json chain = nlohmann::ordered_json::object();
+  if (o.chain > 0) LOOM_RETURN_IF_ERROR(bench_chain(o, dev, mod, stream, buf, &chain));
+
   nlohmann::ordered_json results = nlohmann::ordered_json::array();
   for (const Variant& v : vs)
     results.push_back({{"variant", v.name}, {"what", v.what}, {"enqueue", stats(v.enqueue_us)},
@@ -172,7 +289,8 @@ Status bench(const Options& o, nlohmann::ordered_json* out) {
           {"launches_per_rep", n},
           {"reps", o.reps},
           {"warmup_reps", 2},
-          {"results", results}};
+          {"results", results},
+          {"dependent_chain", chain}};
   if (cuda) {
     const double raw = median(vs[0].enqueue_us), hrx = median(vs[1].enqueue_us);
     (*out)["hrx_over_bare_enqueue"] = std::round(hrx / raw * 1000.0) / 1000.0;
@@ -197,6 +315,17 @@ int run_bench_launch(const Options& o) {
                 r["enqueue_and_sync"]["median_us"].get<double>(), r["what"].get<std::string>().c_str());
   if (out.contains("hrx_over_bare_enqueue"))
     std::printf("  hrx_launch / cuLaunchKernel (enqueue medians): %.3f\n", out["hrx_over_bare_enqueue"].get<double>());
+  if (const auto& c = out["dependent_chain"]; c.contains("variants")) {
+    std::printf("dependent chain of %d launches (dependent launch %s), us per launch, enqueue to done:\n",
+                c["launches"].get<int>(), c["dependent_launch_supported"].get<bool>() ? "supported" : "not supported");
+    for (const auto& r : c["variants"])
+      std::printf("  %-12s %8.3f [%.3f, %.3f]\n", r["variant"].get<std::string>().c_str(),
+                  r["per_launch"]["median_us"].get<double>(), r["per_launch"]["min_us"].get<double>(),
+                  r["per_launch"]["max_us"].get<double>());
+    for (const auto& e : c["graph_edges"].items())
+      std::printf("  %s graph: %d of %d edges programmatic\n", e.key().c_str(), e.value()["programmatic"].get<int>(),
+                  e.value()["edges"].get<int>());
+  }
   return 0;
 }
 
@@ -210,6 +339,7 @@ LOOM_COMMAND(kHrx, "hrx", "HRX runtime tools (launch benchmark)", [](CLI::App& s
   b->add_option("--reps", o->reps, "timed repetitions")->check(CLI::Range(3, 10000));
   b->add_option("--graph-size", o->graph_size, "launches per captured graph")->check(CLI::Range(1, 100000));
   b->add_flag("--json", o->json, "print JSON");
+  b->add_option("--chain", o->chain, "launches in the dependent chain (0: skip it)")->check(CLI::Range(0, 1000000));
   b->callback([which] { *which = "bench-launch"; });
   return [=]() -> int {
     if (*which == "bench-launch") return run_bench_launch(*o);

@@ -75,6 +75,9 @@ Loaded load() {
   R(cuGetErrorName, "cuGetErrorName");
   R(cuGetErrorString, "cuGetErrorString");
 #undef R
+  // Optional (CUDA 11.8+ / 12.3+): a missing one only turns its feature off.
+  a.cuLaunchKernelEx = reinterpret_cast<decltype(a.cuLaunchKernelEx)>(dlsym(lib, "cuLaunchKernelEx"));
+  a.cuGraphGetEdges_v2 = reinterpret_cast<decltype(a.cuGraphGetEdges_v2)>(dlsym(lib, "cuGraphGetEdges_v2"));
   if (!missing.empty()) {
     l.status = unavailable("NVIDIA driver too old: libcuda.so.1 lacks {}", missing);
     return l;

@@ -22,6 +22,7 @@ using CUstream = struct CUstream_st*;
 using CUevent = struct CUevent_st*;
 using CUgraph = struct CUgraph_st*;
 using CUgraphExec = struct CUgraphExec_st*;
+using CUgraphNode = struct CUgraphNode_st*;
 
 constexpr CUresult CUDA_SUCCESS = 0;
 constexpr CUresult CUDA_ERROR_INVALID_VALUE = 1;
@@ -36,6 +37,34 @@ constexpr CUresult CUDA_ERROR_NOT_FOUND = 500;
 constexpr unsigned CU_STREAM_NON_BLOCKING = 1;
 constexpr int CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;
 constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
+
+// Launch attributes for cuLaunchKernelEx (layouts and values as in cuda.h: the id is padded to 8
+// bytes, the value is a 64-byte union of which we use the leading int).
+constexpr int CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6;
+struct CUlaunchAttribute {
+  int id;
+  char pad[4];
+  union {
+    char bytes[64];
+    int programmatic_stream_serialization_allowed;
+  } value;
+};
+struct CUlaunchConfig {
+  unsigned grid_x, grid_y, grid_z;
+  unsigned block_x, block_y, block_z;
+  unsigned shared_bytes;
+  CUstream stream;
+  CUlaunchAttribute* attrs;
+  unsigned n_attrs;
+};
+static_assert(sizeof(CUlaunchAttribute) == 72 && sizeof(CUlaunchConfig) == 56, "cuda.h layout");
+
+// Graph edge annotations (cuGraphGetEdges_v2; CUDA 12.3+). A programmatic dependency between two
+// kernel nodes (from a launch with programmatic stream serialization) has type 1.
+struct CUgraphEdgeData {
+  unsigned char from_port, to_port, type, reserved[5];
+};
+constexpr unsigned char CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC = 1;
 
 // Device attributes (values as in cuda.h's CUdevice_attribute).
 enum class Attr : int {
@@ -103,6 +132,10 @@ struct Api {
   CUresult (*cuGraphExecDestroy)(CUgraphExec exec);
   CUresult (*cuGraphDestroy)(CUgraph g);
   CUresult (*cuGetErrorName)(CUresult r, const char** str);
+  // Optional entry points (null when the driver lacks them; callers check).
+  CUresult (*cuLaunchKernelEx)(const CUlaunchConfig* config, CUfunction fn, void** params, void** extra);
+  CUresult (*cuGraphGetEdges_v2)(CUgraph g, CUgraphNode* from, CUgraphNode* to, CUgraphEdgeData* data,
+                                 size_t* n_edges);
   CUresult (*cuGetErrorString)(CUresult r, const char** str);
 };
 

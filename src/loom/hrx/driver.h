@@ -89,6 +89,11 @@ struct hrx_stream {
   virtual loom::Status begin_capture() = 0;
   virtual loom::Result<hrx_graph*> end_capture() = 0;
   virtual void* native_handle() const { return nullptr; }
+
+  // Programmatic dependent launch (see hrx_stream_set_dependent_launch): asks for it and returns
+  // whether it is now in effect. Drivers that cannot overlap launches keep it off.
+  virtual bool set_dependent_launch(bool) { return false; }
+  virtual bool dependent_launch() const { return false; }
 };
 
 struct hrx_event {

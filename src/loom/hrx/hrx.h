@@ -151,6 +151,20 @@ typedef struct hrx_launch_config {
 hrx_status hrx_launch(hrx_stream* stream, hrx_kernel* kernel, const hrx_launch_config* config, void* const* args,
                       uint32_t n_args, const uint32_t* arg_sizes);
 
+/* Programmatic dependent launch (cuda, compute capability 9.0+, a driver with cuLaunchKernelEx):
+ * a kernel launched on such a stream may be scheduled while the kernel before it is still
+ * running, so the launch latency hides behind its predecessor's tail. Only kernels whose PTX
+ * entry contains griddepcontrol.wait take part (Loom's PTX emitter starts every sm_90 kernel with
+ * it): that instruction holds the kernel until its predecessor grids have completed and their
+ * memory is visible, so a kernel still sees all of its predecessor's writes. Other kernels, and
+ * copies and fills, are ordered as always. Captured graphs keep the programmatic edges.
+ * On by default where supported; the environment variable LOOM_HRX_PDL=0 turns the default off
+ * (for A/B runs). hrx_stream_set_dependent_launch asks for it on or off and writes to
+ * `in_effect` (may be NULL) whether it is now on: always 0 on cpu and on devices without it. */
+hrx_status hrx_stream_set_dependent_launch(hrx_stream* stream, int enable, int* in_effect);
+/* 1 when launches on the stream use programmatic dependent launch, else 0 (also for NULL). */
+int hrx_stream_dependent_launch(const hrx_stream* stream);
+
 /* Graphs: between begin and end, work enqueued on the stream is recorded, not run; end returns it
  * as a graph that hrx_graph_launch replays on any stream of the same device, as often as wanted.
  * Kernel arguments are the values at capture time; buffers are referenced by address, so they

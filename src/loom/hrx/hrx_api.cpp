@@ -295,6 +295,16 @@ hrx_status hrx_launch(hrx_stream* s, hrx_kernel* k, const hrx_launch_config* c, 
   return HRX_OK;
 }
 
+hrx_status hrx_stream_set_dependent_launch(hrx_stream* s, int enable, int* in_effect) {
+  if (in_effect) *in_effect = 0;
+  HRX_REQUIRE(s, "hrx_stream_set_dependent_launch: null stream");
+  const bool on = s->set_dependent_launch(enable != 0);
+  if (in_effect) *in_effect = on ? 1 : 0;
+  return HRX_OK;
+}
+
+int hrx_stream_dependent_launch(const hrx_stream* s) { return s && s->dependent_launch() ? 1 : 0; }
+
 hrx_status hrx_stream_begin_capture(hrx_stream* s) {
   HRX_REQUIRE(s, "hrx_stream_begin_capture: null stream");
   return fail(s->begin_capture());

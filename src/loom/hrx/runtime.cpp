@@ -217,6 +217,10 @@ Status Stream::launch(const Kernel& k, Dim3 grid, Dim3 block, void* const* args,
 }
 
 Status Stream::synchronize() { return st(hrx_stream_synchronize(s_)); }
+bool Stream::set_dependent_launch(bool on) {
+  int in_effect = 0;
+  return hrx_stream_set_dependent_launch(s_, on ? 1 : 0, &in_effect) == HRX_OK && in_effect != 0;
+}
 Status Stream::begin_capture() { return st(hrx_stream_begin_capture(s_)); }
 
 Result<Graph> Stream::end_capture() {

@@ -164,6 +164,10 @@ class Stream {
                 const uint32_t* sizes, uint32_t shared_bytes = 0);
   Status synchronize();
 
+  // Programmatic dependent launch (see hrx.h): asks for it on or off; returns whether it is on.
+  bool set_dependent_launch(bool on);
+  bool dependent_launch() const { return hrx_stream_dependent_launch(s_) != 0; }
+
   // Records instead of running until end_capture (see hrx.h).
   Status begin_capture();
   Result<Graph> end_capture();

@@ -25,6 +25,8 @@ class KernelEmitter {
   explicit KernelEmitter(const ir::Kernel& k) : k_(k), namer_(k), regs_(k.num_values()) {}
   // The .entry text of the kernel.
   Result<std::string> run();
+  // An instruction placed before the kernel's own code; call before run().
+  void prologue(const std::string& instruction) { line(instruction); }
 
  private:
   // structure (ptx_emitter.cpp)

@@ -1,7 +1,13 @@
 // The cuda driver: HRX objects over the CUDA driver API (cuda_api.h, loaded with dlopen). One
 // primary context per device, made current on the calling thread lazily; streams are
 // non-blocking CUstreams; graphs come from stream capture and are instantiated once.
+// Programmatic dependent launch (sm_90+): a kernel whose PTX starts by waiting on its predecessor
+// grid (griddepcontrol.wait) is launched with cuLaunchKernelEx and programmatic stream
+// serialization, so its launch overlaps the tail of the kernel before it (hrx.h).
+#include <cstdlib>
+#include <cstring>
 #include <memory>
+#include <set>
 #include <mutex>
 #include <vector>
 
@@ -88,13 +94,35 @@ Result<hrx_buffer*> CudaDevice::alloc(uint64_t bytes, hrx_memory_kind kind) {
 
 struct CudaKernel final : hrx_kernel {
   CUfunction fn = nullptr;
+  // The kernel waits for its predecessor grid before touching memory (griddepcontrol.wait), so
+  // it may be launched with programmatic stream serialization.
+  bool waits_on_grid = false;
   // Largest dynamic shared size opted in so far (cuFuncSetAttribute is needed above 48 KiB).
   std::atomic<uint32_t> shared_optin{48 * 1024};
   void* native_handle() const override { return fn; }
 };
 
+// Names of the PTX entries whose body contains griddepcontrol.wait. Loom's PTX emitter puts it
+// first in every sm_90 kernel; hand-written or NVRTC PTX without it is launched the classic way.
+std::set<std::string> entries_waiting_on_grid(std::string_view ptx) {
+  std::set<std::string> out;
+  size_t pos = ptx.find(".entry");
+  while (pos != std::string_view::npos) {
+    size_t name_begin = ptx.find_first_not_of(" \t", pos + 6);
+    size_t name_end = ptx.find_first_of(" \t(\n", name_begin);
+    if (name_begin == std::string_view::npos || name_end == std::string_view::npos) break;
+    size_t next = ptx.find(".entry", name_end);
+    std::string_view body = ptx.substr(name_end, next == std::string_view::npos ? std::string_view::npos : next - name_end);
+    if (body.find("griddepcontrol.wait") != std::string_view::npos)
+      out.emplace(ptx.substr(name_begin, name_end - name_begin));
+    pos = next;
+  }
+  return out;
+}
+
 struct CudaModule final : hrx_module {
-  CudaModule(CudaDevice* d, CUmodule m) : hrx_module(d), mod(m) {}
+  CudaModule(CudaDevice* d, CUmodule m, std::set<std::string> waiting)
+      : hrx_module(d), mod(m), waiting_on_grid(std::move(waiting)) {}
   ~CudaModule() override {
     auto* d = static_cast<CudaDevice*>(device);
     if (d->use().ok()) (void)d->api().cuModuleUnload(mod);
@@ -108,9 +136,11 @@ struct CudaModule final : hrx_module {
     LOOM_RETURN_IF_ERROR(check(r, "cuModuleGetFunction").with_context(fmt::format("kernel '{}'", name)));
     auto k = std::make_unique<CudaKernel>();
     k->fn = fn;
+    k->waits_on_grid = waiting_on_grid.count(name) > 0;
     return std::unique_ptr<hrx_kernel>(std::move(k));
   }
   CUmodule mod;
+  std::set<std::string> waiting_on_grid;
 };
 
 Result<hrx_module*> CudaDevice::load_ptx(std::string_view ptx) {
@@ -129,7 +159,7 @@ Result<hrx_module*> CudaDevice::load_ptx(std::string_view ptx) {
     if (log.empty()) log = info_log.data();
     return Status(s.code(), fmt::format("{}; JIT log: {}", s.message(), log.empty() ? "(empty)" : log));
   }
-  return new CudaModule(this, mod);
+  return new CudaModule(this, mod, entries_waiting_on_grid(text));
 }
 
 struct CudaGraph final : hrx_graph {
@@ -144,7 +174,10 @@ struct CudaGraph final : hrx_graph {
 
 class CudaStream final : public hrx_stream {
  public:
-  CudaStream(CudaDevice* d, CUstream s) : hrx_stream(d), dev_(d), api_(d->api()), s_(s) {}
+  CudaStream(CudaDevice* d, CUstream s) : hrx_stream(d), dev_(d), api_(d->api()), s_(s) {
+    const char* env = std::getenv("LOOM_HRX_PDL");
+    dependent_launch_ = supports_dependent_launch() && !(env && std::strcmp(env, "0") == 0);
+  }
   ~CudaStream() override {
     if (!dev_->use().ok()) return;
     (void)api_.cuStreamSynchronize(s_);
@@ -188,10 +221,19 @@ class CudaStream final : public hrx_stream {
                                .with_context(fmt::format("launch of {}", k->name)));
       k->shared_optin.store(c.shared_bytes, std::memory_order_relaxed);
     }
-    CUresult res = api_.cuLaunchKernel(k->fn, c.grid[0], c.grid[1], c.grid[2], c.block[0], c.block[1], c.block[2],
-                                       c.shared_bytes, s_, const_cast<void**>(r.args), nullptr);
+    CUresult res;
+    if (dependent_launch_ && k->waits_on_grid) {
+      CUlaunchAttribute attr{};
+      attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attr.value.programmatic_stream_serialization_allowed = 1;
+      CUlaunchConfig lc{c.grid[0], c.grid[1], c.grid[2], c.block[0], c.block[1], c.block[2], c.shared_bytes, s_, &attr, 1};
+      res = api_.cuLaunchKernelEx(&lc, k->fn, const_cast<void**>(r.args), nullptr);
+    } else {
+      res = api_.cuLaunchKernel(k->fn, c.grid[0], c.grid[1], c.grid[2], c.block[0], c.block[1], c.block[2],
+                                c.shared_bytes, s_, const_cast<void**>(r.args), nullptr);
+    }
     if (res != CUDA_SUCCESS) [[unlikely]]
-      return check(res, "cuLaunchKernel")
+      return check(res, dependent_launch_ && k->waits_on_grid ? "cuLaunchKernelEx" : "cuLaunchKernel")
           .with_context(fmt::format("launch of {} (grid {}x{}x{}, block {}x{}x{}, {} shared bytes)", k->name, c.grid[0],
                                     c.grid[1], c.grid[2], c.block[0], c.block[1], c.block[2], c.shared_bytes));
     return Status();
@@ -218,10 +260,22 @@ class CudaStream final : public hrx_stream {
   void* native_handle() const override { return s_; }
   CUstream handle() const { return s_; }
 
+  bool set_dependent_launch(bool on) override {
+    dependent_launch_ = on && supports_dependent_launch();
+    return dependent_launch_;
+  }
+  bool dependent_launch() const override { return dependent_launch_; }
+
  private:
+  // griddepcontrol needs sm_90; programmatic stream serialization needs cuLaunchKernelEx.
+  bool supports_dependent_launch() const {
+    return dev_->props.compute_capability_major >= 9 && api_.cuLaunchKernelEx != nullptr;
+  }
+
   CudaDevice* dev_;
   const Api& api_;
   CUstream s_;
+  bool dependent_launch_ = false;
 };
 
 Status CudaGraph::launch(hrx_stream* s) {
