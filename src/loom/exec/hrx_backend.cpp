@@ -215,6 +215,22 @@ class HrxBackend final : public llm::Backend {
     return Status();
   }
 
+  // Builds the plan a step of this size would use (same padding as execute), ahead of time.
+  Result<bool> prepare(int64_t n_tokens, int64_t n_outputs) override {
+    if (!model_) return failed_precondition("backend used before init");
+    if (n_tokens < 1 || n_outputs < 0 || n_outputs > n_tokens || n_tokens > n_ctx_)
+      return invalid_argument("cannot prepare a step of {} tokens with {} outputs (context {})", n_tokens, n_outputs, n_ctx_);
+    int64_t plan_tokens = pad_tokens(n_tokens);
+    if (plan_tokens > n_ctx_) plan_tokens = n_tokens;
+    const int64_t plan_outputs = n_outputs == 0 ? 0 : std::min(pad_tokens(n_outputs), plan_tokens);
+    const auto key = std::make_pair(plan_tokens, plan_outputs);
+    if (plans_.count(key)) return false;
+    auto plan = build_plan(plan_tokens, plan_outputs);
+    if (!plan.ok()) return std::move(plan).status().with_context(fmt::format("preparing a step of {} tokens on {}", n_tokens, name_));
+    plans_.emplace(key, std::move(plan).value());
+    return true;
+  }
+
  private:
   Status record_profile(const Plan& plan) {
     const std::string step = plan.n_tokens == 1 ? "decode" : "prompt";
@@ -294,6 +310,181 @@ class HrxBackend final : public llm::Backend {
     return !(e && std::string_view(e) == "0");
   }
 
+  // Which op computes a matmul launch of nt tokens on this target, with the activation format it
+  // reads (issues 7, 6). GPUs: 1..16 tokens through the wide-load mat-vec, which reads each
+  // weight once for all of them and gives every token the bits it gets alone (a batched decode
+  // step does not change a request's tokens); longer prompts on the tensor cores (activations
+  // converted to f16 once by quantize_act); shapes or weight types these ops refuse keep the
+  // generic matvec/matmul. LOOM_GPU_FAST_OPS=0 turns the GPU paths off.
+  struct MatmulChoice {
+    const OpSpec* op = nullptr;
+    GgmlType xtype = GgmlType::F32;  // activations as the op reads them (F16: matmul_mma)
+    Shape shape;
+    bool fast_matvec = false;  // matvec_gpu (several weights may share one launch)
+  };
+  Result<MatmulChoice> choose_matmul(const Launch& l, int64_t nt) const {
+    const llm::ref::WeightView& w = model_->weight(l.weight).view;
+    MatmulChoice mc;
+    mc.shape.dims = {{"wtype", static_cast<int64_t>(w.type)}, {"n_in", w.n_in}, {"n_out", w.n_out}, {"n_tokens", nt}};
+    LOOM_ASSIGN_OR_RETURN(mc.xtype, llm::ref::vec_dot_type(w.type));
+    if (dev_.target() == ir::TargetKind::kPtx && gpu_fast_ops()) {
+      const OpSpec* mvg = kernels::find_op("matvec_gpu");
+      if (mvg && !mvg->validate(mc.shape).ok()) mvg = nullptr;
+      // LOOM_GPU_BATCH_MATVEC=0: one token only, as before issue 6 (A/B of the batched path).
+      const char* bm = std::getenv("LOOM_GPU_BATCH_MATVEC");
+      if (nt > 1 && bm && std::string_view(bm) == "0") mvg = nullptr;
+      if (mvg) {
+        mc.op = mvg;  // same arguments as matvec: w, xq, y
+        mc.fast_matvec = true;
+        return mc;
+      }
+      const OpSpec* mma = kernels::find_op("matmul_mma");
+      if (nt >= 16 && mma && mma->validate(mc.shape).ok()) {
+        mc.op = mma;
+        mc.xtype = GgmlType::F16;
+        mc.shape.dims["xtype"] = 1;
+        return mc;
+      }
+    }
+    mc.op = kernels::find_op(nt == 1 ? "matvec" : "matmul");
+    if (!mc.op) return internal_error("the op library has no matvec/matmul");
+    return mc;
+  }
+
+  // Launch fusions of a step (issue 7), found before lowering so that each launch knows whether
+  // another call computes it:
+  //  - rms_norm whose output only feeds matmuls that read Q8_0/Q8_1 activations -> rms_norm_q8,
+  //    writing those blocks straight away (the norm's f32 output is never written), with the
+  //    add just before it (out = a + b feeding the norm) folded in (the sum is still written);
+  //  - 2..3 consecutive matmuls of one input through matvec_gpu with one weight type and n_in
+  //    (q|k|v, gate|up) -> one launch; a gate|up pair whose only reader is the swiglu after it
+  //    computes silu(gate) * up itself (the swiglu and the gate/up outputs go).
+  // Bit for bit as the unfused calls: rms_norm_q8 is bit-identical to rms_norm + quantize_act,
+  // and a matrix's rows in a multi-weight launch are the rows of its own launch with that
+  // launch's lanes per row (the default lanes per row counts all the launch's rows, so the
+  // GPU's float summation order may differ from the separate launch's; tests/ops checks both).
+  // LOOM_FUSE=0 turns them off (A/B), LOOM_FUSE=1 turns them on off the GPU too (the cpu
+  // driver's kernels are bit-identical to the reference, so tests/exec checks the lowering
+  // there); LOOM_DUMP_VALUES turns them off (every value is written).
+  struct Fusions {
+    std::map<const Launch*, GgmlType> norm_q8;             // rms_norm -> the activation format it writes
+    std::map<const Launch*, const Launch*> norm_add;       // rms_norm -> the add folded into it
+    std::map<const Launch*, std::vector<const Launch*>> groups;  // first matmul -> the launch's matmuls
+    std::map<const Launch*, const Launch*> glu;            // first matmul of a gate|up pair -> its swiglu
+    std::set<const Launch*> absorbed;                      // launches another call computes
+  };
+
+  bool fusions_enabled() const {
+    const char* e = std::getenv("LOOM_FUSE");
+    if (dump_dir_ || (e && std::string_view(e) == "0")) return false;
+    return dev_.target() == ir::TargetKind::kPtx || (e && std::string_view(e) == "1");
+  }
+
+  Result<Fusions> plan_fusions(const Program& p, int64_t nt) const {
+    Fusions f;
+    if (!fusions_enabled()) return f;
+    std::map<int32_t, std::vector<const Launch*>> readers;
+    for (const Launch& l : p.launches) {
+      if (l.in0 >= 0) readers[l.in0].push_back(&l);
+      if (l.in1 >= 0 && l.in1 != l.in0) readers[l.in1].push_back(&l);
+    }
+    LOOM_RETURN_IF_ERROR(fuse_norm_quant(p, nt, readers, f));
+    LOOM_RETURN_IF_ERROR(group_matmuls(p, nt, readers, f));
+    return f;
+  }
+
+  Status fuse_norm_quant(const Program& p, int64_t nt, std::map<int32_t, std::vector<const Launch*>>& readers,
+                         Fusions& f) const {
+    if (!kernels::find_op("rms_norm_q8")) return Status();
+    for (size_t i = 0; i < p.launches.size(); ++i) {
+      const Launch& l = p.launches[i];
+      if (l.op != OpCode::kRmsNorm || l.out == p.logits) continue;
+      const llm::ValueDesc& d = p.values[static_cast<size_t>(l.out)];
+      if (l.group != d.cols || d.cols % 32 != 0) continue;
+      const auto& rd = readers[l.out];
+      std::optional<GgmlType> xt;
+      bool ok = !rd.empty();
+      for (const Launch* r : rd) {
+        if (!ok) break;
+        if (r->op != OpCode::kMatMul || r->in0 != l.out) {
+          ok = false;
+          break;
+        }
+        LOOM_ASSIGN_OR_RETURN(MatmulChoice mc, choose_matmul(*r, nt));
+        ok = (mc.xtype == GgmlType::Q8_0 || mc.xtype == GgmlType::Q8_1) && (!xt || *xt == mc.xtype);
+        xt = mc.xtype;
+      }
+      if (!ok) continue;
+      f.norm_q8[&l] = *xt;
+      if (i > 0) {
+        const Launch& a = p.launches[i - 1];
+        const llm::ValueDesc& ad = p.values[static_cast<size_t>(std::max(a.out, 0))];
+        if (a.op == OpCode::kAdd && a.out >= 0 && a.out == l.in0 && a.in0 != a.in1 && ad.rows == d.rows &&
+            ad.cols == d.cols && !f.absorbed.count(&a)) {
+          f.norm_add[&l] = &a;
+          f.absorbed.insert(&a);
+        }
+      }
+    }
+    return Status();
+  }
+
+  Status group_matmuls(const Program& p, int64_t nt, std::map<int32_t, std::vector<const Launch*>>& readers,
+                       Fusions& f) const {
+    const OpSpec* mvg = kernels::find_op("matvec_gpu");
+    if (!mvg) return Status();
+    for (size_t i = 0; i < p.launches.size();) {
+      const Launch& l = p.launches[i];
+      if (l.op != OpCode::kMatMul) {
+        ++i;
+        continue;
+      }
+      LOOM_ASSIGN_OR_RETURN(MatmulChoice first, choose_matmul(l, nt));
+      const llm::ref::WeightView& w0 = model_->weight(l.weight).view;
+      std::vector<const Launch*> g = {&l};
+      while (first.fast_matvec && g.size() < 3 && i + g.size() < p.launches.size()) {
+        const Launch& n = p.launches[i + g.size()];
+        if (n.op != OpCode::kMatMul || n.in0 != l.in0) break;
+        const llm::ref::WeightView& wn = model_->weight(n.weight).view;
+        if (wn.type != w0.type || wn.n_in != w0.n_in) break;
+        LOOM_ASSIGN_OR_RETURN(MatmulChoice mc, choose_matmul(n, nt));
+        if (!mc.fast_matvec) break;
+        g.push_back(&n);
+      }
+      if (g.size() > 1) {
+        kernels::Shape s = first.shape;
+        s.dims["n_w"] = static_cast<int64_t>(g.size());
+        for (size_t m = 1; m < g.size(); ++m)
+          s.dims[fmt::format("n_out{}", m)] = model_->weight(g[m]->weight).view.n_out;
+        // gate|up: the swiglu right after the pair, the only reader of both outputs.
+        const size_t after = i + g.size();
+        if (g.size() == 2 && after < p.launches.size()) {
+          const Launch& sw = p.launches[after];
+          const int32_t go = g[0]->out, uo = g[1]->out;
+          if (sw.op == OpCode::kSwiGlu && sw.in0 == go && sw.in1 == uo && go != uo && readers[go].size() == 1 &&
+              readers[uo].size() == 1 && go != p.logits && uo != p.logits) {
+            kernels::Shape gs = s;
+            gs.dims["glu"] = 1;
+            if (mvg->validate(gs).ok()) {
+              f.glu[g[0]] = &sw;
+              f.absorbed.insert(&sw);
+              s = gs;
+            }
+          }
+        }
+        if (mvg->validate(s).ok()) {
+          f.groups[g[0]] = g;
+          for (size_t m = 1; m < g.size(); ++m) f.absorbed.insert(g[m]);
+        } else if (f.glu.count(g[0])) {
+          f.absorbed.erase(f.glu[g[0]]);
+          f.glu.erase(g[0]);
+        }
+      }
+      i += g.size();
+    }
+    return Status();
+  }
+
   // Program launches -> op calls. Rope launches are held back and fused with the KV store that
   // follows them (rope_kv rotates q in place and writes the rotated k and v into the cache).
   Result<std::vector<OpCall>> lower(Plan& plan) {
@@ -313,10 +504,31 @@ class HrxBackend final : public llm::Backend {
     auto rows_of = [&](int32_t v) { return p.values[static_cast<size_t>(v)].rows; };
     auto cols_of = [&](int32_t v) { return p.values[static_cast<size_t>(v)].cols; };
     auto vname = [&](int32_t v) { return p.values[static_cast<size_t>(v)].name; };
+    LOOM_ASSIGN_OR_RETURN(Fusions fu, plan_fusions(p, T));
+    // The address of value v's activations in format xt (quantized once per value and format,
+    // by a quantize_act call placed before the first reader).
+    auto activations = [&](int32_t v, GgmlType xt, int64_t n_in, int64_t nt) -> Result<uint64_t> {
+      if (xt == GgmlType::F32) return value_addr(plan, v);
+      auto key = std::make_pair(v, static_cast<int>(xt));
+      auto found = xq.find(key);
+      if (found != xq.end()) return found->second;
+      OpCall q;
+      LOOM_ASSIGN_OR_RETURN(q.op, op("quantize_act"));
+      q.shape.dims = {{"dtype", static_cast<int64_t>(xt)}, {"n_in", n_in}, {"n_tokens", nt}};
+      const uint64_t bytes = xt == GgmlType::F16 ? static_cast<uint64_t>(2 * n_in * nt)
+                                                 : llm::ref::quantized_row_bytes(xt, n_in) * static_cast<uint64_t>(nt);
+      LOOM_ASSIGN_OR_RETURN(uint64_t buf, scratch(plan, bytes));
+      q.bind = {{"x", value_addr(plan, v)}, {"xq", buf}};
+      q.label = fmt::format("quantize_act {} -> {}", vname(v), xt == GgmlType::F16 ? "f16" : llm::ggml_type_name(xt));
+      calls.push_back(std::move(q));
+      xq.emplace(key, buf);
+      return buf;
+    };
     std::function<Status(const Launch&)> step = [&](const Launch& l) -> Status {
       // A value that is written stops being the source of its quantized copies.
       if (l.out >= 0)
         for (auto it = xq.begin(); it != xq.end();) it = it->first.first == l.out ? xq.erase(it) : std::next(it);
+      if (fu.absorbed.count(&l)) return Status();  // computed by a fused call (plan_fusions)
       // A launch that reads a rotated (or deferred) value before the KV store (Gemma 3 scales q
       // there) runs after the fused rope_kv, in its original order.
       if (l.op != OpCode::kRope && l.op != OpCode::kKvStore && !pending_rope.empty() &&
@@ -339,6 +551,31 @@ class HrxBackend final : public llm::Backend {
           break;
         }
         case OpCode::kRmsNorm: {
+          if (auto nq = fu.norm_q8.find(&l); nq != fu.norm_q8.end()) {
+            // rms_norm_q8: the matmuls' Q8 blocks straight from the norm (and the add before it).
+            const GgmlType xt = nq->second;
+            const int64_t rows = rows_of(l.out), n = cols_of(l.out);
+            auto ad = fu.norm_add.find(&l);
+            const Launch* add = ad == fu.norm_add.end() ? nullptr : ad->second;
+            LOOM_ASSIGN_OR_RETURN(call.op, op("rms_norm_q8"));
+            call.shape = kernels::elt::make_shape({{"n_rows", rows}, {"n", n}, {"has_weight", l.weight >= 0 ? 1 : 0},
+                                                   {"dtype", static_cast<int64_t>(xt)}, {"add", add ? 1 : 0}},
+                                                  {{"eps_f32", l.eps}});
+            LOOM_ASSIGN_OR_RETURN(uint64_t buf, scratch(plan, llm::ref::quantized_row_bytes(xt, n) * static_cast<uint64_t>(rows)));
+            if (add) {
+              call.bind = {{"a", value_addr(plan, add->in0)}, {"b", value_addr(plan, add->in1)},
+                           {"sum", value_addr(plan, add->out)}};
+              call.label = fmt::format("add + rms_norm_q8 -> {}, {}", vname(add->out), vname(l.out));
+            } else {
+              call.bind = {{"x", value_addr(plan, l.in0)}};
+              call.label = fmt::format("rms_norm_q8 -> {}", vname(l.out));
+            }
+            call.out_value = add ? add->out : -1;  // the norm's f32 output is not written
+            call.bind["xq"] = buf;
+            if (l.weight >= 0) call.bind["w"] = weight_addr(l.weight);
+            xq[std::make_pair(l.out, static_cast<int>(xt))] = buf;
+            break;
+          }
           LOOM_ASSIGN_OR_RETURN(call.op, op("rms_norm"));
           const int64_t n = rows_of(l.out) * cols_of(l.out);
           call.shape = kernels::elt::make_shape({{"n_rows", n / l.group}, {"n", l.group}, {"has_weight", l.weight >= 0 ? 1 : 0}},
@@ -349,65 +586,34 @@ class HrxBackend final : public llm::Backend {
         }
         case OpCode::kMatMul: {
           const llm::ref::WeightView& w = model_->weight(l.weight).view;
-          LOOM_ASSIGN_OR_RETURN(GgmlType xt, llm::ref::vec_dot_type(w.type));
           const int64_t nt = rows_of(l.in0);
-          uint64_t xaddr = value_addr(plan, l.in0);
-          // GPUs (issues 7, 6): 1..16 tokens through the wide-load mat-vec, which reads each
-          // weight once for all of them and gives every token the bits it gets alone (a batched
-          // decode step does not change a request's tokens); longer prompts on the tensor cores
-          // (activations converted to f16 once by quantize_act); shapes or weight types these ops refuse keep the
-          // generic matvec/matmul. LOOM_GPU_FAST_OPS=0 turns this off.
-          const OpSpec* mvg = nullptr;
-          if (dev_.target() == ir::TargetKind::kPtx && gpu_fast_ops()) {
-            kernels::Shape fs;
-            fs.dims = {{"wtype", static_cast<int64_t>(w.type)}, {"n_in", w.n_in}, {"n_out", w.n_out}, {"n_tokens", nt}};
-            mvg = kernels::find_op("matvec_gpu");
-            if (mvg && !mvg->validate(fs).ok()) mvg = nullptr;
-            // LOOM_GPU_BATCH_MATVEC=0: one token only, as before issue 6 (A/B of the batched path).
-            const char* bm = std::getenv("LOOM_GPU_BATCH_MATVEC");
-            if (nt > 1 && bm && std::string_view(bm) == "0") mvg = nullptr;
-            const OpSpec* mma = kernels::find_op("matmul_mma");
-            if (!mvg && nt >= 16 && mma && mma->validate(fs).ok()) {
-              // Activations converted to f16 once (shared by every weight that reads them), not
-              // in every CTA of every matmul_mma.
-              auto key = std::make_pair(l.in0, static_cast<int>(GgmlType::F16));
-              auto found = xq.find(key);
-              if (found == xq.end()) {
-                OpCall q;
-                LOOM_ASSIGN_OR_RETURN(q.op, op("quantize_act"));
-                q.shape.dims = {{"dtype", static_cast<int64_t>(GgmlType::F16)}, {"n_in", w.n_in}, {"n_tokens", nt}};
-                LOOM_ASSIGN_OR_RETURN(uint64_t buf, scratch(plan, static_cast<uint64_t>(2 * w.n_in * nt)));
-                q.bind = {{"x", xaddr}, {"xq", buf}};
-                q.label = fmt::format("quantize_act {} -> f16", vname(l.in0));
-                calls.push_back(std::move(q));
-                found = xq.emplace(key, buf).first;
-              }
-              fs.dims["xtype"] = 1;
-              call.op = mma;
-              call.shape = fs;
-              call.bind = {{"w", weight_addr(l.weight)}, {"x", found->second}, {"y", value_addr(plan, l.out)}};
-              break;
+          LOOM_ASSIGN_OR_RETURN(MatmulChoice mc, choose_matmul(l, nt));
+          LOOM_ASSIGN_OR_RETURN(uint64_t xaddr, activations(l.in0, mc.xtype, w.n_in, nt));
+          call.op = mc.op;
+          call.shape = mc.shape;
+          call.bind = {{"w", weight_addr(l.weight)}, {mc.op->name() == "matmul_mma" ? "x" : "xq", xaddr},
+                       {"y", value_addr(plan, l.out)}};
+          if (auto g = fu.groups.find(&l); g != fu.groups.end()) {
+            // One matvec_gpu launch for the group's weights (plan_fusions checked the shape).
+            const std::vector<const Launch*>& ms = g->second;
+            auto glu = fu.glu.find(&l);
+            call.shape.dims["n_w"] = static_cast<int64_t>(ms.size());
+            std::string names = vname(l.out);
+            for (size_t m = 1; m < ms.size(); ++m) {
+              call.shape.dims[fmt::format("n_out{}", m)] = model_->weight(ms[m]->weight).view.n_out;
+              call.bind[fmt::format("w{}", m)] = weight_addr(ms[m]->weight);
+              if (glu == fu.glu.end()) call.bind[fmt::format("y{}", m)] = value_addr(plan, ms[m]->out);
+              names += "|" + vname(ms[m]->out);
+            }
+            if (glu != fu.glu.end()) {
+              call.shape.dims["glu"] = 1;
+              call.bind["y"] = value_addr(plan, glu->second->out);
+              call.out_value = glu->second->out;
+              call.label = fmt::format("matmul + swiglu -> {} ({})", vname(glu->second->out), names);
+            } else {
+              call.label = fmt::format("matmul -> {}", names);
             }
           }
-          if (xt != GgmlType::F32) {
-            auto key = std::make_pair(l.in0, static_cast<int>(xt));
-            auto found = xq.find(key);
-            if (found == xq.end()) {
-              OpCall q;
-              LOOM_ASSIGN_OR_RETURN(q.op, op("quantize_act"));
-              q.shape.dims = {{"dtype", static_cast<int64_t>(xt)}, {"n_in", w.n_in}, {"n_tokens", nt}};
-              LOOM_ASSIGN_OR_RETURN(uint64_t buf, scratch(plan, llm::ref::quantized_row_bytes(xt, w.n_in) * static_cast<uint64_t>(nt)));
-              q.bind = {{"x", xaddr}, {"xq", buf}};
-              q.label = fmt::format("quantize_act {} -> {}", vname(l.in0), llm::ggml_type_name(xt));
-              calls.push_back(std::move(q));
-              found = xq.emplace(key, buf).first;
-            }
-            xaddr = found->second;
-          }
-          LOOM_ASSIGN_OR_RETURN(call.op, op(nt == 1 ? "matvec" : "matmul"));
-          call.shape.dims = {{"wtype", static_cast<int64_t>(w.type)}, {"n_in", w.n_in}, {"n_out", w.n_out}, {"n_tokens", nt}};
-          if (mvg) call.op = mvg;  // same arguments: w, xq, y
-          call.bind = {{"w", weight_addr(l.weight)}, {"xq", xaddr}, {"y", value_addr(plan, l.out)}};
           break;
         }
         case OpCode::kAdd:

@@ -8,9 +8,11 @@
 // memory after a top-level barrier), so the cpu op tests check the GPU kernel itself.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <map>
 
+#include "loom/kernels/elementwise_util.h"
 #include "loom/kernels/op_list.h"
 #include "loom/kernels/op_util.h"
 #include "loom/llm/ops_ref.h"
@@ -354,6 +356,39 @@ constexpr int64_t kSharedBudget = 46 * 1024;
 // enough (Q6_K's 1680-byte units would spill).
 constexpr int64_t kMaxPrefetchBytes = 640;
 
+// The weight matrices of one launch (issue 7's fused decode step): n_w (1..3) matrices that
+// read the same activations, with the same n_in and type (q|k|v, gate|up), each with its own
+// rows (n_out, n_out1, n_out2) and output; or, with glu, gate and up of the same rows whose
+// silu(gate) * up is the one output (the SwiGLU after them fused in). Shapes of one matrix
+// carry none of the extra dims (their keys, and so the kernel store's, do not change).
+struct Group {
+  int n_w = 1;
+  bool glu = false;
+  int64_t rows[3] = {0, 0, 0};
+  int64_t total() const { return rows[0] + rows[1] + rows[2]; }
+  int outputs() const { return glu ? 1 : n_w; }
+};
+
+Group group_of(const Shape& s) {
+  auto dim = [&](const char* k) {
+    auto it = s.dims.find(k);
+    return it == s.dims.end() ? int64_t{0} : it->second;
+  };
+  Group g;
+  g.n_w = s.dims.count("n_w") ? static_cast<int>(dim("n_w")) : 1;
+  g.glu = dim("glu") != 0;
+  g.rows[0] = dim("n_out");
+  if (g.n_w >= 2) g.rows[1] = dim("n_out1");
+  if (g.n_w >= 3) g.rows[2] = dim("n_out2");
+  return g;
+}
+
+// silu(g) * u as the swiglu op computes it (ggml's exp: bit for bit llm::ref::swiglu).
+Value* silu_mul(Emit& b, Value* g, Value* u) {
+  Value* e = elt::exp_ggml(b, b.sub(b.f32(0.0), g));
+  return b.mul(b.div(g, b.add(b.f32(1.0), e)), u);
+}
+
 class MatvecGpuOp final : public OpSpec {
  public:
   std::string_view name() const override { return "matvec_gpu"; }
@@ -376,6 +411,14 @@ class MatvecGpuOp final : public OpSpec {
     if (n_out <= 0 || n_out > (1 << 24)) return invalid_argument("matvec_gpu: n_out={} out of range", n_out);
     if (nt < 1 || nt > kMaxTokens)
       return invalid_argument("matvec_gpu: n_tokens={} (1..{}; use matmul_mma or matmul)", nt, kMaxTokens);
+    const Group grp = group_of(s);
+    if (grp.n_w < 1 || grp.n_w > 3) return invalid_argument("matvec_gpu: n_w={} (1..3 weight matrices)", grp.n_w);
+    for (int m = 1; m < grp.n_w; ++m)
+      if (grp.rows[m] <= 0 || grp.rows[m] > (1 << 24))
+        return invalid_argument("matvec_gpu: n_out{}={} out of range", m, grp.rows[m]);
+    if (grp.glu && (grp.n_w != 2 || grp.rows[1] != n_out))
+      return invalid_argument("matvec_gpu: glu needs n_w=2 and n_out1 = n_out (gate and up rows)");
+    if (grp.total() > (1 << 24)) return invalid_argument("matvec_gpu: {} rows in all", grp.total());
     // One token's staged row, plus the lane partials, must fit the 48 KiB of shared memory;
     // more tokens are staged in groups that fit.
     const int64_t nb = n_in / f.block_elems;
@@ -384,28 +427,37 @@ class MatvecGpuOp final : public OpSpec {
     return Status();
   }
 
+  // Arguments: w [w1 [w2]], xq, y [y1 [y2]] (glu: the one output y).
   std::vector<ArgSpec> args(const Shape& s) const override {
     WFormat f{};
     w_format(static_cast<GgmlType>(s.at("wtype")), &f);
-    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
+    const Group grp = group_of(s);
+    const int64_t n_in = s.at("n_in"), nt = s.at("n_tokens");
     const int64_t nb = n_in / f.block_elems;
     const int64_t xrow = static_cast<int64_t>(llm::ref::quantized_row_bytes(f.xtype, n_in));
-    return {{"w", ArgKind::kBuffer, ArgRole::kInput, n_out * nb * f.block_bytes, Scalar::kU8},
-            {"xq", ArgKind::kBuffer, ArgRole::kInput, xrow * nt, Scalar::kU8},
-            {"y", ArgKind::kBuffer, ArgRole::kOutput, n_out * nt * 4, Scalar::kF32}};
+    std::vector<ArgSpec> a;
+    for (int m = 0; m < grp.n_w; ++m)
+      a.push_back({m ? fmt::format("w{}", m) : "w", ArgKind::kBuffer, ArgRole::kInput, grp.rows[m] * nb * f.block_bytes,
+                   Scalar::kU8});
+    a.push_back({"xq", ArgKind::kBuffer, ArgRole::kInput, xrow * nt, Scalar::kU8});
+    for (int m = 0; m < grp.outputs(); ++m)
+      a.push_back({m ? fmt::format("y{}", m) : "y", ArgKind::kBuffer, ArgRole::kOutput, grp.rows[m] * nt * 4, Scalar::kF32});
+    return a;
   }
 
   Cost cost(const Shape& s) const override {
-    auto a = args(s);
-    return {static_cast<double>(a[0].bytes + a[1].bytes + a[2].bytes),
-            2.0 * static_cast<double>(s.at("n_in")) * static_cast<double>(s.at("n_out")) *
-                static_cast<double>(s.at("n_tokens"))};
+    double bytes = 0;
+    for (const ArgSpec& a : args(s)) bytes += static_cast<double>(a.bytes);
+    return {bytes, 2.0 * static_cast<double>(s.at("n_in")) * static_cast<double>(group_of(s).total()) *
+                       static_cast<double>(s.at("n_tokens"))};
   }
 
   // As matvec's: the row's blocks are summed per lane, then across lanes, in another order than
   // the reference's (float rounding of ~n_in/32 terms); integer block sums are exact.
+  // glu: silu(g) * u moves g's error by up to ~1.1 times, times |u| (a few units here).
   Tolerance tolerance(const Shape& s) const override {
-    return {2e-6 * std::sqrt(static_cast<double>(s.at("n_in"))), 1e-5, false};
+    const double k = group_of(s).glu ? 8.0 : 1.0;
+    return {k * 2e-6 * std::sqrt(static_cast<double>(s.at("n_in"))), k * 1e-5, false};
   }
 
   // lanes_per_row and the unit plan fix each row's order of operations; the other knobs only
@@ -431,7 +483,10 @@ class MatvecGpuOp final : public OpSpec {
     w_format(static_cast<GgmlType>(s.at("wtype")), &f);
     const int64_t nb = s.at("n_in") / f.block_elems;
     const int64_t units = nb / unit_plan(f, nb).blocks;
-    const int64_t rows = s.at("n_out"), nt = s.at("n_tokens");
+    // Several matrices in one launch count as one of all their rows (glu: a thread's gate and
+    // up rows are its two rows, so rows_per_thread counts pairs).
+    const Group grp = group_of(s);
+    const int64_t rows = grp.total();
     const int64_t rpt = rows > 2048 && s.at("n_in") >= 1024 ? 2 : 1;
     int64_t lpr = 1;
     while (lpr < 32 && lpr < units && (rows * lpr / rpt < 16384 || lpr * 4 < units)) lpr *= 2;
@@ -439,7 +494,7 @@ class MatvecGpuOp final : public OpSpec {
     const int64_t threads = rows * lpr / rpt;  // small matrices: more, smaller CTAs
     return {{"warps", rows >= 8192 ? 8 : threads < 8192 ? 2 : 4},
             {"lanes_per_row", lpr},
-            {"rows_per_thread", rpt},
+            {"rows_per_thread", grp.glu ? std::max<int64_t>(1, rpt / 2) : rpt},
             {"passes", 1},
             {"prefetch", kquant ? 0 : 1}};
   }
@@ -449,6 +504,7 @@ class MatvecGpuOp final : public OpSpec {
     LOOM_RETURN_IF_ERROR(check_schedule(schedule_space(s, target), sch));
     WFormat f{};
     w_format(static_cast<GgmlType>(s.at("wtype")), &f);
+    const Group grp = group_of(s);
     const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
     const int64_t nb = n_in / f.block_elems;
     const int64_t row_bytes = nb * f.block_bytes;
@@ -457,7 +513,11 @@ class MatvecGpuOp final : public OpSpec {
     const int unit_bytes = up.blocks * f.block_bytes;
     const int64_t warps = sch.at("warps"), lpr = sch.at("lanes_per_row"), rpt = sch.at("rows_per_thread"),
                   passes = sch.at("passes");
-    const bool prefetch = sch.at("prefetch") != 0 && rpt * unit_bytes <= kMaxPrefetchBytes;
+    // A thread's weight rows ("entries"): its rpt rows, or with glu its rpt gate rows then the
+    // up rows of the same indices.
+    const int64_t halves = grp.glu ? 2 : 1;
+    const int64_t entries = rpt * halves;
+    const bool prefetch = sch.at("prefetch") != 0 && entries * unit_bytes <= kMaxPrefetchBytes;
     const int64_t threads = 32 * warps;
     const int64_t slots = threads / lpr;             // row slots per pass
     const int64_t rows_pass = slots * rpt;           // rows per pass
@@ -467,7 +527,8 @@ class MatvecGpuOp final : public OpSpec {
     // GPUs add a row's lane partials with shuffles; the cpp target (no shuffles) through shared
     // memory. Both add them in lane order, so the two agree bit for bit.
     const bool shfl_reduce = target != ir::TargetKind::kCpp;
-    const int64_t per_token = staged_bytes(f.xtype, nxb, up.blocks) + (shfl_reduce ? 0 : rows_cta * lpr * 4);
+    const int64_t per_token =
+        staged_bytes(f.xtype, nxb, up.blocks) + (shfl_reduce ? 0 : rows_cta * lpr * 4 * halves);
     if (per_token > kSharedBudget)
       return invalid_argument("matvec_gpu: schedule {} needs {} bytes of shared memory per token", schedule_key(sch),
                               per_token);
@@ -475,23 +536,56 @@ class MatvecGpuOp final : public OpSpec {
     const int64_t fit = std::min(nt, kSharedBudget / per_token);
     const int64_t groups = (nt + fit - 1) / fit;
     const int64_t tg = (nt + groups - 1) / groups;  // balanced group sizes
+    // Several matrices (not glu): each CTA serves rows of one of them; matrix m has the CTAs
+    // cta_start[m] .. cta_start[m + 1] - 1.
+    const int n_mat = grp.glu ? 1 : grp.n_w;
+    int64_t cta_start[4] = {0, 0, 0, 0};
+    for (int m = 0; m < n_mat; ++m) cta_start[m + 1] = cta_start[m] + (grp.rows[m] + rows_cta - 1) / rows_cta;
 
-    const std::string kname = fmt::format("matvec_gpu_{}", llm::ggml_type_name(f.wtype));
+    std::string kname = fmt::format("matvec_gpu_{}", llm::ggml_type_name(f.wtype));
+    if (grp.glu) kname += "_glu";
+    else if (grp.n_w > 1) kname += fmt::format("_w{}", grp.n_w);
     Generated g;
     ir::Kernel* k = g.module.add_kernel(kname);
     Emit b(*k);
     b.cpu = target == ir::TargetKind::kCpp;
-    Value* w = b.param(Type::pointer(AddrSpace::kConstant, Scalar::kU8), "w");
+    const Type wty = Type::pointer(AddrSpace::kConstant, Scalar::kU8), yty = ty::gptr(Scalar::kF32);
+    std::vector<Value*> wp, yp;
+    for (int m = 0; m < grp.n_w; ++m) wp.push_back(b.param(wty, m ? fmt::format("w{}", m) : "w"));
     Value* xq = b.param(ty::gptr(Scalar::kU8), "xq");
-    Value* y = b.param(ty::gptr(Scalar::kF32), "y");
+    for (int m = 0; m < grp.outputs(); ++m) yp.push_back(b.param(yty, m ? fmt::format("y{}", m) : "y"));
     Value* tid = b.thread_id(Mode::kX);
     Value* nthreads = b.i32(static_cast<int32_t>(threads));
     StagedX sx = alloc_x(b, f.xtype, tg * nxb, up.blocks);
-    Value* part = shfl_reduce ? nullptr : b.alloc_shared(Scalar::kF32, rows_cta * lpr * tg);
+    Value* part = shfl_reduce ? nullptr : b.alloc_shared(Scalar::kF32, rows_cta * lpr * tg * halves);
     Value* lane = b.rem(tid, b.i32(static_cast<int32_t>(lpr)));
     Value* slot = b.div(tid, b.i32(static_cast<int32_t>(lpr)));
     Value* lane0 = shfl_reduce ? b.sub(b.rem(tid, b.i32(32)), lane) : nullptr;  // the row's first lane in the warp
-    Value* cta_row0 = b.mul(b.block_id(Mode::kX), b.i32(static_cast<int32_t>(rows_cta)));
+    // This CTA's matrix: its weights, output, rows and first CTA (one uniform branch per CTA).
+    Value* bid = b.block_id(Mode::kX);
+    Value* w_sel = wp[0];
+    Value* y_sel = yp[0];
+    Value* nout_v = b.i32(static_cast<int32_t>(n_out));
+    Value* cta_local = bid;
+    if (n_mat > 1) {
+      std::function<std::vector<Value*>(int)> pick = [&](int m) -> std::vector<Value*> {
+        auto take = [&, m] {
+          return std::vector<Value*>{wp[static_cast<size_t>(m)], yp[static_cast<size_t>(m)],
+                                     b.i32(static_cast<int32_t>(grp.rows[m])),
+                                     b.sub(bid, b.i32(static_cast<int32_t>(cta_start[m])))};
+        };
+        if (m == n_mat - 1) return take();
+        return b.if_then_else(b.cmp(Mode::kLt, bid, b.i32(static_cast<int32_t>(cta_start[m + 1]))),
+                              {wty, yty, kI32, kI32}, take, [&, m] { return pick(m + 1); });
+      };
+      std::vector<Value*> sel = pick(0);
+      w_sel = sel[0], y_sel = sel[1], nout_v = sel[2], cta_local = sel[3];
+    }
+    // Entry e's weights: the CTA's matrix, or (glu) gate for the first rpt entries, up after.
+    auto w_of = [&](int64_t e) { return grp.glu && e >= rpt ? wp[1] : w_sel; };
+    auto mul_nout = [&](Value* x) { return n_mat > 1 ? b.mul(x, nout_v) : b.mulc(x, n_out); };
+    Value* last_row = n_mat > 1 ? b.sub(nout_v, b.i32(1)) : b.i32(static_cast<int32_t>(n_out - 1));
+    Value* cta_row0 = b.mul(cta_local, b.i32(static_cast<int32_t>(rows_cta)));
     const int x_words_per_block = f.xtype == GgmlType::Q8_K ? 64 : 8;
     const size_t nchunk = static_cast<size_t>(unit_bytes / up.align);
 
@@ -500,9 +594,10 @@ class MatvecGpuOp final : public OpSpec {
     auto row_offsets = [&](Value* p) {
       std::vector<Value*> wrow;
       for (int64_t r = 0; r < rpt; ++r) {
-        Value* row = b.min(b.add(cta_row0, b.addc(local_row0(p), r)), b.i32(static_cast<int32_t>(n_out - 1)));
+        Value* row = b.min(b.add(cta_row0, b.addc(local_row0(p), r)), last_row);
         wrow.push_back(b.mul(b.convert(row, kI64), b.i64(row_bytes)));
       }
+      for (int64_t r = 0; r < entries - rpt; ++r) wrow.push_back(wrow[static_cast<size_t>(r)]);  // glu: up rows
       return wrow;
     };
     auto unit_base = [&](Value* u) { return b.mul(b.convert(u, kI64), b.i64(unit_bytes)); };
@@ -510,8 +605,8 @@ class MatvecGpuOp final : public OpSpec {
     auto load_unit = [&](const std::vector<Value*>& wrow, Value* u) {
       Value* ub = unit_base(b.min(u, b.i32(static_cast<int32_t>(units - 1))));
       std::vector<Value*> out;
-      for (Value* wr : wrow) {
-        Window win(b, w, b.add(wr, ub), up.align);
+      for (size_t e = 0; e < wrow.size(); ++e) {
+        Window win(b, w_of(static_cast<int64_t>(e)), b.add(wrow[e], ub), up.align);
         for (Value* c : win.load_all(unit_bytes)) out.push_back(c);
       }
       return out;
@@ -530,11 +625,11 @@ class MatvecGpuOp final : public OpSpec {
       stage_x(b, sx, f.xtype, xq, nxb, xrow, g0, cnt, tid, nthreads);
       b.barrier();
       // Accumulates pass p's rows for the group's tokens `toks` (indices within the group) and
-      // hands each (row, token) lane partial to `out`.
+      // hands each (entry, token) lane partial to `out`, entries first.
       auto pass = [&](Value* p, bool first, const std::vector<Value*>& toks,
                       const std::function<void(int64_t, Value*, Value*)>& out) {
         std::vector<Value*> wrow = first && prefetch ? wrow0 : row_offsets(p);
-        const size_t nt_here = toks.size(), nacc = static_cast<size_t>(rpt) * nt_here;
+        const size_t nt_here = toks.size(), nacc = static_cast<size_t>(entries) * nt_here;
         std::vector<Value*> init(nacc, b.f32(0));
         if (prefetch) {
           std::vector<Value*> pre = first ? pre0 : load_unit(wrow, lane);
@@ -547,26 +642,26 @@ class MatvecGpuOp final : public OpSpec {
           if (prefetch) next = load_unit(wrow, b.addc(u, lpr));  // in flight while this unit computes
           Value* ubase = unit_base(u);
           std::vector<Window> wins;
-          for (int64_t r = 0; r < rpt; ++r) {
-            wins.emplace_back(b, w, b.add(wrow[static_cast<size_t>(r)], ubase), up.align);
-            if (prefetch) wins.back().adopt(it.subspan(nacc + static_cast<size_t>(r) * nchunk, nchunk));
+          for (int64_t e = 0; e < entries; ++e) {
+            wins.emplace_back(b, w_of(e), b.add(wrow[static_cast<size_t>(e)], ubase), up.align);
+            if (prefetch) wins.back().adopt(it.subspan(nacc + static_cast<size_t>(e) * nchunk, nchunk));
           }
           for (int blk = 0; blk < up.blocks; ++blk) {
             Value* xb = b.addc(b.mulc(u, up.blocks), blk);
             for (size_t j = 0; j < nt_here; ++j) {
               Value* xbj = b.add(xb, b.mulc(toks[j], nxb));
               std::vector<Value*> xw = x_words(b, sx, xbj, 0, x_words_per_block);
-              for (int64_t r = 0; r < rpt; ++r) {
-                Value*& acc = a[static_cast<size_t>(r) * nt_here + j];
-                acc = block_dot(b, f, wins[static_cast<size_t>(r)], blk * f.block_bytes, sx, xbj, xw, acc);
+              for (int64_t e = 0; e < entries; ++e) {
+                Value*& acc = a[static_cast<size_t>(e) * nt_here + j];
+                acc = block_dot(b, f, wins[static_cast<size_t>(e)], blk * f.block_bytes, sx, xbj, xw, acc);
               }
             }
           }
           a.insert(a.end(), next.begin(), next.end());
           return a;
         });
-        for (int64_t r = 0; r < rpt; ++r)
-          for (size_t j = 0; j < nt_here; ++j) out(r, toks[j], res[static_cast<size_t>(r) * nt_here + j]);
+        for (int64_t e = 0; e < entries; ++e)
+          for (size_t j = 0; j < nt_here; ++j) out(e, toks[j], res[static_cast<size_t>(e) * nt_here + j]);
       };
       // Pass 0 (whose first loads were issued before the staging), then the others in a loop.
       auto run_pass = [&](Value* p, bool first) {
@@ -575,8 +670,9 @@ class MatvecGpuOp final : public OpSpec {
           // cpp: one token at a time (an IR loop: the kernel's size does not grow with the token
           // count; a token's arithmetic is the same as in the GPU's all-tokens loop).
           b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(cnt)), b.i32(1), {}, [&](Value* j, std::span<Value* const>) {
-            pass(p, first, {j}, [&](int64_t r, Value* tj, Value* acc) {
-              Value* lr = b.add(b.addc(local0, r), b.mulc(tj, rows_cta));
+            pass(p, first, {j}, [&](int64_t e, Value* tj, Value* acc) {
+              const int64_t half = e / rpt, r = e % rpt;
+              Value* lr = b.add(b.addc(local0, r + half * rows_cta * tg), b.mulc(tj, rows_cta));
               b.store(part, b.add(b.mulc(lr, lpr), lane), acc);
             });
             return std::vector<Value*>{};
@@ -585,17 +681,23 @@ class MatvecGpuOp final : public OpSpec {
         }
         std::vector<Value*> toks;
         for (int64_t j = 0; j < cnt; ++j) toks.push_back(b.i32(static_cast<int32_t>(j)));
-        pass(p, first, toks, [&](int64_t r, Value* tj, Value* acc) {
+        std::map<std::pair<int64_t, Value*>, Value*> gate;  // glu: (row entry, token) -> gate sum
+        pass(p, first, toks, [&](int64_t e, Value* tj, Value* acc) {
           // The row's lanes' partials in lane order (as the cpp target's shared-memory sum).
           Value* sum = acc;
           if (lpr > 1) {
             sum = b.shfl(Mode::kIdx, acc, lane0);
             for (int64_t l = 1; l < lpr; ++l) sum = b.add(sum, b.shfl(Mode::kIdx, acc, b.addc(lane0, l)));
           }
-          Value* row = b.add(cta_row0, b.addc(local0, r));
-          Value* ok = b.bit_and(b.cmp(Mode::kEq, lane, b.i32(0)), b.cmp(Mode::kLt, row, b.i32(static_cast<int32_t>(n_out))));
+          if (grp.glu && e < rpt) {
+            gate[{e, tj}] = sum;
+            return;
+          }
+          if (grp.glu) sum = silu_mul(b, gate.at({e - rpt, tj}), sum);
+          Value* row = b.add(cta_row0, b.addc(local0, e % rpt));
+          Value* ok = b.bit_and(b.cmp(Mode::kEq, lane, b.i32(0)), b.cmp(Mode::kLt, row, nout_v));
           b.if_then_else(ok, {}, [&] {
-            b.store(y, b.add(row, b.mulc(b.addc(tj, g0), n_out)), sum);
+            b.store(y_sel, b.add(row, mul_nout(b.addc(tj, g0))), sum);
             return std::vector<Value*>{};
           });
         });
@@ -614,10 +716,16 @@ class MatvecGpuOp final : public OpSpec {
       b.for_loop(tid, b.i32(static_cast<int32_t>(rows_cta * cnt)), nthreads, {}, [&](Value* i, std::span<Value* const>) {
         Value* j = b.div(i, b.i32(static_cast<int32_t>(rows_cta)));
         Value* row = b.add(cta_row0, b.sub(i, b.mulc(j, rows_cta)));
-        Value* sum = b.load(part, b.mulc(i, lpr));
-        for (int64_t l = 1; l < lpr; ++l) sum = b.add(sum, b.load(part, b.addc(b.mulc(i, lpr), l)));
-        b.if_then_else(b.cmp(Mode::kLt, row, b.i32(static_cast<int32_t>(n_out))), {}, [&] {
-          b.store(y, b.add(b.mulc(b.addc(j, g0), n_out), row), sum);
+        auto lane_sum = [&](int64_t half) {
+          Value* base = b.mulc(half ? b.addc(i, half * rows_cta * tg) : i, lpr);
+          Value* sum = b.load(part, base);
+          for (int64_t l = 1; l < lpr; ++l) sum = b.add(sum, b.load(part, b.addc(base, l)));
+          return sum;
+        };
+        Value* sum = lane_sum(0);
+        if (grp.glu) sum = silu_mul(b, sum, lane_sum(1));
+        b.if_then_else(b.cmp(Mode::kLt, row, nout_v), {}, [&] {
+          b.store(y_sel, b.add(mul_nout(b.addc(j, g0)), row), sum);
           return std::vector<Value*>{};
         });
         return std::vector<Value*>{};
@@ -626,8 +734,8 @@ class MatvecGpuOp final : public OpSpec {
 
     KernelLaunch l;
     l.kernel = kname;
-    l.args = {0, 1, 2};
-    l.grid = {static_cast<uint32_t>((n_out + rows_cta - 1) / rows_cta), 1, 1};
+    for (int i = 0; i < grp.n_w + 1 + grp.outputs(); ++i) l.args.push_back(i);
+    l.grid = {static_cast<uint32_t>(cta_start[n_mat]), 1, 1};
     l.block = {static_cast<uint32_t>(threads), 1, 1};
     g.launches.push_back(l);
     return g;
@@ -637,28 +745,47 @@ class MatvecGpuOp final : public OpSpec {
     WFormat f{};
     const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
     w_format(wt, &f);
-    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
+    const Group grp = group_of(s);
+    const int64_t n_in = s.at("n_in"), nt = s.at("n_tokens");
     auto specs = args(s);
-    a[0].bytes.resize(static_cast<size_t>(specs[0].bytes));
-    random_rows(rng, wt, n_out, n_in, 0.1f, a[0].bytes.data());
-    a[1].bytes.resize(static_cast<size_t>(specs[1].bytes));
-    const int64_t xrow = specs[1].bytes / nt;
+    for (int m = 0; m < grp.n_w; ++m) {
+      a[static_cast<size_t>(m)].bytes.resize(static_cast<size_t>(specs[static_cast<size_t>(m)].bytes));
+      random_rows(rng, wt, grp.rows[m], n_in, 0.1f, a[static_cast<size_t>(m)].bytes.data());
+    }
+    HostArg& x = a[static_cast<size_t>(grp.n_w)];
+    x.bytes.resize(static_cast<size_t>(specs[static_cast<size_t>(grp.n_w)].bytes));
+    const int64_t xrow = specs[static_cast<size_t>(grp.n_w)].bytes / nt;
     for (int64_t t = 0; t < nt; ++t) {
-      std::vector<float> x = random_floats(rng, static_cast<size_t>(n_in), -1.0f, 1.0f);
-      llm::ref::quantize_activation(f.xtype, x.data(), a[1].bytes.data() + t * xrow, n_in);
+      std::vector<float> xv = random_floats(rng, static_cast<size_t>(n_in), -1.0f, 1.0f);
+      llm::ref::quantize_activation(f.xtype, xv.data(), x.bytes.data() + t * xrow, n_in);
     }
   }
 
+  // Each matrix's rows dotted with each token's row by llm::ref::vec_dot; glu: llm::ref::swiglu
+  // of the gate and up rows.
   Status reference(const Shape& s, std::span<HostArg> a) const override {
     const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
-    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
+    const Group grp = group_of(s);
+    const int64_t n_in = s.at("n_in"), nt = s.at("n_tokens");
     auto specs = args(s);
-    const int64_t wr = specs[0].bytes / n_out, xrow = specs[1].bytes / nt;
-    a[2].bytes.resize(static_cast<size_t>(specs[2].bytes));
-    float* yv = reinterpret_cast<float*>(a[2].bytes.data());
-    for (int64_t t = 0; t < nt; ++t)
-      for (int64_t r = 0; r < n_out; ++r)
-        yv[t * n_out + r] = llm::ref::vec_dot(wt, a[0].bytes.data() + r * wr, a[1].bytes.data() + t * xrow, n_in);
+    const uint8_t* xq = a[static_cast<size_t>(grp.n_w)].bytes.data();
+    const int64_t xrow = specs[static_cast<size_t>(grp.n_w)].bytes / nt;
+    std::vector<std::vector<float>> ys(static_cast<size_t>(grp.n_w));
+    for (int m = 0; m < grp.n_w; ++m) {
+      const int64_t rows = grp.rows[m], wr = specs[static_cast<size_t>(m)].bytes / rows;
+      const uint8_t* w = a[static_cast<size_t>(m)].bytes.data();
+      std::vector<float>& yv = ys[static_cast<size_t>(m)];
+      yv.resize(static_cast<size_t>(rows * nt));
+      for (int64_t t = 0; t < nt; ++t)
+        for (int64_t r = 0; r < rows; ++r)
+          yv[static_cast<size_t>(t * rows + r)] = llm::ref::vec_dot(wt, w + r * wr, xq + t * xrow, n_in);
+    }
+    if (grp.glu) llm::ref::swiglu(ys[0].data(), ys[1].data(), ys[0].data(), static_cast<int64_t>(ys[0].size()));
+    for (int m = 0; m < grp.outputs(); ++m) {
+      HostArg& out = a[static_cast<size_t>(grp.n_w + 1 + m)];
+      out.bytes.resize(ys[static_cast<size_t>(m)].size() * 4);
+      std::memcpy(out.bytes.data(), ys[static_cast<size_t>(m)].data(), out.bytes.size());
+    }
     return Status();
   }
 
@@ -684,6 +811,21 @@ class MatvecGpuOp final : public OpSpec {
     add(576, 96, GgmlType::Q4_1, 16);
     add(512, 40, GgmlType::Q6_K, 16);
     add(14336, 40, GgmlType::Q4_0, 5);  // Llama-3-8B down rows: 5 tokens do not fit at once (groups)
+    // Several matrices in one launch (issue 7): q|k|v-like rows (CTAs of each matrix, the last
+    // one short), gate|up with the SwiGLU fused in, one and several tokens.
+    auto multi = [&](int64_t n_in, GgmlType t, int64_t nt, std::vector<int64_t> rows, bool glu) {
+      Shape sh{{{"n_in", n_in}, {"n_out", rows[0]}, {"n_tokens", nt}, {"wtype", static_cast<int64_t>(t)},
+                {"n_w", static_cast<int64_t>(rows.size())}}};
+      for (size_t m = 1; m < rows.size(); ++m) sh.dims[fmt::format("n_out{}", m)] = rows[m];
+      if (glu) sh.dims["glu"] = 1;
+      out.push_back(sh);
+    };
+    multi(576, GgmlType::Q4_0, 1, {300, 70, 70}, false);
+    multi(1024, GgmlType::Q8_0, 3, {45, 33}, false);
+    multi(576, GgmlType::Q4_0, 1, {200, 200}, true);
+    multi(1024, GgmlType::Q4_1, 4, {96, 96}, true);
+    // (K-quant groups: tests/ops/matvec_gpu_fused_test.cpp on the GPU; the cpu's host compiler
+    // takes tens of seconds per K-quant kernel.)
     return out;
   }
 };

@@ -135,8 +135,11 @@ class NormQ8Op final : public OpSpec {
     }
     Value* mean = b.convert(b.div(ss, b.const_float(f64, static_cast<double>(n))), elt::f32_type());
     Value* scale = b.div(b.f32(1.0), b.unary(ir::Op::kSqrt, b.add(mean, b.f32(eps))));
+    // The add form reads the sum it wrote (the same float as a + b): `sum` may be `a` or `b`
+    // (an in-place residual), whose elements other threads read in this second pass.
     auto y_at = [&](Value* i) {
-      Value* v = b.mul(input(b.add(base, i)), scale);
+      Value* e = b.add(base, i);
+      Value* v = b.mul(add ? b.load(sum, e) : b.load(x, e), scale);
       return has_w ? b.mul(v, b.load(w, i)) : v;
     };
     // Round half to even of |v| < 2^22: the float adder rounds v + 1.5 * 2^23. v is y * id, and
