@@ -501,18 +501,28 @@ Result<Generated> AttentionOp::generate(const Shape& s, const Schedule& sch, ir:
     auto ci32 = [&](int64_t v) { return c.i32(static_cast<int32_t>(v)); };
     Value* row = c.block_id(ir::Mode::kX);  // token * H + head
     Value* base = c.mul(row, ci32(int64_t{S} * (D + 2)));
-    Value* M = c.for_loop(ci32(0), ci32(S), ci32(1), {c.f32(kNoMax)}, [&](Value* sp, std::span<Value* const> it) {
-      return std::vector<Value*>{c.max(it[0], c.load(sc, c.add(base, c.mul(sp, ci32(D + 2)))))};
-    })[0];
+    // The split loops are unrolled (S <= kMaxSplits is known here): every split's max, sum and
+    // value are loaded together, one trip to memory instead of one per split; the sums are
+    // formed in the same order as a loop would, so results are unchanged.
+    std::vector<Value*> m(S), l(S);
+    Value* M = c.f32(kNoMax);
+    for (int32_t sp = 0; sp < S; ++sp) {
+      m[sp] = c.load(sc, c.add(base, ci32(int64_t{sp} * (D + 2))));
+      l[sp] = c.load(sc, c.add(base, ci32(int64_t{sp} * (D + 2) + 1)));
+    }
+    for (int32_t sp = 0; sp < S; ++sp) M = c.max(M, m[sp]);
     const int32_t threads = gpu ? std::min<int32_t>(D, 128) : 1;
     c.for_loop(c.thread_id(ir::Mode::kX), ci32(D), ci32(threads), {}, [&](Value* d, std::span<Value* const>) {
-      auto la = c.for_loop(ci32(0), ci32(S), ci32(1), {c.f32(0.0), c.f32(0.0)}, [&](Value* sp, std::span<Value* const> it) {
-        Value* pb = c.add(base, c.mul(sp, ci32(D + 2)));
-        Value* f = c.unary(ir::Op::kExp, c.sub(c.load(sc, pb), M));
-        return std::vector<Value*>{c.fma(c.load(sc, c.add(pb, ci32(1))), f, it[0]),
-                                   c.fma(c.load(sc, c.add(pb, c.add(d, ci32(2)))), f, it[1])};
-      });
-      c.store(o, c.add(c.mul(row, ci32(D)), d), c.div(la[1], la[0]));
+      std::vector<Value*> v(S);
+      for (int32_t sp = 0; sp < S; ++sp) v[sp] = c.load(sc, c.add(base, c.add(d, ci32(int64_t{sp} * (D + 2) + 2))));
+      Value* sum_l = c.f32(0.0);
+      Value* sum_v = c.f32(0.0);
+      for (int32_t sp = 0; sp < S; ++sp) {
+        Value* f = c.unary(ir::Op::kExp, c.sub(m[sp], M));
+        sum_l = c.fma(l[sp], f, sum_l);
+        sum_v = c.fma(v[sp], f, sum_v);
+      }
+      c.store(o, c.add(c.mul(row, ci32(D)), d), c.div(sum_v, sum_l));
       return std::vector<Value*>{};
     });
     KernelLaunch cl;

@@ -64,7 +64,10 @@ class NormOp final : public OpSpec {
   std::vector<Knob> schedule_space(const Shape& s, ir::TargetKind t) const override {
     const int64_t n = dim_or(s, "n", 1);
     if (!elt::gpu_target(t)) return {{"rows_per_block", {1, 2, 4, 8}}, {"vec", elt::dividing(n, {4, 8, 16})}};
-    return {{"rows_per_block", {1, 2, 4}}, {"warps_per_row", {1, 2, 4, 8}}, {"vec", elt::dividing(n, {2, 4})}};
+    return {{"rows_per_block", {1, 2, 4}},
+            {"warps_per_row", {1, 2, 4, 8}},
+            {"vec", elt::dividing(n, {2, 4})},
+            {"cache", {0, 1}}};
   }
 
   Schedule default_schedule(const Shape& s, ir::TargetKind t) const override {
@@ -74,7 +77,7 @@ class NormOp final : public OpSpec {
                             .back();
     if (!elt::gpu_target(t)) return {{"rows_per_block", n >= 512 ? 1 : 4}, {"vec", vec}};
     const int64_t wpr = n >= 2048 ? 8 : n >= 512 ? 2 : 1;
-    return {{"rows_per_block", wpr == 1 ? 4 : 1}, {"warps_per_row", wpr}, {"vec", vec}};
+    return {{"rows_per_block", wpr == 1 ? 4 : 1}, {"warps_per_row", wpr}, {"vec", vec}, {"cache", 1}};
   }
 
   Result<Generated> generate(const Shape& s, const Schedule& sch, ir::TargetKind t) const override {
@@ -103,8 +106,20 @@ class NormOp final : public OpSpec {
     const int align = 4 * vec;
     Value* nv = b.i32(static_cast<int32_t>(n / vec));
 
+    // gpu, cache = 1: when each thread holds at most kMaxCached vectors of the row, they stay in
+    // registers from the first pass to the second (unrolled, guarded loads; the weight loaded
+    // with them), so the kernel makes one trip to memory before the reduction instead of two.
+    // The per-thread sums are added in the same order as the loop's, so results are identical.
+    const int row_threads = rows.threads() / rows.rows_per_block;
+    const int64_t per_thread = (n / vec + row_threads - 1) / row_threads;
+    const bool cached = rows.gpu && sch.at("cache") == 1 && per_thread <= kMaxCached;
+
     rows.emit(b, [&](const elt::RowLayout::Row& r) {
       Value* base = b.mul(r.row, b.i32(static_cast<int32_t>(n)));
+      if (cached) {
+        emit_cached_row(b, r, rows, x, xb, w, sum, y, base, nv, vec, static_cast<int>(per_thread), n, eps);
+        return;
+      }
       auto input = [&](Value* e) {
         Value* v = b.load(x, e, vt, align);
         return add_ ? b.add(v, b.load(xb, e, vt, align)) : v;
@@ -199,6 +214,55 @@ class NormOp final : public OpSpec {
   }
 
  private:
+  static constexpr int64_t kMaxCached = 16;
+
+  // The gpu row body of cache = 1 (see generate).
+  void emit_cached_row(ir::Builder& b, const elt::RowLayout::Row& r, elt::RowLayout& rows, Value* x, Value* xb,
+                       Value* w, Value* sum, Value* y, Value* base, Value* nv, int vec, int per_thread, int64_t n,
+                       float eps) const {
+    const ir::Type vt = elt::f32_type(vec);
+    const int align = 4 * vec;
+    Value* zero = b.const_float(vt, 0.0);
+    std::vector<Value*> xs, ws, in_row;
+    for (int i = 0; i < per_thread; ++i) {
+      Value* c = b.add(r.first, b.mul(r.stride, b.i32(i)));
+      Value* inside = b.cmp(ir::Mode::kLt, c, nv);
+      Value* e = b.add(base, b.mul(c, b.i32(vec)));
+      std::vector<ir::Type> types = {vt};
+      if (w) types.push_back(vt);
+      auto loaded = b.if_then_else(
+          inside, types,
+          [&] {
+            Value* v = b.load(x, e, vt, align);
+            if (add_) v = b.add(v, b.load(xb, e, vt, align));
+            std::vector<Value*> out = {v};
+            if (w) out.push_back(b.load(w, b.mul(c, b.i32(vec)), vt, align));
+            return out;
+          },
+          [&] { return w ? std::vector<Value*>{zero, zero} : std::vector<Value*>{zero}; });
+      xs.push_back(loaded[0]);
+      if (w) ws.push_back(loaded[1]);
+      in_row.push_back(inside);
+    }
+    Value* acc = zero;
+    for (Value* v : xs) acc = b.add(acc, b.mul(v, v));
+    Value* ss = rows.reduce(b, elt::horizontal_sum(b, acc), ir::Op::kAdd);
+    Value* mean = b.div(ss, b.f32(static_cast<double>(n)));
+    Value* scale = b.div(b.f32(1.0), b.unary(ir::Op::kSqrt, b.add(mean, b.f32(eps))));
+    Value* scale_v = vec > 1 ? b.splat(scale, vec) : scale;
+    for (int i = 0; i < per_thread; ++i) {
+      Value* c = b.add(r.first, b.mul(r.stride, b.i32(i)));
+      Value* e = b.add(base, b.mul(c, b.i32(vec)));
+      Value* out = b.mul(xs[i], scale_v);
+      if (w) out = b.mul(out, ws[i]);
+      b.if_then_else(b.bit_and(r.live, in_row[i]), {}, [&] {
+        if (add_) b.store(sum, e, xs[i], align);
+        b.store(y, e, out, align);
+        return std::vector<Value*>{};
+      });
+    }
+  }
+
   bool add_;
 };
 

@@ -124,8 +124,11 @@ class RopeKvOp final : public OpSpec {
   Schedule default_schedule(const Shape& s, ir::TargetKind t) const override {
     auto space = schedule_space(s, t);
     if (!elt::gpu_target(t)) return {{"pairs_per_thread", space[0].choices[0]}, {"heads_per_block", space[1].choices[0]}};
-    // Decode (one token) spreads heads over blocks; prompts have blocks enough from tokens.
-    const int64_t hpb = dim_or(s, "n_tokens", 1) >= 32 ? space[1].choices.back() : std::min<int64_t>(4, space[1].choices.back());
+    // Prompts have blocks enough from tokens: one block per token does every head. Decode gives
+    // each head its own block: a block walks its heads one after another, and as q is rotated in
+    // place each head's loads wait for the previous head's stores (one memory round trip per
+    // head; 4 heads per block cost ~6 us per launch on the H200, session 4).
+    const int64_t hpb = dim_or(s, "n_tokens", 1) >= 32 ? space[1].choices.back() : 1;
     return {{"pairs_per_thread", 1}, {"heads_per_block", hpb}};
   }
 
