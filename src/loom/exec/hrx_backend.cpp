@@ -100,6 +100,7 @@ class HrxBackend final : public llm::Backend {
     LOOM_ASSIGN_OR_RETURN(dev_, hrx::Device::open(opt_.device));
     name_ = "hrx:" + dev_.props().spec;
     LOOM_ASSIGN_OR_RETURN(stream_, hrx::Stream::create(dev_));
+    pdl_ = stream_.dependent_launch();  // programmatic dependent launch where HRX supports it
     model_ = &model;
     n_ctx_ = n_ctx;
     n_seq_ = n_seq;
@@ -177,6 +178,9 @@ class HrxBackend final : public llm::Backend {
     for (int64_t i = 0; i < plan.n_outputs; ++i)
       h[plan.rows_off / 4 + i] = in.output_rows[std::min<int64_t>(i, p.n_outputs - 1)];
     LOOM_RETURN_IF_ERROR(stream_.copy_h2d(plan.step, 0, h, plan.host_step.size() * 4));
+    // Programmatic dependent launch (hrx.h) for decode-sized steps; prompts as
+    // LOOM_GPU_PDL_PROMPT says. A graph keeps the setting it was captured with.
+    stream_.set_dependent_launch(pdl_ && (T <= 16 || pdl_prompt_));
     if (plan.graph.raw()) {
       LOOM_RETURN_IF_ERROR(plan.graph.launch(stream_));
     } else {
@@ -873,6 +877,9 @@ class HrxBackend final : public llm::Backend {
   std::string name_ = "hrx";
   hrx::Device dev_;
   hrx::Stream stream_;
+  // Programmatic dependent launch: supported and on (hrx.h); also for prompt steps.
+  bool pdl_ = false;
+  bool pdl_prompt_ = !(std::getenv("LOOM_GPU_PDL_PROMPT") && std::getenv("LOOM_GPU_PDL_PROMPT")[0] == '0');
   const llm::Model* model_ = nullptr;
   int64_t n_ctx_ = 0, n_seq_ = 1, k_row_ = 0, v_row_ = 0;
   std::vector<hrx::Buffer> weights_, k_cache_, v_cache_;

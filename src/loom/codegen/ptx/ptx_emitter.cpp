@@ -3,6 +3,8 @@
 // bit casts are in ptx_lanes.cpp.
 #include "loom/codegen/ptx/ptx_emitter.h"
 
+#include <cstdlib>
+
 #include "loom/codegen/emit_util.h"
 #include "loom/codegen/ptx/ptx_internal.h"
 #include "loom/ir/passes/passes.h"
@@ -431,12 +433,16 @@ Result<std::string> emit_ptx(const ir::Module& module, std::string_view arch) {
   // dependent's griddepcontrol.wait still waits for this grid's completion and memory flush, so
   // triggering early only lets the dependent's blocks be scheduled sooner. After the wait, it
   // reaches at most one kernel ahead.
+  // LOOM_PTX_PDL_TRIGGER=0 leaves the trigger out (dependents then launch as this grid's
+  // blocks exit): an A/B switch for measurements.
   const bool grid_dependency = arch == "sm_90";
+  const char* trigger_env = std::getenv("LOOM_PTX_PDL_TRIGGER");
+  const bool trigger = !(trigger_env && trigger_env[0] == '0');
   for (const auto& k : lowered.kernels) {
     ptx::KernelEmitter e(*k);
     if (grid_dependency) {
       e.prologue("griddepcontrol.wait;");
-      e.prologue("griddepcontrol.launch_dependents;");
+      if (trigger) e.prologue("griddepcontrol.launch_dependents;");
     }
     LOOM_ASSIGN_OR_RETURN(std::string text, e.run());
     out += text;
