@@ -381,38 +381,47 @@ class HrxBackend final : public llm::Backend {
     return f;
   }
 
+  // LOOM_FUSE_NORM: q8 (the default: rms_norm_q8 where every reader takes Q8_0/Q8_1
+  // activations, add_rms_norm for the other adds before a norm), add (add_rms_norm only), 0.
   Status fuse_norm_quant(const Program& p, int64_t nt, std::map<int32_t, std::vector<const Launch*>>& readers,
                          Fusions& f) const {
-    if (!kernels::find_op("rms_norm_q8")) return Status();
+    const char* env = std::getenv("LOOM_FUSE_NORM");
+    const std::string mode = env && *env ? env : "q8";
+    if (mode == "0") return Status();
+    const bool q8 = mode == "q8" && kernels::find_op("rms_norm_q8");
+    const bool add_norm = kernels::find_op("add_rms_norm") != nullptr;
+    auto slot = [&](int32_t v) { return p.values[static_cast<size_t>(v)].slot; };
     for (size_t i = 0; i < p.launches.size(); ++i) {
       const Launch& l = p.launches[i];
       if (l.op != OpCode::kRmsNorm || l.out == p.logits) continue;
       const llm::ValueDesc& d = p.values[static_cast<size_t>(l.out)];
-      if (l.group != d.cols || d.cols % 32 != 0) continue;
+      bool to_q8 = q8 && l.group == d.cols && d.cols % 32 == 0;
       const auto& rd = readers[l.out];
       std::optional<GgmlType> xt;
-      bool ok = !rd.empty();
+      to_q8 = to_q8 && !rd.empty();
       for (const Launch* r : rd) {
-        if (!ok) break;
+        if (!to_q8) break;
         if (r->op != OpCode::kMatMul || r->in0 != l.out) {
-          ok = false;
+          to_q8 = false;
           break;
         }
         LOOM_ASSIGN_OR_RETURN(MatmulChoice mc, choose_matmul(*r, nt));
-        ok = (mc.xtype == GgmlType::Q8_0 || mc.xtype == GgmlType::Q8_1) && (!xt || *xt == mc.xtype);
+        to_q8 = (mc.xtype == GgmlType::Q8_0 || mc.xtype == GgmlType::Q8_1) && (!xt || *xt == mc.xtype);
         xt = mc.xtype;
       }
-      if (!ok) continue;
-      f.norm_q8[&l] = *xt;
-      if (i > 0) {
-        const Launch& a = p.launches[i - 1];
-        const llm::ValueDesc& ad = p.values[static_cast<size_t>(std::max(a.out, 0))];
-        if (a.op == OpCode::kAdd && a.out >= 0 && a.out == l.in0 && a.in0 != a.in1 && ad.rows == d.rows &&
-            ad.cols == d.cols && !f.absorbed.count(&a)) {
-          f.norm_add[&l] = &a;
-          f.absorbed.insert(&a);
-        }
-      }
+      if (to_q8) f.norm_q8[&l] = *xt;
+      if (i == 0 || (!to_q8 && !add_norm)) continue;
+      const Launch& a = p.launches[i - 1];
+      if (a.op != OpCode::kAdd || a.out < 0 || a.out != l.in0 || f.absorbed.count(&a)) continue;
+      const llm::ValueDesc& ad = p.values[static_cast<size_t>(a.out)];
+      if (ad.rows != d.rows || ad.cols != d.cols) continue;
+      // add_rms_norm may read a and b again after writing sum and y: none of them may share
+      // memory with an input (rms_norm_q8 reads back its sum and writes only blocks).
+      if (!to_q8 && (slot(a.out) == slot(a.in0) || slot(a.out) == slot(a.in1) || slot(l.out) == slot(a.in0) ||
+                     slot(l.out) == slot(a.in1)))
+        continue;
+      f.norm_add[&l] = &a;
+      f.absorbed.insert(&a);
     }
     return Status();
   }
@@ -562,6 +571,19 @@ class HrxBackend final : public llm::Backend {
             call.bind["xq"] = buf;
             if (l.weight >= 0) call.bind["w"] = weight_addr(l.weight);
             xq[std::make_pair(l.out, static_cast<int>(xt))] = buf;
+            break;
+          }
+          if (auto ad = fu.norm_add.find(&l); ad != fu.norm_add.end()) {
+            // add_rms_norm: the residual add fused in front (sum and the normalized row written).
+            const Launch& a = *ad->second;
+            LOOM_ASSIGN_OR_RETURN(call.op, op("add_rms_norm"));
+            const int64_t n = rows_of(l.out) * cols_of(l.out);
+            call.shape = kernels::elt::make_shape(
+                {{"n_rows", n / l.group}, {"n", l.group}, {"has_weight", l.weight >= 0 ? 1 : 0}}, {{"eps_f32", l.eps}});
+            call.bind = {{"a", value_addr(plan, a.in0)}, {"b", value_addr(plan, a.in1)}, {"sum", value_addr(plan, a.out)},
+                         {"y", value_addr(plan, l.out)}};
+            if (l.weight >= 0) call.bind["w"] = weight_addr(l.weight);
+            call.label = fmt::format("add + rms_norm -> {}, {}", vname(a.out), vname(l.out));
             break;
           }
           LOOM_ASSIGN_OR_RETURN(call.op, op("rms_norm"));

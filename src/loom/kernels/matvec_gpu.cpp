@@ -581,6 +581,20 @@ class MatvecGpuOp final : public OpSpec {
       std::vector<Value*> sel = pick(0);
       w_sel = sel[0], y_sel = sel[1], nout_v = sel[2], cta_local = sel[3];
     }
+    // The cpp target splits the kernel at top-level barriers and cannot carry a pointer from
+    // one phase to the next (its spill slots are declared const of a const pointer type): there
+    // the matrix's pointers are picked again at the start of each phase (the GPU keeps them).
+    auto reselect = [&] {
+      if (n_mat == 1 || shfl_reduce) return;
+      std::function<std::vector<Value*>(int)> pick = [&](int m) -> std::vector<Value*> {
+        auto take = [&, m] { return std::vector<Value*>{wp[static_cast<size_t>(m)], yp[static_cast<size_t>(m)]}; };
+        if (m == n_mat - 1) return take();
+        return b.if_then_else(b.cmp(Mode::kLt, bid, b.i32(static_cast<int32_t>(cta_start[m + 1]))), {wty, yty}, take,
+                              [&, m] { return pick(m + 1); });
+      };
+      std::vector<Value*> sel = pick(0);
+      w_sel = sel[0], y_sel = sel[1];
+    };
     // Entry e's weights: the CTA's matrix, or (glu) gate for the first rpt entries, up after.
     auto w_of = [&](int64_t e) { return grp.glu && e >= rpt ? wp[1] : w_sel; };
     auto mul_nout = [&](Value* x) { return n_mat > 1 ? b.mul(x, nout_v) : b.mulc(x, n_out); };
@@ -667,6 +681,7 @@ class MatvecGpuOp final : public OpSpec {
       auto run_pass = [&](Value* p, bool first) {
         Value* local0 = local_row0(p);
         if (!shfl_reduce) {
+          reselect();
           // cpp: one token at a time (an IR loop: the kernel's size does not grow with the token
           // count; a token's arithmetic is the same as in the GPU's all-tokens loop).
           b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(cnt)), b.i32(1), {}, [&](Value* j, std::span<Value* const>) {
@@ -712,6 +727,7 @@ class MatvecGpuOp final : public OpSpec {
                    });
       if (shfl_reduce) continue;
       b.barrier();
+      reselect();
       // One thread per (token, row) adds its lanes' partials in lane order.
       b.for_loop(tid, b.i32(static_cast<int32_t>(rows_cta * cnt)), nthreads, {}, [&](Value* i, std::span<Value* const>) {
         Value* j = b.div(i, b.i32(static_cast<int32_t>(rows_cta)));
