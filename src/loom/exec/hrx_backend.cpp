@@ -178,8 +178,10 @@ class HrxBackend final : public llm::Backend {
     for (int64_t i = 0; i < plan.n_outputs; ++i)
       h[plan.rows_off / 4 + i] = in.output_rows[std::min<int64_t>(i, p.n_outputs - 1)];
     LOOM_RETURN_IF_ERROR(stream_.copy_h2d(plan.step, 0, h, plan.host_step.size() * 4));
-    // Programmatic dependent launch (hrx.h) for decode-sized steps; prompts as
-    // LOOM_GPU_PDL_PROMPT says. A graph keeps the setting it was captured with.
+    // Programmatic dependent launch (hrx.h) for decode-sized steps; prompts only with
+    // LOOM_GPU_PDL_PROMPT=1. H200 (docs/performance.md, session 5): SmolLM2 tg128 ~872 -> ~1030
+    // tok/s with it; its pp512 lost with it (57.9K -> 52.7K) as the sm_90 kernels trigger their
+    // dependents early. A graph keeps the setting it was captured with.
     stream_.set_dependent_launch(pdl_ && (T <= 16 || pdl_prompt_));
     if (plan.graph.raw()) {
       LOOM_RETURN_IF_ERROR(plan.graph.launch(stream_));
@@ -901,7 +903,7 @@ class HrxBackend final : public llm::Backend {
   hrx::Stream stream_;
   // Programmatic dependent launch: supported and on (hrx.h); also for prompt steps.
   bool pdl_ = false;
-  bool pdl_prompt_ = !(std::getenv("LOOM_GPU_PDL_PROMPT") && std::getenv("LOOM_GPU_PDL_PROMPT")[0] == '0');
+  bool pdl_prompt_ = std::getenv("LOOM_GPU_PDL_PROMPT") && std::getenv("LOOM_GPU_PDL_PROMPT")[0] == '1';
   const llm::Model* model_ = nullptr;
   int64_t n_ctx_ = 0, n_seq_ = 1, k_row_ = 0, v_row_ = 0;
   std::vector<hrx::Buffer> weights_, k_cache_, v_cache_;
