@@ -30,10 +30,10 @@ for step in "${steps[@]}"; do
   case "$step" in
     tests)
       timeout "${GPUFAST_TEST_TIMEOUT:-90}" "$bin/test_ops" \
-        --gtest_filter='*matvec_gpu_cuda*:*matmul_mma_cuda*:*quantize_act_cuda*:*MatvecGpuBatch*/1' \
+        --gtest_filter='*matvec_gpu_cuda*:*matmul_mma_cuda*:*quantize_act_cuda*:*rms_norm_q8_cuda*:*MatvecGpuBatch*/1:*MatvecGpuFused*/cuda' \
         --gtest_output="json:/tmp/gpufast_tests.json" > "$out/gpufast_tests.log" 2>&1 || rc=1
       [[ -s /tmp/gpufast_tests.json ]] && python3 tools/gpu/gtest_summary.py "$out/gpufast_tests.json" "$commit" \
-        "bash tools/gpu/gpufast.sh tests (test_ops: matvec_gpu, matmul_mma, quantize_act, batch bit-identity on cuda)" /tmp/gpufast_tests.json
+        "bash tools/gpu/gpufast.sh tests (test_ops: matvec_gpu, matmul_mma, quantize_act, rms_norm_q8, batch and fused bit-identity on cuda)" /tmp/gpufast_tests.json
       grep -E "FAILED|Failure|reference|SKIPPED" "$out/gpufast_tests.log" | sort | uniq | head -20
       tail -3 "$out/gpufast_tests.log"
       ;;
