@@ -2,12 +2,15 @@
 // sequence slots, /metrics, and a chat page at /. SIGTERM or Ctrl-C drains and exits.
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cli.h"
 #include "loom/exec/hrx_backend.h"
@@ -41,7 +44,36 @@ struct ServeFlags {
   size_t max_body = 1 << 20;
   double drain_seconds = 30.0;
   bool quiet = false;
+  bool prepare = true;  // build the step plans of likely batch sizes before listening
 };
+
+// Builds the step plans the first requests would otherwise wait for (HRX devices compile one
+// per padded size): decode steps of 1, 2, 4, ... tokens (one per busy slot, each with its
+// logits) up to --parallel, and a prompt step of each power-of-two size up to --batch-size with
+// one row of logits (a lone request reading its prompt). Backends without plans build nothing.
+Status prepare_steps(llm::Backend& backend, const ServeFlags& f, int64_t n_ctx) {
+  std::vector<std::pair<int64_t, int64_t>> sizes;
+  const int64_t max_tokens = std::min<int64_t>(f.n_batch, n_ctx);
+  for (int64_t s = 1; s <= max_tokens; s *= 2) {
+    sizes.emplace_back(s, s);
+    if (s >= f.parallel) break;
+  }
+  for (int64_t t = 2; t <= max_tokens; t *= 2) sizes.emplace_back(t, 1);
+  const double t0 = serve::now_seconds();
+  int built = 0;
+  for (const auto& [n_tokens, n_outputs] : sizes) {
+    const double t1 = serve::now_seconds();
+    LOOM_ASSIGN_OR_RETURN(bool b, backend.prepare(n_tokens, n_outputs));
+    if (!b) continue;
+    ++built;
+    std::fprintf(stderr, "loom serve: prepared the step plan for %lld tokens, %lld outputs (%.1f s)\n",
+                 static_cast<long long>(n_tokens), static_cast<long long>(n_outputs), serve::now_seconds() - t1);
+    std::fflush(stderr);
+  }
+  if (built > 0)
+    std::fprintf(stderr, "loom serve: %d step plans ready in %.1f s\n", built, serve::now_seconds() - t0);
+  return Status();
+}
 
 Status serve(const ServeFlags& f) {
   LOOM_ASSIGN_OR_RETURN(std::string path, llm::resolve_model_path(f.model));
@@ -58,8 +90,14 @@ Status serve(const ServeFlags& f) {
   eo.n_threads = f.n_threads;
   eo.n_batch = f.n_batch;
   eo.n_seq = f.parallel;
-  eo.make_backend = [device = f.device, threads = f.n_threads] { return exec::make_backend(device, threads); };
+  llm::Backend* backend = nullptr;  // owned by the engine
+  eo.make_backend = [&backend, device = f.device, threads = f.n_threads]() -> Result<std::unique_ptr<llm::Backend>> {
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<llm::Backend> b, exec::make_backend(device, threads));
+    backend = b.get();
+    return b;
+  };
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<llm::Engine> engine, llm::Engine::create(*model, eo));
+  if (backend && f.prepare) LOOM_RETURN_IF_ERROR(prepare_steps(*backend, f, engine->n_ctx()));
 
   serve::Metrics metrics;
   serve::SchedulerOptions so;
@@ -117,6 +155,8 @@ LOOM_COMMAND(kServe, "serve", "OpenAI-compatible HTTP server with continuous bat
   app.add_option("--drain-timeout", f->drain_seconds, "seconds in-flight requests get to finish after SIGTERM")
       ->capture_default_str();
   app.add_flag("-q,--quiet", f->quiet, "no log line per request");
+  app.add_flag("!--no-prepare", f->prepare,
+               "do not build the step plans of likely batch sizes before listening (HRX devices then compile each on first use)");
   return [f] {
     Status s = serve(*f);
     return s.ok() ? 0 : report(s);

@@ -221,6 +221,22 @@ class HrxBackend final : public llm::Backend {
     return Status();
   }
 
+  // Builds the plan a step of this size would use (same padding as execute), ahead of time.
+  Result<bool> prepare(int64_t n_tokens, int64_t n_outputs) override {
+    if (!model_) return failed_precondition("backend used before init");
+    if (n_tokens < 1 || n_outputs < 0 || n_outputs > n_tokens || n_tokens > n_ctx_)
+      return invalid_argument("cannot prepare a step of {} tokens with {} outputs (context {})", n_tokens, n_outputs, n_ctx_);
+    int64_t plan_tokens = pad_tokens(n_tokens);
+    if (plan_tokens > n_ctx_) plan_tokens = n_tokens;
+    const int64_t plan_outputs = n_outputs == 0 ? 0 : std::min(pad_tokens(n_outputs), plan_tokens);
+    const auto key = std::make_pair(plan_tokens, plan_outputs);
+    if (plans_.count(key)) return false;
+    auto plan = build_plan(plan_tokens, plan_outputs);
+    if (!plan.ok()) return std::move(plan).status().with_context(fmt::format("preparing a step of {} tokens on {}", n_tokens, name_));
+    plans_.emplace(key, std::move(plan).value());
+    return true;
+  }
+
  private:
   Status record_profile(const Plan& plan) {
     const std::string step = plan.n_tokens == 1 ? "decode" : "prompt";

@@ -23,6 +23,12 @@ class Backend {
   // program.n_outputs rows of n_vocab logits to `logits` (see StepInputs in program.h for the
   // sequence rules). Not thread-safe; one step at a time.
   virtual Status execute(const Program& program, const StepInputs& in, float* logits) = 0;
+  // Readies whatever a step of n_tokens tokens with n_outputs rows of logits needs before the
+  // first such step runs (HRX: builds and compiles its plan, which otherwise stalls that step),
+  // so that a server can pay for it before it takes requests. Returns true if something was
+  // built, false if it was ready already or the backend has nothing to prepare (the default:
+  // the reference backend interprets every Program as it comes). Call after init, between steps.
+  virtual Result<bool> prepare(int64_t n_tokens, int64_t n_outputs) { return false; }
 };
 
 // The reference CPU backend, splitting matmul rows and attention heads over n_threads.
