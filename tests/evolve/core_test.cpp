@@ -6,9 +6,11 @@
 
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "loom/evolve/candidate.h"
+#include "loom/evolve/cpp_family.h"
 #include "loom/evolve/db.h"
 #include "loom/evolve/evaluator.h"
 #include "loom/evolve/job.h"
@@ -114,6 +116,54 @@ TEST(EvolveRewrites, KeepMatvecCorrect) {
     EvalResult r = evaluate_isolated("cpu", *op, shape, c, o, 120);
     EXPECT_TRUE(r.ok()) << c.summary() << ": " << r.status << " " << r.reason;
   }
+}
+
+// The AVX2 family's table path (cx_xpre, cx_pair), one-thread launches and prefetch spacing
+// against the reference on Q4_0, Q4_1 and Q8_0, with an odd block count (a pair path tail) and
+// held-out shapes; the knobs that do not change the code are canonicalized away.
+TEST(EvolveFamily, TablePathsKeepMatvecCorrect) {
+  const kernels::OpSpec* op = kernels::find_op("matvec");
+  ASSERT_NE(op, nullptr);
+  for (int64_t wt : {2, 3, 8}) {
+    auto shape = *kernels::Shape::parse(fmt::format("n_in=224,n_out=45,n_tokens=1,wtype={}", wt));
+    const auto space = family_knobs(*op, shape, ir::TargetKind::kCpp);
+    ASSERT_FALSE(space.empty());
+    for (auto knobs : std::vector<kernels::Schedule>{
+             {{"cx_xpre", 1}, {"cx_pair", 1}, {"cx_threads", 1}, {"cx_pf", 2048}, {"cx_pfstep", 2}},
+             {{"cx_xpre", 1}, {"cx_pair", 0}, {"cx_threads", 0}, {"cx_pf", 256}, {"cx_pfstep", 4}, {"cx_acc", 2}},
+             {{"cx_xpre", 0}, {"cx_pair", 1}, {"cx_threads", 0}, {"cx_rows", 8}, {"cx_unroll", 2}, {"cx_acc", 2}}}) {
+      Candidate c;
+      c.knobs = op->default_schedule(shape, ir::TargetKind::kCpp);
+      for (const kernels::Knob& k : space) c.knobs[k.name] = k.choices[0];
+      c.knobs["ev_family"] = 1;
+      for (const auto& [k, v] : knobs) c.knobs[k] = v;
+      if (wt == 8) c.knobs.erase("cx_pair");
+      EvalOptions o;
+      o.time = false;
+      o.holdout = holdout_shapes(*op, shape, 2);
+      EvalResult r = evaluate_isolated("cpu", *op, shape, c, o, 120);
+      EXPECT_TRUE(r.ok()) << "wtype " << wt << " " << c.summary() << ": " << r.status << " " << r.reason;
+    }
+  }
+  // Row tiles and the Q4_0 offset mean nothing on the table path; the block size nothing with one thread.
+  auto shape = *kernels::Shape::parse("n_in=576,n_out=1536,n_tokens=1,wtype=2");
+  const auto space = family_knobs(*op, shape, ir::TargetKind::kCpp);
+  const kernels::Schedule def = op->default_schedule(shape, ir::TargetKind::kCpp);
+  kernels::Schedule a = def, b = def;
+  for (const kernels::Knob& k : space) a[k.name] = b[k.name] = k.choices[0];
+  a["ev_family"] = b["ev_family"] = 1;
+  a["cx_pair"] = b["cx_pair"] = 1;
+  a["cx_threads"] = b["cx_threads"] = 1;
+  a["cx_tile"] = 4;
+  a["cx_offset"] = 1;
+  a["cx_rows"] = 64;
+  canonicalize(a, space, def);
+  canonicalize(b, space, def);
+  EXPECT_EQ(a, b);
+  b["cx_threads"] = 0;
+  b["cx_rows"] = 64;
+  canonicalize(b, space, def);
+  EXPECT_NE(a, b);
 }
 
 TEST(EvolveRewrites, UnrollAndSplitChangeTheIr) {

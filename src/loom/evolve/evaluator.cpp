@@ -2,6 +2,7 @@
 // roofline diagnosis, and isolation of a candidate in a forked process.
 #include "loom/evolve/evaluator.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -510,9 +511,11 @@ void note_phase(const std::string& phase) {
 
 void set_phase_fd(int fd) { g_phase_fd = fd; }
 
-Result<IsolatedChild> spawn_isolated(const std::function<std::string()>& fn) {
+Result<IsolatedChild> fork_with_pipe(const std::function<void(int write_fd)>& in_child) {
+  // Close-on-exec: an exec'ed sibling started later must not hold this pipe open (the parent
+  // sees end-of-file only when every writer is gone).
   int fd[2];
-  if (pipe(fd) != 0) return internal_error("pipe: {}", std::strerror(errno));
+  if (pipe2(fd, O_CLOEXEC) != 0) return internal_error("pipe: {}", std::strerror(errno));
   std::fflush(stdout);
   std::fflush(stderr);
   pid_t pid = fork();
@@ -523,16 +526,7 @@ Result<IsolatedChild> spawn_isolated(const std::function<std::string()>& fn) {
   }
   if (pid == 0) {
     close(fd[0]);
-    g_phase_fd = fd[1];
-    std::string out = fn();
-    g_phase_fd = -1;
-    size_t off = 0;
-    while (off < out.size()) {
-      ssize_t w = write(fd[1], out.data() + off, out.size() - off);
-      if (w <= 0) break;
-      off += static_cast<size_t>(w);
-    }
-    close(fd[1]);
+    in_child(fd[1]);
     _exit(0);
   }
   close(fd[1]);
@@ -540,6 +534,21 @@ Result<IsolatedChild> spawn_isolated(const std::function<std::string()>& fn) {
   c.pid = pid;
   c.fd = fd[0];
   return c;
+}
+
+Result<IsolatedChild> spawn_isolated(const std::function<std::string()>& fn) {
+  return fork_with_pipe([&fn](int wfd) {
+    g_phase_fd = wfd;
+    std::string out = fn();
+    g_phase_fd = -1;
+    size_t off = 0;
+    while (off < out.size()) {
+      ssize_t w = write(wfd, out.data() + off, out.size() - off);
+      if (w <= 0) break;
+      off += static_cast<size_t>(w);
+    }
+    close(wfd);
+  });
 }
 
 Result<std::string> collect(IsolatedChild& c, double timeout_s) {

@@ -88,6 +88,10 @@ struct IsolatedChild {
   std::string request_file;  // exec'ed workers: removed by collect
 };
 Result<IsolatedChild> spawn_isolated(const std::function<std::string()>& fn);
+// The fork both kinds of isolation share: a pipe (close-on-exec), fork, and in the child
+// `in_child(write_fd)`, which ends the child with exec or _exit (returning also exits, status 0);
+// the parent gets the pid and the read end. Flushes stdio first so the child does not repeat it.
+Result<IsolatedChild> fork_with_pipe(const std::function<void(int write_fd)>& in_child);
 Result<std::string> collect(IsolatedChild& c, double timeout_s);
 // The parent's half of run_isolated (also used for exec'ed workers): reads child `pid`'s pipe
 // `read_fd` (closed here) until EOF or timeout_s, kills a hung child, reaps it.

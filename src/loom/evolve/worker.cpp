@@ -190,11 +190,6 @@ Result<IsolatedChild> spawn_worker(const nlohmann::json& request) {
     unlink(path.c_str());
     return unavailable("cannot write the request file {}", path);
   }
-  int fd[2];
-  if (pipe2(fd, O_CLOEXEC) != 0) {
-    unlink(path.c_str());
-    return internal_error("pipe: {}", std::strerror(errno));
-  }
   // Everything the child needs is built before fork: between fork and exec only
   // async-signal-safe calls (the parent may have threads).
   std::vector<std::string> args = {bin, "evolve", "worker", path, "--fd", "3"};
@@ -202,32 +197,23 @@ Result<IsolatedChild> spawn_worker(const nlohmann::json& request) {
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   static constexpr char kExecFailed[] = "{\"status\":\"error\",\"reason\":\"cannot exec the evolve worker binary\"}";
-  std::fflush(stdout);
-  std::fflush(stderr);
-  pid_t pid = fork();
-  if (pid < 0) {
-    close(fd[0]);
-    close(fd[1]);
-    unlink(path.c_str());
-    return internal_error("fork: {}", std::strerror(errno));
-  }
-  if (pid == 0) {
-    if (fd[1] == 3) {
+  auto kid = fork_with_pipe([&argv](int wfd) {
+    if (wfd == 3) {
       fcntl(3, F_SETFD, 0);
-    } else if (dup2(fd[1], 3) < 0) {
+    } else if (dup2(wfd, 3) < 0) {
       _exit(127);
     }
     execv(argv[0], argv.data());
     ssize_t w = write(3, kExecFailed, sizeof kExecFailed - 1);
     (void)w;
     _exit(0);
+  });
+  if (!kid.ok()) {
+    unlink(path.c_str());
+    return std::move(kid).status();
   }
-  close(fd[1]);
-  IsolatedChild c;
-  c.pid = pid;
-  c.fd = fd[0];
-  c.request_file = path;
-  return c;
+  kid->request_file = path;
+  return kid;
 }
 
 Result<std::string> run_worker(const nlohmann::json& request, double timeout_s) {

@@ -12,14 +12,17 @@ namespace loom::exec {
 struct DeviceLimits {
   std::string name;            // "NVIDIA H200", or the CPU's model name
   std::string spec;            // "cuda:0", "cpu" (cpu-ref reports "cpu")
-  double bandwidth_gbs = 0;    // measured: best of several runs (see measure_limits)
+  double bandwidth_gbs = 0;    // measured read bandwidth, GB/s (see measure_limits)
   std::string bandwidth_how;   // how it was measured, for results files
   double peak_flops = 0;       // dense FP16 tensor-core peak from the datasheet; 0 = unknown
 };
 
-// Measures the device of a `--device` string ("cpu-ref", "cpu", "cuda", "cuda:N"). cpu: n_threads
-// threads summing a 512 MiB buffer (read bandwidth); cuda: device-to-device copies of 1 GiB,
-// counting bytes read plus bytes written (the figure a copy benchmark reports).
+// Measures the device of a `--device` string ("cpu-ref", "cpu", "cuda", "cuda:N") with the read
+// kernel evolve's roofline uses (evolve::measure_read_gbps), so `loom bench` and `loom evolve`
+// divide by the same figure: cpu, the HRX cpu device's n_threads worker threads summing 4 MiB per
+// launch through 256 MiB, median of the launches; cuda, a kernel reading 1 GiB with 16-byte
+// loads, best of 5 (read bytes only: a mat-vec reads its weights, it writes almost nothing).
+// cpu-ref is measured on the HRX cpu device with n_threads threads (LOOM_THREADS, when unset).
 Result<DeviceLimits> measure_limits(std::string_view device, int n_threads);
 
 }  // namespace loom::exec

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Issue 8, must-show 5, on the GPU machine in one command (after tools/gpu/remote_build.sh loom):
+#   bash tools/gpu/remote_build.sh loom && bash tools/gpu/evolve_gpu.sh
+# 1. `loom evolve run --op matvec_gpu` on the Llama-3-8B decode shapes the engine launches: the
+#    fused gate|up (4096 -> 2 x 14336, silu * up inside: n_w=2, glu=1) and the down projection
+#    (14336 -> 4096), Q4_0 first, then Q4_K; knobs warps, lanes_per_row, rows_per_thread, passes,
+#    prefetch; one kernel-store file ($OUT/evolve-gpu.db).
+# 2. `loom bench` tg128 on the synthetic 8B Q4_0 model without the store (LOOM_NO_KERNEL_STORE=1)
+#    and with it (LOOM_EVOLVE_DB), interleaved, and the "kernel store:" lines bench prints.
+# 3. The same for Q4_K while time is left.
+# Every step checks the time left (EVOLVE_GPU_DEADLINE seconds from the start, default 210, so
+# the call fits 300 s with a ~80 s build) and is skipped when it would not fit; summary.json is
+# rewritten after every step, so a killed run still brings back what it did.
+# Env: EVOLVE_GPU_BUDGET (per search, default 20s), EVOLVE_GPU_NCU=1 (Nsight Compute on the
+# best kernel of every job; default: the first job only, ~10 s each), LOOM_GPU_STAGE (.gpu).
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$root"
+out="${OUT:-$root/gpu-out}"
+mkdir -p "$out" /tmp/models
+stage="${LOOM_GPU_STAGE:-.gpu}"
+bin="$root/$stage/bin"
+commit="$(cat "$stage/commit" 2>/dev/null || echo unknown)"
+export LOOM_CACHE_DIR=/tmp/loom-cache
+src_dir="$(cat "$stage/source_dir" 2>/dev/null || true)"
+if [[ -n "$src_dir" && "$src_dir" != "$root" && ! -e "$src_dir" ]]; then
+  mkdir -p "$(dirname "$src_dir")" && ln -s "$root" "$src_dir"
+fi
+deadline="${EVOLVE_GPU_DEADLINE:-210}"
+budget="${EVOLVE_GPU_BUDGET:-20s}"
+db="$out/evolve-gpu.db"
+log="$out/evolve_gpu.log"
+: > "$log"
+: > "$out/bench.jsonl"
+left() { echo $((deadline - SECONDS)); }
+# PATH without Nsight Compute, for the jobs that skip it.
+ncu_dir="$(dirname "$(command -v ncu 2>/dev/null || echo /nonexistent/ncu)")"
+path_no_ncu="$(echo "$PATH" | tr ':' '\n' | grep -vxF "$ncu_dir" | paste -sd: -)"
+
+summary() {
+  python3 - "$out" "$commit" "$db" <<'PY'
+import json, os, re, sqlite3, subprocess, sys
+out, commit, db = sys.argv[1], sys.argv[2], sys.argv[3]
+dev = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                     capture_output=True, text=True).stdout.strip()
+res = {"commit": commit, "device": dev,
+       "command": "bash tools/gpu/remote_build.sh loom && bash tools/gpu/evolve_gpu.sh",
+       "jobs": [], "bench": [], "store_lines": []}
+if os.path.exists(db):
+    con = sqlite3.connect(db)
+    res["peaks_gbps"] = con.execute("SELECT device_arch, read_gbps FROM device_peaks").fetchall()
+    for jid, op, shape, confirmed, elapsed, base, best in con.execute(
+            "SELECT id, op, shape, confirmed_speedup, elapsed_s, baseline_us, best_candidate FROM jobs ORDER BY id"):
+        n, failed = con.execute("SELECT count(*), sum(status != 'ok') FROM candidates WHERE job = ?", (jid,)).fetchone()
+        base_frac = con.execute("SELECT frac_peak FROM candidates WHERE job = ? AND seq = 0", (jid,)).fetchone()
+        b = con.execute("SELECT speedup, frac_peak, median_us, body, diagnosis FROM candidates WHERE id = ?", (best,)).fetchone() if best else None
+        stored = con.execute("SELECT speedup FROM kernels WHERE job = ?", (jid,)).fetchone()
+        res["jobs"].append({
+            "job": jid, "op": op, "shape": shape, "evaluations": n, "failed": failed, "seconds": elapsed,
+            "evaluations_per_gpu_hour": n / elapsed * 3600 if elapsed else None,
+            "baseline_us": base, "baseline_fraction_of_bandwidth": base_frac[0] if base_frac else None,
+            "best_speedup_search": b[0] if b else None, "best_fraction_of_bandwidth": b[1] if b else None,
+            "best_median_us": b[2] if b else None, "best_knobs": json.loads(b[3]).get("knobs") if b else None,
+            "best_diagnosis": b[4] if b else None, "confirmed_speedup": confirmed,
+            "stored_speedup": stored[0] if stored else None})
+if os.path.exists(f"{out}/bench.jsonl"):
+    for line in open(f"{out}/bench.jsonl"):
+        try:
+            res["bench"].append(json.loads(line))
+        except ValueError:
+            pass
+if os.path.exists(f"{out}/evolve_gpu.log"):
+    res["store_lines"] = sorted(set(l.strip() for l in open(f"{out}/evolve_gpu.log") if "kernel store:" in l))
+json.dump(res, open(f"{out}/summary.json", "w"), indent=1)
+PY
+}
+
+search() {  # search QUANT_NAME SHAPE NCU(0/1)
+  local need=$(( ${budget%s} + 25 ))
+  if (( $(left) < need )); then echo "skip search $2: $(left) s left" | tee -a "$log"; return; fi
+  echo "=== search $1 $2 ($(left) s left)" | tee -a "$log"
+  if [[ "$3" == 1 || "${EVOLVE_GPU_NCU:-0}" == 1 ]]; then
+    timeout $(( $(left) )) "$bin/loom" evolve run --op matvec_gpu --shape "$2" --device cuda --budget "$budget" --seed 1 \
+      --db "$db" 2>&1 | tail -12 | tee -a "$log"
+  else
+    PATH="$path_no_ncu" timeout $(( $(left) )) "$bin/loom" evolve run --op matvec_gpu --shape "$2" --device cuda \
+      --budget "$budget" --seed 1 --db "$db" 2>&1 | tail -12 | tee -a "$log"
+  fi
+  summary
+}
+
+bench() {  # bench QUANT: tg128 without / with the store, twice each, interleaved
+  local q="$1" f="/tmp/models/synth-llama3-8b-$1.gguf"
+  if (( $(left) < 60 )); then echo "skip bench $q: $(left) s left" | tee -a "$log"; return; fi
+  echo "=== bench $q ($(left) s left)" | tee -a "$log"
+  [[ -f "$f" ]] || timeout $(( $(left) )) "$bin/loom" model synth --arch llama --shape llama3-8b --quant "$q" -o "$f" 2>&1 | tail -1 | tee -a "$log"
+  for round in 1 2; do
+    for store in off on; do
+      (( $(left) < 15 )) && { echo "skip bench $q $store round $round: $(left) s left" | tee -a "$log"; continue; }
+      if [[ $store == off ]]; then
+        LOOM_NO_KERNEL_STORE=1 timeout $(( $(left) )) "$bin/loom" bench -m "$f" --device cuda:0 -p 16 -n 128 -r 3 --json \
+          > /tmp/bench_one.jsonl 2>> "$log"
+      else
+        LOOM_EVOLVE_DB="$db" timeout $(( $(left) )) "$bin/loom" bench -m "$f" --device cuda:0 -p 16 -n 128 -r 3 --json \
+          > /tmp/bench_one.jsonl 2>> "$log"
+      fi
+      python3 - "$q" "$store" "$round" < /tmp/bench_one.jsonl >> "$out/bench.jsonl" <<'PY'
+import json, sys
+for line in sys.stdin:
+    line = line.strip()
+    if line.startswith("{"):
+        o = json.loads(line)
+        o.update({"quant": sys.argv[1], "kernel_store": sys.argv[2], "round": int(sys.argv[3])})
+        print(json.dumps(o))
+PY
+    done
+  done
+  summary
+}
+
+echo "commit $commit; deadline ${deadline}s; search budget $budget" | tee -a "$log"
+search q4_0 n_in=4096,n_out=14336,n_out1=14336,n_w=2,glu=1,n_tokens=1,wtype=2 1
+search q4_0 n_in=14336,n_out=4096,n_tokens=1,wtype=2 0
+bench q4_0
+search q4_k n_in=4096,n_out=14336,n_out1=14336,n_w=2,glu=1,n_tokens=1,wtype=12 0
+search q4_k n_in=14336,n_out=4096,n_tokens=1,wtype=12 0
+bench q4_k
+"$bin/loom" evolve status --db "$db" >> "$log" 2>&1
+summary
+python3 -c "
+import json; d = json.load(open('$out/summary.json'))
+for j in d['jobs']: print('job', j['job'], j['shape'], 'evals', j['evaluations'], 'per GPU-hour %.0f' % (j['evaluations_per_gpu_hour'] or 0), 'base frac', j['baseline_fraction_of_bandwidth'], 'best frac', j['best_fraction_of_bandwidth'], 'confirmed', j['confirmed_speedup'])
+for b in d['bench']: print('bench', b.get('quant'), b.get('kernel_store'), b.get('round'), b.get('test'), b.get('tokens_per_s') or b.get('tps') or b.get('median'))
+print(*d['store_lines'], sep='\n')"
+echo "evolve_gpu.sh: done in $SECONDS s"
