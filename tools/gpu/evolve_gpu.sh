@@ -110,7 +110,7 @@ for line in sys.stdin:
     line = line.strip()
     if line.startswith("{"):
         o = json.loads(line)
-        o.update({"quant": sys.argv[1], "kernel_store": sys.argv[2], "round": int(sys.argv[3])})
+        o.update({"synth": sys.argv[1], "kernel_store": sys.argv[2], "round": int(sys.argv[3])})
         print(json.dumps(o))
 PY
     done
@@ -130,6 +130,6 @@ summary
 python3 -c "
 import json; d = json.load(open('$out/summary.json'))
 for j in d['jobs']: print('job', j['job'], j['shape'], 'evals', j['evaluations'], 'per GPU-hour %.0f' % (j['evaluations_per_gpu_hour'] or 0), 'base frac', j['baseline_fraction_of_bandwidth'], 'best frac', j['best_fraction_of_bandwidth'], 'confirmed', j['confirmed_speedup'])
-for b in d['bench']: print('bench', b.get('quant'), b.get('kernel_store'), b.get('round'), b.get('test'), b.get('tokens_per_s') or b.get('tps') or b.get('median'))
+for b in d['bench']: print("bench", b.get("synth"), b.get('kernel_store'), b.get('round'), b.get('test'), b.get('tokens_per_s') or b.get('tps') or b.get('median'))
 print(*d['store_lines'], sep='\n')"
 echo "evolve_gpu.sh: done in $SECONDS s"
