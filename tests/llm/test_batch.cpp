@@ -16,79 +16,24 @@
 #include "loom/llm/model.h"
 #include "loom/llm/ops_ref.h"
 #include "loom/llm/quant.h"
+#include "tiny_model.h"
 
 namespace loom::llm {
 namespace {
 
-constexpr int64_t kEmbd = 64, kFf = 128, kVocab = 96, kHeadDim = 16;
-
-std::string random_matrix(GgmlType type, int64_t n_in, int64_t n_out, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> x(static_cast<size_t>(n_in * n_out));
-  for (auto& v : x) v = dist(rng);
-  std::string out(row_bytes(type, n_in) * n_out, '\0');
-  for (int64_t r = 0; r < n_out; ++r)
-    EXPECT_TRUE(quantize(type, x.data() + r * n_in, out.data() + r * row_bytes(type, n_in), n_in).ok());
-  return out;
-}
-
-std::string norm_weights(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(0.5f, 1.5f);
-  std::vector<float> x(static_cast<size_t>(n));
-  for (auto& v : x) v = dist(rng);
-  return std::string(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(float));
-}
-
 // A tiny random model of the given architecture (gemma3 gets a sliding window of 4, so windowed
 // attention inside a sequence slot is covered too).
+using tiny::kVocab;
+
 std::string write_tiny(const std::string& arch, GgmlType matrix_type) {
-  GgufWriter w;
-  w.set_string("general.architecture", arch);
-  w.set_u32(arch + ".embedding_length", kEmbd);
-  w.set_u32(arch + ".block_count", 2);
-  w.set_u32(arch + ".feed_forward_length", kFf);
-  w.set_u32(arch + ".attention.head_count", 4);
-  w.set_u32(arch + ".attention.head_count_kv", 2);
-  w.set_u32(arch + ".attention.key_length", kHeadDim);
-  w.set_u32(arch + ".attention.value_length", kHeadDim);
-  w.set_u32(arch + ".context_length", 256);
-  w.set_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-6f);
-  w.set_f32(arch + ".rope.freq_base", 10000.0f);
-  if (arch == "gemma3") w.set_u32(arch + ".attention.sliding_window", 4);
-  const int64_t nq = 4 * kHeadDim, nkv = 2 * kHeadDim;
-  uint32_t seed = 11;
-  EXPECT_TRUE(w.add_tensor("token_embd.weight", GgmlType::Q8_0, {kEmbd, kVocab},
-                           random_matrix(GgmlType::Q8_0, kEmbd, kVocab, seed++, 1.0f)).ok());
-  EXPECT_TRUE(w.add_tensor("output_norm.weight", GgmlType::F32, {kEmbd}, norm_weights(kEmbd, seed++)).ok());
-  for (int il = 0; il < 2; ++il) {
-    const std::string p = "blk." + std::to_string(il) + ".";
-    auto mat = [&](const std::string& n, int64_t in, int64_t out) {
-      EXPECT_TRUE(w.add_tensor(p + n, matrix_type, {in, out}, random_matrix(matrix_type, in, out, seed++, 0.3f)).ok());
-    };
-    auto vec = [&](const std::string& n, int64_t len) {
-      EXPECT_TRUE(w.add_tensor(p + n, GgmlType::F32, {len}, norm_weights(len, seed++)).ok());
-    };
-    vec("attn_norm.weight", kEmbd);
-    mat("attn_q.weight", kEmbd, nq);
-    mat("attn_k.weight", kEmbd, nkv);
-    mat("attn_v.weight", kEmbd, nkv);
-    mat("attn_output.weight", nq, kEmbd);
-    vec("ffn_norm.weight", kEmbd);
-    mat("ffn_gate.weight", kEmbd, kFf);
-    mat("ffn_up.weight", kEmbd, kFf);
-    mat("ffn_down.weight", kFf, kEmbd);
-    if (arch == "gemma3") {
-      vec("attn_q_norm.weight", kHeadDim);
-      vec("attn_k_norm.weight", kHeadDim);
-      vec("post_attention_norm.weight", kEmbd);
-      vec("post_ffw_norm.weight", kEmbd);
-    }
-  }
-  const std::string path = ::testing::TempDir() + "/test_batch_" + arch + "_" + std::string(ggml_type_name(matrix_type)) + ".gguf";
-  EXPECT_TRUE(w.write(path).ok());
-  return path;
+  tiny::TinySpec s;
+  s.arch = arch;
+  s.matrix_type = matrix_type;
+  s.n_ctx_train = 256;
+  s.seed = 11;
+  s.matrix_scale = 0.3f;
+  s.random_norms = true;
+  return tiny::write_tiny(s, "test_batch_" + arch + "_" + std::string(ggml_type_name(matrix_type)));
 }
 
 std::unique_ptr<Model> load(const std::string& path) {

@@ -13,82 +13,18 @@
 #include "loom/llm/gguf_writer.h"
 #include "loom/llm/model.h"
 #include "loom/llm/quant.h"
+#include "tiny_model.h"
 
 namespace loom::llm {
 namespace {
 
-constexpr int64_t kEmbd = 64, kFf = 128, kVocab = 96, kHeadDim = 16;
+using tiny::kEmbd;
+using tiny::kHeadDim;
+using tiny::kVocab;
+using tiny::ones;
+using tiny::TinySpec;
 
-struct TinySpec {
-  std::string arch = "llama";
-  int n_layer = 2, n_head = 4, n_head_kv = 2;
-  GgmlType matrix_type = GgmlType::Q8_0;
-  int64_t n_ctx_train = 128;
-};
-
-std::string bytes_of(GgmlType type, int64_t n_in, int64_t n_out, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> x(static_cast<size_t>(n_in * n_out));
-  for (auto& v : x) v = dist(rng);
-  std::string out(row_bytes(type, n_in) * n_out, '\0');
-  for (int64_t r = 0; r < n_out; ++r)
-    EXPECT_TRUE(quantize(type, x.data() + r * n_in, out.data() + r * row_bytes(type, n_in), n_in).ok());
-  return out;
-}
-
-std::string ones(int64_t n, float v = 1.0f) {
-  std::vector<float> x(static_cast<size_t>(n), v);
-  return std::string(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(float));
-}
-
-// Writes a tiny model to a temporary file and returns its path.
-std::string write_tiny(const TinySpec& s, const std::string& name) {
-  GgufWriter w;
-  const std::string a = s.arch;
-  w.set_string("general.architecture", a);
-  w.set_u32(a + ".embedding_length", kEmbd);
-  w.set_u32(a + ".block_count", static_cast<uint32_t>(s.n_layer));
-  w.set_u32(a + ".feed_forward_length", kFf);
-  w.set_u32(a + ".attention.head_count", static_cast<uint32_t>(s.n_head));
-  w.set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
-  w.set_u32(a + ".attention.key_length", kHeadDim);
-  w.set_u32(a + ".attention.value_length", kHeadDim);
-  w.set_u32(a + ".context_length", static_cast<uint32_t>(s.n_ctx_train));
-  w.set_f32(a + ".attention.layer_norm_rms_epsilon", 1e-6f);
-  w.set_f32(a + ".rope.freq_base", 10000.0f);
-  if (a == "gemma3") {
-    w.set_u32(a + ".attention.sliding_window", 4);
-  }
-  const int64_t nq = s.n_head * kHeadDim, nkv = s.n_head_kv * kHeadDim;
-  uint32_t seed = 1;
-  EXPECT_TRUE(w.add_tensor("token_embd.weight", GgmlType::Q8_0, {kEmbd, kVocab}, bytes_of(GgmlType::Q8_0, kEmbd, kVocab, seed++, 1.0f)).ok());
-  EXPECT_TRUE(w.add_tensor("output_norm.weight", GgmlType::F32, {kEmbd}, ones(kEmbd)).ok());
-  for (int il = 0; il < s.n_layer; ++il) {
-    const std::string p = "blk." + std::to_string(il) + ".";
-    auto mat = [&](const std::string& n, int64_t in, int64_t out) {
-      EXPECT_TRUE(w.add_tensor(p + n, s.matrix_type, {in, out}, bytes_of(s.matrix_type, in, out, seed++, 0.2f)).ok());
-    };
-    EXPECT_TRUE(w.add_tensor(p + "attn_norm.weight", GgmlType::F32, {kEmbd}, ones(kEmbd)).ok());
-    mat("attn_q.weight", kEmbd, nq);
-    mat("attn_k.weight", kEmbd, nkv);
-    mat("attn_v.weight", kEmbd, nkv);
-    mat("attn_output.weight", nq, kEmbd);
-    EXPECT_TRUE(w.add_tensor(p + "ffn_norm.weight", GgmlType::F32, {kEmbd}, ones(kEmbd)).ok());
-    mat("ffn_gate.weight", kEmbd, kFf);
-    mat("ffn_up.weight", kEmbd, kFf);
-    mat("ffn_down.weight", kFf, kEmbd);
-    if (a == "gemma3") {
-      EXPECT_TRUE(w.add_tensor(p + "attn_q_norm.weight", GgmlType::F32, {kHeadDim}, ones(kHeadDim)).ok());
-      EXPECT_TRUE(w.add_tensor(p + "attn_k_norm.weight", GgmlType::F32, {kHeadDim}, ones(kHeadDim)).ok());
-      EXPECT_TRUE(w.add_tensor(p + "post_attention_norm.weight", GgmlType::F32, {kEmbd}, ones(kEmbd)).ok());
-      EXPECT_TRUE(w.add_tensor(p + "post_ffw_norm.weight", GgmlType::F32, {kEmbd}, ones(kEmbd)).ok());
-    }
-  }
-  const std::string path = ::testing::TempDir() + "/test_engine_" + name + ".gguf";
-  EXPECT_TRUE(w.write(path).ok());
-  return path;
-}
+std::string model_file(const TinySpec& s, const std::string& name) { return tiny::write_tiny(s, "test_engine_" + name); }
 
 std::unique_ptr<Model> load(const std::string& path) {
   auto m = Model::load(path, /*show_progress=*/false);
@@ -115,7 +51,7 @@ class TinyModels : public ::testing::TestWithParam<std::string> {};
 TEST_P(TinyModels, BatchedAndTokenByTokenDecodingAreBitIdentical) {
   TinySpec spec;
   spec.arch = GetParam();
-  auto m = load(write_tiny(spec, GetParam() + "_batch"));
+  auto m = load(model_file(spec, GetParam() + "_batch"));
   ASSERT_TRUE(m);
   auto batched = engine(*m);
   ASSERT_TRUE(batched->decode(kPrompt, /*all_logits=*/true).ok());
@@ -138,7 +74,7 @@ TEST_P(TinyModels, BatchedAndTokenByTokenDecodingAreBitIdentical) {
 INSTANTIATE_TEST_SUITE_P(Archs, TinyModels, ::testing::Values("llama", "gemma3"));
 
 TEST(Engine, ContextLimitIsACleanError) {
-  auto m = load(write_tiny(TinySpec{}, "ctx"));
+  auto m = load(model_file(TinySpec{}, "ctx"));
   ASSERT_TRUE(m);
   auto e = engine(*m, 2, 512, 8);
   Status s = e->decode(kPrompt);
@@ -152,7 +88,7 @@ TEST(Engine, ContextLimitIsACleanError) {
 }
 
 TEST(Engine, SyncReusesTheCommonPrefix) {
-  auto m = load(write_tiny(TinySpec{}, "sync"));
+  auto m = load(model_file(TinySpec{}, "sync"));
   ASSERT_TRUE(m);
   auto e = engine(*m);
   auto reused = e->sync(kPrompt);
@@ -182,7 +118,7 @@ TEST(Engine, SyncReusesTheCommonPrefix) {
 TEST(Engine, ThreadCountDoesNotChangeLogits) {
   TinySpec spec;
   spec.matrix_type = GgmlType::Q4_1;
-  auto m = load(write_tiny(spec, "threads"));
+  auto m = load(model_file(spec, "threads"));
   ASSERT_TRUE(m);
   auto a = engine(*m, 1), b = engine(*m, 3);
   ASSERT_TRUE(a->decode(kPrompt).ok());
@@ -191,7 +127,7 @@ TEST(Engine, ThreadCountDoesNotChangeLogits) {
 }
 
 TEST(Engine, RejectsOutOfVocabularyTokens) {
-  auto m = load(write_tiny(TinySpec{}, "vocab"));
+  auto m = load(model_file(TinySpec{}, "vocab"));
   ASSERT_TRUE(m);
   auto e = engine(*m);
   const int32_t bad[2] = {3, static_cast<int32_t>(kVocab)};
@@ -203,7 +139,7 @@ TEST(Engine, RejectsOutOfVocabularyTokens) {
 TEST(Model, UnsupportedArchitectureListsTheSupportedOnes) {
   TinySpec spec;
   spec.arch = "falcon";
-  auto m = Model::load(write_tiny(spec, "falcon"), false);
+  auto m = Model::load(model_file(spec, "falcon"), false);
   ASSERT_FALSE(m.ok());
   const std::string msg = m.status().to_string();
   EXPECT_NE(msg.find("falcon"), std::string::npos) << msg;
@@ -216,9 +152,9 @@ TEST(Model, MissingTensorIsNamed) {
   w.set_string("general.architecture", "llama");
   w.set_u32("llama.embedding_length", kEmbd);
   w.set_u32("llama.block_count", 1);
-  w.set_u32("llama.feed_forward_length", kFf);
+  w.set_u32("llama.feed_forward_length", tiny::kFf);
   w.set_u32("llama.attention.head_count", 4);
-  ASSERT_TRUE(w.add_tensor("token_embd.weight", GgmlType::Q8_0, {kEmbd, kVocab}, bytes_of(GgmlType::Q8_0, kEmbd, kVocab, 3, 1.0f)).ok());
+  ASSERT_TRUE(w.add_tensor("token_embd.weight", GgmlType::Q8_0, {kEmbd, kVocab}, tiny::random_matrix(GgmlType::Q8_0, kEmbd, kVocab, 3, 1.0f)).ok());
   ASSERT_TRUE(w.add_tensor("output_norm.weight", GgmlType::F32, {kEmbd}, ones(kEmbd)).ok());
   const std::string path = ::testing::TempDir() + "/test_engine_missing.gguf";
   ASSERT_TRUE(w.write(path).ok());
@@ -231,7 +167,7 @@ TEST(Model, ConfigComesFromMetadata) {
   TinySpec spec;
   spec.n_layer = 3;
   spec.n_head_kv = 1;
-  auto m = load(write_tiny(spec, "config"));
+  auto m = load(model_file(spec, "config"));
   ASSERT_TRUE(m);
   const ModelConfig& c = m->config();
   EXPECT_EQ(c.n_layer, 3);
