@@ -110,7 +110,7 @@ class NormOp final : public OpSpec {
     // registers from the first pass to the second (unrolled, guarded loads; the weight loaded
     // with them), so the kernel makes one trip to memory before the reduction instead of two.
     // The per-thread sums are added in the same order as the loop's, so results are identical.
-    const int row_threads = rows.threads() / rows.rows_per_block;
+    const int64_t row_threads = 32 * rows.warps_per_row;  // gpu only
     const int64_t per_thread = (n / vec + row_threads - 1) / row_threads;
     const bool cached = rows.gpu && sch.at("cache") == 1 && per_thread <= kMaxCached;
 
