@@ -1,8 +1,8 @@
 """`loom evolve`: the CI must-shows of issue 8 on the cpu device.
 
 1. A search on the Q4_0 mat-vec at SmolLM2-135M's FFN shape (the issue's 2 minutes,
-   LOOM_EVOLVE_SEARCH_BUDGET) finishes with a winner correct on held-out shapes that does not lose
-   to the op's default schedule (re-timed interleaved with the baseline), stored when >= 1.3x; a
+   LOOM_EVOLVE_SEARCH_BUDGET) finishes with a winner correct on held-out shapes, at least 1.3x
+   faster than the op's default schedule (re-timed interleaved with the baseline) and stored; a
    job killed with SIGKILL inside a batch and resumed keeps every evaluation and proposes exactly
    what an uninterrupted job proposes.
 A user-defined op from a file (examples/evolve/row_sum.json) is searched like a built-in one and
@@ -53,20 +53,18 @@ def test_search_q4_0_ffn_two_minutes(loom_bin, tmp_path):
     (base_frac,), = db_rows(db, "SELECT frac_peak FROM candidates WHERE job = ? AND seq = 0", job)
     print(f"baseline {baseline_us:.1f} us at {100 * base_frac:.0f}% of the measured read bandwidth; "
           f"best {best_speedup:.2f}x at {100 * frac:.0f}%; confirmed {confirmed:.2f}x")
-    # Issue 8 asks for 1.3x over the default schedule. Since the default became SIMD (54f199a) it
-    # streams at ~50% of the measured read bandwidth and the confirmed gain of a 2-minute search
-    # varies between runs (1.13x in one clean-clone CI run, 0.97x-1.3x elsewhere): the 1.3x is an
-    # open item of the issue (docs/performance.md, section evolve), not a CI gate. What is asserted
-    # here: a finished job whose winner passed every check, that does not lose to the default, and
-    # that, when it reaches 1.3x, is in the kernel store with its confirmed speed-up.
-    if confirmed >= 1.3:
-        stored = db_rows(db, "SELECT speedup FROM kernels WHERE op = 'matvec' AND shape_key = ?", FFN)
-        assert stored and 1.3 <= stored[0][0] <= confirmed + 1e-9
-        lst = run_loom(loom_bin, "kernels", "--db", db, "list").stdout
-        assert f"evolve-{job}." in lst
-    else:
-        print(f"1.3x not reached: confirmed {confirmed:.2f}x over a default at {100 * base_frac:.0f}% of the bandwidth")
-    assert confirmed >= 0.85 and frac >= 0.4
+    # Issue 8 asks for 1.3x over the default schedule. The AVX2 family's table path (activation
+    # tables, two 4-bit blocks per register, one-thread launches, prefetch; its starting point)
+    # confirms ~1.8x on the loaded 2-core machine (docs/performance.md, section evolve); the job
+    # confirms its three best candidates in 5 interleaved rounds each and stores the best.
+    assert confirmed >= 1.3, (f"confirmed {confirmed:.2f}x over a default at {100 * base_frac:.0f}% of the bandwidth "
+                              f"(issue 8 asks for 1.3x)")
+    stored = db_rows(db, "SELECT speedup FROM kernels WHERE op = 'matvec' AND shape_key = ?", FFN)
+    # Stored with min(search, confirmed) speed-up.
+    assert stored and 1.05 < stored[0][0] <= confirmed + 1e-9
+    lst = run_loom(loom_bin, "kernels", "--db", db, "list").stdout
+    assert f"evolve-{job}." in lst
+    assert frac >= 0.4
     # Evaluations are recorded with provenance; failures (if any) with a reason.
     rows = db_rows(db, "SELECT seq, parent, synth, status, reason FROM candidates WHERE job = ? ORDER BY seq", job)
     assert rows[0][2] == "baseline" and len(rows) >= 10
