@@ -41,8 +41,11 @@ summary() {
   python3 - "$out" "$commit" "$db" <<'PY'
 import json, os, re, sqlite3, subprocess, sys
 out, commit, db = sys.argv[1], sys.argv[2], sys.argv[3]
-dev = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                     capture_output=True, text=True).stdout.strip()
+try:
+    dev = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True).stdout.strip()
+except OSError:
+    dev = "unknown (no nvidia-smi)"
 res = {"commit": commit, "device": dev,
        "command": "bash tools/gpu/remote_build.sh loom && bash tools/gpu/evolve_gpu.sh",
        "jobs": [], "bench": [], "store_lines": []}
