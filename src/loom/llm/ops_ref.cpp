@@ -383,7 +383,20 @@ Status attention(const float* q, const int32_t* q_pos, int64_t n_tok, const uint
         for (; d < dv; ++d) a[d] = std::fma(half_to_float(vr[d]), pj, a[d]);
       }
       float* o = out + (t * p.n_head + h) * dv;
-      for (int d = 0; d < dv; ++d) {
+      int d0 = 0;
+#if LOOM_REF_DOT_AVX2
+      // The same adds, eight d at a time (acc is lane-major, so each lane's values for eight
+      // adjacent d are contiguous).
+      for (; d0 + 8 <= dv; d0 += 8) {
+        auto a = [&](int lane) { return _mm256_loadu_ps(acc.data() + static_cast<size_t>(lane * dv + d0)); };
+        __m256 r[8];
+        for (int l = 0; l < 8; ++l) r[l] = _mm256_add_ps(_mm256_add_ps(a(l), a(16 + l)), _mm256_add_ps(a(8 + l), a(24 + l)));
+        __m256 t4[4];
+        for (int l = 0; l < 4; ++l) t4[l] = _mm256_add_ps(r[l], r[l + 4]);
+        _mm256_storeu_ps(o + d0, _mm256_add_ps(_mm256_add_ps(t4[0], t4[1]), _mm256_add_ps(t4[2], t4[3])));
+      }
+#endif
+      for (int d = d0; d < dv; ++d) {
         auto a = [&](int lane) { return acc[static_cast<size_t>(lane * dv + d)]; };
         float r[8];
         for (int l = 0; l < 8; ++l) r[l] = (a(l) + a(16 + l)) + (a(8 + l) + a(24 + l));
