@@ -3,10 +3,12 @@
 // HRX device present (cuda skipped with its reason when there is none).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "loom/exec/hrx_backend.h"
@@ -28,7 +30,11 @@ std::string model_file(const std::string& name) {
   if (name.rfind("synth:", 0) == 0) {
     const std::string rest = name.substr(6);
     const std::string shape = rest.substr(0, rest.find(':')), quant = rest.substr(rest.find(':') + 1);
-    const std::string path = ::testing::TempDir() + "/exec_" + shape + "_" + quant + ".gguf";
+    // LOOM_SYNTH_DIR: where tools/gpu/run.sh keeps the synthetic models its bench step uses too
+    // (same names, same seed), so the GPU machine writes the 8B files once.
+    const char* dir = std::getenv("LOOM_SYNTH_DIR");
+    const std::string path = dir ? std::string(dir) + "/synth-" + shape + "-" + quant + ".gguf"
+                                 : ::testing::TempDir() + "/exec_" + shape + "_" + quant + ".gguf";
     if (!std::filesystem::exists(path)) {
       llm::SynthOptions o;
       o.shape = shape;
@@ -74,6 +80,10 @@ TEST_P(HrxEngine, LogitsMatchReferenceAtEveryPosition) {
     if (!cuda.ok()) GTEST_SKIP() << "no CUDA device: " << cuda.message();
     if (!hrx::Device::open(c.device).ok()) GTEST_SKIP() << "no CUDA device " << c.device;
   }
+  // Issue 7's bar on the Llama-3-8B shape: its CPU reference over 64 tokens needs minutes on a
+  // 2-core machine, so it runs where the GPU is (whose host has the cores).
+  if (c.name.rfind("synth:llama3-8b", 0) == 0 && c.device == "cpu")
+    GTEST_SKIP() << "the 8B-shape model runs against the reference on cuda only (its CPU reference is too slow for CI)";
   const std::string path = model_file(c.name);
   ASSERT_FALSE(path.empty()) << "could not write " << c.name;
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "model not fetched (tools/setup.sh fetches it): " << path;
@@ -83,6 +93,8 @@ TEST_P(HrxEngine, LogitsMatchReferenceAtEveryPosition) {
   llm::EngineOptions ref_opt;
   ref_opt.n_ctx = 256;
   ref_opt.n_batch = 64;
+  // The reference runs on every core the machine has (its logits do not depend on the count).
+  ref_opt.n_threads = static_cast<int>(std::max(2u, std::thread::hardware_concurrency()));
   llm::EngineOptions hrx_opt = ref_opt;
   hrx_opt.make_backend = [dev = c.device] { return exec::make_backend(dev, 2); };
   auto ref = llm::Engine::create(**model, ref_opt);
@@ -109,7 +121,7 @@ TEST_P(HrxEngine, LogitsMatchReferenceAtEveryPosition) {
     want.emplace_back((*ref)->logits(), (*ref)->logits() + V);
     got.emplace_back((*hrx)->logits(), (*hrx)->logits() + V);
   }
-  // Issue 5's bar, for the synthetic SmolLM2-shape Q4_0 model on every device: cosine > 0.999 at
+  // Issue 5's (and 7's) bar, for the synthetic SmolLM2- and 8B-shape Q4_0 models on every device: cosine > 0.999 at
   // every position and the same top-1 wherever the reference's top two are more than 0.05
   // apart. On the cpu driver every model is held to bit-identity below. Elsewhere the GPU
   // kernels' other float orders (above all attention's probabilities, which the reference rounds
@@ -117,7 +129,7 @@ TEST_P(HrxEngine, LogitsMatchReferenceAtEveryPosition) {
   // weights of the Q4_K-like synthetic model amplify that layer by layer (H200, LOOM_DUMP_VALUES:
   // rel 1e-3 after layer 0, 1e-2 after layer 1), so it and the real models keep a looser floor.
   // A wrong kernel is far below either.
-  const bool strict = c.name == "synth:smollm2-135m:q4_0";
+  const bool strict = c.name == "synth:smollm2-135m:q4_0" || c.name == "synth:llama3-8b:q4_0";
   const double floor = strict ? 0.999 : 0.995;
   const int max_flips = strict ? 0 : 3;
   double worst = 1.0, max_diff = 0.0;
@@ -149,7 +161,7 @@ std::vector<Case> cases() {
   std::vector<Case> out;
   for (const char* dev : {"cpu", "cuda"})
     for (const char* m : {"SmolLM2-135M-Instruct-Q4_1.gguf", "gemma-3-270m-Q4_K_M.gguf", "synth:smollm2-135m:q4_0",
-                          "synth:smollm2-135m:q4_k", "synth:smollm2-135m:bf16"})
+                          "synth:smollm2-135m:q4_k", "synth:smollm2-135m:bf16", "synth:llama3-8b:q4_0", "synth:llama3-8b:q4_k"})
       out.push_back({m, dev});
   return out;
 }

@@ -102,7 +102,8 @@ PY
       python3 tools/gpu/gtest_summary.py "$out/ops.json" "$commit" "bash tools/gpu/run.sh ops (test_ops ${LOOM_OPS_FILTER:-*cuda*})" /tmp/ops.json
       ;;
     engine)
-      "$bin/test_exec" --gtest_filter="${LOOM_ENGINE_FILTER:-*}" --gtest_output="json:/tmp/engine.json" 2>&1 | grep -E "worst cosine|top-1|OK|FAILED|SKIPPED|PASSED" | head -40
+      mkdir -p /tmp/models
+      LOOM_SYNTH_DIR=/tmp/models "$bin/test_exec" --gtest_filter="${LOOM_ENGINE_FILTER:-*}" --gtest_output="json:/tmp/engine.json" 2>&1 | grep -E "worst cosine|top-1|OK|FAILED|SKIPPED|PASSED" | head -40
       [[ ${PIPESTATUS[0]} -ne 0 ]] && rc=1
       python3 tools/gpu/gtest_summary.py "$out/engine.json" "$commit" "bash tools/gpu/run.sh engine" /tmp/engine.json
       ;;
