@@ -19,6 +19,7 @@
 #include "loom/base/log.h"
 #include "loom/codegen/cpp/host_compiler.h"
 #include "loom/evolve/store.h"
+#include "loom/exec/fusion_plan.h"
 #include "loom/hrx/runtime.h"
 #include "loom/ir/ir.h"
 #include "loom/kernels/elementwise_util.h"
@@ -310,195 +311,6 @@ class HrxBackend final : public llm::Backend {
     return plan.scratch.back().address();
   }
 
-  // The GPU fast paths of issue 7 (matvec_gpu, matmul_mma) unless LOOM_GPU_FAST_OPS=0.
-  static bool gpu_fast_ops() {
-    const char* e = std::getenv("LOOM_GPU_FAST_OPS");
-    return !(e && std::string_view(e) == "0");
-  }
-
-  // Which op computes a matmul launch of nt tokens on this target, with the activation format it
-  // reads (issues 7, 6). GPUs: 1..16 tokens through the wide-load mat-vec, which reads each
-  // weight once for all of them and gives every token the bits it gets alone (a batched decode
-  // step does not change a request's tokens); longer prompts on the tensor cores (activations
-  // converted to f16 once by quantize_act); shapes or weight types these ops refuse keep the
-  // generic matvec/matmul. LOOM_GPU_FAST_OPS=0 turns the GPU paths off.
-  struct MatmulChoice {
-    const OpSpec* op = nullptr;
-    GgmlType xtype = GgmlType::F32;  // activations as the op reads them (F16: matmul_mma)
-    Shape shape;
-    bool fast_matvec = false;  // matvec_gpu (several weights may share one launch)
-  };
-  Result<MatmulChoice> choose_matmul(const Launch& l, int64_t nt) const {
-    const llm::ref::WeightView& w = model_->weight(l.weight).view;
-    MatmulChoice mc;
-    mc.shape.dims = {{"wtype", static_cast<int64_t>(w.type)}, {"n_in", w.n_in}, {"n_out", w.n_out}, {"n_tokens", nt}};
-    LOOM_ASSIGN_OR_RETURN(mc.xtype, llm::ref::vec_dot_type(w.type));
-    if (dev_.target() == ir::TargetKind::kPtx && gpu_fast_ops()) {
-      const OpSpec* mvg = kernels::find_op("matvec_gpu");
-      if (mvg && !mvg->validate(mc.shape).ok()) mvg = nullptr;
-      // LOOM_GPU_BATCH_MATVEC=0: one token only, as before issue 6 (A/B of the batched path).
-      const char* bm = std::getenv("LOOM_GPU_BATCH_MATVEC");
-      if (nt > 1 && bm && std::string_view(bm) == "0") mvg = nullptr;
-      if (mvg) {
-        mc.op = mvg;  // same arguments as matvec: w, xq, y
-        mc.fast_matvec = true;
-        return mc;
-      }
-      const OpSpec* mma = kernels::find_op("matmul_mma");
-      if (nt >= 16 && mma && mma->validate(mc.shape).ok()) {
-        mc.op = mma;
-        mc.xtype = GgmlType::F16;
-        mc.shape.dims["xtype"] = 1;
-        return mc;
-      }
-    }
-    mc.op = kernels::find_op(nt == 1 ? "matvec" : "matmul");
-    if (!mc.op) return internal_error("the op library has no matvec/matmul");
-    return mc;
-  }
-
-  // Launch fusions of a step (issue 7), found before lowering so that each launch knows whether
-  // another call computes it:
-  //  - rms_norm whose output only feeds matmuls that read Q8_0/Q8_1 activations -> rms_norm_q8,
-  //    writing those blocks straight away (the norm's f32 output is never written), with the
-  //    add just before it (out = a + b feeding the norm) folded in (the sum is still written);
-  //  - 2..3 consecutive matmuls of one input through matvec_gpu with one weight type and n_in
-  //    (q|k|v, gate|up) -> one launch; a gate|up pair whose only reader is the swiglu after it
-  //    computes silu(gate) * up itself (the swiglu and the gate/up outputs go).
-  // Bit for bit as the unfused calls: rms_norm_q8 is bit-identical to rms_norm + quantize_act,
-  // and a matrix's rows in a multi-weight launch are the rows of its own launch with that
-  // launch's lanes per row (the default lanes per row counts all the launch's rows, so the
-  // GPU's float summation order may differ from the separate launch's; tests/ops checks both).
-  // LOOM_FUSE=0 turns them off (A/B), LOOM_FUSE=1 turns them on off the GPU too (the cpu
-  // driver's kernels are bit-identical to the reference, so tests/exec checks the lowering
-  // there); LOOM_DUMP_VALUES turns them off (every value is written).
-  struct Fusions {
-    std::map<const Launch*, GgmlType> norm_q8;             // rms_norm -> the activation format it writes
-    std::map<const Launch*, const Launch*> norm_add;       // rms_norm -> the add folded into it
-    std::map<const Launch*, std::vector<const Launch*>> groups;  // first matmul -> the launch's matmuls
-    std::map<const Launch*, const Launch*> glu;            // first matmul of a gate|up pair -> its swiglu
-    std::set<const Launch*> absorbed;                      // launches another call computes
-  };
-
-  bool fusions_enabled() const {
-    const char* e = std::getenv("LOOM_FUSE");
-    if (dump_dir_ || (e && std::string_view(e) == "0")) return false;
-    return dev_.target() == ir::TargetKind::kPtx || (e && std::string_view(e) == "1");
-  }
-
-  Result<Fusions> plan_fusions(const Program& p, int64_t nt) const {
-    Fusions f;
-    if (!fusions_enabled()) return f;
-    std::map<int32_t, std::vector<const Launch*>> readers;
-    for (const Launch& l : p.launches) {
-      if (l.in0 >= 0) readers[l.in0].push_back(&l);
-      if (l.in1 >= 0 && l.in1 != l.in0) readers[l.in1].push_back(&l);
-    }
-    LOOM_RETURN_IF_ERROR(fuse_norm_quant(p, nt, readers, f));
-    LOOM_RETURN_IF_ERROR(group_matmuls(p, nt, readers, f));
-    return f;
-  }
-
-  // LOOM_FUSE_NORM: q8 (the default: rms_norm_q8 where every reader takes Q8_0/Q8_1
-  // activations, add_rms_norm for the other adds before a norm), add (add_rms_norm only), 0.
-  Status fuse_norm_quant(const Program& p, int64_t nt, std::map<int32_t, std::vector<const Launch*>>& readers,
-                         Fusions& f) const {
-    const char* env = std::getenv("LOOM_FUSE_NORM");
-    const std::string mode = env && *env ? env : "q8";
-    if (mode == "0") return Status();
-    const bool q8 = mode == "q8" && kernels::find_op("rms_norm_q8");
-    const bool add_norm = kernels::find_op("add_rms_norm") != nullptr;
-    auto slot = [&](int32_t v) { return p.values[static_cast<size_t>(v)].slot; };
-    for (size_t i = 0; i < p.launches.size(); ++i) {
-      const Launch& l = p.launches[i];
-      if (l.op != OpCode::kRmsNorm || l.out == p.logits) continue;
-      const llm::ValueDesc& d = p.values[static_cast<size_t>(l.out)];
-      bool to_q8 = q8 && l.group == d.cols && d.cols % 32 == 0;
-      const auto& rd = readers[l.out];
-      std::optional<GgmlType> xt;
-      to_q8 = to_q8 && !rd.empty();
-      for (const Launch* r : rd) {
-        if (!to_q8) break;
-        if (r->op != OpCode::kMatMul || r->in0 != l.out) {
-          to_q8 = false;
-          break;
-        }
-        LOOM_ASSIGN_OR_RETURN(MatmulChoice mc, choose_matmul(*r, nt));
-        to_q8 = (mc.xtype == GgmlType::Q8_0 || mc.xtype == GgmlType::Q8_1) && (!xt || *xt == mc.xtype);
-        xt = mc.xtype;
-      }
-      if (to_q8) f.norm_q8[&l] = *xt;
-      if (i == 0 || (!to_q8 && !add_norm)) continue;
-      const Launch& a = p.launches[i - 1];
-      if (a.op != OpCode::kAdd || a.out < 0 || a.out != l.in0 || f.absorbed.count(&a)) continue;
-      const llm::ValueDesc& ad = p.values[static_cast<size_t>(a.out)];
-      if (ad.rows != d.rows || ad.cols != d.cols) continue;
-      // add_rms_norm may read a and b again after writing sum and y: none of them may share
-      // memory with an input (rms_norm_q8 reads back its sum and writes only blocks).
-      if (!to_q8 && (slot(a.out) == slot(a.in0) || slot(a.out) == slot(a.in1) || slot(l.out) == slot(a.in0) ||
-                     slot(l.out) == slot(a.in1)))
-        continue;
-      f.norm_add[&l] = &a;
-      f.absorbed.insert(&a);
-    }
-    return Status();
-  }
-
-  Status group_matmuls(const Program& p, int64_t nt, std::map<int32_t, std::vector<const Launch*>>& readers,
-                       Fusions& f) const {
-    const OpSpec* mvg = kernels::find_op("matvec_gpu");
-    if (!mvg) return Status();
-    for (size_t i = 0; i < p.launches.size();) {
-      const Launch& l = p.launches[i];
-      if (l.op != OpCode::kMatMul) {
-        ++i;
-        continue;
-      }
-      LOOM_ASSIGN_OR_RETURN(MatmulChoice first, choose_matmul(l, nt));
-      const llm::ref::WeightView& w0 = model_->weight(l.weight).view;
-      std::vector<const Launch*> g = {&l};
-      while (first.fast_matvec && g.size() < 3 && i + g.size() < p.launches.size()) {
-        const Launch& n = p.launches[i + g.size()];
-        if (n.op != OpCode::kMatMul || n.in0 != l.in0) break;
-        const llm::ref::WeightView& wn = model_->weight(n.weight).view;
-        if (wn.type != w0.type || wn.n_in != w0.n_in) break;
-        LOOM_ASSIGN_OR_RETURN(MatmulChoice mc, choose_matmul(n, nt));
-        if (!mc.fast_matvec) break;
-        g.push_back(&n);
-      }
-      if (g.size() > 1) {
-        kernels::Shape s = first.shape;
-        s.dims["n_w"] = static_cast<int64_t>(g.size());
-        for (size_t m = 1; m < g.size(); ++m)
-          s.dims[fmt::format("n_out{}", m)] = model_->weight(g[m]->weight).view.n_out;
-        // gate|up: the swiglu right after the pair, the only reader of both outputs.
-        const size_t after = i + g.size();
-        if (g.size() == 2 && after < p.launches.size()) {
-          const Launch& sw = p.launches[after];
-          const int32_t go = g[0]->out, uo = g[1]->out;
-          if (sw.op == OpCode::kSwiGlu && sw.in0 == go && sw.in1 == uo && go != uo && readers[go].size() == 1 &&
-              readers[uo].size() == 1 && go != p.logits && uo != p.logits) {
-            kernels::Shape gs = s;
-            gs.dims["glu"] = 1;
-            if (mvg->validate(gs).ok()) {
-              f.glu[g[0]] = &sw;
-              f.absorbed.insert(&sw);
-              s = gs;
-            }
-          }
-        }
-        if (mvg->validate(s).ok()) {
-          f.groups[g[0]] = g;
-          for (size_t m = 1; m < g.size(); ++m) f.absorbed.insert(g[m]);
-        } else if (f.glu.count(g[0])) {
-          f.absorbed.erase(f.glu[g[0]]);
-          f.glu.erase(g[0]);
-        }
-      }
-      i += g.size();
-    }
-    return Status();
-  }
 
   // Program launches -> op calls. Rope launches are held back and fused with the KV store that
   // follows them (rope_kv rotates q in place and writes the rotated k and v into the cache).
@@ -519,7 +331,8 @@ class HrxBackend final : public llm::Backend {
     auto rows_of = [&](int32_t v) { return p.values[static_cast<size_t>(v)].rows; };
     auto cols_of = [&](int32_t v) { return p.values[static_cast<size_t>(v)].cols; };
     auto vname = [&](int32_t v) { return p.values[static_cast<size_t>(v)].name; };
-    LOOM_ASSIGN_OR_RETURN(Fusions fu, plan_fusions(p, T));
+    const FusionPlanner planner(*model_, dev_.target(), dump_dir_ != nullptr);
+    LOOM_ASSIGN_OR_RETURN(Fusions fu, planner.plan(p, T));
     // The address of value v's activations in format xt (quantized once per value and format,
     // by a quantize_act call placed before the first reader).
     auto activations = [&](int32_t v, GgmlType xt, int64_t n_in, int64_t nt) -> Result<uint64_t> {
@@ -543,7 +356,7 @@ class HrxBackend final : public llm::Backend {
       // A value that is written stops being the source of its quantized copies.
       if (l.out >= 0)
         for (auto it = xq.begin(); it != xq.end();) it = it->first.first == l.out ? xq.erase(it) : std::next(it);
-      if (fu.absorbed.count(&l)) return Status();  // computed by a fused call (plan_fusions)
+      if (fu.absorbed.count(&l)) return Status();  // computed by a fused call (FusionPlanner)
       // A launch that reads a rotated (or deferred) value before the KV store (Gemma 3 scales q
       // there) runs after the fused rope_kv, in its original order.
       if (l.op != OpCode::kRope && l.op != OpCode::kKvStore && !pending_rope.empty() &&
@@ -615,14 +428,14 @@ class HrxBackend final : public llm::Backend {
         case OpCode::kMatMul: {
           const llm::ref::WeightView& w = model_->weight(l.weight).view;
           const int64_t nt = rows_of(l.in0);
-          LOOM_ASSIGN_OR_RETURN(MatmulChoice mc, choose_matmul(l, nt));
+          LOOM_ASSIGN_OR_RETURN(MatmulChoice mc, planner.choose_matmul(l, nt));
           LOOM_ASSIGN_OR_RETURN(uint64_t xaddr, activations(l.in0, mc.xtype, w.n_in, nt));
           call.op = mc.op;
           call.shape = mc.shape;
           call.bind = {{"w", weight_addr(l.weight)}, {mc.op->name() == "matmul_mma" ? "x" : "xq", xaddr},
                        {"y", value_addr(plan, l.out)}};
           if (auto g = fu.groups.find(&l); g != fu.groups.end()) {
-            // One matvec_gpu launch for the group's weights (plan_fusions checked the shape).
+            // One matvec_gpu launch for the group's weights (FusionPlanner checked the shape).
             const std::vector<const Launch*>& ms = g->second;
             auto glu = fu.glu.find(&l);
             call.shape.dims["n_w"] = static_cast<int64_t>(ms.size());
