@@ -132,7 +132,7 @@ std::string utc_now() {
 Status bench(const BenchFlags& f, const std::string& command) {
   if (f.n_prompt < 1 || f.n_gen < 1 || f.reps < 1) return invalid_argument("-p, -n and -r must be >= 1");
   // Profiling is read when a backend is made: set before the engine exists.
-  if (f.profile) ::setenv("LOOM_PROFILE", "1", 1);
+  if (f.profile) exec::set_profiling(true);
   LOOM_ASSIGN_OR_RETURN(std::string path, llm::resolve_model_path(f.gen.model));
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<llm::Model> model, llm::Model::load(path, !f.json));
   llm::EngineOptions opts = f.gen.engine();

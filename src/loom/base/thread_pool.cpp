@@ -104,7 +104,14 @@ void ThreadPool::worker_loop(int index) {
   }
 }
 
+namespace {
+std::atomic<int> g_thread_override{0};
+}  // namespace
+
+void set_default_thread_count(int n) { g_thread_override.store(n > 0 ? n : 0, std::memory_order_relaxed); }
+
 int default_thread_count() {
+  if (int n = g_thread_override.load(std::memory_order_relaxed); n > 0) return n;
   if (const char* env = std::getenv("LOOM_THREADS")) {
     int n = std::atoi(env);
     if (n > 0) return n;

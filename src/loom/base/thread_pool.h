@@ -53,7 +53,10 @@ class ThreadPool {
   int64_t n_ = 0, chunk_ = 0, n_chunks_ = 0;
 };
 
-// Default thread count for the CLI: $LOOM_THREADS if set, else 2.
+// Default thread count for the CLI and for pools sized by it (the HRX cpu device's, made when
+// the device is first opened): the last set_default_thread_count(n > 0), else $LOOM_THREADS if
+// set, else 2. Thread-safe; unlike setenv, safe while other threads read the environment.
 int default_thread_count();
+void set_default_thread_count(int n);  // n <= 0: back to $LOOM_THREADS / 2
 
 }  // namespace loom

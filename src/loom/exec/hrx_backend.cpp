@@ -4,6 +4,7 @@
 #include "loom/exec/hrx_backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "loom/base/log.h"
+#include "loom/base/thread_pool.h"
 #include "loom/codegen/cpp/host_compiler.h"
 #include "loom/evolve/store.h"
 #include "loom/exec/fusion_plan.h"
@@ -747,7 +749,14 @@ class HrxBackend final : public llm::Backend {
 
 }  // namespace
 
+namespace {
+std::atomic<int> g_profiling{-1};  // -1: $LOOM_PROFILE decides
+}  // namespace
+
+void set_profiling(bool on) { g_profiling.store(on ? 1 : 0, std::memory_order_relaxed); }
+
 bool profiling_enabled() {
+  if (int p = g_profiling.load(std::memory_order_relaxed); p >= 0) return p == 1;
   const char* e = std::getenv("LOOM_PROFILE");
   return e && *e && std::string_view(e) != "0";
 }
@@ -779,7 +788,7 @@ void profile_reset() {
 
 Result<std::unique_ptr<llm::Backend>> make_hrx_backend(const HrxBackendOptions& options) {
   if (options.n_threads > 0 && options.device.rfind("cpu", 0) == 0)
-    ::setenv("LOOM_THREADS", std::to_string(options.n_threads).c_str(), 1);  // read when the cpu device opens
+    set_default_thread_count(options.n_threads);  // read when the cpu device opens
   std::unique_ptr<llm::Backend> b = std::make_unique<HrxBackend>(options);
   return b;
 }

@@ -42,7 +42,8 @@ struct OpProfile {
   int64_t launches = 0;
   double seconds = 0, bytes = 0, flops = 0;
 };
-bool profiling_enabled();
+bool profiling_enabled();    // set_profiling's value, else $LOOM_PROFILE
+void set_profiling(bool on);  // for backends made afterwards (a backend reads it once)
 std::vector<OpProfile> profile_snapshot();  // sorted by step kind, then time (largest first)
 int64_t profile_steps(std::string_view step);  // steps of that kind profiled
 void profile_reset();

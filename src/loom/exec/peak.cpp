@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "loom/base/thread_pool.h"
 #include "loom/evolve/device.h"
 #include "loom/hrx/runtime.h"
 
@@ -40,7 +41,7 @@ Result<DeviceLimits> measure_limits(std::string_view device, int n_threads) {
   std::string spec(device);
   if (device == "cpu-ref" || device.empty()) spec = "cpu";
   // The cpu device reads its thread count when first opened (as the engine's backend does).
-  if (spec == "cpu" && n_threads > 0) ::setenv("LOOM_THREADS", std::to_string(n_threads).c_str(), 1);
+  if (spec == "cpu" && n_threads > 0) set_default_thread_count(n_threads);
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<evolve::EvalDevice> dev, evolve::EvalDevice::open(spec));
   l.name = dev->props().driver == hrx::DriverKind::kCpu ? cpu_model_name() : std::string(dev->props().name);
   l.spec = dev->props().spec;
