@@ -7,17 +7,7 @@
 # 3. Searches on the Q4_0 and Q4_K mat-vecs at Llama-3-8B shapes (search.txt, evolve.db).
 # Results land in $OUT (default ./gpu-out); summary.json has commit, device and command.
 set -uo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-cd "$root"
-out="${OUT:-$root/gpu-out}"
-mkdir -p "$out"
-stage="${LOOM_GPU_STAGE:-.gpu}"
-bin="$root/$stage/bin"
-export LOOM_CACHE_DIR=/tmp/loom-cache
-src_dir="$(cat "$stage/source_dir" 2>/dev/null || true)"
-if [[ -n "$src_dir" && "$src_dir" != "$root" && ! -e "$src_dir" ]]; then
-  mkdir -p "$(dirname "$src_dir")" && ln -s "$root" "$src_dir"
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/../../tools/gpu/stage_env.sh"
 budget="${EVOLVE_GPU_BUDGET:-90s}"
 cheats=tests/evolve/cheats
 ptx=/tmp/evolve-ptx

@@ -4,18 +4,7 @@
 # harness self-tests), then `loom ops bench` of the weight-streaming ops on Llama-3-8B and
 # SmolLM2-135M rows. Writes $OUT/ops_tests.json (gtest summary), $OUT/ops_bench.jsonl, logs.
 set -uo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-cd "$root"
-out="${OUT:-$root/gpu-out}"
-mkdir -p "$out"
-stage="${LOOM_GPU_STAGE:-.gpu}"
-bin="$root/$stage/bin"
-commit="$(cat "$stage/commit" 2>/dev/null || echo unknown)"
-export LOOM_CACHE_DIR=/tmp/loom-cache
-src_dir="$(cat "$stage/source_dir" 2>/dev/null || true)"
-if [[ -n "$src_dir" && "$src_dir" != "$root" && ! -e "$src_dir" ]]; then
-  mkdir -p "$(dirname "$src_dir")" && ln -s "$root" "$src_dir"
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/../../tools/gpu/stage_env.sh"
 rc=0
 # The weight-streaming ops and the harness self-tests first (short), then every other op on cuda
 # under a time limit: gtest writes its JSON only when a binary finishes.

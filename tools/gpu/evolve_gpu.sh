@@ -14,18 +14,8 @@
 # Env: EVOLVE_GPU_BUDGET (per search, default 20s), EVOLVE_GPU_NCU=1 (Nsight Compute on the
 # best kernel of every job; default: the first job only, ~10 s each), LOOM_GPU_STAGE (.gpu).
 set -uo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-cd "$root"
-out="${OUT:-$root/gpu-out}"
-mkdir -p "$out" /tmp/models
-stage="${LOOM_GPU_STAGE:-.gpu}"
-bin="$root/$stage/bin"
-commit="$(cat "$stage/commit" 2>/dev/null || echo unknown)"
-export LOOM_CACHE_DIR=/tmp/loom-cache
-src_dir="$(cat "$stage/source_dir" 2>/dev/null || true)"
-if [[ -n "$src_dir" && "$src_dir" != "$root" && ! -e "$src_dir" ]]; then
-  mkdir -p "$(dirname "$src_dir")" && ln -s "$root" "$src_dir"
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/stage_env.sh"
+mkdir -p /tmp/models
 deadline="${EVOLVE_GPU_DEADLINE:-210}"
 budget="${EVOLVE_GPU_BUDGET:-20s}"
 db="$out/evolve-gpu.db"

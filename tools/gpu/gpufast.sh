@@ -9,18 +9,7 @@
 # cooperative vs one thread per block), opsbench. Default: tests bench prompt opsbench.
 # Writes $OUT/gpufast_tests.json, $OUT/gpufast_bench.jsonl, $OUT/gpufast_opsbench.jsonl, logs.
 set -uo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-cd "$root"
-out="${OUT:-$root/gpu-out}"
-mkdir -p "$out"
-stage="${LOOM_GPU_STAGE:-.gpu}"
-bin="$root/$stage/bin"
-commit="$(cat "$stage/commit" 2>/dev/null || echo unknown)"
-export LOOM_CACHE_DIR=/tmp/loom-cache
-src_dir="$(cat "$stage/source_dir" 2>/dev/null || true)"
-if [[ -n "$src_dir" && "$src_dir" != "$root" && ! -e "$src_dir" ]]; then
-  mkdir -p "$(dirname "$src_dir")" && ln -s "$root" "$src_dir"
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/stage_env.sh"
 steps=("$@")
 [[ ${#steps[@]} -eq 0 ]] && steps=(tests bench prompt opsbench)
 rc=0

@@ -12,21 +12,10 @@
 # Default: devices tests.
 # LOOM_GPU_STAGE names the staging folder (default .gpu), as for tools/gpu/build.sh.
 set -uo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-cd "$root"
-out="${OUT:-$root/gpu-out}"
-mkdir -p "$out"
-stage="${LOOM_GPU_STAGE:-.gpu}"   # staged by tools/gpu/build.sh
-bin="$root/$stage/bin"
-commit="$(cat "$stage/commit" 2>/dev/null || echo unknown)"
+source "$(dirname "${BASH_SOURCE[0]}")/stage_env.sh"
+export LOOM_BIN="$bin/loom"
 steps=("$@")
 [[ ${#steps[@]} -eq 0 ]] && steps=(devices tests)
-export LOOM_CACHE_DIR=/tmp/loom-cache LOOM_BIN="$bin/loom"
-# Test binaries look for test data under the source path they were built from: point it here.
-src_dir="$(cat "$stage/source_dir" 2>/dev/null || true)"
-if [[ -n "$src_dir" && "$src_dir" != "$root" && ! -e "$src_dir" ]]; then
-  mkdir -p "$(dirname "$src_dir")" && ln -s "$root" "$src_dir"
-fi
 rc=0
 for step in "${steps[@]}"; do
   echo "=== $step"
