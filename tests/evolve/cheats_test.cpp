@@ -6,6 +6,8 @@
 #include <set>
 #include <sstream>
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include "loom/evolve/candidate.h"
@@ -65,6 +67,25 @@ bool expect_matches(const std::string& expect, const std::string& tag) {
   return false;
 }
 
+const std::string& shared_pool_dir() {
+  static const std::string dir = [] {
+    auto p = std::filesystem::temp_directory_path() / ("loom_evolve_cheats_pool_" + std::to_string(getpid()));
+    std::filesystem::create_directories(p);
+    return p.string();
+  }();
+  return dir;
+}
+
+// Removes the shared pool after the last test.
+class PoolCleanup : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove_all(shared_pool_dir(), ec);
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kPoolCleanup = ::testing::AddGlobalTestEnvironment(new PoolCleanup);
+
 class Cheat : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Cheat, JudgedAsExpected) {
@@ -90,6 +111,9 @@ TEST_P(Cheat, JudgedAsExpected) {
   o.peak_gbps = cpu_peak();
   ASSERT_GT(o.peak_gbps, 0) << "measured peak read bandwidth";
   o.time_budget_s = 0.2;
+  // As in a job: one fresh trial, the other trials and held-out shapes from a pool that the
+  // planted files share (the cheats must be caught with pooled sets too).
+  o.pool_dir = shared_pool_dir();
   const std::string dev = c->kind == CandKind::kCuda || c->kind == CandKind::kPtx ? "cuda" : "cpu";
   const double timeout = expect == "timeout" ? 8 : 120;
   EvalResult r = evaluate_isolated(dev, *op, *shape, *c, o, timeout);

@@ -12,6 +12,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -72,8 +75,10 @@ class Guarded {
   Status upload(const std::vector<HostArg>& host, int trial) {
     for (size_t i = 0; i < specs_.size(); ++i) {
       std::vector<uint8_t>& m = img_[i];
-      for (size_t j = 0; j < m.size(); ++j) m[j] = canary(j);
       const size_t n = m.size() - 2 * kGuard;
+      // Canaries in the guards only: the middle is written below (inputs copied, outputs poisoned).
+      for (size_t j = 0; j < kGuard; ++j) m[j] = canary(j);
+      for (size_t j = kGuard + n; j < m.size(); ++j) m[j] = canary(j);
       if (specs_[i].role == ArgRole::kOutput || specs_[i].role == ArgRole::kScratch || host[i].bytes.size() != n) {
         for (size_t j = 0; j < n; ++j) m[kGuard + j] = poison(trial, j);
       } else if (n) {
@@ -98,8 +103,7 @@ class Guarded {
     for (size_t i = 0; i < specs_.size(); ++i) {
       const std::vector<uint8_t>& m = img_[i];
       const size_t n = m.size() - 2 * kGuard;
-      for (size_t j = 0; j < m.size(); ++j) {
-        if (j >= kGuard && j < kGuard + n) continue;
+      for (size_t j = 0; j < m.size(); j = j + 1 == kGuard ? kGuard + n : j + 1) {
         if (m[j] != canary(j))
           return fmt::format("guard: wrote outside its outputs (guard byte {} {} buffer '{}')",
                              j < kGuard ? kGuard - j : j - kGuard - n + 1, j < kGuard ? "before" : "after", specs_[i].name);
@@ -125,7 +129,7 @@ std::string compare(const std::vector<ArgSpec>& specs, const Guarded& g, const s
     const uint8_t* got = g.data(i);
     const size_t n = static_cast<size_t>(specs[i].bytes);
     if (specs[i].role == ArgRole::kInput) {
-      if (in[i].bytes.size() == n)
+      if (in[i].bytes.size() == n && std::memcmp(got, in[i].bytes.data(), n) != 0)
         for (size_t j = 0; j < n; ++j)
           if (got[j] != in[i].bytes[j])
             return fmt::format("input: modified input '{}' at byte {} (0x{:02x} -> 0x{:02x})", specs[i].name, j,
@@ -171,6 +175,136 @@ std::string compare(const std::vector<ArgSpec>& specs, const Guarded& g, const s
   return {};
 }
 
+// Seconds per phase of one evaluation, in first-use order, and how its input sets were made.
+class Phases {
+ public:
+  void add(const std::string& name, double s) {
+    for (auto& [n, v] : v_)
+      if (n == name) {
+        v += s;
+        return;
+      }
+    v_.emplace_back(name, s);
+  }
+  std::string str() const {
+    std::string out;
+    for (const auto& [n, v] : v_) out += fmt::format("{}{} {:.2f}s", out.empty() ? "" : ", ", n, v);
+    if (made || pooled) out += fmt::format(" (input sets: {} made, {} from the pool)", made, pooled);
+    return out;
+  }
+  int made = 0, pooled = 0;
+
+ private:
+  std::vector<std::pair<std::string, double>> v_;
+};
+// Adds the time from construction to destruction to one phase.
+class Lap {
+ public:
+  Lap(Phases& p, std::string name) : p_(p), name_(std::move(name)), t0_(clock_type::now()) {}
+  ~Lap() { p_.add(name_, std::chrono::duration<double>(clock_type::now() - t0_).count()); }
+  Lap(const Lap&) = delete;
+  Lap& operator=(const Lap&) = delete;
+
+ private:
+  Phases& p_;
+  std::string name_;
+  clock_type::time_point t0_;
+};
+
+// One set of inputs and the reference's outputs for them (ref: empty for pure inputs).
+struct InputSet {
+  std::vector<HostArg> in, ref;
+};
+
+uint64_t fnv1a(std::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+
+// A pooled set's file: a header naming op, shape and seed (checked on load: the file name is
+// only a hash), then every argument's input and reference bytes, each as a u64 size and bytes.
+std::string set_header(const kernels::OpSpec& op, const Shape& shape, uint64_t seed) {
+  return fmt::format("loom-evolve-input-set 1\n{}\n{}\n{}\n", op.name(), shape.key(), seed);
+}
+
+bool read_set(const std::string& path, const std::string& header, size_t nargs, InputSet& out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  std::string head(header.size(), '\0');
+  if (!f.read(head.data(), static_cast<std::streamsize>(head.size())) || head != header) return false;
+  out.in.assign(nargs, HostArg{});
+  out.ref.assign(nargs, HostArg{});
+  for (std::vector<HostArg>* v : {&out.in, &out.ref})
+    for (HostArg& a : *v) {
+      uint64_t n = 0;
+      if (!f.read(reinterpret_cast<char*>(&n), 8) || n > (uint64_t{1} << 36)) return false;
+      a.bytes.resize(static_cast<size_t>(n));
+      if (n && !f.read(reinterpret_cast<char*>(a.bytes.data()), static_cast<std::streamsize>(n))) return false;
+    }
+  return true;
+}
+
+// Written to a temporary name and renamed: parallel workers never read half a file. A failed
+// write only costs the next evaluation the time to make the set again.
+void write_set(const std::string& path, const std::string& header, const InputSet& s) {
+  const std::string tmp = fmt::format("{}.tmp{}", path, getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) return;
+    f.write(header.data(), static_cast<std::streamsize>(header.size()));
+    for (const std::vector<HostArg>* v : {&s.in, &s.ref})
+      for (const HostArg& a : *v) {
+        const uint64_t n = a.bytes.size();
+        f.write(reinterpret_cast<const char*>(&n), 8);
+        f.write(reinterpret_cast<const char*>(a.bytes.data()), static_cast<std::streamsize>(n));
+      }
+    if (!f) {
+      f.close();
+      unlink(tmp.c_str());
+      return;
+    }
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0) unlink(tmp.c_str());
+}
+
+// Inputs for (shape, seed) from op.fill_inputs and the reference's outputs for them; a pooled
+// set is read from opt.pool_dir when there, else made and written there.
+Result<InputSet> input_set(const kernels::OpSpec& op, const Shape& shape, const std::vector<ArgSpec>& specs,
+                           uint64_t seed, bool pooled, const EvalOptions& opt, Phases& ph) {
+  std::string path, header;
+  if (pooled && !opt.pool_dir.empty()) {
+    header = set_header(op, shape, seed);
+    path = fmt::format("{}/{:016x}.set", opt.pool_dir, fnv1a(header));
+    Lap lap(ph, "inputs");
+    InputSet s;
+    if (read_set(path, header, specs.size(), s)) {
+      ++ph.pooled;
+      return s;
+    }
+  }
+  InputSet s;
+  s.in.resize(specs.size());
+  {
+    Lap lap(ph, "inputs");
+    std::mt19937_64 rng(seed);
+    op.fill_inputs(shape, rng, s.in);
+  }
+  {
+    Lap lap(ph, "reference");
+    s.ref = s.in;
+    LOOM_RETURN_IF_ERROR(op.reference(shape, s.ref).with_context("reference"));
+    for (size_t i = 0; i < specs.size(); ++i)  // compare() never reads a pure input's reference copy
+      if (specs[i].role == ArgRole::kInput) s.ref[i].bytes = {};
+  }
+  ++ph.made;
+  if (!path.empty()) {
+    Lap lap(ph, "inputs");
+    write_set(path, header, s);
+  }
+  return s;
+}
+
 uint64_t mix(uint64_t a, uint64_t b) {
   uint64_t x = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull);
   x ^= x >> 31;
@@ -193,23 +327,21 @@ Result<ShapeRun> prepare(EvalDevice& dev, const kernels::OpSpec& op, const Shape
   return r;
 }
 
-// One trial: fresh inputs, poisoned outputs, launch, checks. Returns "" or "<tag>: ...".
-Result<std::string> trial(EvalDevice& dev, const kernels::OpSpec& op, const Shape& shape, ShapeRun& r, uint64_t seed,
-                          int t, std::vector<HostArg>* keep_in, std::vector<HostArg>* keep_ref,
-                          const std::vector<HostArg>* prev_ref) {
-  std::vector<HostArg> host(r.specs.size());
-  std::mt19937_64 rng(seed);
-  op.fill_inputs(shape, rng, host);
-  std::vector<HostArg> want = host;
-  LOOM_RETURN_IF_ERROR(op.reference(shape, want).with_context("reference"));
-  LOOM_RETURN_IF_ERROR(r.g.upload(host, t));
-  LOOM_RETURN_IF_ERROR(dev.run(r.loaded, r.g.addrs()).with_context("run"));
+// One trial: the set's inputs, poisoned outputs, launch, checks. Returns "" or "<tag>: ...".
+Result<std::string> trial(EvalDevice& dev, const kernels::OpSpec& op, const Shape& shape, ShapeRun& r,
+                          const InputSet& set, int t, const std::vector<HostArg>* prev_ref, Phases& ph) {
+  {
+    Lap lap(ph, "upload");
+    LOOM_RETURN_IF_ERROR(r.g.upload(set.in, t));
+  }
+  {
+    Lap lap(ph, "launch");
+    LOOM_RETURN_IF_ERROR(dev.run(r.loaded, r.g.addrs()).with_context("run"));
+  }
+  Lap lap(ph, "check");
   LOOM_RETURN_IF_ERROR(r.g.download());
   if (std::string gd = r.g.guard_damage(); !gd.empty()) return gd;
-  std::string bad = compare(r.specs, r.g, host, want, prev_ref, t, op.tolerance(shape));
-  if (keep_in) *keep_in = std::move(host);
-  if (keep_ref) *keep_ref = std::move(want);
-  return bad;
+  return compare(r.specs, r.g, set.in, set.ref, prev_ref, t, op.tolerance(shape));
 }
 
 EvalResult reject(EvalResult r, std::string reason) {
@@ -270,7 +402,7 @@ std::string measure_regions(EvalDevice& dev, const kernels::OpSpec& op, const Sh
 std::string EvalResult::to_json() const {
   nlohmann::json j = {{"status", status}, {"reason", reason}, {"median_us", median_us}, {"p10_us", p10_us},
                       {"p90_us", p90_us}, {"reps", reps}, {"gbps", gbps}, {"frac_peak", frac_peak},
-                      {"diagnosis", diagnosis}, {"eval_s", eval_s}, {"ws_bytes", ws_bytes}, {"regions", regions}};
+                      {"diagnosis", diagnosis}, {"eval_s", eval_s}, {"ws_bytes", ws_bytes}, {"regions", regions}, {"phases", phases}};
   return j.dump();
 }
 
@@ -294,6 +426,7 @@ EvalResult EvalResult::from_json(std::string_view text) {
   r.eval_s = j.value("eval_s", 0.0);
   r.ws_bytes = j.value("ws_bytes", uint64_t{0});
   r.regions = j.value("regions", "");
+  r.phases = j.value("phases", "");
   return r;
 }
 
@@ -346,8 +479,10 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
                     const EvalOptions& opt) {
   const auto t_start = clock_type::now();
   EvalResult r;
+  Phases ph;
   auto done = [&](EvalResult x) {
     x.eval_s = std::chrono::duration<double>(clock_type::now() - t_start).count();
+    x.phases = ph.str();
     return x;
   };
   if (Status s = op.validate(shape); !s.ok()) {
@@ -355,33 +490,40 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
     return done(r);
   }
   note_phase("compile");
-  auto prep = prepare(dev, op, shape, c);
+  auto prep = [&] {
+    Lap lap(ph, "compile");
+    return prepare(dev, op, shape, c);
+  }();
   if (!prep.ok()) {
     r.status = "compile_error";
     r.reason = prep.status().to_string();
     return done(r);
   }
   ShapeRun& run = *prep;
-  std::vector<HostArg> first_in, first_ref, prev_ref;
+  InputSet first;
+  std::vector<HostArg> prev_ref;
   note_phase("trials");
-  for (int t = 0; t < opt.trials; ++t) {
-    std::vector<HostArg> in, ref;
-    auto bad = trial(dev, op, shape, run, mix(opt.seed, static_cast<uint64_t>(t)), t, &in, &ref,
-                     t ? &prev_ref : nullptr);
+  for (int t = 0; t < std::max(1, opt.trials); ++t) {
+    // Fresh trials draw from this candidate's seed; the others from the job's pool.
+    const bool fresh = t < opt.fresh_trials;
+    auto set = input_set(op, shape, run.specs, mix(fresh ? opt.seed : opt.pool_seed, static_cast<uint64_t>(t)), !fresh,
+                         opt, ph);
+    if (!set.ok()) {
+      r.reason = set.status().to_string();
+      return done(r);
+    }
+    auto bad = trial(dev, op, shape, run, *set, t, t ? &prev_ref : nullptr, ph);
     if (!bad.ok()) {
       r.reason = bad.status().to_string();
       return done(r);
     }
     if (!bad->empty()) return done(reject(r, *bad));
-    if (t == 0) {
-      first_in = in;
-      first_ref = ref;
-    }
-    prev_ref = std::move(ref);
+    prev_ref = set->ref;
+    if (t == 0) first = std::move(*set);
   }
   // Launch order and history: the first inputs again, twice, after the others.
   for (int again = 0; again < 2; ++again) {
-    auto bad = trial(dev, op, shape, run, mix(opt.seed, 0), 3 + again, nullptr, nullptr, nullptr);
+    auto bad = trial(dev, op, shape, run, first, 3 + again, nullptr, ph);
     if (!bad.ok()) {
       r.reason = bad.status().to_string();
       return done(r);
@@ -392,11 +534,17 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
   for (size_t h = 0; h < opt.holdout.size(); ++h) {
     const Shape& hs = opt.holdout[h];
     note_phase("holdout {" + hs.key() + "}");
-    auto hp = prepare(dev, op, hs, c);
+    auto hp = [&] {
+      Lap lap(ph, "compile");
+      return prepare(dev, op, hs, c);
+    }();
     if (!hp.ok())
       return done(reject(r, fmt::format("holdout: does not build for held-out shape {{{}}}: {}", hs.key(),
                                         hp.status().to_string())));
-    auto bad = trial(dev, op, hs, *hp, mix(opt.seed, 100 + h), static_cast<int>(h), nullptr, nullptr, nullptr);
+    auto set = input_set(op, hs, hp->specs, mix(opt.pool_seed, 100 + h), true, opt, ph);
+    if (!set.ok())
+      return done(reject(r, fmt::format("holdout: fails on held-out shape {{{}}}: {}", hs.key(), set.status().to_string())));
+    auto bad = trial(dev, op, hs, *hp, *set, static_cast<int>(h), nullptr, ph);
     if (!bad.ok())
       return done(reject(r, fmt::format("holdout: fails on held-out shape {{{}}}: {}", hs.key(), bad.status().to_string())));
     if (!bad->empty()) return done(reject(r, fmt::format("holdout: wrong on held-out shape {{{}}} ({})", hs.key(), *bad)));
@@ -406,10 +554,10 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
     return done(r);
   }
   note_phase("timing");
-  // Timing over a working set larger than the last-level cache.
-  std::vector<HostArg> host(run.specs.size());
-  std::mt19937_64 rng(mix(opt.seed, 999));
-  op.fill_inputs(shape, rng, host);
+  // Timing over a working set larger than the last-level cache, of copies of the first
+  // trial's inputs (what a kernel computes from does not change what it costs to read).
+  std::optional<Lap> setup_lap(std::in_place, ph, "timing setup");
+  const std::vector<HostArg>& host = first.in;
   uint64_t in_bytes = 0;
   for (const ArgSpec& s : run.specs)
     if (s.kind == ArgKind::kBuffer && (s.role == ArgRole::kInput || s.role == ArgRole::kInOut))
@@ -448,6 +596,8 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
   };
   std::vector<std::vector<uint64_t>> all_addrs;
   for (uint64_t k = 0; k < copies; ++k) all_addrs.push_back(addrs_of(k));
+  setup_lap.reset();
+  std::optional<Lap> time_lap(std::in_place, ph, "timing");
   const uint64_t warm = std::min<uint64_t>(copies, 64) + 3;
   for (uint64_t i = 0; i < warm; ++i)
     if (Status s = dev.run(run.loaded, all_addrs[i % copies]); !s.ok()) {
@@ -468,6 +618,7 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
         std::chrono::duration<double>(clock_type::now() - t0).count() > opt.time_budget_s)
       break;
   }
+  time_lap.reset();
   std::sort(t.begin(), t.end());
   r.reps = static_cast<int>(t.size());
   r.median_us = t[t.size() / 2];
@@ -492,6 +643,7 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
                               100 * r.frac_peak, r.gbps, opt.peak_gbps, intensity);
   if (opt.instrument) {
     note_phase("instrumented run");
+    Lap lap(ph, "instrumented run");
     r.regions = measure_regions(dev, op, shape, c, all_addrs, 20);
   }
   r.status = "ok";
@@ -613,13 +765,17 @@ EvalResult evaluate_isolated(const std::string& device_spec, const kernels::OpSp
                  ? run_worker(evaluate_request(device_spec, op, shape, c, opt), timeout_s)
                  : run_isolated(
                        [&]() -> std::string {
+                         const auto t_open = clock_type::now();
                          auto dev = EvalDevice::open(device_spec);
                          if (!dev.ok()) {
                            EvalResult e;
                            e.reason = dev.status().to_string();
                            return e.to_json();
                          }
-                         return evaluate(**dev, op, shape, c, opt).to_json();
+                         const double open_s = std::chrono::duration<double>(clock_type::now() - t_open).count();
+                         EvalResult e = evaluate(**dev, op, shape, c, opt);
+                         e.phases = fmt::format("open {:.2f}s, {}", open_s, e.phases);
+                         return e.to_json();
                        },
                        timeout_s);
   EvalResult r;

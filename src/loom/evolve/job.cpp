@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <thread>
 
@@ -269,6 +271,33 @@ Status run_job(Db& db, int64_t job, const RunOptions& ro) {
   eo.holdout = holdout_shapes(*op, shape, cfg.holdout);
   eo.time_budget_s = cfg.time_budget_s;
   eo.peak_gbps = peak;
+  // The job's pool of shared input sets (EvalOptions): one directory per (database, job) under
+  // TMPDIR, so a resumed job finds it; removed when run_job returns.
+  eo.pool_seed = step_seed(cfg.seed, 1 << 30);
+  {
+    const char* tmp = std::getenv("TMPDIR");
+    uint64_t h = 1469598103934665603ull;
+    for (unsigned char ch : db.path()) h = (h ^ ch) * 1099511628211ull;
+    std::error_code ec;
+    std::filesystem::path dir = std::filesystem::path(tmp && *tmp ? tmp : "/tmp") /
+                                fmt::format("loom-evolve-pool-{:016x}-{}", h, job);
+    if (std::filesystem::create_directories(dir, ec) || std::filesystem::is_directory(dir, ec))
+      eo.pool_dir = dir.string();
+  }
+  // LOOM_EVOLVE_POOL=0: every trial fresh and nothing kept (to see what the pool saves).
+  if (const char* e = std::getenv("LOOM_EVOLVE_POOL"); e && std::string_view(e) == "0") {
+    eo.fresh_trials = eo.trials;
+    std::error_code ec;
+    std::filesystem::remove_all(eo.pool_dir, ec);
+    eo.pool_dir.clear();
+  }
+  struct PoolCleanup {
+    std::string dir;
+    ~PoolCleanup() {
+      std::error_code ec;
+      if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+    }
+  } pool_cleanup{eo.pool_dir};
   std::vector<kernels::Knob> space = op->schedule_space(shape, target);
   for (const kernels::Knob& k : rewrite_knobs(target)) space.push_back(k);
   for (const kernels::Knob& k : family_knobs(*op, shape, target)) space.push_back(k);
@@ -298,6 +327,7 @@ Status run_job(Db& db, int64_t job, const RunOptions& ro) {
     return evaluate_isolated(cfg.device, *op, shape, c, o, cfg.timeout_s);
   };
 
+  std::string last_phases;  // where the last search evaluation's time went (logged after the search)
   if (h.nodes.empty()) {
     Record r;
     r.synth = "baseline";
@@ -317,6 +347,7 @@ Status run_job(Db& db, int64_t job, const RunOptions& ro) {
     log(fmt::format("[   0 {:6.1f}s] baseline {}: {:.1f} us (p10 {:.1f}, p90 {:.1f}, {} reps, working set {:.0f} MiB); {}",
                     elapsed(), r.cand.summary(), r.ev.median_us, r.ev.p10_us, r.ev.p90_us, r.ev.reps,
                     r.ev.ws_bytes / 1048576.0, r.ev.diagnosis));
+    log(fmt::format("baseline evaluation {:.1f} s: {}", r.ev.eval_s, r.ev.phases));
   }
 
   SkillTable skills;
@@ -454,7 +485,10 @@ Status run_job(Db& db, int64_t job, const RunOptions& ro) {
       std::optional<Node> parent_node;
       if (parent) parent_node = *parent;  // a copy: h.add() below may move the nodes
       parent = parent_node ? &*parent_node : nullptr;
-      if (r.needs_eval) r.ev = evaluate_one(r.cand, step_seed(cfg.seed, r.seq));
+      if (r.needs_eval) {
+        r.ev = evaluate_one(r.cand, step_seed(cfg.seed, r.seq));
+        if (!r.ev.phases.empty()) last_phases = fmt::format("#{} {:.1f} s: {}", r.seq, r.ev.eval_s, r.ev.phases);
+      }
       r.speedup = r.ev.ok() && objective_us(r.ev) > 0 ? baseline_us / objective_us(r.ev) : 0;
       r.at_s = elapsed();
       LOOM_ASSIGN_OR_RETURN(int64_t id, insert(db, job, r));
@@ -487,6 +521,7 @@ Status run_job(Db& db, int64_t job, const RunOptions& ro) {
   constexpr size_t kFinalists = 3;
   const Node* best = h.best();
   double confirmed = 1;
+  if (!last_phases.empty()) log("last search evaluation " + last_phases);
   std::vector<const Node*> finalists;
   for (const Node& n : h.nodes)
     if (n.ok && n.seq != 0 && n.speedup > 0) finalists.push_back(&n);
@@ -495,6 +530,7 @@ Status run_job(Db& db, int64_t job, const RunOptions& ro) {
   if (best && best->seq != 0 && !finalists.empty()) {
     EvalOptions o = eo;
     o.trials = 1;
+    o.fresh_trials = 0;  // timing rounds of candidates already proven correct: the pool's set
     o.holdout.clear();
     auto median = [](std::vector<double> v) {
       std::sort(v.begin(), v.end());
@@ -564,6 +600,7 @@ Status run_job(Db& db, int64_t job, const RunOptions& ro) {
     o.trials = 1;
     o.holdout.clear();
     o.time_budget_s = 0.05;
+    o.fresh_trials = 0;
     o.instrument = true;
     auto is_ir = [](const Candidate& c) {
       auto fam = c.knobs.find("ev_family");

@@ -107,9 +107,14 @@ std::string run_request(const nlohmann::json& req) {
   if (!cand.ok()) return error_result(cand.status().to_string());
   auto opt = eval_options_from_json(req.value("options", nlohmann::json::object()));
   if (!opt.ok()) return error_result(opt.status().to_string());
+  // Opening the device (a CUDA context per worker process) is part of what an evaluation costs.
+  const auto t_open = std::chrono::steady_clock::now();
   auto dev = EvalDevice::open(device);
   if (!dev.ok()) return error_result(dev.status().to_string());
-  return evaluate(**dev, **op, *shape, *cand, *opt).to_json();
+  const double open_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_open).count();
+  EvalResult r = evaluate(**dev, **op, *shape, *cand, *opt);
+  r.phases = fmt::format("open {:.2f}s, {}", open_s, r.phases);
+  return r.to_json();
 }
 
 }  // namespace
@@ -141,7 +146,8 @@ nlohmann::json eval_options_to_json(const EvalOptions& o) {
           {"min_reps", o.min_reps},   {"max_reps", o.max_reps},
           {"ws_factor", o.ws_factor}, {"peak_gbps", o.peak_gbps},
           {"floor_margin", o.floor_margin}, {"seed", o.seed},
-          {"instrument", o.instrument}};
+          {"instrument", o.instrument}, {"fresh_trials", o.fresh_trials},
+          {"pool_seed", o.pool_seed}, {"pool_dir", o.pool_dir}};
 }
 
 Result<EvalOptions> eval_options_from_json(const nlohmann::json& j) {
@@ -161,6 +167,9 @@ Result<EvalOptions> eval_options_from_json(const nlohmann::json& j) {
   o.floor_margin = j.value("floor_margin", o.floor_margin);
   o.seed = j.value("seed", o.seed);
   o.instrument = j.value("instrument", o.instrument);
+  o.fresh_trials = j.value("fresh_trials", o.fresh_trials);
+  o.pool_seed = j.value("pool_seed", o.pool_seed);
+  o.pool_dir = j.value("pool_dir", o.pool_dir);
   return o;
 }
 
