@@ -480,6 +480,11 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
   const auto t_start = clock_type::now();
   EvalResult r;
   Phases ph;
+  // The phase notes carry the time spent so far: a killed evaluation still says where it went.
+  auto phase = [&](const std::string& what) {
+    const std::string so_far = ph.str();
+    note_phase(so_far.empty() ? what : what + " (so far: " + so_far + ")");
+  };
   auto done = [&](EvalResult x) {
     x.eval_s = std::chrono::duration<double>(clock_type::now() - t_start).count();
     x.phases = ph.str();
@@ -489,7 +494,7 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
     r.reason = s.to_string();
     return done(r);
   }
-  note_phase("compile");
+  phase("compile");
   auto prep = [&] {
     Lap lap(ph, "compile");
     return prepare(dev, op, shape, c);
@@ -502,7 +507,7 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
   ShapeRun& run = *prep;
   InputSet first;
   std::vector<HostArg> prev_ref;
-  note_phase("trials");
+  phase("trials");
   for (int t = 0; t < std::max(1, opt.trials); ++t) {
     // Fresh trials draw from this candidate's seed; the others from the job's pool.
     const bool fresh = t < opt.fresh_trials;
@@ -533,7 +538,7 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
   }
   for (size_t h = 0; h < opt.holdout.size(); ++h) {
     const Shape& hs = opt.holdout[h];
-    note_phase("holdout {" + hs.key() + "}");
+    phase("holdout {" + hs.key() + "}");
     auto hp = [&] {
       Lap lap(ph, "compile");
       return prepare(dev, op, hs, c);
@@ -553,7 +558,7 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
     r.status = "ok";
     return done(r);
   }
-  note_phase("timing");
+  phase("timing");
   // Timing over a working set larger than the last-level cache, of copies of the first
   // trial's inputs (what a kernel computes from does not change what it costs to read).
   std::optional<Lap> setup_lap(std::in_place, ph, "timing setup");
@@ -642,7 +647,7 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
                               "{:.2f} flop/byte: fewer instructions per byte or more parallelism would help",
                               100 * r.frac_peak, r.gbps, opt.peak_gbps, intensity);
   if (opt.instrument) {
-    note_phase("instrumented run");
+    phase("instrumented run");
     Lap lap(ph, "instrumented run");
     r.regions = measure_regions(dev, op, shape, c, all_addrs, 20);
   }
