@@ -16,40 +16,20 @@
 #include "loom/kernels/op_harness.h"
 #include "loom/kernels/op_list.h"
 #include "loom/llm/ggml_types.h"
+#include "run_op_util.h"
 
 namespace loom::kernels {
 namespace {
 
 using llm::GgmlType;
 
-// Runs `op` for `shape`/`sch` on `dev` with the given weights and activation rows; returns y.
-// The output is poisoned with NaN bytes first, so an unwritten element cannot pass.
+// Runs the mat-vec for `shape`/`sch` with weights w and xq_bytes of activation rows; returns y.
 Result<std::vector<float>> run_op(const hrx::Device& dev, hrx::Stream& s, const OpSpec& op, const Shape& shape,
                                   const Schedule& sch, const std::vector<uint8_t>& w, const uint8_t* xq,
                                   size_t xq_bytes) {
-  LOOM_ASSIGN_OR_RETURN(Generated g, op.generate(shape, sch, dev.target()));
-  LOOM_ASSIGN_OR_RETURN(hrx::Module mod, hrx::Module::compile(dev, g.module));
-  const std::vector<ArgSpec> specs = op.args(shape);
-  if (specs.size() != 3 || static_cast<size_t>(specs[0].bytes) != w.size() || static_cast<size_t>(specs[1].bytes) != xq_bytes)
-    return internal_error("unexpected argument sizes for {}", shape.key());
-  std::vector<hrx::Buffer> bufs;
-  for (const ArgSpec& a : specs) {
-    LOOM_ASSIGN_OR_RETURN(hrx::Buffer b, hrx::Buffer::alloc(dev, static_cast<uint64_t>(a.bytes)));
-    bufs.push_back(std::move(b));
-  }
-  LOOM_RETURN_IF_ERROR(s.copy_h2d(bufs[0], 0, w.data(), w.size()));
-  LOOM_RETURN_IF_ERROR(s.copy_h2d(bufs[1], 0, xq, xq_bytes));
-  LOOM_RETURN_IF_ERROR(s.memset(bufs[2], 0, 0xFF, static_cast<uint64_t>(specs[2].bytes)));
-  for (const KernelLaunch& l : g.launches) {
-    LOOM_ASSIGN_OR_RETURN(hrx::Kernel k, mod.kernel(l.kernel));
-    hrx::KernelArgs args;
-    for (int ai : l.args) args.buffer(bufs[static_cast<size_t>(ai)]);
-    LOOM_RETURN_IF_ERROR(s.launch(k, {l.grid[0], l.grid[1], l.grid[2]}, {l.block[0], l.block[1], l.block[2]}, args));
-  }
-  std::vector<float> y(static_cast<size_t>(specs[2].bytes / 4));
-  LOOM_RETURN_IF_ERROR(s.copy_d2h(y.data(), bufs[2], 0, y.size() * 4));
-  LOOM_RETURN_IF_ERROR(s.synchronize());
-  return y;
+  LOOM_ASSIGN_OR_RETURN(auto out, run_op(dev, s, op, shape, sch, {std::span<const uint8_t>(w), {xq, xq_bytes}}));
+  if (out.size() != 1) return internal_error("expected one output for {}", shape.key());
+  return std::move(out[0]);
 }
 
 Shape mv_shape(int64_t n_in, int64_t n_out, GgmlType t, int64_t nt) {

@@ -15,50 +15,12 @@
 #include "loom/kernels/op_list.h"
 #include "loom/llm/ggml_types.h"
 #include "loom/llm/ops_ref.h"
+#include "run_op_util.h"
 
 namespace loom::kernels {
 namespace {
 
 using llm::GgmlType;
-
-// Runs `op` with the given input buffers (in argument order); returns every output buffer, each
-// poisoned with NaN bytes first so that an unwritten element cannot pass.
-Result<std::vector<std::vector<float>>> run_op(const hrx::Device& dev, hrx::Stream& s, const OpSpec& op,
-                                               const Shape& shape, const Schedule& sch,
-                                               const std::vector<const std::vector<uint8_t>*>& inputs) {
-  LOOM_ASSIGN_OR_RETURN(Generated g, op.generate(shape, sch, dev.target()));
-  LOOM_ASSIGN_OR_RETURN(hrx::Module mod, hrx::Module::compile(dev, g.module));
-  const std::vector<ArgSpec> specs = op.args(shape);
-  std::vector<hrx::Buffer> bufs;
-  size_t in = 0;
-  for (const ArgSpec& a : specs) {
-    LOOM_ASSIGN_OR_RETURN(hrx::Buffer b, hrx::Buffer::alloc(dev, static_cast<uint64_t>(a.bytes)));
-    if (a.role == ArgRole::kInput) {
-      if (in >= inputs.size() || inputs[in]->size() != static_cast<size_t>(a.bytes))
-        return internal_error("input {} of {} does not match argument {}", in, shape.key(), a.name);
-      LOOM_RETURN_IF_ERROR(s.copy_h2d(b, 0, inputs[in]->data(), inputs[in]->size()));
-      ++in;
-    } else {
-      LOOM_RETURN_IF_ERROR(s.memset(b, 0, 0xFF, static_cast<uint64_t>(a.bytes)));
-    }
-    bufs.push_back(std::move(b));
-  }
-  for (const KernelLaunch& l : g.launches) {
-    LOOM_ASSIGN_OR_RETURN(hrx::Kernel k, mod.kernel(l.kernel));
-    hrx::KernelArgs args;
-    for (int ai : l.args) args.buffer(bufs[static_cast<size_t>(ai)]);
-    LOOM_RETURN_IF_ERROR(s.launch(k, {l.grid[0], l.grid[1], l.grid[2]}, {l.block[0], l.block[1], l.block[2]}, args));
-  }
-  std::vector<std::vector<float>> out;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    if (specs[i].role != ArgRole::kOutput) continue;
-    std::vector<float> y(static_cast<size_t>(specs[i].bytes / 4));
-    LOOM_RETURN_IF_ERROR(s.copy_d2h(y.data(), bufs[i], 0, y.size() * 4));
-    out.push_back(std::move(y));
-  }
-  LOOM_RETURN_IF_ERROR(s.synchronize());
-  return out;
-}
 
 Shape one_shape(int64_t n_in, int64_t n_out, GgmlType t, int64_t nt) {
   return {{{"n_in", n_in}, {"n_out", n_out}, {"n_tokens", nt}, {"wtype", static_cast<int64_t>(t)}}};
@@ -123,8 +85,8 @@ TEST_P(MatvecGpuFused, EachMatrixGetsTheBitsOfItsOwnLaunch) {
     std::vector<HostArg> host(op->args(fused).size());
     op->fill_inputs(fused, rng, host);
     const size_t n_w = c.rows.size();
-    std::vector<const std::vector<uint8_t>*> inputs;
-    for (size_t m = 0; m <= n_w; ++m) inputs.push_back(&host[m].bytes);  // weights, then xq
+    std::vector<std::span<const uint8_t>> inputs;
+    for (size_t m = 0; m <= n_w; ++m) inputs.emplace_back(host[m].bytes);  // weights, then xq
 
     // The fused launch against the op's reference (vec_dot per row; glu: ref::swiglu).
     std::vector<HostArg> want = host;

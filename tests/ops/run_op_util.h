@@ -1,0 +1,52 @@
+// Test helper for tests/ops: run one op-library kernel on an HRX device with given input bytes
+// and read back its outputs (the batched and fused matvec_gpu bit-identity tests use it).
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "loom/hrx/runtime.h"
+#include "loom/kernels/op_spec.h"
+
+namespace loom::kernels {
+
+// Runs `op` with the given input buffers (in argument order); returns every output buffer, each
+// poisoned with NaN bytes first so that an unwritten element cannot pass.
+inline Result<std::vector<std::vector<float>>> run_op(const hrx::Device& dev, hrx::Stream& s, const OpSpec& op,
+                                               const Shape& shape, const Schedule& sch,
+                                               const std::vector<std::span<const uint8_t>>& inputs) {
+  LOOM_ASSIGN_OR_RETURN(Generated g, op.generate(shape, sch, dev.target()));
+  LOOM_ASSIGN_OR_RETURN(hrx::Module mod, hrx::Module::compile(dev, g.module));
+  const std::vector<ArgSpec> specs = op.args(shape);
+  std::vector<hrx::Buffer> bufs;
+  size_t in = 0;
+  for (const ArgSpec& a : specs) {
+    LOOM_ASSIGN_OR_RETURN(hrx::Buffer b, hrx::Buffer::alloc(dev, static_cast<uint64_t>(a.bytes)));
+    if (a.role == ArgRole::kInput) {
+      if (in >= inputs.size() || inputs[in].size() != static_cast<size_t>(a.bytes))
+        return internal_error("input {} of {} does not match argument {}", in, shape.key(), a.name);
+      LOOM_RETURN_IF_ERROR(s.copy_h2d(b, 0, inputs[in].data(), inputs[in].size()));
+      ++in;
+    } else {
+      LOOM_RETURN_IF_ERROR(s.memset(b, 0, 0xFF, static_cast<uint64_t>(a.bytes)));
+    }
+    bufs.push_back(std::move(b));
+  }
+  for (const KernelLaunch& l : g.launches) {
+    LOOM_ASSIGN_OR_RETURN(hrx::Kernel k, mod.kernel(l.kernel));
+    hrx::KernelArgs args;
+    for (int ai : l.args) args.buffer(bufs[static_cast<size_t>(ai)]);
+    LOOM_RETURN_IF_ERROR(s.launch(k, {l.grid[0], l.grid[1], l.grid[2]}, {l.block[0], l.block[1], l.block[2]}, args));
+  }
+  std::vector<std::vector<float>> out;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].role != ArgRole::kOutput) continue;
+    std::vector<float> y(static_cast<size_t>(specs[i].bytes / 4));
+    LOOM_RETURN_IF_ERROR(s.copy_d2h(y.data(), bufs[i], 0, y.size() * 4));
+    out.push_back(std::move(y));
+  }
+  LOOM_RETURN_IF_ERROR(s.synchronize());
+  return out;
+}
+
+}  // namespace loom::kernels
