@@ -32,8 +32,10 @@ Result<std::vector<float>> run_op(const hrx::Device& dev, hrx::Stream& s, const 
   return std::move(out[0]);
 }
 
-Shape mv_shape(int64_t n_in, int64_t n_out, GgmlType t, int64_t nt) {
-  return {{{"n_in", n_in}, {"n_out", n_out}, {"n_tokens", nt}, {"wtype", static_cast<int64_t>(t)}}};
+Shape mv_shape(int64_t n_in, int64_t n_out, GgmlType t, int64_t nt, bool planar = false) {
+  Shape s{{{"n_in", n_in}, {"n_out", n_out}, {"n_tokens", nt}, {"wtype", static_cast<int64_t>(t)}}};
+  if (planar) s.dims["planar"] = 1;  // the planar weight layout (llm/planar.h)
+  return s;
 }
 
 class MatvecGpuBatch : public testing::TestWithParam<std::string> {};
@@ -50,6 +52,7 @@ TEST_P(MatvecGpuBatch, TokenResultsDoNotDependOnTheBatch) {
   struct Case {
     int64_t n_in, n_out;
     GgmlType t;
+    bool planar = false;
   };
   // One shape per activation format and unit layout, and one whose 16 staged rows do not fit in
   // shared memory at once (the kernel stages them in groups). The cpu compiles each kernel with
@@ -57,11 +60,13 @@ TEST_P(MatvecGpuBatch, TokenResultsDoNotDependOnTheBatch) {
   // batched kernels the op tests also run, and batches of 2 are left to the GPU run.
   const bool cpu = target == ir::TargetKind::kCpp;
   const Case cases[] = {{576, 200, GgmlType::Q4_0}, {1024, 45, GgmlType::Q8_0}, {576, 96, GgmlType::Q4_1},
-                        {512, 40, GgmlType::Q4_K},  {512, 40, GgmlType::Q6_K},  {14336, 24, GgmlType::Q4_0}};
+                        {512, 40, GgmlType::Q4_K},  {512, 40, GgmlType::Q6_K},  {14336, 24, GgmlType::Q4_0},
+                        {576, 200, GgmlType::Q4_0, true}, {512, 40, GgmlType::Q6_K, true},
+                        {14336, 24, GgmlType::Q4_0, true}, {512, 40, GgmlType::Q4_K, true}};
   std::mt19937_64 rng(20261130);
   for (const Case& c : cases) {
     if (cpu && (c.t == GgmlType::Q4_1 || c.t == GgmlType::Q4_K)) continue;
-    const Shape s16 = mv_shape(c.n_in, c.n_out, c.t, kTokens);
+    const Shape s16 = mv_shape(c.n_in, c.n_out, c.t, kTokens, c.planar);
     SCOPED_TRACE(s16.key());
     std::vector<HostArg> host(3);
     op->fill_inputs(s16, rng, host);
@@ -73,10 +78,10 @@ TEST_P(MatvecGpuBatch, TokenResultsDoNotDependOnTheBatch) {
     const Tolerance tol = op->tolerance(s16);
 
     // One token at a time, default schedule: the bits every batch must reproduce.
-    const Schedule base = op->default_schedule(mv_shape(c.n_in, c.n_out, c.t, 1), target);
+    const Schedule base = op->default_schedule(mv_shape(c.n_in, c.n_out, c.t, 1, c.planar), target);
     std::vector<float> alone(static_cast<size_t>(kTokens * c.n_out));
     for (int64_t t = 0; t < kTokens; ++t) {
-      auto y = run_op(*dev, *stream, *op, mv_shape(c.n_in, c.n_out, c.t, 1), base, w, host[1].bytes.data() + t * xrow, xrow);
+      auto y = run_op(*dev, *stream, *op, mv_shape(c.n_in, c.n_out, c.t, 1, c.planar), base, w, host[1].bytes.data() + t * xrow, xrow);
       ASSERT_TRUE(y.ok()) << y.status().to_string();
       std::memcpy(alone.data() + t * c.n_out, y->data(), static_cast<size_t>(c.n_out) * 4);
     }
@@ -89,7 +94,7 @@ TEST_P(MatvecGpuBatch, TokenResultsDoNotDependOnTheBatch) {
     // batch size and with one that places the work differently (same lanes per row).
     for (int64_t n : {int64_t{2}, int64_t{5}, kTokens}) {
       if (cpu && n == 2) continue;
-      Schedule other = op->default_schedule(mv_shape(c.n_in, c.n_out, c.t, n), target);
+      Schedule other = op->default_schedule(mv_shape(c.n_in, c.n_out, c.t, n, c.planar), target);
       ASSERT_EQ(other.at("lanes_per_row"), base.at("lanes_per_row")) << "the default's lanes per row depend on n_tokens";
       std::vector<Schedule> schedules = {other};
       if (n == kTokens) {
@@ -102,7 +107,7 @@ TEST_P(MatvecGpuBatch, TokenResultsDoNotDependOnTheBatch) {
       for (const Schedule& sch : schedules) {
         for (int64_t t0 = 0; t0 < kTokens; t0 += n) {
           const int64_t cnt = std::min(n, kTokens - t0);
-          auto y = run_op(*dev, *stream, *op, mv_shape(c.n_in, c.n_out, c.t, cnt), sch, w,
+          auto y = run_op(*dev, *stream, *op, mv_shape(c.n_in, c.n_out, c.t, cnt, c.planar), sch, w,
                           host[1].bytes.data() + t0 * xrow, static_cast<size_t>(cnt) * xrow);
           ASSERT_TRUE(y.ok()) << y.status().to_string();
           for (int64_t t = 0; t < cnt; ++t)

@@ -26,9 +26,11 @@
 #include "loom/ir/ir.h"
 #include "loom/kernels/elementwise_util.h"
 #include "loom/kernels/op_spec.h"
+#include "loom/kernels/planar_weights.h"
 #include "loom/llm/ggml_types.h"
 #include "loom/llm/model.h"
 #include "loom/llm/ops_ref.h"
+#include "loom/llm/planar.h"
 
 namespace loom::exec {
 namespace {
@@ -108,8 +110,11 @@ class HrxBackend final : public llm::Backend {
     n_ctx_ = n_ctx;
     n_seq_ = n_seq;
     const llm::ModelConfig& c = model.config();
-    // Weights, in their stored layout.
+    // Weights, in their stored layout; on cuda the ones only matvec_gpu and matmul_mma read in
+    // the planar layout (issue 7: coalesced weight loads; LOOM_PLANAR=0 keeps GGUF rows).
     weights_.resize(model.weights().size());
+    planar_ = kernels::planar_weights(model, dev_.target());
+    std::vector<uint8_t> repacked;
     uint64_t total = 0;
     for (const llm::Weight& w : model.weights()) total += w.view.row_stride * static_cast<uint64_t>(w.view.n_out);
     Progress progress("uploading weights to " + dev_.props().spec, static_cast<double>(total) / (1 << 20), "MiB");
@@ -118,7 +123,14 @@ class HrxBackend final : public llm::Backend {
       const llm::ref::WeightView& v = model.weights()[i].view;
       const uint64_t bytes = v.row_stride * static_cast<uint64_t>(v.n_out);
       LOOM_ASSIGN_OR_RETURN(weights_[i], hrx::Buffer::alloc(dev_, std::max<uint64_t>(bytes, 4)));
-      LOOM_RETURN_IF_ERROR(stream_.copy_h2d(weights_[i], 0, v.data, bytes));
+      const uint8_t* src = v.data;
+      if (planar_[i]) {
+        repacked.resize(bytes);
+        LOOM_RETURN_IF_ERROR(llm::to_planar(v.type, v.n_out, v.n_in, v.data, repacked.data()));
+        src = repacked.data();
+      }
+      LOOM_RETURN_IF_ERROR(stream_.copy_h2d(weights_[i], 0, src, bytes));
+      if (planar_[i]) LOOM_RETURN_IF_ERROR(stream_.synchronize());  // before `repacked` is reused
       done += bytes;
       progress.update(static_cast<double>(done) / (1 << 20));
     }
@@ -436,6 +448,11 @@ class HrxBackend final : public llm::Backend {
           call.shape = mc.shape;
           call.bind = {{"w", weight_addr(l.weight)}, {mc.op->name() == "matmul_mma" ? "x" : "xq", xaddr},
                        {"y", value_addr(plan, l.out)}};
+          if (planar_[static_cast<size_t>(l.weight)]) {  // planar weights: only these two ops read them
+            if (mc.op->name() != "matvec_gpu" && mc.op->name() != "matmul_mma")
+              return internal_error("planar weight {} lowered to {}", model_->weight(l.weight).name, mc.op->name());
+            call.shape.dims["planar"] = 1;
+          }
           if (auto g = fu.groups.find(&l); g != fu.groups.end()) {
             // One matvec_gpu launch for the group's weights (FusionPlanner checked the shape).
             const std::vector<const Launch*>& ms = g->second;
@@ -447,6 +464,8 @@ class HrxBackend final : public llm::Backend {
               call.bind[fmt::format("w{}", m)] = weight_addr(ms[m]->weight);
               if (glu == fu.glu.end()) call.bind[fmt::format("y{}", m)] = value_addr(plan, ms[m]->out);
               names += "|" + vname(ms[m]->out);
+              if (planar_[static_cast<size_t>(ms[m]->weight)] != planar_[static_cast<size_t>(l.weight)])
+                return internal_error("matvec_gpu group mixes planar and GGUF weights ({})", vname(l.out));
             }
             if (glu != fu.glu.end()) {
               call.shape.dims["glu"] = 1;
@@ -750,6 +769,7 @@ class HrxBackend final : public llm::Backend {
 }  // namespace
 
 namespace {
+  std::vector<bool> planar_;  // per weight: uploaded in the planar layout (kernels/planar_weights.h)
 std::atomic<int> g_profiling{-1};  // -1: $LOOM_PROFILE decides
 }  // namespace
 

@@ -11,6 +11,7 @@
 
 #include "loom/kernels/op_list.h"
 #include "loom/kernels/op_util.h"
+#include "loom/llm/planar.h"
 #include "loom/llm/quant.h"
 
 namespace loom::kernels {
@@ -44,6 +45,41 @@ bool m_format(GgmlType t, MFormat* f) {
   }
 }
 
+// Where a weight block's bytes are: GGUF rows, or the planar layout of matvec_gpu (llm/planar.h,
+// shape dim "planar" = 1), so that the prompt path reads the weights the decode path streams.
+struct WLayout {
+  bool planar = false;
+  int64_t nb = 0;         // blocks per row
+  int64_t rows = 0;       // n_out
+  int block_bytes = 0;
+  llm::PlanarGeometry pg;
+};
+
+// Byte address (i64) of GGUF in-block offset `off` (i64) of block `blk` (i64) of row `r` (i32).
+// `header`: off lies in the block's planar header (else in its body); only planar cares.
+Value* block_byte(Emit& b, const WLayout& L, Value* r, Value* blk, Value* off, bool header) {
+  const Type i64 = Type::scalar(Scalar::kI64);
+  if (!L.planar) return b.add(b.add(b.mul(b.convert(r, i64), b.i64(L.nb * L.block_bytes)), b.mul(blk, b.i64(L.block_bytes))), off);
+  Value* g = b.add(b.mul(b.convert(r, i64), b.i64(L.nb)), blk);
+  const int64_t nblk = L.rows * L.nb;
+  if (header)
+    return b.add(b.i64(16 * L.pg.pieces * nblk),
+                 b.add(b.mul(g, b.i64(L.pg.header_bytes)), b.sub(off, b.i64(L.pg.header_offset))));
+  Value* bo = b.sub(off, b.i64(L.pg.body_offset()));
+  Value* piece = b.div(bo, b.i64(16));
+  return b.add(b.add(b.mul(piece, b.i64(16 * nblk)), b.mul(g, b.i64(16))), b.sub(bo, b.mul(piece, b.i64(16))));
+}
+
+WLayout layout_of(const Shape& s, GgmlType wt, int64_t n_in, int64_t n_out, int block_elems, int block_bytes) {
+  WLayout L;
+  L.planar = s.dims.count("planar") && s.at("planar") == 1;
+  L.nb = n_in / block_elems;
+  L.rows = n_out;
+  L.block_bytes = block_bytes;
+  if (L.planar) llm::planar_geometry(wt, &L.pg);
+  return L;
+}
+
 Value* u16_at(Emit& b, Value* w, Value* off) {
   return b.convert(b.load_at(w, off, Type::scalar(Scalar::kU16), 2), kU32);
 }
@@ -57,21 +93,24 @@ Value* byte_at(Emit& b, Value* w, Value* off) {
 
 // Weights k0 .. k0+15 (k0 a multiple of 16) of the row starting at byte `row` (i64), as 16 f32
 // values already rounded as the f16 the tensor cores see (value = scale * q - offset).
-std::vector<Value*> dequant16(Emit& b, GgmlType t, Value* w, Value* row, Value* k0) {
+std::vector<Value*> dequant16(Emit& b, GgmlType t, Value* w, const WLayout& L, Value* r, Value* k0) {
   std::vector<Value*> out;
-  auto at = [&](Value* base, int o) { return b.add(base, b.i64(o)); };
+  // Offsets are the GGUF block's (i64); hdr/body give their addresses in either layout.
+  Value* blk = nullptr;
+  auto hdr = [&](Value* off) { return block_byte(b, L, r, blk, off, true); };
+  auto body = [&](Value* off) { return block_byte(b, L, r, blk, off, false); };
+  auto at = [&](Value* off, int o) { return b.add(off, b.i64(o)); };
   switch (t) {
     case GgmlType::Q4_0:
     case GgmlType::Q8_0: {
       const bool q8 = t == GgmlType::Q8_0;
-      Value* blk = b.convert(b.div(k0, b.i32(32)), kI64);
+      blk = b.convert(b.div(k0, b.i32(32)), kI64);
       Value* half = b.rem(b.div(k0, b.i32(16)), b.i32(2));
-      Value* base = b.add(row, b.mul(blk, b.i64(q8 ? 34 : 18)));
-      Value* d = f16_at(b, w, base);
+      Value* d = f16_at(b, w, hdr(b.i64(0)));
       if (q8) {
-        Value* qb = b.add(base, b.mul(b.convert(half, kI64), b.i64(16)));
+        Value* qb = b.mul(b.convert(half, kI64), b.i64(16));
         for (int i = 0; i < 8; ++i) {
-          Value* h = u16_at(b, w, at(qb, 2 + 2 * i));
+          Value* h = u16_at(b, w, body(at(qb, 2 + 2 * i)));
           for (int j = 0; j < 2; ++j) {
             Value* q = b.shrc(b.shlc(b.bitcast(h, kI32), 24 - 8 * j), 24);
             out.push_back(b.mul(d, b.convert(q, kF32)));
@@ -80,7 +119,7 @@ std::vector<Value*> dequant16(Emit& b, GgmlType t, Value* w, Value* row, Value* 
       } else {
         Value* sh = b.convert(b.mulc(half, 4), kU32);
         for (int i = 0; i < 8; ++i) {
-          Value* h = u16_at(b, w, at(base, 2 + 2 * i));
+          Value* h = u16_at(b, w, body(b.i64(2 + 2 * i)));
           for (int j = 0; j < 2; ++j) {
             Value* q = b.andc(b.shr(b.shrc(h, 8 * j), sh), 0xF);
             out.push_back(b.mul(d, b.convert(b.addc(b.bitcast(q, kI32), -8), kF32)));
@@ -90,28 +129,27 @@ std::vector<Value*> dequant16(Emit& b, GgmlType t, Value* w, Value* row, Value* 
       break;
     }
     case GgmlType::Q4_K: {
-      Value* blk = b.convert(b.div(k0, b.i32(256)), kI64);
+      blk = b.convert(b.div(k0, b.i32(256)), kI64);
       Value* sub = b.rem(b.div(k0, b.i32(32)), b.i32(8));   // sub-block j
       Value* half = b.rem(b.div(k0, b.i32(16)), b.i32(2));  // which 16 of its 32
-      Value* base = b.add(row, b.mul(blk, b.i64(144)));
-      Value* d = f16_at(b, w, base);
-      Value* dmin = f16_at(b, w, at(base, 2));
+      Value* d = f16_at(b, w, hdr(b.i64(0)));
+      Value* dmin = f16_at(b, w, hdr(b.i64(2)));
       // get_scale_min_k4: j < 4: sc = q[j] & 63, m = q[j+4] & 63; else from the high bits.
       Value* jlo = b.rem(sub, b.i32(4));
-      Value* sbase = at(base, 4);
-      Value* qa = byte_at(b, w, b.add(sbase, b.convert(jlo, kI64)));          // q[j % 4]
-      Value* qb = byte_at(b, w, b.add(sbase, b.convert(b.addc(jlo, 4), kI64)));  // q[j % 4 + 4]
-      Value* qc = byte_at(b, w, b.add(sbase, b.convert(b.addc(jlo, 8), kI64)));  // q[j % 4 + 8]
+      Value* sbase = b.i64(4);
+      Value* qa = byte_at(b, w, hdr(b.add(sbase, b.convert(jlo, kI64))));          // q[j % 4]
+      Value* qb = byte_at(b, w, hdr(b.add(sbase, b.convert(b.addc(jlo, 4), kI64))));  // q[j % 4 + 4]
+      Value* qc = byte_at(b, w, hdr(b.add(sbase, b.convert(b.addc(jlo, 8), kI64))));  // q[j % 4 + 8]
       Value* lo = b.cmp(Mode::kLt, sub, b.i32(4));
       Value* sc = b.select(lo, b.andc(qa, 63), b.bit_or(b.andc(qc, 0xF), b.shlc(b.shrc(qa, 6), 4)));
       Value* mn = b.select(lo, b.andc(qb, 63), b.bit_or(b.shrc(qc, 4), b.shlc(b.shrc(qb, 6), 4)));
       Value* ds = b.mul(d, b.convert(sc, kF32));
       Value* dm = b.mul(dmin, b.convert(mn, kF32));
       // qs chunk sub/2 (32 bytes at 16 + 32 * (sub/2)); low nibbles for even sub, high for odd.
-      Value* qoff = b.add(at(base, 16), b.convert(b.add(b.mulc(b.div(sub, b.i32(2)), 32), b.mulc(half, 16)), kI64));
+      Value* qoff = b.add(b.i64(16), b.convert(b.add(b.mulc(b.div(sub, b.i32(2)), 32), b.mulc(half, 16)), kI64));
       Value* sh = b.convert(b.mulc(b.rem(sub, b.i32(2)), 4), kU32);
       for (int i = 0; i < 8; ++i) {
-        Value* h = u16_at(b, w, at(qoff, 2 * i));
+        Value* h = u16_at(b, w, body(at(qoff, 2 * i)));
         for (int j = 0; j < 2; ++j) {
           Value* q = b.andc(b.shr(b.shrc(h, 8 * j), sh), 0xF);
           out.push_back(b.sub(b.mul(ds, b.convert(b.bitcast(q, kI32), kF32)), dm));
@@ -120,25 +158,24 @@ std::vector<Value*> dequant16(Emit& b, GgmlType t, Value* w, Value* row, Value* 
       break;
     }
     case GgmlType::Q6_K: {
-      Value* blk = b.convert(b.div(k0, b.i32(256)), kI64);
+      blk = b.convert(b.div(k0, b.i32(256)), kI64);
       Value* e0 = b.rem(k0, b.i32(256));                 // first element: 128 n + 32 c + l0
       Value* n = b.div(e0, b.i32(128));
       Value* c = b.rem(b.div(e0, b.i32(32)), b.i32(4));
       Value* l0 = b.rem(e0, b.i32(32));                  // 0 or 16
-      Value* base = b.add(row, b.mul(blk, b.i64(210)));
-      Value* d = f16_at(b, w, at(base, 208));
-      Value* scb = b.convert(b.load_at(w, b.add(at(base, 192), b.convert(b.add(b.add(b.mulc(n, 8), b.div(l0, b.i32(16))),
-                                                                                b.mulc(c, 2)), kI64)),
+      Value* d = f16_at(b, w, hdr(b.i64(208)));
+      Value* scb = b.convert(b.load_at(w, body(b.add(b.i64(192), b.convert(b.add(b.add(b.mulc(n, 8), b.div(l0, b.i32(16))),
+                                                                                    b.mulc(c, 2)), kI64))),
                                        Type::scalar(Scalar::kI8), 1),
                              kI32);
       Value* ds = b.mul(d, b.convert(scb, kF32));
-      Value* qloff = b.add(base, b.convert(b.add(b.add(b.mulc(n, 64), l0), b.mulc(b.rem(c, b.i32(2)), 32)), kI64));
-      Value* qhoff = b.add(at(base, 128), b.convert(b.add(b.mulc(n, 32), l0), kI64));
+      Value* qloff = b.convert(b.add(b.add(b.mulc(n, 64), l0), b.mulc(b.rem(c, b.i32(2)), 32)), kI64);
+      Value* qhoff = b.add(b.i64(128), b.convert(b.add(b.mulc(n, 32), l0), kI64));
       Value* lsh = b.convert(b.mulc(b.div(c, b.i32(2)), 4), kU32);
       Value* hsh = b.convert(b.mulc(c, 2), kU32);
       for (int i = 0; i < 8; ++i) {
-        Value* hl = u16_at(b, w, at(qloff, 2 * i));
-        Value* hh = u16_at(b, w, at(qhoff, 2 * i));
+        Value* hl = u16_at(b, w, body(at(qloff, 2 * i)));
+        Value* hh = u16_at(b, w, body(at(qhoff, 2 * i)));
         for (int j = 0; j < 2; ++j) {
           Value* ql = b.andc(b.shr(b.shrc(hl, 8 * j), lsh), 0xF);
           Value* qh = b.andc(b.shr(b.shrc(hh, 8 * j), hsh), 3);
@@ -180,6 +217,8 @@ class MatmulMmaOp final : public OpSpec {
     if (nt * n_in > (int64_t{1} << 31)) return invalid_argument("matmul_mma: activations too large");
     if (s.dims.count("xtype") && s.at("xtype") != 0 && s.at("xtype") != 1)
       return invalid_argument("matmul_mma: xtype={} (0: f32 activations, 1: f16)", s.at("xtype"));
+    if (s.dims.count("planar") && s.at("planar") != 0 && s.at("planar") != 1)
+      return invalid_argument("matmul_mma: planar={} (0: GGUF rows, 1: matvec_gpu's planar layout)", s.at("planar"));
     return Status();
   }
 
@@ -238,6 +277,11 @@ class MatmulMmaOp final : public OpSpec {
     auto specs = args(s);
     a[0].bytes.resize(static_cast<size_t>(specs[0].bytes));
     random_rows(rng, wt, n_out, n_in, 0.1f, a[0].bytes.data());
+    if (s.dims.count("planar") && s.at("planar") == 1) {  // as the engine repacks its weights
+      std::vector<uint8_t> gguf = a[0].bytes;
+      Status st = llm::to_planar(wt, n_out, n_in, gguf.data(), a[0].bytes.data());
+      (void)st;
+    }
     std::vector<float> x = random_floats(rng, static_cast<size_t>(nt * n_in), -1.0f, 1.0f);
     if (x_is_f16(s)) {
       a[1].bytes.resize(x.size() * 2);
@@ -266,9 +310,16 @@ class MatmulMmaOp final : public OpSpec {
     }
     const float* x = xf.data();
     float* y = reinterpret_cast<float*>(a[2].bytes.data());
+    const uint8_t* wb = a[0].bytes.data();
+    std::vector<uint8_t> gguf;
+    if (s.dims.count("planar") && s.at("planar") == 1) {
+      gguf.resize(a[0].bytes.size());
+      LOOM_RETURN_IF_ERROR(llm::from_planar(wt, n_out, n_in, wb, gguf.data()));
+      wb = gguf.data();
+    }
     std::vector<float> row(static_cast<size_t>(n_in));
     for (int64_t r = 0; r < n_out; ++r) {
-      LOOM_RETURN_IF_ERROR(llm::dequantize(wt, a[0].bytes.data() + r * wr, row.data(), n_in));
+      LOOM_RETURN_IF_ERROR(llm::dequantize(wt, wb + r * wr, row.data(), n_in));
       for (int64_t t = 0; t < nt; ++t) {
         double acc = 0;
         for (int64_t k = 0; k < n_in; ++k) acc += static_cast<double>(row[static_cast<size_t>(k)]) * x[t * n_in + k];
@@ -294,6 +345,10 @@ class MatmulMmaOp final : public OpSpec {
     // f16 activations (converted once per step by quantize_act).
     out.push_back({{{"n_in", 576}, {"n_out", 200}, {"n_tokens", 70}, {"wtype", 2}, {"xtype", 1}}});
     out.push_back({{{"n_in", 1024}, {"n_out", 130}, {"n_tokens", 64}, {"wtype", 12}, {"xtype", 1}}});
+    // matvec_gpu's planar weight layout (the engine keeps one copy of the weights, planar).
+    for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K})
+      out.push_back({{{"n_in", t == GgmlType::Q4_0 || t == GgmlType::Q8_0 ? 576 : 512}, {"n_out", 37}, {"n_tokens", 17},
+                      {"wtype", static_cast<int64_t>(t)}, {"xtype", 1}, {"planar", 1}}});
     return out;
   }
 
@@ -304,7 +359,7 @@ class MatmulMmaOp final : public OpSpec {
     MFormat f{};
     m_format(wt, &f);
     const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
-    const int64_t row_bytes = n_in / f.block_elems * f.block_bytes;
+    const WLayout L = layout_of(s, wt, n_in, n_out, f.block_elems, f.block_bytes);
     const int64_t threads = sch.at("threads");
     Generated g;
     const std::string kname = fmt::format("matmul_mma_scalar_{}", llm::ggml_type_name(wt));
@@ -318,11 +373,10 @@ class MatmulMmaOp final : public OpSpec {
     Value* r = b.global_x();
     Value* t = b.block_id(Mode::kY);
     b.if_then_else(b.cmp(Mode::kLt, r, b.i32(static_cast<int32_t>(n_out))), {}, [&] {
-      Value* row = b.mul(b.convert(r, kI64), b.i64(row_bytes));
       Value* xrow = b.mul(t, b.i32(static_cast<int32_t>(n_in)));
       auto acc = b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(n_in)), b.i32(16), {b.f32(0)},
                             [&](Value* k0, std::span<Value* const> it) {
-                              std::vector<Value*> wv = dequant16(b, wt, w, row, k0);
+                              std::vector<Value*> wv = dequant16(b, wt, w, L, r, k0);
                               Value* a = it[0];
                               for (int i = 0; i < 16; ++i) {
                                 Value* wh = b.convert(b.convert(wv[static_cast<size_t>(i)], kF16), kF32);
@@ -353,7 +407,7 @@ class MatmulMmaOp final : public OpSpec {
     MFormat f{};
     m_format(wt, &f);
     const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
-    const int64_t row_bytes = n_in / f.block_elems * f.block_bytes;
+    const WLayout L = layout_of(s, wt, n_in, n_out, f.block_elems, f.block_bytes);
     const int64_t wm = sch.at("warps_m"), wn = sch.at("warps_n");
     const int64_t mtiles = sch.count("warp_m_tiles") ? sch.at("warp_m_tiles") : 2;  // 16-row mma tiles per warp
     const int64_t bm = 16 * mtiles * wm, bn = 32 * wn, threads = 32 * wm * wn;
@@ -407,8 +461,7 @@ class MatmulMmaOp final : public OpSpec {
         Value* lr = b.div(item, b.i32(static_cast<int32_t>(c16)));
         Value* hf = b.rem(item, b.i32(static_cast<int32_t>(c16)));
         Value* r = b.min(b.add(m0, lr), b.i32(static_cast<int32_t>(n_out - 1)));
-        Value* row = b.mul(b.convert(r, kI64), b.i64(row_bytes));
-        std::vector<Value*> v = dequant16(b, wt, w, row, b.add(kk, b.mulc(hf, 16)));
+        std::vector<Value*> v = dequant16(b, wt, w, L, r, b.add(kk, b.mulc(hf, 16)));
         for (int h = 0; h < 2; ++h) {
           std::vector<Value*> lanes;
           for (int i = 0; i < 8; ++i) lanes.push_back(b.convert(v[static_cast<size_t>(8 * h + i)], kF16));

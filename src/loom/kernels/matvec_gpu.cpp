@@ -7,6 +7,7 @@
 // The same IR runs on the cpu target (threads run in turn; the lane partials meet in shared
 // memory after a top-level barrier), so the cpu op tests check the GPU kernel itself.
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -16,6 +17,7 @@
 #include "loom/kernels/op_list.h"
 #include "loom/kernels/op_util.h"
 #include "loom/llm/ops_ref.h"
+#include "loom/llm/planar.h"
 
 namespace loom::kernels {
 namespace {
@@ -77,6 +79,16 @@ UnitPlan unit_plan(const WFormat& f, int64_t nb) {
   return best;
 }
 
+// Shape dim "planar" = 1: the weights are in the planar layout (llm/planar.h), a lane's unit is
+// one block and the lanes of a row sit on consecutive blocks (a warp's load instruction reads
+// 512 contiguous bytes). Absent: GGUF rows (the keys of shapes without it do not change).
+bool planar_of(const Shape& s) {
+  auto it = s.dims.find("planar");
+  return it != s.dims.end() && it->second != 0;
+}
+
+UnitPlan plan_of(const WFormat& f, int64_t nb, bool planar) { return planar ? UnitPlan{1, 16} : unit_plan(f, nb); }
+
 // The bytes of one unit as the lane sees them: 16/8/4-byte chunks (or u16 for 2-byte layouts),
 // loaded the first time generated code asks for a byte inside them, so loads appear in the order
 // the computation needs them and are never repeated; or all at once (load_all), for a loop that
@@ -84,9 +96,14 @@ UnitPlan unit_plan(const WFormat& f, int64_t nb) {
 class Window {
  public:
   Window(Emit& b, Value* w, Value* base, int align) : b_(b), w_(w), base_(base), align_(align) {}
+  // A block of the planar layout (llm/planar.h): gblk = row * nb + block (i64), piece_stride
+  // (i64) = rows * nb * 16 bytes of the matrix. Offsets stay the GGUF block's byte offsets.
+  Window(Emit& b, Value* w, Value* gblk, Value* piece_stride, const llm::PlanarGeometry& pg)
+      : b_(b), w_(w), base_(gblk), align_(16), planar_(true), pg_(pg), pstride_(piece_stride) {}
 
   // The 32-bit little-endian word at byte offset o (o even) of the unit.
   Value* word(int o) {
+    if (planar_) return planar_word(o);
     if (align_ >= 4) {
       if (o % 4 == 0) return raw_word(o);
       return b_.bit_or(b_.shrc(raw_word(o - 2), 16), b_.shlc(raw_word(o + 2), 16));
@@ -95,6 +112,13 @@ class Window {
   }
   // The u16 at byte offset o (o even), zero-extended to u32.
   Value* half(int o) {
+    if (planar_) {
+      const int h = o - pg_.header_offset;
+      assert(h >= 0 && h < pg_.header_bytes);  // block_dot reads only header halves
+      if (pg_.header_bytes == 2) return header_chunk(0)[0];
+      Value* wd = header_chunk(0)[static_cast<size_t>(h / 4)];
+      return h % 4 ? b_.shrc(wd, 16) : b_.andc(wd, 0xFFFF);
+    }
     if (align_ == 2) return chunk(o / 2)[0];
     Value* wd = raw_word(o & ~3);
     return o % 4 ? b_.shrc(wd, 16) : b_.andc(wd, 0xFFFF);
@@ -105,18 +129,31 @@ class Window {
     return b_.convert(b_.bitcast(h, Type::scalar(Scalar::kF16)), kF32);
   }
 
-  // Loads every chunk of the first `bytes` bytes now; returns them (one value per chunk).
+  // Loads every chunk of the first `bytes` bytes now (planar: every piece, then the header);
+  // returns them (one value per chunk).
   std::vector<Value*> load_all(int bytes) {
     std::vector<Value*> out;
+    if (planar_) {
+      for (int p = 0; p < pg_.pieces; ++p) out.push_back(load_piece(p));
+      out.push_back(load_header());
+      return out;
+    }
     for (int c = 0; c < bytes / align_; ++c) out.push_back(load_chunk(c));
     return out;
   }
   // Takes chunks that load_all returned (possibly carried through a loop) as this unit's bytes.
   void adopt(std::span<Value* const> chunks) {
-    for (size_t c = 0; c < chunks.size(); ++c) split(static_cast<int>(c), chunks[c]);
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      if (planar_ && static_cast<int>(c) == pg_.pieces) split(kHeader, chunks[c], header_words());
+      else split(static_cast<int>(c), chunks[c], planar_ ? 4 : 0);
+    }
   }
+  // Chunks load_all gives for a unit of `bytes` bytes.
+  int chunk_count(int bytes) const { return planar_ ? pg_.pieces + 1 : bytes / align_; }
 
  private:
+  static constexpr int kHeader = 1 << 20;  // planar: chunks_ key of the header
+  int header_words() const { return pg_.header_bytes == 2 ? 1 : pg_.header_bytes / 4; }
   Value* load_chunk(int c) {
     if (align_ == 2)
       return b_.convert(b_.load_at(w_, b_.add(base_, b_.i64(int64_t{c} * 2)), Type::scalar(Scalar::kU16), 2), kU32);
@@ -124,9 +161,39 @@ class Window {
     return b_.load_at(w_, b_.add(base_, b_.i64(int64_t{c} * align_)), n == 1 ? kU32 : Type::vector(Scalar::kU32, n),
                       align_);
   }
-  const std::vector<Value*>& split(int c, Value* v) {
+  // Planar piece p of the block: 16 bytes at p * piece_stride + gblk * 16.
+  Value* load_piece(int p) {
+    Value* off = b_.mul(base_, b_.i64(16));
+    if (p) off = b_.add(off, b_.mul(pstride_, b_.i64(p)));
+    return b_.load_at(w_, off, Type::vector(Scalar::kU32, 4), 16);
+  }
+  // The block's header: after all pieces, header_bytes per block (loaded as one u16, u32 or v4).
+  Value* load_header() {
+    const int hb = pg_.header_bytes;
+    Value* off = b_.add(b_.mul(pstride_, b_.i64(pg_.pieces)), b_.mul(base_, b_.i64(hb)));
+    if (hb == 2) return b_.convert(b_.load_at(w_, off, Type::scalar(Scalar::kU16), 2), kU32);
+    return b_.load_at(w_, off, hb == 4 ? kU32 : Type::vector(Scalar::kU32, hb / 4), hb);
+  }
+  const std::vector<Value*>& header_chunk(int) {
+    auto it = chunks_.find(kHeader);
+    return it != chunks_.end() ? it->second : split(kHeader, load_header(), header_words());
+  }
+  Value* planar_word(int o) {
+    const int h = o - pg_.header_offset;
+    if (h >= 0 && h < pg_.header_bytes) {
+      assert(h % 4 == 0 && pg_.header_bytes >= 4);
+      return header_chunk(0)[static_cast<size_t>(h / 4)];
+    }
+    const int bo = o - pg_.body_offset();
+    assert(bo >= 0 && bo % 4 == 0 && bo < 16 * pg_.pieces);
+    auto it = chunks_.find(bo / 16);
+    const std::vector<Value*>& words = it != chunks_.end() ? it->second : split(bo / 16, load_piece(bo / 16), 4);
+    return words[static_cast<size_t>((bo % 16) / 4)];
+  }
+  // n: words in v (0: from align_).
+  const std::vector<Value*>& split(int c, Value* v, int n = 0) {
     std::vector<Value*> words;
-    const int n = align_ == 2 ? 1 : align_ / 4;
+    if (n == 0) n = align_ == 2 ? 1 : align_ / 4;
     for (int i = 0; i < n; ++i) words.push_back(n == 1 ? v : b_.extract(v, i));
     return chunks_.insert_or_assign(c, std::move(words)).first->second;
   }
@@ -138,8 +205,11 @@ class Window {
 
   Emit& b_;
   Value* w_;
-  Value* base_;
+  Value* base_;  // planar: the block's index in the matrix (i64)
   int align_;
+  bool planar_ = false;
+  llm::PlanarGeometry pg_;
+  Value* pstride_ = nullptr;
   std::map<int, std::vector<Value*>> chunks_;  // chunk index -> its 32-bit words (align 2: the u16)
 };
 
@@ -422,7 +492,14 @@ class MatvecGpuOp final : public OpSpec {
     // One token's staged row, plus the lane partials, must fit the 48 KiB of shared memory;
     // more tokens are staged in groups that fit.
     const int64_t nb = n_in / f.block_elems;
-    if (staged_bytes(f.xtype, nb, unit_plan(f, nb).blocks) > 30 * 1024)
+    if (s.dims.count("planar") && s.at("planar") != 0 && s.at("planar") != 1)
+      return invalid_argument("matvec_gpu: planar={} (0 or 1)", s.at("planar"));
+    if (planar_of(s)) {
+      llm::PlanarGeometry pg;
+      if (!llm::planar_geometry(wt, &pg) || pg.block_bytes() != f.block_bytes)
+        return invalid_argument("matvec_gpu: no planar layout for {}", llm::ggml_type_name(wt));
+    }
+    if (staged_bytes(f.xtype, nb, plan_of(f, nb, planar_of(s)).blocks) > 30 * 1024)
       return invalid_argument("matvec_gpu: n_in={} does not fit the staged activation row (30 KiB)", n_in);
     return Status();
   }
@@ -482,7 +559,7 @@ class MatvecGpuOp final : public OpSpec {
     WFormat f{};
     w_format(static_cast<GgmlType>(s.at("wtype")), &f);
     const int64_t nb = s.at("n_in") / f.block_elems;
-    const int64_t units = nb / unit_plan(f, nb).blocks;
+    const int64_t units = nb / plan_of(f, nb, planar_of(s)).blocks;
     // Several matrices in one launch count as one of all their rows (glu: a thread's gate and
     // up rows are its two rows, so rows_per_thread counts pairs).
     const Group grp = group_of(s);
@@ -508,7 +585,10 @@ class MatvecGpuOp final : public OpSpec {
     const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
     const int64_t nb = n_in / f.block_elems;
     const int64_t row_bytes = nb * f.block_bytes;
-    const UnitPlan up = unit_plan(f, nb);
+    const bool planar = planar_of(s);
+    llm::PlanarGeometry pg;
+    if (planar) llm::planar_geometry(f.wtype, &pg);
+    const UnitPlan up = plan_of(f, nb, planar);
     const int64_t units = nb / up.blocks;
     const int unit_bytes = up.blocks * f.block_bytes;
     const int64_t warps = sch.at("warps"), lpr = sch.at("lanes_per_row"), rpt = sch.at("rows_per_thread"),
@@ -543,6 +623,7 @@ class MatvecGpuOp final : public OpSpec {
     for (int m = 0; m < n_mat; ++m) cta_start[m + 1] = cta_start[m] + (grp.rows[m] + rows_cta - 1) / rows_cta;
 
     std::string kname = fmt::format("matvec_gpu_{}", llm::ggml_type_name(f.wtype));
+    if (planar) kname += "_planar";
     if (grp.glu) kname += "_glu";
     else if (grp.n_w > 1) kname += fmt::format("_w{}", grp.n_w);
     Generated g;
@@ -601,7 +682,15 @@ class MatvecGpuOp final : public OpSpec {
     Value* last_row = n_mat > 1 ? b.sub(nout_v, b.i32(1)) : b.i32(static_cast<int32_t>(n_out - 1));
     Value* cta_row0 = b.mul(cta_local, b.i32(static_cast<int32_t>(rows_cta)));
     const int x_words_per_block = f.xtype == GgmlType::Q8_K ? 64 : 8;
-    const size_t nchunk = static_cast<size_t>(unit_bytes / up.align);
+    const size_t nchunk = static_cast<size_t>(planar ? pg.pieces + 1 : unit_bytes / up.align);
+    // Planar: a row's "offset" is its first block's index in the matrix, a unit's its block; the
+    // pieces of the CTA's matrix are rows * nb * 16 bytes apart.
+    Value* pstride = planar ? b.mul(b.convert(grp.glu ? b.i32(static_cast<int32_t>(n_out)) : nout_v, kI64),
+                                    b.i64(nb * 16))
+                            : nullptr;
+    auto window = [&](Value* w, Value* base) {
+      return planar ? Window(b, w, base, pstride, pg) : Window(b, w, base, up.align);
+    };
 
     // Rows of this thread in pass p: consecutive, so a warp's rows are neighbours.
     auto local_row0 = [&](Value* p) { return b.add(b.mulc(slot, rpt), b.mulc(p, rows_pass)); };
@@ -609,18 +698,18 @@ class MatvecGpuOp final : public OpSpec {
       std::vector<Value*> wrow;
       for (int64_t r = 0; r < rpt; ++r) {
         Value* row = b.min(b.add(cta_row0, b.addc(local_row0(p), r)), last_row);
-        wrow.push_back(b.mul(b.convert(row, kI64), b.i64(row_bytes)));
+        wrow.push_back(b.mul(b.convert(row, kI64), b.i64(planar ? nb : row_bytes)));
       }
       for (int64_t r = 0; r < entries - rpt; ++r) wrow.push_back(wrow[static_cast<size_t>(r)]);  // glu: up rows
       return wrow;
     };
-    auto unit_base = [&](Value* u) { return b.mul(b.convert(u, kI64), b.i64(unit_bytes)); };
+    auto unit_base = [&](Value* u) { return b.mul(b.convert(u, kI64), b.i64(planar ? 1 : unit_bytes)); };
     // Every chunk of unit u (clamped to the row) of each of the thread's rows.
     auto load_unit = [&](const std::vector<Value*>& wrow, Value* u) {
       Value* ub = unit_base(b.min(u, b.i32(static_cast<int32_t>(units - 1))));
       std::vector<Value*> out;
       for (size_t e = 0; e < wrow.size(); ++e) {
-        Window win(b, w_of(static_cast<int64_t>(e)), b.add(wrow[e], ub), up.align);
+        Window win = window(w_of(static_cast<int64_t>(e)), b.add(wrow[e], ub));
         for (Value* c : win.load_all(unit_bytes)) out.push_back(c);
       }
       return out;
@@ -657,7 +746,7 @@ class MatvecGpuOp final : public OpSpec {
           Value* ubase = unit_base(u);
           std::vector<Window> wins;
           for (int64_t e = 0; e < entries; ++e) {
-            wins.emplace_back(b, w_of(e), b.add(wrow[static_cast<size_t>(e)], ubase), up.align);
+            wins.push_back(window(w_of(e), b.add(wrow[static_cast<size_t>(e)], ubase)));
             if (prefetch) wins.back().adopt(it.subspan(nacc + static_cast<size_t>(e) * nchunk, nchunk));
           }
           for (int blk = 0; blk < up.blocks; ++blk) {
@@ -767,6 +856,12 @@ class MatvecGpuOp final : public OpSpec {
     for (int m = 0; m < grp.n_w; ++m) {
       a[static_cast<size_t>(m)].bytes.resize(static_cast<size_t>(specs[static_cast<size_t>(m)].bytes));
       random_rows(rng, wt, grp.rows[m], n_in, 0.1f, a[static_cast<size_t>(m)].bytes.data());
+      if (planar_of(s)) {  // the same random rows, repacked as the engine repacks its weights
+        std::vector<uint8_t> gguf = a[static_cast<size_t>(m)].bytes;
+        Status st = llm::to_planar(wt, grp.rows[m], n_in, gguf.data(), a[static_cast<size_t>(m)].bytes.data());
+        assert(st.ok());
+        (void)st;
+      }
     }
     HostArg& x = a[static_cast<size_t>(grp.n_w)];
     x.bytes.resize(static_cast<size_t>(specs[static_cast<size_t>(grp.n_w)].bytes));
@@ -790,6 +885,12 @@ class MatvecGpuOp final : public OpSpec {
     for (int m = 0; m < grp.n_w; ++m) {
       const int64_t rows = grp.rows[m], wr = specs[static_cast<size_t>(m)].bytes / rows;
       const uint8_t* w = a[static_cast<size_t>(m)].bytes.data();
+      std::vector<uint8_t> gguf;
+      if (planar_of(s)) {  // back to GGUF rows for llm::ref::vec_dot
+        gguf.resize(a[static_cast<size_t>(m)].bytes.size());
+        LOOM_RETURN_IF_ERROR(llm::from_planar(wt, rows, n_in, w, gguf.data()));
+        w = gguf.data();
+      }
       std::vector<float>& yv = ys[static_cast<size_t>(m)];
       yv.resize(static_cast<size_t>(rows * nt));
       for (int64_t t = 0; t < nt; ++t)
@@ -840,6 +941,20 @@ class MatvecGpuOp final : public OpSpec {
     multi(1024, GgmlType::Q8_0, 3, {45, 33}, false);
     multi(576, GgmlType::Q4_0, 1, {200, 200}, true);
     multi(1024, GgmlType::Q4_1, 4, {96, 96}, true);
+    // The planar layout (issue 7): every weight type, units of one block, several tokens, fused.
+    auto planar = [&](Shape sh) {
+      sh.dims["planar"] = 1;
+      out.push_back(sh);
+    };
+    for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0})
+      planar({{{"n_in", 1024}, {"n_out", 45}, {"n_tokens", 1}, {"wtype", static_cast<int64_t>(t)}}});
+    planar({{{"n_in", 576}, {"n_out", 200}, {"n_tokens", 3}, {"wtype", static_cast<int64_t>(GgmlType::Q4_0)}}});
+    planar({{{"n_in", 512}, {"n_out", 19}, {"n_tokens", 1}, {"wtype", static_cast<int64_t>(GgmlType::Q4_K)}}});
+    planar({{{"n_in", 512}, {"n_out", 21}, {"n_tokens", 2}, {"wtype", static_cast<int64_t>(GgmlType::Q6_K)}}});
+    planar({{{"n_in", 576}, {"n_out", 300}, {"n_tokens", 1}, {"wtype", static_cast<int64_t>(GgmlType::Q4_0)},
+             {"n_w", 3}, {"n_out1", 70}, {"n_out2", 70}}});
+    planar({{{"n_in", 1024}, {"n_out", 96}, {"n_tokens", 4}, {"wtype", static_cast<int64_t>(GgmlType::Q4_1)},
+             {"n_w", 2}, {"n_out1", 96}, {"glu", 1}}});
     // (K-quant groups: tests/ops/matvec_gpu_fused_test.cpp on the GPU; the cpu's host compiler
     // takes tens of seconds per K-quant kernel.)
     return out;
