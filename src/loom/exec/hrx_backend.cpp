@@ -757,6 +757,7 @@ class HrxBackend final : public llm::Backend {
   const llm::Model* model_ = nullptr;
   int64_t n_ctx_ = 0, n_seq_ = 1, k_row_ = 0, v_row_ = 0;
   std::vector<hrx::Buffer> weights_, k_cache_, v_cache_;
+  std::vector<bool> planar_;  // per weight: uploaded in the planar layout (kernels/planar_weights.h)
   hrx::Buffer rope_ff_;
   // Steps of up to this many tokens use the split-key decode attention; longer ones the tiled
   // prompt attention.
@@ -769,7 +770,6 @@ class HrxBackend final : public llm::Backend {
 }  // namespace
 
 namespace {
-  std::vector<bool> planar_;  // per weight: uploaded in the planar layout (kernels/planar_weights.h)
 std::atomic<int> g_profiling{-1};  // -1: $LOOM_PROFILE decides
 }  // namespace
 
