@@ -22,12 +22,15 @@ namespace {
 
 using llm::GgmlType;
 
-Shape one_shape(int64_t n_in, int64_t n_out, GgmlType t, int64_t nt) {
-  return {{{"n_in", n_in}, {"n_out", n_out}, {"n_tokens", nt}, {"wtype", static_cast<int64_t>(t)}}};
+Shape one_shape(int64_t n_in, int64_t n_out, GgmlType t, int64_t nt, bool planar = false) {
+  Shape s{{{"n_in", n_in}, {"n_out", n_out}, {"n_tokens", nt}, {"wtype", static_cast<int64_t>(t)}}};
+  if (planar) s.dims["planar"] = 1;  // each matrix in the planar layout (llm/planar.h)
+  return s;
 }
 
-Shape group_shape(int64_t n_in, const std::vector<int64_t>& rows, GgmlType t, int64_t nt, bool glu) {
-  Shape s = one_shape(n_in, rows[0], t, nt);
+Shape group_shape(int64_t n_in, const std::vector<int64_t>& rows, GgmlType t, int64_t nt, bool glu,
+                  bool planar = false) {
+  Shape s = one_shape(n_in, rows[0], t, nt, planar);
   s.dims["n_w"] = static_cast<int64_t>(rows.size());
   for (size_t m = 1; m < rows.size(); ++m) s.dims[fmt::format("n_out{}", m)] = rows[m];
   if (glu) s.dims["glu"] = 1;
@@ -61,6 +64,7 @@ TEST_P(MatvecGpuFused, EachMatrixGetsTheBitsOfItsOwnLaunch) {
     GgmlType t;
     int64_t nt;
     bool glu;
+    bool planar = false;
   };
   // q|k|v-like (the last CTA of each matrix short), a pair of several tokens, gate|up with the
   // SwiGLU; on the GPU also the Llama-3-8B shapes and the K-quants (the cpu's host compiler takes
@@ -68,7 +72,9 @@ TEST_P(MatvecGpuFused, EachMatrixGetsTheBitsOfItsOwnLaunch) {
   std::vector<Case> cases = {{576, {300, 70, 70}, GgmlType::Q4_0, 1, false},
                              {1024, {45, 33}, GgmlType::Q8_0, 3, false},
                              {576, {200, 200}, GgmlType::Q4_0, 1, true},
-                             {1024, {64, 64}, GgmlType::Q8_0, 5, true}};
+                             {1024, {64, 64}, GgmlType::Q8_0, 5, true},
+                             {576, {300, 70, 70}, GgmlType::Q4_0, 1, false, true},
+                             {576, {200, 200}, GgmlType::Q4_0, 2, true, true}};
   if (!cpu) {
     cases.push_back({4096, {4096, 1024, 1024}, GgmlType::Q4_0, 1, false});
     cases.push_back({4096, {14336, 14336}, GgmlType::Q4_0, 1, true});
@@ -76,10 +82,16 @@ TEST_P(MatvecGpuFused, EachMatrixGetsTheBitsOfItsOwnLaunch) {
     cases.push_back({4096, {14336, 14336}, GgmlType::Q4_K, 1, true});
     cases.push_back({576, {96, 96}, GgmlType::Q4_1, 16, true});
     cases.push_back({512, {40, 19, 19}, GgmlType::Q6_K, 4, false});
+    // The planar layout at the 8B shapes (what the engine launches on cuda).
+    cases.push_back({4096, {4096, 1024, 1024}, GgmlType::Q4_0, 1, false, true});
+    cases.push_back({4096, {14336, 14336}, GgmlType::Q4_0, 1, true, true});
+    cases.push_back({4096, {4096, 1024, 1024}, GgmlType::Q4_K, 1, false, true});
+    cases.push_back({4096, {14336, 14336}, GgmlType::Q4_K, 4, true, true});
+    cases.push_back({512, {40, 19, 19}, GgmlType::Q6_K, 4, false, true});
   }
   std::mt19937_64 rng(20261130);
   for (const Case& c : cases) {
-    const Shape fused = group_shape(c.n_in, c.rows, c.t, c.nt, c.glu);
+    const Shape fused = group_shape(c.n_in, c.rows, c.t, c.nt, c.glu, c.planar);
     SCOPED_TRACE(fused.key());
     ASSERT_TRUE(op->validate(fused).ok()) << op->validate(fused).to_string();
     std::vector<HostArg> host(op->args(fused).size());
@@ -109,7 +121,7 @@ TEST_P(MatvecGpuFused, EachMatrixGetsTheBitsOfItsOwnLaunch) {
     // operations): the same bits.
     std::vector<std::vector<float>> alone;
     for (size_t m = 0; m < n_w; ++m) {
-      const Shape s1 = one_shape(c.n_in, c.rows[m], c.t, c.nt);
+      const Shape s1 = one_shape(c.n_in, c.rows[m], c.t, c.nt, c.planar);
       Schedule s1s = op->default_schedule(s1, target);
       s1s["lanes_per_row"] = sch.at("lanes_per_row");
       auto y = run_op(*dev, *stream, *op, s1, s1s, {inputs[m], inputs[n_w]});

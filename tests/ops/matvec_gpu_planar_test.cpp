@@ -60,9 +60,10 @@ struct Bench {
 };
 
 Result<Bench> setup(const hrx::Device& dev, hrx::Stream& s, const OpSpec& op, const Shape& shape,
-                    const std::vector<HostArg>& host, int copies) {
+                    const std::vector<HostArg>& host, int copies, const Schedule* sch = nullptr) {
   Bench bn;
-  LOOM_ASSIGN_OR_RETURN(bn.g, op.generate(shape, op.default_schedule(shape, dev.target()), dev.target()));
+  const Schedule def = op.default_schedule(shape, dev.target());
+  LOOM_ASSIGN_OR_RETURN(bn.g, op.generate(shape, sch ? *sch : def, dev.target()));
   LOOM_ASSIGN_OR_RETURN(bn.mod, hrx::Module::compile(dev, bn.g.module));
   for (const KernelLaunch& l : bn.g.launches) {
     LOOM_ASSIGN_OR_RETURN(hrx::Kernel k, bn.mod.kernel(l.kernel));
@@ -192,6 +193,28 @@ TEST(MatvecGpuPlanar, EightBShapesOnCuda) {
       worst = std::max(worst, std::fabs(a - b));
       ASSERT_TRUE(std::fabs(a - b) <= 2 * (tol.atol + tol.rtol * std::fabs(a))) << i << ": " << a << " vs " << b;
     }
+    // LOOM_GPU_PLANAR_SWEEP=1: planar schedules around the default (lanes per row, rows per
+    // thread, warps, prefetch), for default_schedule's rule.
+    nlohmann::json sweep = nlohmann::json::array();
+    if (std::getenv("LOOM_GPU_PLANAR_SWEEP")) {
+      const Schedule def = op->default_schedule(pshape, dev->target());
+      for (int64_t lpr : {8, 16, 32})
+        for (int64_t rpt : {1, 2, 4})
+          for (int64_t warps : {4, 8})
+            for (int64_t pf : {0, 1}) {
+              Schedule sch = def;
+              sch["lanes_per_row"] = lpr, sch["rows_per_thread"] = rpt, sch["warps"] = warps, sch["prefetch"] = pf;
+              auto bn = setup(*dev, *stream, *op, pshape, phost, copies, &sch);
+              if (!bn.ok()) continue;
+              auto t = time_us(*bn, *stream, *dev);
+              if (t.ok()) sweep.push_back({{"schedule", schedule_key(sch)}, {"us", *t}});
+            }
+      double best = 1e30;
+      std::string best_key;
+      for (const auto& e : sweep)
+        if (e["us"].get<double>() < best) best = e["us"].get<double>(), best_key = e["schedule"].get<std::string>();
+      std::printf("  sweep: best %s %.2f us (default %.2f us)\n", best_key.c_str(), best, *tp);
+    }
     const double gbs_g = wbytes / (*tg * 1e3), gbs_p = wbytes / (*tp * 1e3);
     std::printf("%-72s gguf %7.2f us (%6.0f GB/s)  planar %7.2f us (%6.0f GB/s)  %.2fx\n", key.c_str(), *tg, gbs_g, *tp,
                 gbs_p, *tg / *tp);
@@ -204,7 +227,8 @@ TEST(MatvecGpuPlanar, EightBShapesOnCuda) {
                           {"planar_weight_gbs", gbs_p},
                           {"gguf_schedule", schedule_key(op->default_schedule(*shape, dev->target()))},
                           {"planar_schedule", schedule_key(op->default_schedule(pshape, dev->target()))},
-                          {"max_abs_diff", worst}}
+                          {"max_abs_diff", worst},
+                          {"sweep", sweep}}
                .dump()
         << "\n";
   }

@@ -6,7 +6,9 @@
 # device copy as the ceiling), then `loom ops bench` (host-timed) of old and new side by side.
 # Steps: tests, bench, sweep (bench with a schedule sweep of matvec_gpu), prompt (matmul_mma vs
 # matmul at 512 tokens), batch (matvec_gpu at 1..16 tokens vs matmul_mma at 16, and quantize_act
-# cooperative vs one thread per block), opsbench. Default: tests bench prompt opsbench.
+# cooperative vs one thread per block), opsbench, planar (matvec_gpu's planar weight layout vs
+# GGUF rows at the 8B shapes, with a schedule sweep of the planar form: tests/ops/
+# matvec_gpu_planar_test.cpp; $OUT/gpufast_planar.jsonl). Default: tests bench prompt opsbench.
 # Writes $OUT/gpufast_tests.json, $OUT/gpufast_bench.jsonl, $OUT/gpufast_opsbench.jsonl, logs.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/stage_env.sh"
@@ -42,6 +44,12 @@ for step in "${steps[@]}"; do
       LOOM_GPU_BENCH="$out/gpufast_bench.jsonl" timeout "${GPUFAST_BATCH_TIMEOUT:-90}" \
         "$bin/test_ops" --gtest_filter='GpuBench.SmallBatch*:GpuBench.QuantizeAct*' 2>&1 | tee -a "$out/gpufast_bench.log" | \
         grep -E "copy|matvec|matmul|quantize|Failure|FAILED|OK" || rc=1
+      ;;
+    planar)
+      : > "$out/gpufast_planar.jsonl"
+      env LOOM_GPU_BENCH_PLANAR="$out/gpufast_planar.jsonl" ${GPUFAST_PLANAR_SWEEP:+LOOM_GPU_PLANAR_SWEEP=1} \
+        timeout "${GPUFAST_PLANAR_TIMEOUT:-240}" "$bin/test_ops" --gtest_filter='MatvecGpuPlanar.*' 2>&1 | \
+        tee "$out/gpufast_planar.log" | grep -E "gguf|sweep|Failure|FAILED|OK|error" || rc=1
       ;;
     opsbench)
       : > "$out/gpufast_opsbench.jsonl"
