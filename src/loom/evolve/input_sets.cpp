@@ -4,10 +4,15 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string_view>
 #include <fstream>
 #include <random>
 
 #include <fmt/format.h>
+
+#include "loom/kernels/op_util.h"
 
 namespace loom::evolve {
 namespace {
@@ -16,6 +21,15 @@ using kernels::ArgRole;
 using kernels::ArgSpec;
 using kernels::HostArg;
 using kernels::Shape;
+
+// LOOM_EVOLVE_FAST_INPUTS=0: quantize random floats as the op library's tests do (to compare).
+bool fast_inputs() {
+  static const bool on = [] {
+    const char* e = std::getenv("LOOM_EVOLVE_FAST_INPUTS");
+    return !(e && std::string_view(e) == "0");
+  }();
+  return on;
+}
 
 uint64_t fnv1a(std::string_view s) {
   uint64_t h = 1469598103934665603ull;
@@ -26,7 +40,7 @@ uint64_t fnv1a(std::string_view s) {
 // A pooled set's file: a header naming op, shape and seed (checked on load: the file name is
 // only a hash), then every argument's input and reference bytes, each as a u64 size and bytes.
 std::string set_header(const kernels::OpSpec& op, const Shape& shape, uint64_t seed) {
-  return fmt::format("loom-evolve-input-set 1\n{}\n{}\n{}\n", op.name(), shape.key(), seed);
+  return fmt::format("loom-evolve-input-set 2 {}\n{}\n{}\n{}\n", fast_inputs() ? "blocks" : "quantized", op.name(), shape.key(), seed);
 }
 
 bool read_set(const std::string& path, const std::string& header, size_t nargs, InputSet& out) {
@@ -105,6 +119,10 @@ Result<InputSet> input_set(const kernels::OpSpec& op, const Shape& shape, const 
   {
     Lap lap(ph, "inputs");
     std::mt19937_64 rng(seed);
+    // Quantized weights as random valid block bytes, not quantized random floats: the K
+    // quantizers search scales (~5 s for a 14336 x 4096 Q4_K matrix on the build machine).
+    std::optional<kernels::ScopedFastRandomRows> fast;
+    if (fast_inputs()) fast.emplace();
     op.fill_inputs(shape, rng, s.in);
   }
   {

@@ -2,6 +2,8 @@
 #include "loom/kernels/op_util.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 
 #include "loom/llm/quant.h"
 
@@ -130,8 +132,12 @@ std::vector<float> random_floats(std::mt19937_64& rng, size_t n, float lo, float
   return v;
 }
 
-void random_rows(std::mt19937_64& rng, llm::GgmlType type, int64_t rows, int64_t n, float amp,
-                 uint8_t* dst) {
+namespace {
+
+thread_local bool t_fast_random_rows = false;
+
+void quantized_random_rows(std::mt19937_64& rng, llm::GgmlType type, int64_t rows, int64_t n, float amp,
+                           uint8_t* dst) {
   const int64_t rb = type_row_bytes(type, n);
   std::vector<float> row;
   for (int64_t r = 0; r < rows; ++r) {
@@ -145,6 +151,148 @@ void random_rows(std::mt19937_64& rng, llm::GgmlType type, int64_t rows, int64_t
     Status s = llm::quantize(type, row.data(), dst + r * rb, n);
     (void)s;  // finite input and a supported type: quantize cannot fail here
   }
+}
+
+// Random bits for random_block_rows: whole 64-bit draws, cut into bytes.
+class Bits {
+ public:
+  explicit Bits(std::mt19937_64& rng) : rng_(rng) {}
+  void fill(uint8_t* p, size_t n) {
+    for (; n >= 8; n -= 8, p += 8) {
+      const uint64_t v = rng_();
+      std::memcpy(p, &v, 8);
+    }
+    if (n) {
+      const uint64_t v = rng_();
+      std::memcpy(p, &v, n);
+    }
+  }
+  // Uniform in [lo, hi).
+  float uniform(float lo, float hi) { return lo + (hi - lo) * static_cast<float>(rng_() >> 40) * (1.0f / 16777216.0f); }
+  float sign() { return (rng_() >> 63) ? -1.0f : 1.0f; }
+
+ private:
+  std::mt19937_64& rng_;
+};
+
+void put_f16(uint8_t* p, float v) {
+  const uint16_t h = llm::fp32_to_fp16(v);
+  std::memcpy(p, &h, 2);
+}
+
+// 6-bit scales and mins of Q4_K/Q5_K into their 12 packed bytes (the layout of
+// unpack_scale_min_k4: j < 4 in the low 6 bits of bytes j and j + 4, j >= 4 split between the
+// nibbles of byte j + 4 and the top 2 bits of bytes j - 4 and j).
+void pack_scale_min_k4(const uint8_t sc[8], const uint8_t mn[8], uint8_t out[12]) {
+  for (int j = 0; j < 4; ++j) {
+    out[j] = static_cast<uint8_t>((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+    out[j + 4] = static_cast<uint8_t>((mn[j] & 63) | ((mn[j + 4] >> 4) << 6));
+    out[j + 8] = static_cast<uint8_t>((sc[j + 4] & 15) | ((mn[j + 4] & 15) << 4));
+  }
+}
+
+// One block of `type` at p; false when the type has no direct generator.
+bool random_block(Bits& b, llm::GgmlType type, float amp, uint8_t* p) {
+  using llm::GgmlType;
+  switch (type) {
+    case GgmlType::Q4_0: {  // x = d (q - 8)
+      put_f16(p, b.sign() * amp * b.uniform(0.25f, 1.0f) / 8);
+      b.fill(p + 2, 16);
+      return true;
+    }
+    case GgmlType::Q4_1: {  // x = d q + m
+      const float a = amp * b.uniform(0.25f, 1.0f);
+      put_f16(p, 2 * a / 15);
+      put_f16(p + 2, -a);
+      b.fill(p + 4, 16);
+      return true;
+    }
+    case GgmlType::Q5_0: {  // x = d (q - 16)
+      put_f16(p, b.sign() * amp * b.uniform(0.25f, 1.0f) / 16);
+      b.fill(p + 2, 20);
+      return true;
+    }
+    case GgmlType::Q5_1: {
+      const float a = amp * b.uniform(0.25f, 1.0f);
+      put_f16(p, 2 * a / 31);
+      put_f16(p + 2, -a);
+      b.fill(p + 4, 20);
+      return true;
+    }
+    case GgmlType::Q8_0: {  // x = d q, q in -127..127 (as the quantizer gives)
+      put_f16(p, amp * b.uniform(0.25f, 1.0f) / 127);
+      b.fill(p + 2, 32);
+      for (int i = 2; i < 34; ++i)
+        if (p[i] == 0x80) p[i] = 0x81;
+      return true;
+    }
+    case GgmlType::Q2_K: {  // x = d (sc & 15) q - dmin (sc >> 4), q in 0..3: centred when lo = hi
+      for (int s = 0; s < 16; s += 2) {
+        const auto v = static_cast<uint8_t>(std::lround(15 * b.uniform(0.25f, 1.0f)));
+        p[s] = p[s + 1] = static_cast<uint8_t>(v | (v << 4));
+      }
+      b.fill(p + 16, 64);
+      put_f16(p + 80, 2 * amp / (3 * 15));
+      put_f16(p + 82, amp / 15);
+      return true;
+    }
+    case GgmlType::Q3_K: {  // x = d (scale - 32)(q - 4): any 6-bit scales are centred
+      b.fill(p, 32 + 64 + 12);
+      put_f16(p + 108, amp / (4 * 32));
+      return true;
+    }
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K: {  // x = d sc q - dmin mn: centred with sc = mn, d = 2 dmin / qmax
+      const float qmax = type == GgmlType::Q4_K ? 15.0f : 31.0f;
+      uint8_t sc[8];
+      for (uint8_t& v : sc) v = static_cast<uint8_t>(std::lround(63 * b.uniform(0.25f, 1.0f)));
+      put_f16(p, 2 * amp / (qmax * 63));
+      put_f16(p + 2, amp / 63);
+      pack_scale_min_k4(sc, sc, p + 4);
+      b.fill(p + 16, type == GgmlType::Q4_K ? 128 : 32 + 128);
+      return true;
+    }
+    case GgmlType::Q6_K: {  // x = d scale (q - 32)
+      b.fill(p, 128 + 64);
+      for (int s = 0; s < 16; s += 2) {
+        const auto v = static_cast<int8_t>(b.sign() * std::lround(127 * b.uniform(0.25f, 1.0f)));
+        p[192 + s] = p[192 + s + 1] = static_cast<uint8_t>(v);
+      }
+      put_f16(p + 208, amp / (32 * 127));
+      return true;
+    }
+    default: return false;
+  }
+}
+
+}  // namespace
+
+void random_block_rows(std::mt19937_64& rng, llm::GgmlType type, int64_t rows, int64_t n, float amp, uint8_t* dst) {
+  using llm::GgmlType;
+  const auto info = llm::ggml_type_info(static_cast<uint32_t>(type));
+  bool direct = false;
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K,
+                     GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K})
+    direct = direct || t == type;
+  Bits b(rng);
+  if (!direct || !info || n % info->block_elems != 0) {
+    quantized_random_rows(rng, type, rows, n, amp, dst);
+    return;
+  }
+  const int64_t blocks = rows * (n / info->block_elems);
+  for (int64_t i = 0; i < blocks; ++i) random_block(b, type, amp, dst + i * info->block_bytes);
+}
+
+ScopedFastRandomRows::ScopedFastRandomRows() : prev_(t_fast_random_rows) { t_fast_random_rows = true; }
+ScopedFastRandomRows::~ScopedFastRandomRows() { t_fast_random_rows = prev_; }
+
+void random_rows(std::mt19937_64& rng, llm::GgmlType type, int64_t rows, int64_t n, float amp,
+                 uint8_t* dst) {
+  if (t_fast_random_rows) {
+    random_block_rows(rng, type, rows, n, amp, dst);
+    return;
+  }
+  quantized_random_rows(rng, type, rows, n, amp, dst);
 }
 
 }  // namespace loom::kernels

@@ -80,6 +80,29 @@ std::vector<float> random_floats(std::mt19937_64& rng, size_t n, float lo, float
 void random_rows(std::mt19937_64& rng, llm::GgmlType type, int64_t rows, int64_t n, float amp,
                  uint8_t* dst);
 
+// Random quantized rows written directly as valid block bytes: random quants, and per block
+// (sub-block for the K formats) scales and mins drawn so that values spread over about
+// [-amp, amp] with a magnitude factor in [0.25, 1] per 32 elements, centred like random_rows'
+// quantized floats (outputs of the same order, so the ops' tolerances mean the same). Far faster
+// than quantizing (the K quantizers search scales): for big matrices (evolve's input sets at
+// Llama-3-8B shapes). Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K; any other type goes
+// through random_rows' quantizing path. Not the bytes random_rows gives for the same rng.
+void random_block_rows(std::mt19937_64& rng, llm::GgmlType type, int64_t rows, int64_t n, float amp, uint8_t* dst);
+
+// While one lives on this thread, random_rows writes random_block_rows' bytes instead of
+// quantizing random floats. evolve's input sets use it (the ops' fill_inputs call random_rows);
+// every other caller keeps random_rows' bytes. Nests; not shared between threads.
+class ScopedFastRandomRows {
+ public:
+  ScopedFastRandomRows();
+  ~ScopedFastRandomRows();
+  ScopedFastRandomRows(const ScopedFastRandomRows&) = delete;
+  ScopedFastRandomRows& operator=(const ScopedFastRandomRows&) = delete;
+
+ private:
+  bool prev_;
+};
+
 // The reference's block geometry, for validate(): k elements in blocks of `type`.
 Status check_row(llm::GgmlType type, int64_t n, std::string_view what);
 
