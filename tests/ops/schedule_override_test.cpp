@@ -1,5 +1,6 @@
-// $LOOM_SCHEDULE: hand-set knob values over an op's default schedule (read once per process;
-// ctest runs each test in its own process, so setting it first here is what the reader sees).
+// $LOOM_SCHEDULE: hand-set knob values over an op's default schedule (read at the first call;
+// set_schedule_overrides replaces them and returns the old text, which the test puts back so the
+// other tests of this binary see no overrides).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -10,7 +11,7 @@ namespace loom::kernels {
 namespace {
 
 TEST(ScheduleOverride, NamesOpsAndKnobs) {
-  ASSERT_EQ(setenv("LOOM_SCHEDULE", "matmul_mma:warps_m=4,k_tile=64;;matvec:threads=128", 1), 0);
+  const std::string before = set_schedule_overrides("matmul_mma:warps_m=4,k_tile=64;;matvec:threads=128");
   auto mma = schedule_override("matmul_mma");
   ASSERT_TRUE(mma.ok()) << mma.status().to_string();
   EXPECT_EQ(*mma, (Schedule{{"warps_m", 4}, {"k_tile", 64}}));
@@ -20,6 +21,22 @@ TEST(ScheduleOverride, NamesOpsAndKnobs) {
   auto none = schedule_override("rms_norm");
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->empty());
+  EXPECT_EQ(set_schedule_overrides(before), "matmul_mma:warps_m=4,k_tile=64;;matvec:threads=128");
+  auto after = schedule_override("matvec");
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->count("threads"), before.find("matvec:") == std::string::npos ? 0u : 1u);
+}
+
+TEST(ScheduleOverride, ABadTextIsAnErrorUntilReplaced) {
+  const std::string before = set_schedule_overrides("matvec threads=128");
+  auto bad = schedule_override("matvec");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().to_string().find("LOOM_SCHEDULE"), std::string::npos) << bad.status().to_string();
+  set_schedule_overrides("");
+  auto none = schedule_override("matvec");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+  set_schedule_overrides(before);
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <cassert>
 #include <cctype>
 #include <charconv>
+#include <map>
+#include <mutex>
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -63,29 +65,66 @@ Result<Shape> Shape::parse(std::string_view key) {
 
 std::string schedule_key(const Schedule& s) { return join_map(s); }
 
-Result<Schedule> schedule_override(std::string_view op) {
-  static const Result<std::map<std::string, Schedule, std::less<>>> table =
-      []() -> Result<std::map<std::string, Schedule, std::less<>>> {
-    std::map<std::string, Schedule, std::less<>> t;
+namespace {
+
+using OverrideTable = std::map<std::string, Schedule, std::less<>>;
+
+Result<OverrideTable> parse_overrides(std::string_view text) {
+  OverrideTable t;
+  while (!text.empty()) {
+    const size_t end = std::min(text.find(';'), text.size());
+    std::string_view item = text.substr(0, end);
+    text.remove_prefix(std::min(end + 1, text.size()));
+    if (item.empty()) continue;
+    const size_t colon = item.find(':');
+    if (colon == std::string_view::npos || colon == 0)
+      return invalid_argument("LOOM_SCHEDULE: expected OP:KNOB=VALUE,..., got '{}'", item);
+    auto knobs = Shape::parse(item.substr(colon + 1));
+    if (!knobs.ok()) return std::move(knobs).status().with_context("LOOM_SCHEDULE");
+    t[std::string(item.substr(0, colon))] = Schedule(knobs->dims.begin(), knobs->dims.end());
+  }
+  return t;
+}
+
+// The override text and its parse, made from $LOOM_SCHEDULE on first use.
+struct Overrides {
+  std::mutex mu;
+  bool loaded = false;
+  std::string text;
+  Result<OverrideTable> table = OverrideTable{};
+
+  void load_locked() {
+    if (loaded) return;
     const char* env = std::getenv("LOOM_SCHEDULE");
-    std::string_view text = env ? env : "";
-    while (!text.empty()) {
-      const size_t end = std::min(text.find(';'), text.size());
-      std::string_view item = text.substr(0, end);
-      text.remove_prefix(std::min(end + 1, text.size()));
-      if (item.empty()) continue;
-      const size_t colon = item.find(':');
-      if (colon == std::string_view::npos || colon == 0)
-        return invalid_argument("LOOM_SCHEDULE: expected OP:KNOB=VALUE,..., got '{}'", item);
-      auto knobs = Shape::parse(item.substr(colon + 1));
-      if (!knobs.ok()) return std::move(knobs).status().with_context("LOOM_SCHEDULE");
-      t[std::string(item.substr(0, colon))] = Schedule(knobs->dims.begin(), knobs->dims.end());
-    }
-    return t;
-  }();
-  if (!table.ok()) return table.status();
-  auto it = table->find(op);
-  return it == table->end() ? Schedule{} : it->second;
+    text = env ? env : "";
+    table = parse_overrides(text);
+    loaded = true;
+  }
+};
+
+Overrides& overrides() {
+  static Overrides o;
+  return o;
+}
+
+}  // namespace
+
+Result<Schedule> schedule_override(std::string_view op) {
+  Overrides& o = overrides();
+  std::lock_guard<std::mutex> lock(o.mu);
+  o.load_locked();
+  if (!o.table.ok()) return o.table.status();
+  auto it = o.table->find(op);
+  return it == o.table->end() ? Schedule{} : it->second;
+}
+
+std::string set_schedule_overrides(std::string text) {
+  Overrides& o = overrides();
+  std::lock_guard<std::mutex> lock(o.mu);
+  o.load_locked();
+  o.table = parse_overrides(text);
+  std::swap(o.text, text);
+  return text;
 }
 
 }  // namespace loom::kernels

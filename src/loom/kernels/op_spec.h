@@ -42,10 +42,14 @@ using Schedule = std::map<std::string, int64_t>;
 std::string schedule_key(const Schedule& s);  // "rows_per_block=4,threads=128"
 
 // Knob values that replace an op's default schedule, from $LOOM_SCHEDULE
-// ("op:knob=v,knob=v;op2:knob=v"; read once per process), for tuning by hand without a rebuild.
+// ("op:knob=v,knob=v;op2:knob=v"; read at the first call), for tuning by hand without a rebuild.
 // Knobs not named keep their default. An empty map when the op is not named; an error when the
-// variable cannot be parsed.
+// variable cannot be parsed. Thread-safe.
 Result<Schedule> schedule_override(std::string_view op);
+// Replaces the override table with `text` (same syntax; empty: no overrides) and returns the
+// text it replaced, so a caller (a test, a tuning tool) can put it back. A text that does not
+// parse is kept too: schedule_override then returns its error.
+std::string set_schedule_overrides(std::string text);
 
 // Bytes moved to and from memory and floating-point (or integer dot) operations of one launch,
 // counted by the op's definition (compulsory traffic), not by what a kernel happens to do.
