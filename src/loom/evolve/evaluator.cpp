@@ -638,7 +638,9 @@ EvalResult evaluate_isolated(const std::string& device_spec, const kernels::OpSp
                              const Candidate& c, const EvalOptions& opt, double timeout_s) {
   const auto t0 = clock_type::now();
   auto out = isolate_by_exec(device_spec)
-                 ? run_worker(evaluate_request(device_spec, op, shape, c, opt), timeout_s)
+                 ? (persistent_workers()
+                        ? run_in_persistent_worker(device_spec, evaluate_request(device_spec, op, shape, c, opt), timeout_s)
+                        : run_worker(evaluate_request(device_spec, op, shape, c, opt), timeout_s))
                  : run_isolated(
                        [&]() -> std::string {
                          const auto t_open = clock_type::now();

@@ -622,7 +622,9 @@ Status run_job(Db& db, int64_t job, const RunOptions& ro) {
       regions = "not measured: no Loom IR kernel passed";
     }
     log(fmt::format("regions of best #{}: {}", best->seq, regions));
-    // Hardware counters where Nsight Compute is installed, into the best candidate's diagnosis.
+    // Hardware counters where Nsight Compute is installed, into the best candidate's diagnosis
+    // (with this job's persistent worker ended first: the profiler gets a quiet device).
+    stop_persistent_workers();
     const std::string hw = ncu_diagnosis(cfg.device, *op, shape, best->cand, o);
     log(hw);
     if (hw.rfind("ncu: skipped: not a cuda", 0) != 0) {

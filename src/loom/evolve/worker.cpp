@@ -2,7 +2,10 @@
 #include "loom/evolve/worker.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +14,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
 
@@ -81,7 +86,10 @@ nlohmann::json prebuild_request(const kernels::OpSpec& op, const std::vector<ker
           {"shapes", sh},       {"candidate", c.body()},         {"target", target == ir::TargetKind::kCpp ? "cpp" : "ptx"}};
 }
 
-std::string run_request(const nlohmann::json& req) {
+// Devices a persistent worker keeps open between requests, by spec.
+using OpenDevices = std::map<std::string, std::unique_ptr<EvalDevice>>;
+
+std::string run_request(const nlohmann::json& req, OpenDevices* keep) {
   const std::string task = req.value("task", "");
   const std::string device = req.value("device", "cpu");
   if (task == "probe") return probe_json(device, req.value("peak", false));
@@ -107,14 +115,126 @@ std::string run_request(const nlohmann::json& req) {
   if (!cand.ok()) return error_result(cand.status().to_string());
   auto opt = eval_options_from_json(req.value("options", nlohmann::json::object()));
   if (!opt.ok()) return error_result(opt.status().to_string());
-  // Opening the device (a CUDA context per worker process) is part of what an evaluation costs.
+  // Opening the device (a CUDA context per worker process) is part of what an evaluation costs;
+  // a persistent worker pays it for its first request only.
+  std::unique_ptr<EvalDevice> owned;
+  EvalDevice* dev = nullptr;
+  if (keep)
+    if (auto it = keep->find(device); it != keep->end()) dev = it->second.get();
+  const bool kept = dev != nullptr;
   const auto t_open = std::chrono::steady_clock::now();
-  auto dev = EvalDevice::open(device);
-  if (!dev.ok()) return error_result(dev.status().to_string());
+  if (!dev) {
+    auto d = EvalDevice::open(device);
+    if (!d.ok()) return error_result(d.status().to_string());
+    owned = std::move(*d);
+    dev = owned.get();
+    if (keep) (*keep)[device] = std::move(owned);
+  }
   const double open_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_open).count();
-  EvalResult r = evaluate(**dev, **op, *shape, *cand, *opt);
-  r.phases = fmt::format("open {:.2f}s, {}", open_s, r.phases);
+  EvalResult r = evaluate(*dev, **op, *shape, *cand, *opt);
+  r.phases = kept ? "open 0.00s (kept), " + r.phases : fmt::format("open {:.2f}s, {}", open_s, r.phases);
   return r.to_json();
+}
+
+bool write_all(int fd, const std::string& text) {
+  size_t off = 0;
+  while (off < text.size()) {
+    ssize_t w = write(fd, text.data() + off, text.size() - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    off += static_cast<size_t>(w);
+  }
+  return true;
+}
+
+// A persistent worker's loop: one JSON request per line from fd, answered on the same fd.
+int serve(int fd) {
+  OpenDevices devices;
+  std::string buf;
+  char tmp[65536];
+  while (true) {
+    size_t nl;
+    while ((nl = buf.find('\n')) == std::string::npos) {
+      ssize_t n = read(fd, tmp, sizeof tmp);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return 0;  // the parent closed its end (done, or it ended this worker)
+      buf.append(tmp, static_cast<size_t>(n));
+    }
+    auto req = nlohmann::json::parse(std::string_view(buf).substr(0, nl), nullptr, false);
+    buf.erase(0, nl + 1);
+    set_phase_fd(fd);
+    std::string out = req.is_discarded() ? error_result("worker: unreadable request") : run_request(req, &devices);
+    set_phase_fd(-1);
+    if (!write_all(fd, fmt::format("@result {}\n", out.size()) + out)) return 1;
+  }
+}
+
+// The parent's side of persistent workers.
+struct Persistent {
+  int pid = -1;
+  int fd = -1;  // our end of the socket
+};
+struct Persistents {
+  std::mutex mu;
+  std::map<std::string, Persistent> by_spec;
+};
+Persistents& persistents() {
+  static Persistents* p = new Persistents;  // never destroyed: workers end when this process's end of the socket closes
+  return *p;
+}
+
+void end_worker(Persistent& w) {
+  if (w.pid > 0) kill(w.pid, SIGKILL);
+  if (w.fd >= 0) close(w.fd);
+  if (w.pid > 0)
+    while (waitpid(w.pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  w = Persistent{};
+}
+
+Result<Persistent> spawn_persistent() {
+  const std::string bin = worker_binary();
+  if (bin.empty()) return failed_precondition("no evolve worker binary (set LOOM_EVOLVE_WORKER to a loom binary)");
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return internal_error("socketpair: {}", std::strerror(errno));
+  // Everything the child needs is built before fork: between fork and exec only
+  // async-signal-safe calls (the parent may have threads).
+  std::vector<std::string> args = {bin, "evolve", "worker", "@serve", "--fd", "3"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const std::string failed_body = "{\"status\":\"error\",\"reason\":\"cannot exec the evolve worker binary\"}";
+  const std::string failed = fmt::format("@result {}\n", failed_body.size()) + failed_body;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(sv[0]);
+    close(sv[1]);
+    return internal_error("fork: {}", std::strerror(errno));
+  }
+  if (pid == 0) {
+    if (sv[1] == 3) fcntl(3, F_SETFD, 0);
+    else if (dup2(sv[1], 3) < 0) _exit(127);
+    execv(argv[0], argv.data());
+    // No request is read: answer the first one with the error, then end.
+    ssize_t w = write(3, failed.data(), failed.size());
+    (void)w;
+    _exit(0);
+  }
+  close(sv[1]);
+  return Persistent{pid, sv[0]};
+}
+
+bool send_all(int fd, const std::string& text) {
+  size_t off = 0;
+  while (off < text.size()) {
+    ssize_t w = send(fd, text.data() + off, text.size() - off, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    off += static_cast<size_t>(w);
+  }
+  return true;
 }
 
 }  // namespace
@@ -225,6 +345,99 @@ Result<IsolatedChild> spawn_worker(const nlohmann::json& request) {
   return kid;
 }
 
+bool persistent_workers() {
+  const char* e = std::getenv("LOOM_EVOLVE_PERSISTENT");
+  return !(e && std::strcmp(e, "0") == 0);
+}
+
+Result<std::string> run_in_persistent_worker(const std::string& device_spec, const nlohmann::json& request,
+                                             double timeout_s) {
+  Persistents& ps = persistents();
+  std::lock_guard<std::mutex> lock(ps.mu);
+  Persistent& w = ps.by_spec[device_spec];
+  const std::string line = request.dump() + "\n";
+  // A kept worker may have died while idle: then the request goes to a fresh one.
+  bool sent = false;
+  for (int attempt = 0; attempt < 2 && !sent; ++attempt) {
+    if (w.pid < 0) {
+      LOOM_ASSIGN_OR_RETURN(w, spawn_persistent());
+    }
+    sent = send_all(w.fd, line);
+    if (!sent) end_worker(w);
+  }
+  if (!sent) return internal_error("cannot send a request to the evolve worker");
+  // Phase notes, then "@result N\n" and N bytes; a timeout or end-of-file as collect_isolated.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  std::string in, phase, result;
+  bool timed_out = false, done = false;
+  char buf[65536];
+  while (!done) {
+    const double left = std::chrono::duration<double, std::milli>(deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd p{w.fd, POLLIN, 0};
+    const int pr = poll(&p, 1, static_cast<int>(std::min(left, 1000.0)) + 1);
+    if (pr <= 0) continue;
+    const ssize_t n = recv(w.fd, buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    in.append(buf, static_cast<size_t>(n));
+    while (true) {
+      const size_t e = in.find('\n');
+      if (e == std::string::npos) break;
+      if (in.rfind("@phase ", 0) == 0) {
+        phase = in.substr(7, e - 7);
+        in.erase(0, e + 1);
+        continue;
+      }
+      if (in.rfind("@result ", 0) == 0) {
+        const size_t len = static_cast<size_t>(std::strtoull(in.c_str() + 8, nullptr, 10));
+        if (in.size() - (e + 1) >= len) {
+          result = in.substr(e + 1, len);
+          done = true;
+        }
+      }
+      break;
+    }
+  }
+  const std::string during = phase.empty() ? "" : " during: " + phase;
+  if (timed_out) {
+    end_worker(w);
+    return Status(StatusCode::kDeadlineExceeded, fmt::format("no result after {:.0f} s: killed;{}", timeout_s, during));
+  }
+  if (!done) {  // end of file: the worker died
+    close(w.fd);
+    int st = 0;
+    while (waitpid(w.pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    w = Persistent{};
+    if (WIFSIGNALED(st))
+      return internal_error("the evaluation process died from signal {} ({});{}", WTERMSIG(st), strsignal(WTERMSIG(st)), during);
+    return internal_error("the evaluation process exited with status {};{}", st, during);
+  }
+  // Kept only after a passed evaluation: a rejected candidate may have written outside its
+  // buffers, an error may be a sticky device fault; the next candidate must not inherit either.
+  auto j = nlohmann::json::parse(result, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || j.value("status", "") != "ok") end_worker(w);
+  return result;
+}
+
+int persistent_worker_pid(const std::string& device_spec) {
+  Persistents& ps = persistents();
+  std::lock_guard<std::mutex> lock(ps.mu);
+  auto it = ps.by_spec.find(device_spec);
+  return it == ps.by_spec.end() ? -1 : it->second.pid;
+}
+
+void stop_persistent_workers() {
+  Persistents& ps = persistents();
+  std::lock_guard<std::mutex> lock(ps.mu);
+  for (auto& [spec, w] : ps.by_spec) end_worker(w);
+  ps.by_spec.clear();
+}
+
 Result<std::string> run_worker(const nlohmann::json& request, double timeout_s) {
   LOOM_ASSIGN_OR_RETURN(IsolatedChild c, spawn_worker(request));
   return collect(c, timeout_s);
@@ -233,12 +446,13 @@ Result<std::string> run_worker(const nlohmann::json& request, double timeout_s) 
 int worker_main(const std::string& path, int fd) {
   // A parent that dies must not leave this process writing into a closed pipe forever.
   signal(SIGPIPE, SIG_DFL);
+  if (path == "@serve") return serve(fd);
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
   auto req = nlohmann::json::parse(ss.str(), nullptr, false);
   set_phase_fd(fd);
-  std::string out = req.is_discarded() ? error_result("worker: unreadable request " + path) : run_request(req);
+  std::string out = req.is_discarded() ? error_result("worker: unreadable request " + path) : run_request(req, nullptr);
   set_phase_fd(-1);
   size_t off = 0;
   while (off < out.size()) {

@@ -31,6 +31,24 @@ bool isolate_by_exec(const std::string& device_spec);
 Result<std::string> run_worker(const nlohmann::json& request, double timeout_s);
 Result<IsolatedChild> spawn_worker(const nlohmann::json& request);
 
+// Persistent workers (cuda, and whatever else isolates by exec): one `loom evolve worker @serve`
+// process per device spec, kept across evaluations, so the device is opened (a CUDA context,
+// ~0.3-1 s) once per job instead of once per candidate. Requests go one at a time over a
+// socket (one JSON line each); the answer is the phase notes, then "@result N\n" and N bytes.
+// Isolation is as strong as one process per candidate: a crash or a hang (timeout_s: the
+// worker is killed) costs only that worker, which the next call replaces, and comes back as
+// run_isolated's errors, with the phase; and a worker is kept only after an evaluation that
+// passed (status "ok"): after a rejection (which may have written outside its buffers), an
+// error (a sticky device fault) or anything else, it is ended and the next candidate gets a
+// fresh process. LOOM_EVOLVE_PERSISTENT=0: one process per request, as before.
+bool persistent_workers();
+Result<std::string> run_in_persistent_worker(const std::string& device_spec, const nlohmann::json& request,
+                                             double timeout_s);
+// The persistent worker's pid for `device_spec` in this process, -1 when none is alive (tests).
+int persistent_worker_pid(const std::string& device_spec);
+// Ends every persistent worker of this process (they also end by themselves when it exits).
+void stop_persistent_workers();
+
 // Compiles candidates for `shapes` into the kernel cache ahead of their evaluation, `jobs`
 // isolated processes at a time (the evaluations then only load them, one at a time, so timing
 // never competes with a compiler). cpp target only; other targets return untouched results.
@@ -45,7 +63,8 @@ std::vector<PrebuildResult> prebuild_parallel(const std::string& device_spec, co
                                               double timeout_s);
 
 // The worker's side: runs the request in `path` and writes its answer to fd `fd`. Returns the
-// process exit code. Requests: {"task":"evaluate", device, op, op_file, shape, candidate, options}
+// process exit code. `path` "@serve": a persistent worker, serving requests read from `fd`
+// until the other end closes it (the device stays open between them). Requests: {"task":"evaluate", device, op, op_file, shape, candidate, options}
 // -> EvalResult JSON; {"task":"probe", device, peak} -> device facts JSON.
 int worker_main(const std::string& path, int fd);
 
