@@ -12,7 +12,11 @@
 # the call fits 300 s with a ~80 s build) and is skipped when it would not fit; summary.json is
 # rewritten after every step, so a killed run still brings back what it did.
 # Env: EVOLVE_GPU_BUDGET (per search, default 20s), EVOLVE_GPU_NCU=1 (Nsight Compute on the
-# best kernel of every job; default: the first job only, ~10 s each), LOOM_GPU_STAGE (.gpu).
+# best kernel of every job; default: the first job only, ~10 s each; 0: none),
+# EVOLVE_GPU_BENCH_ROUNDS (default 2), LOOM_GPU_STAGE (.gpu).
+# summary.json per job: evaluations per GPU-hour over the whole job (baseline, search,
+# confirmation, instrumented run, ncu) and over the search loop alone, and where the baseline's
+# and the last search evaluation's time went (the job log's phase lines, search-N.log).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/stage_env.sh"
 mkdir -p /tmp/models
@@ -42,15 +46,50 @@ res = {"commit": commit, "device": dev,
 if os.path.exists(db):
     con = sqlite3.connect(db)
     res["peaks_gbps"] = con.execute("SELECT device_arch, read_gbps FROM device_peaks").fetchall()
+    # The phase lines of every search's log, by job: "baseline evaluation 3.5 s: open 0.41s, ..."
+    # and "last search evaluation #7 2.5 s: ..." -> {"seconds", "phases": {name: s}, "input_sets"}.
+    def phases_of(text):
+        m = re.match(r"(?:#\d+ )?([\d.]+) s: (.*)$", text)
+        if not m:
+            return None
+        body, sets = m.group(2), None
+        if "(input sets:" in body:
+            body, sets = body.split(" (input sets:", 1)
+            sets = sets.rstrip(")").strip()
+        ph = {}
+        for part in body.split(", "):
+            pm = re.match(r"(.+?) ([\d.]+)s", part.strip())
+            if pm:
+                ph[pm.group(1)] = float(pm.group(2))
+        return {"seconds": float(m.group(1)), "phases": ph, "input_sets": sets, "text": m.group(2)}
+    logs = {}
+    for name in sorted(os.listdir(out)):
+        if not (name.startswith("search-") and name.endswith(".log")):
+            continue
+        d = {}
+        for line in open(os.path.join(out, name), errors="replace"):
+            line = line.strip()
+            m = re.match(r"job (\d+)(?: in |: )", line)
+            if m:
+                d = logs.setdefault(int(m.group(1)), {})
+            if line.startswith("baseline evaluation "):
+                d["baseline_evaluation"] = phases_of(line[len("baseline evaluation "):])
+            elif line.startswith("last search evaluation "):
+                d["last_search_evaluation"] = phases_of(line[len("last search evaluation "):])
     for jid, op, shape, confirmed, elapsed, base, best in con.execute(
             "SELECT id, op, shape, confirmed_speedup, elapsed_s, baseline_us, best_candidate FROM jobs ORDER BY id"):
         n, failed = con.execute("SELECT count(*), sum(status != 'ok') FROM candidates WHERE job = ?", (jid,)).fetchone()
+        t_base, t_last = con.execute("SELECT min(at_s), max(at_s) FROM candidates WHERE job = ?", (jid,)).fetchone()
         base_frac = con.execute("SELECT frac_peak FROM candidates WHERE job = ? AND seq = 0", (jid,)).fetchone()
         b = con.execute("SELECT speedup, frac_peak, median_us, body, diagnosis FROM candidates WHERE id = ?", (best,)).fetchone() if best else None
         stored = con.execute("SELECT speedup FROM kernels WHERE job = ?", (jid,)).fetchone()
         res["jobs"].append({
             "job": jid, "op": op, "shape": shape, "evaluations": n, "failed": failed, "seconds": elapsed,
             "evaluations_per_gpu_hour": n / elapsed * 3600 if elapsed else None,
+            "search_seconds": (t_last - t_base) if n and n > 1 else None,
+            "search_evaluations_per_gpu_hour": (n - 1) / (t_last - t_base) * 3600 if n and n > 1 and t_last > t_base else None,
+            "baseline_evaluation": logs.get(jid, {}).get("baseline_evaluation"),
+            "last_search_evaluation": logs.get(jid, {}).get("last_search_evaluation"),
             "baseline_us": base, "baseline_fraction_of_bandwidth": base_frac[0] if base_frac else None,
             "best_speedup_search": b[0] if b else None, "best_fraction_of_bandwidth": b[1] if b else None,
             "best_median_us": b[2] if b else None, "best_knobs": json.loads(b[3]).get("knobs") if b else None,
@@ -72,13 +111,16 @@ search() {  # search QUANT_NAME SHAPE NCU(0/1)
   local need=$(( ${budget%s} + 25 ))
   if (( $(left) < need )); then echo "skip search $2: $(left) s left" | tee -a "$log"; return; fi
   echo "=== search $1 $2 ($(left) s left)" | tee -a "$log"
-  if [[ "$3" == 1 || "${EVOLVE_GPU_NCU:-0}" == 1 ]]; then
+  nsearch=$((nsearch + 1))
+  local slog="$out/search-$nsearch.log"
+  if [[ "${EVOLVE_GPU_NCU:-}" == 1 || ( "$3" == 1 && "${EVOLVE_GPU_NCU:-}" != 0 ) ]]; then
     timeout $(( $(left) )) "$bin/loom" evolve run --op matvec_gpu --shape "$2" --device cuda --budget "$budget" --seed 1 \
-      --db "$db" 2>&1 | tail -12 | tee -a "$log"
+      --db "$db" > "$slog" 2>&1
   else
     PATH="$path_no_ncu" timeout $(( $(left) )) "$bin/loom" evolve run --op matvec_gpu --shape "$2" --device cuda \
-      --budget "$budget" --seed 1 --db "$db" 2>&1 | tail -12 | tee -a "$log"
+      --budget "$budget" --seed 1 --db "$db" > "$slog" 2>&1
   fi
+  grep -E "baseline|evaluation|confirm|stored|regions|ncu|done|error|fail" "$slog" | tail -14 | tee -a "$log"
   summary
 }
 
@@ -87,7 +129,7 @@ bench() {  # bench QUANT: tg128 without / with the store, twice each, interleave
   if (( $(left) < 60 )); then echo "skip bench $q: $(left) s left" | tee -a "$log"; return; fi
   echo "=== bench $q ($(left) s left)" | tee -a "$log"
   [[ -f "$f" ]] || timeout $(( $(left) )) "$bin/loom" model synth --arch llama --shape llama3-8b --quant "$q" -o "$f" 2>&1 | tail -1 | tee -a "$log"
-  for round in 1 2; do
+  for round in $(seq 1 "${EVOLVE_GPU_BENCH_ROUNDS:-2}"); do
     for store in off on; do
       (( $(left) < 15 )) && { echo "skip bench $q $store round $round: $(left) s left" | tee -a "$log"; continue; }
       if [[ $store == off ]]; then
@@ -111,6 +153,7 @@ PY
   summary
 }
 
+nsearch=0
 echo "commit $commit; deadline ${deadline}s; search budget $budget" | tee -a "$log"
 search q4_0 n_in=4096,n_out=14336,n_out1=14336,n_w=2,glu=1,n_tokens=1,wtype=2 1
 search q4_0 n_in=14336,n_out=4096,n_tokens=1,wtype=2 0
@@ -122,7 +165,7 @@ bench q4_k
 summary
 python3 -c "
 import json; d = json.load(open('$out/summary.json'))
-for j in d['jobs']: print('job', j['job'], j['shape'], 'evals', j['evaluations'], 'per GPU-hour %.0f' % (j['evaluations_per_gpu_hour'] or 0), 'base frac', j['baseline_fraction_of_bandwidth'], 'best frac', j['best_fraction_of_bandwidth'], 'confirmed', j['confirmed_speedup'])
+for j in d['jobs']: print('job', j['job'], j['shape'], 'evals', j['evaluations'], 'per GPU-hour %.0f' % (j['evaluations_per_gpu_hour'] or 0), 'search loop %.0f' % (j['search_evaluations_per_gpu_hour'] or 0), 'base frac', j['baseline_fraction_of_bandwidth'], 'best frac', j['best_fraction_of_bandwidth'], 'confirmed', j['confirmed_speedup'])
 for b in d['bench']: print("bench", b.get("synth"), b.get('kernel_store'), b.get('round'), b.get('test'), b.get('tokens_per_s') or b.get('tps') or b.get('median'))
 print(*d['store_lines'], sep='\n')"
 echo "evolve_gpu.sh: done in $SECONDS s"
