@@ -16,7 +16,7 @@
 # EVOLVE_GPU_BENCH_ROUNDS (default 2), LOOM_GPU_STAGE (.gpu).
 # summary.json per job: evaluations per GPU-hour over the whole job (baseline, search,
 # confirmation, instrumented run, ncu) and over the search loop alone, and where the baseline's
-# and the last search evaluation's time went (the job log's phase lines, search-N.log).
+# and the last search evaluation's time went (the jobs' phase lines; full job logs in searches.log).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/stage_env.sh"
 mkdir -p /tmp/models
@@ -26,6 +26,7 @@ db="$out/evolve-gpu.db"
 log="$out/evolve_gpu.log"
 : > "$log"
 : > "$out/bench.jsonl"
+: > "$out/searches.log"
 left() { echo $((deadline - SECONDS)); }
 # PATH without Nsight Compute, for the jobs that skip it.
 ncu_dir="$(dirname "$(command -v ncu 2>/dev/null || echo /nonexistent/ncu)")"
@@ -64,7 +65,7 @@ if os.path.exists(db):
         return {"seconds": float(m.group(1)), "phases": ph, "input_sets": sets, "text": m.group(2)}
     logs = {}
     for name in sorted(os.listdir(out)):
-        if not (name.startswith("search-") and name.endswith(".log")):
+        if name != "searches.log":
             continue
         d = {}
         for line in open(os.path.join(out, name), errors="replace"):
@@ -111,8 +112,7 @@ search() {  # search QUANT_NAME SHAPE NCU(0/1)
   local need=$(( ${budget%s} + 25 ))
   if (( $(left) < need )); then echo "skip search $2: $(left) s left" | tee -a "$log"; return; fi
   echo "=== search $1 $2 ($(left) s left)" | tee -a "$log"
-  nsearch=$((nsearch + 1))
-  local slog="$out/search-$nsearch.log"
+  local slog=/tmp/evolve-search.log
   if [[ "${EVOLVE_GPU_NCU:-}" == 1 || ( "$3" == 1 && "${EVOLVE_GPU_NCU:-}" != 0 ) ]]; then
     timeout $(( $(left) )) "$bin/loom" evolve run --op matvec_gpu --shape "$2" --device cuda --budget "$budget" --seed 1 \
       --db "$db" > "$slog" 2>&1
@@ -120,6 +120,7 @@ search() {  # search QUANT_NAME SHAPE NCU(0/1)
     PATH="$path_no_ncu" timeout $(( $(left) )) "$bin/loom" evolve run --op matvec_gpu --shape "$2" --device cuda \
       --budget "$budget" --seed 1 --db "$db" > "$slog" 2>&1
   fi
+  cat "$slog" >> "$out/searches.log"
   grep -E "baseline|evaluation|confirm|stored|regions|ncu|done|error|fail" "$slog" | tail -14 | tee -a "$log"
   summary
 }
@@ -153,7 +154,6 @@ PY
   summary
 }
 
-nsearch=0
 echo "commit $commit; deadline ${deadline}s; search budget $budget" | tee -a "$log"
 search q4_0 n_in=4096,n_out=14336,n_out1=14336,n_w=2,glu=1,n_tokens=1,wtype=2 1
 search q4_0 n_in=14336,n_out=4096,n_tokens=1,wtype=2 0
