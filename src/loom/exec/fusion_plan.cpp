@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "loom/kernels/elementwise_util.h"
 #include "loom/llm/ops_ref.h"
 
 namespace loom::exec {
@@ -71,17 +72,21 @@ Result<Fusions> FusionPlanner::plan(const Program& p, int64_t nt) const {
     if (l.in1 >= 0 && l.in1 != l.in0) readers[l.in1].push_back(&l);
   }
   LOOM_RETURN_IF_ERROR(fuse_norm_quant(p, nt, readers, f));
+  LOOM_RETURN_IF_ERROR(quantize_attention(p, nt, readers, f));
   LOOM_RETURN_IF_ERROR(group_matmuls(p, nt, readers, f));
   return f;
 }
 
-// LOOM_FUSE_NORM: q8 (the default: rms_norm_q8 where every reader takes Q8_0/Q8_1
-// activations, add_rms_norm for the other adds before a norm), add (add_rms_norm only), 0.
+// LOOM_FUSE_NORM: q8 (the default: rms_norm_q8 where every reader takes Q8_0/Q8_1/Q8_K
+// activations, add_rms_norm for the other adds before a norm), q8_0 (as q8 but Q8_0/Q8_1
+// only, as in session 5: the A/B of the Q8_K form), add (add_rms_norm only), 0.
 Status FusionPlanner::fuse_norm_quant(const Program& p, int64_t nt, Readers& readers, Fusions& f) const {
   const char* env = std::getenv("LOOM_FUSE_NORM");
   const std::string mode = env && *env ? env : "q8";
   if (mode == "0") return Status();
-  const bool q8 = mode == "q8" && kernels::find_op("rms_norm_q8");
+  const OpSpec* nq = kernels::find_op("rms_norm_q8");
+  const bool q8 = (mode == "q8" || mode == "q8_0") && nq;
+  const bool q8k = mode == "q8";
   const bool add_norm = kernels::find_op("add_rms_norm") != nullptr;
   auto slot = [&](int32_t v) { return p.values[static_cast<size_t>(v)].slot; };
   for (size_t i = 0; i < p.launches.size(); ++i) {
@@ -99,8 +104,15 @@ Status FusionPlanner::fuse_norm_quant(const Program& p, int64_t nt, Readers& rea
         break;
       }
       LOOM_ASSIGN_OR_RETURN(MatmulChoice mc, choose_matmul(*r, nt));
-      to_q8 = (mc.xtype == GgmlType::Q8_0 || mc.xtype == GgmlType::Q8_1) && (!xt || *xt == mc.xtype);
+      to_q8 = (mc.xtype == GgmlType::Q8_0 || mc.xtype == GgmlType::Q8_1 || (q8k && mc.xtype == GgmlType::Q8_K)) &&
+              (!xt || *xt == mc.xtype);
       xt = mc.xtype;
+    }
+    if (to_q8) {  // the op takes the shape (Q8_K: whole 256-blocks)
+      kernels::Shape ns;
+      ns.dims = {{"n_rows", d.rows}, {"n", d.cols}, {"has_weight", 0}, {"dtype", static_cast<int64_t>(*xt)}, {"add", 0}};
+      kernels::elt::set_f32_dim(ns, "eps_f32", l.eps > 0.0f ? l.eps : 1e-6f);
+      to_q8 = nq->validate(ns).ok();
     }
     if (to_q8) f.norm_q8[&l] = *xt;
     if (i == 0 || (!to_q8 && !add_norm)) continue;
@@ -115,6 +127,41 @@ Status FusionPlanner::fuse_norm_quant(const Program& p, int64_t nt, Readers& rea
       continue;
     f.norm_add[&l] = &a;
     f.absorbed.insert(&a);
+  }
+  return Status();
+}
+
+// The activation format every reader of v takes, when all are matmuls on quantized (Q8_0/Q8_1/
+// Q8_K) activations of v and agree; nullopt otherwise.
+static Result<std::optional<GgmlType>> quantized_readers_format(const FusionPlanner& planner, int32_t v, int64_t nt,
+                                                                const std::vector<const Launch*>& rd) {
+  std::optional<GgmlType> xt;
+  if (rd.empty()) return xt;
+  for (const Launch* r : rd) {
+    if (r->op != OpCode::kMatMul || r->in0 != v) return std::optional<GgmlType>();
+    LOOM_ASSIGN_OR_RETURN(MatmulChoice mc, planner.choose_matmul(*r, nt));
+    const bool q = mc.xtype == GgmlType::Q8_0 || mc.xtype == GgmlType::Q8_1 || mc.xtype == GgmlType::Q8_K;
+    if (!q || (xt && *xt != mc.xtype)) return std::optional<GgmlType>();
+    xt = mc.xtype;
+  }
+  return xt;
+}
+
+Status FusionPlanner::quantize_attention(const Program& p, int64_t nt, Readers& readers, Fusions& f) const {
+  const char* env = std::getenv("LOOM_FUSE_ATTN");
+  if (env && std::string_view(env) == "0") return Status();
+  const OpSpec* att = kernels::find_op("attention_decode");
+  if (!att) return Status();
+  for (const Launch& l : p.launches) {
+    if (l.op != OpCode::kAttention || l.out < 0 || l.out == p.logits) continue;
+    LOOM_ASSIGN_OR_RETURN(std::optional<GgmlType> xt, quantized_readers_format(*this, l.out, nt, readers[l.out]));
+    if (!xt) continue;
+    // Whole blocks per token row (Q8_K: 256 values; on GPUs 256 / head_dim heads per CTA).
+    const int64_t row = static_cast<int64_t>(l.attn.n_head) * l.attn.head_dim_v;
+    const int64_t blk = *xt == GgmlType::Q8_K ? 256 : 32;
+    if (row % blk || l.attn.head_dim_k != l.attn.head_dim_v) continue;
+    if (*xt == GgmlType::Q8_K && (256 % l.attn.head_dim_v || l.attn.n_head % (256 / l.attn.head_dim_v))) continue;
+    f.attn_q[&l] = *xt;
   }
   return Status();
 }

@@ -30,9 +30,12 @@ struct MatmulChoice {
 };
 // Launch fusions of a step (issue 7), found before lowering so that each launch knows whether
 // another call computes it:
-//  - rms_norm whose output only feeds matmuls that read Q8_0/Q8_1 activations -> rms_norm_q8,
+//  - rms_norm whose output only feeds matmuls that read Q8_0/Q8_1/Q8_K activations -> rms_norm_q8,
 //    writing those blocks straight away (the norm's f32 output is never written), with the
 //    add just before it (out = a + b feeding the norm) folded in (the sum is still written);
+//  - attention whose output only feeds matmuls that read Q8_0/Q8_1/Q8_K activations -> the
+//    decode attention writes those blocks too (out_q; the lowering takes it only where it uses
+//    attention_decode), so no quantize_act runs before the o projection (LOOM_FUSE_ATTN=0: off);
 //  - 2..3 consecutive matmuls of one input through matvec_gpu with one weight type and n_in
 //    (q|k|v, gate|up) -> one launch; a gate|up pair whose only reader is the swiglu after it
 //    computes silu(gate) * up itself (the swiglu and the gate/up outputs go).
@@ -45,6 +48,7 @@ struct MatmulChoice {
 // there); LOOM_DUMP_VALUES turns them off (every value is written).
 struct Fusions {
   std::map<const llm::Launch*, llm::GgmlType> norm_q8;             // rms_norm -> the activation format it writes
+  std::map<const llm::Launch*, llm::GgmlType> attn_q;              // attention -> the activation format it also writes
   std::map<const llm::Launch*, const llm::Launch*> norm_add;       // rms_norm -> the add folded into it
   std::map<const llm::Launch*, std::vector<const llm::Launch*>> groups;  // first matmul -> the launch's matmuls
   std::map<const llm::Launch*, const llm::Launch*> glu;            // first matmul of a gate|up pair -> its swiglu
@@ -52,7 +56,7 @@ struct Fusions {
 };
 
 // Stateless apart from what it is built with; reads LOOM_GPU_FAST_OPS, LOOM_GPU_BATCH_MATVEC,
-// LOOM_FUSE and LOOM_FUSE_NORM when asked (the A/B switches of docs/performance.md).
+// LOOM_FUSE, LOOM_FUSE_NORM (0 | add | q8_0 | q8) and LOOM_FUSE_ATTN when asked (the A/B switches of docs/performance.md).
 class FusionPlanner {
  public:
   // all_values: every Program value must be written (LOOM_DUMP_VALUES): no fusions.
@@ -66,6 +70,7 @@ class FusionPlanner {
   using Readers = std::map<int32_t, std::vector<const llm::Launch*>>;
   bool fusions_enabled() const;
   Status fuse_norm_quant(const llm::Program& p, int64_t nt, Readers& readers, Fusions& f) const;
+  Status quantize_attention(const llm::Program& p, int64_t nt, Readers& readers, Fusions& f) const;
   Status group_matmuls(const llm::Program& p, int64_t nt, Readers& readers, Fusions& f) const;
 
   const llm::Model& model_;

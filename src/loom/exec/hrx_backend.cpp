@@ -407,6 +407,8 @@ class HrxBackend final : public llm::Backend {
             if (add) {
               call.bind = {{"a", value_addr(plan, add->in0)}, {"b", value_addr(plan, add->in1)},
                            {"sum", value_addr(plan, add->out)}};
+              // A sum written over an input: one CTA per row (no CTA may overwrite what another reads).
+              if (call.bind["sum"] == call.bind["a"] || call.bind["sum"] == call.bind["b"]) call.shape.dims["inplace"] = 1;
               call.label = fmt::format("add + rms_norm_q8 -> {}, {}", vname(add->out), vname(l.out));
             } else {
               call.bind = {{"x", value_addr(plan, l.in0)}};
@@ -544,6 +546,16 @@ class HrxBackend final : public llm::Backend {
           call.bind = {{"q", value_addr(plan, l.in0)}, {"pos", pos}, {"seq", seq},
                        {"k_cache", k_cache_[static_cast<size_t>(l.layer)].address()},
                        {"v_cache", v_cache_[static_cast<size_t>(l.layer)].address()}, {"out", value_addr(plan, l.out)}};
+          if (auto aq = fu.attn_q.find(&l); aq != fu.attn_q.end() && call.op->name() == "attention_decode") {
+            // The o projection's activation blocks written by the attention itself (FusionPlanner).
+            const GgmlType xt = aq->second;
+            call.shape.dims["out_q"] = static_cast<int64_t>(xt);
+            LOOM_ASSIGN_OR_RETURN(uint64_t buf, scratch(plan, llm::ref::quantized_row_bytes(xt, cols_of(l.out)) *
+                                                              static_cast<uint64_t>(T)));  // the op's rows
+            call.bind["xq"] = buf;
+            call.label = fmt::format("attention + quantize -> {}, {}", vname(l.out), llm::ggml_type_name(xt));
+            xq[std::make_pair(l.out, static_cast<int>(xt))] = buf;
+          }
           break;
         }
         case OpCode::kGatherRows: {

@@ -5,11 +5,14 @@
 // sliding window; positions (and sequence slots) come from device buffers.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "loom/ir/builder.h"
 #include "loom/kernels/elementwise.h"
 #include "loom/kernels/attention_exact.h"
 #include "loom/kernels/elementwise_util.h"
+#include "loom/kernels/op_list.h"
+#include "loom/kernels/op_util.h"
 #include "loom/llm/ops_ref.h"
 
 namespace loom::kernels {
@@ -30,6 +33,12 @@ constexpr double kNoMax = -1e30;  // running max before any key: exp(kNoMax - s)
 // k_cache, v_cache [n_seq*n_ctx, n_head_kv*head_dim] f16; out [n_tokens, n_head*head_dim] f32;
 // decode: scratch [n_tokens*n_head*64*(head_dim+2)] f32 (per split: max, sum, head_dim values).
 // Token t sees cells seq[t]*n_ctx + j for j <= pos[t] (and pos[t] - j < n_swa with a window).
+// Decode with out_q (optional dim, 8: Q8_0, 9: Q8_1, 15: Q8_K; 0: none) also writes each token's
+// output row as the o projection's activation blocks, xq [n_tokens, row bytes] u8 (after out),
+// bit-identical to quantize_act of `out` (issue 7: one launch less per layer). GPUs quantize in
+// the combine kernel (always run then, also with one split): one CTA per head (Q8_0/Q8_1, a
+// warp per 32-block) or per 256/head_dim heads (Q8_K, a block per CTA); the cpu appends
+// quantize_act's own kernel.
 class AttentionOp final : public OpSpec {
  public:
   explicit AttentionOp(bool prompt) : prompt_(prompt) {}
@@ -40,7 +49,18 @@ class AttentionOp final : public OpSpec {
                    : "attention of one token per sequence over the F16 KV cache (split keys + combine)";
   }
 
+  static int64_t out_q(const Shape& s) { return dim_or(s, "out_q", 0); }
+  static int64_t out_q_block(int64_t q) { return q == 15 ? 256 : 32; }
+  static int64_t out_q_row_bytes(int64_t q, int64_t n) { return n / out_q_block(q) * (q == 15 ? 292 : q == 9 ? 36 : 34); }
+
   Status validate(const Shape& s) const override {
+    if (const int64_t q = out_q(s); q != 0) {
+      if (prompt_) return invalid_argument("{}: out_q is for decode", name());
+      if (q != 8 && q != 9 && q != 15) return invalid_argument("{}: out_q={} is not 0, 8, 9 or 15", name(), q);
+      if ((dim_or(s, "n_head", 0) * dim_or(s, "head_dim", 0)) % out_q_block(q))
+        return invalid_argument("{}: rows of {} values are not whole blocks of {}", name(),
+                                dim_or(s, "n_head", 0) * dim_or(s, "head_dim", 0), out_q_block(q));
+    }
     for (const char* d : {"n_tokens", "n_head", "n_head_kv", "n_seq", "n_ctx"})
       LOOM_RETURN_IF_ERROR(elt::require_dim(name(), s, d, 1, int64_t{1} << 20));
     LOOM_RETURN_IF_ERROR(elt::require_dim(name(), s, "head_dim", 2, 256));
@@ -65,6 +85,7 @@ class AttentionOp final : public OpSpec {
     a.push_back(elt::buffer_arg("k_cache", ArgRole::kInput, cells * HK * D, Scalar::kF16));
     a.push_back(elt::buffer_arg("v_cache", ArgRole::kInput, cells * HK * D, Scalar::kF16));
     a.push_back(elt::buffer_arg("out", ArgRole::kOutput, T * H * D, Scalar::kF32));
+    if (out_q(s)) a.push_back(elt::buffer_arg("xq", ArgRole::kOutput, T * out_q_row_bytes(out_q(s), H * D), Scalar::kU8));
     if (!prompt_) a.push_back(elt::buffer_arg("scratch", ArgRole::kScratch, T * H * kMaxSplits * (D + 2), Scalar::kF32));
     return a;
   }
@@ -216,9 +237,162 @@ struct Slice {
   Type f16() const { return Type::of(Scalar::kF16, width); }
 };
 
+// The GPU combine kernel that also quantizes (decode with out_q): out as the plain combine
+// computes it (same loads, same order of operations), then the row's blocks exactly as
+// quantize_act's: Q8_0/Q8_1 one CTA per (token, head), a warp per 32-block (the warp's maximum
+// is exact in any order; integer sums too); Q8_K one CTA per 256/head_dim heads = one block,
+// whose scale comes from the first element of the largest magnitude (the reference's strict
+// '>' scan): each warp's by a butterfly that keeps the lower range on ties, then the warps in
+// order. Args: scratch, out, xq.
+Status add_combine_q(Generated& g, const Shape& s, int32_t S, int scratch_arg, int out_arg, int xq_arg) {
+  const int32_t T = static_cast<int32_t>(s.dims.at("n_tokens")), H = static_cast<int32_t>(s.dims.at("n_head"));
+  const int32_t D = static_cast<int32_t>(s.dims.at("head_dim"));
+  const int64_t oq = s.dims.at("out_q");
+  const bool qk = oq == 15, q81 = oq == 9;
+  const int32_t hpc = qk ? 256 / D : 1, threads = hpc * D;  // heads per CTA, one thread per value
+  const int32_t bytes = qk ? 292 : q81 ? 36 : 34, qoff = qk || q81 ? 4 : 2;
+  const int32_t row_bytes = H * D / (qk ? 256 : 32) * bytes;
+  if (qk && (256 % D || H % hpc)) return invalid_argument("attention_decode: Q8_K output with head_dim {}", D);
+  ir::Kernel* ck = g.module.add_kernel("attention_combine_q");
+  Emit c(*ck);
+  const Type fp = elt::global_ptr(Scalar::kF32);
+  Value* sc = c.param(fp, "scratch");
+  Value* o = c.param(fp, "out");
+  Value* xq = c.param(elt::global_ptr(Scalar::kU8), "xq");
+  auto i32 = [&](int64_t v) { return c.i32(static_cast<int32_t>(v)); };
+  Value* tid = c.thread_id(ir::Mode::kX);
+  Value* lane = c.rem(tid, i32(32));
+  Value* d = c.rem(tid, i32(D));
+  Value* row = c.add(c.mul(c.block_id(ir::Mode::kX), i32(hpc)), c.div(tid, i32(D)));  // token * H + head
+  Value* base = c.mul(row, i32(int64_t{S} * (D + 2)));
+  std::vector<Value*> m(static_cast<size_t>(S)), l(static_cast<size_t>(S)), v(static_cast<size_t>(S));
+  for (int32_t sp = 0; sp < S; ++sp) {
+    m[static_cast<size_t>(sp)] = c.load(sc, c.add(base, i32(int64_t{sp} * (D + 2))));
+    l[static_cast<size_t>(sp)] = c.load(sc, c.add(base, i32(int64_t{sp} * (D + 2) + 1)));
+    v[static_cast<size_t>(sp)] = c.load(sc, c.add(base, c.add(d, i32(int64_t{sp} * (D + 2) + 2))));
+  }
+  Value* M = c.f32(kNoMax);
+  for (int32_t sp = 0; sp < S; ++sp) M = c.max(M, m[static_cast<size_t>(sp)]);
+  Value* sum_l = c.f32(0.0);
+  Value* sum_v = c.f32(0.0);
+  for (int32_t sp = 0; sp < S; ++sp) {
+    Value* f = c.unary(ir::Op::kExp, c.sub(m[static_cast<size_t>(sp)], M));
+    sum_l = c.fma(l[static_cast<size_t>(sp)], f, sum_l);
+    sum_v = c.fma(v[static_cast<size_t>(sp)], f, sum_v);
+  }
+  Value* y = c.div(sum_v, sum_l);
+  c.store(o, c.add(c.mul(row, i32(D)), d), y);
+
+  Value* tok = c.div(row, i32(H));
+  Value* e = c.add(c.mul(c.rem(row, i32(H)), i32(D)), d);  // the value's index in its token's row
+  auto nearest = [&](Value* val) {  // as quantize_act's (the max keeps a host compiler from fusing)
+    val = c.max(val, c.f32(-1024.0));
+    Value* bits = c.bitcast(c.add(val, c.f32(12582912.0)), ty::i32);
+    return c.sub(c.bit_and(bits, i32(0x007fffff)), i32(0x00400000));
+  };
+  auto when = [&](Value* cond, const std::function<void()>& body) {
+    c.if_then_else(cond, {}, [&] {
+      body();
+      return std::vector<Value*>{};
+    });
+  };
+  const Type f16 = Type::scalar(Scalar::kF16), u16 = Type::scalar(Scalar::kU16);
+  if (!qk) {
+    Value* bb = c.add(c.mul(tok, i32(row_bytes)), c.mul(c.div(e, i32(32)), i32(bytes)));
+    Value* amax = c.warp_reduce(ir::Mode::kMax, c.op(ir::Op::kAbs, {y}));
+    Value* dq = c.div(amax, c.f32(127.0));
+    Value* id = c.select(c.cmp(ir::Mode::kNe, amax, c.f32(0.0)), c.div(c.f32(127.0), amax), c.f32(0.0));
+    Value* q = nearest(c.mul(y, id));
+    c.store_at(xq, c.add(bb, c.add(i32(qoff), lane)), c.convert(q, Type::scalar(Scalar::kI8)), 1);
+    Value* qsum = q81 ? c.warp_reduce(ir::Mode::kAdd, q) : nullptr;
+    when(c.cmp(ir::Mode::kEq, lane, i32(0)), [&] {
+      c.store_at(xq, bb, c.bitcast(c.convert(dq, f16), u16), 2);
+      if (q81) c.store_at(xq, c.addc(bb, 2), c.bitcast(c.convert(c.mul(dq, c.convert(qsum, ty::f32)), f16), u16), 2);
+    });
+  } else {
+    Value* bb = c.add(c.mul(tok, i32(row_bytes)), c.mul(c.div(e, i32(256)), i32(bytes)));
+    Value* am = c.op(ir::Op::kAbs, {y});
+    Value* mx = c.select(c.cmp(ir::Mode::kGt, am, c.f32(0.0)), y, c.f32(0.0));
+    auto merge = [&](Value* lo_a, Value* lo_m, Value* hi_a, Value* hi_m) {
+      Value* gt = c.cmp(ir::Mode::kGt, hi_a, lo_a);
+      return std::pair<Value*, Value*>{c.select(gt, hi_a, lo_a), c.select(gt, hi_m, lo_m)};
+    };
+    for (int32_t off = 1; off <= 16; off *= 2) {
+      Value* oa = c.shfl(ir::Mode::kXor, am, i32(off));
+      Value* om = c.shfl(ir::Mode::kXor, mx, i32(off));
+      Value* upper = c.cmp(ir::Mode::kNe, c.bit_and(lane, i32(off)), i32(0));
+      auto [na, nm] = merge(c.select(upper, oa, am), c.select(upper, om, mx), c.select(upper, am, oa), c.select(upper, mx, om));
+      am = na;
+      mx = nm;
+    }
+    const int32_t W = threads / 32;
+    Value* sa = c.alloc_shared(Scalar::kF32, W);
+    Value* sm = c.alloc_shared(Scalar::kF32, W);
+    Value* warp = c.div(tid, i32(32));
+    when(c.cmp(ir::Mode::kEq, lane, i32(0)), [&] {
+      c.store(sa, warp, am);
+      c.store(sm, warp, mx);
+    });
+    c.barrier();
+    Value* ba = c.load(sa, i32(0));
+    Value* bm = c.load(sm, i32(0));
+    for (int32_t w = 1; w < W; ++w) {
+      auto [na, nm] = merge(ba, bm, c.load(sa, i32(w)), c.load(sm, i32(w)));
+      ba = na;
+      bm = nm;
+    }
+    Value* zero = c.cmp(ir::Mode::kEq, ba, c.f32(0.0));
+    Value* iscale = c.select(zero, c.f32(0.0), c.div(c.f32(-127.0), bm));
+    Value* dq = c.select(zero, c.f32(0.0), c.div(c.f32(1.0), iscale));
+    Value* q = c.min(i32(127), nearest(c.mul(iscale, y)));
+    c.store_at(xq, c.add(bb, c.add(i32(4), tid)), c.convert(q, Type::scalar(Scalar::kI8)), 1);
+    Value* qs = q;
+    for (int32_t off = 8; off >= 1; off /= 2) qs = c.add(qs, c.shfl(ir::Mode::kXor, qs, i32(off)));
+    when(c.cmp(ir::Mode::kEq, c.rem(tid, i32(16)), i32(0)), [&] {
+      c.store_at(xq, c.add(bb, c.add(i32(260), c.mul(c.div(tid, i32(16)), i32(2)))),
+                 c.convert(qs, Type::scalar(Scalar::kI16)), 2);
+    });
+    when(c.cmp(ir::Mode::kEq, tid, i32(0)), [&] { c.store_at(xq, bb, dq, 4); });
+  }
+  KernelLaunch cl;
+  cl.kernel = "attention_combine_q";
+  cl.grid = {static_cast<uint32_t>(int64_t{T} * H / hpc), 1, 1};
+  cl.block = {static_cast<uint32_t>(threads), 1, 1};
+  cl.args = {scratch_arg, out_arg, xq_arg};
+  g.launches.push_back(cl);
+  return Status();
+}
+
 Result<Generated> AttentionOp::generate(const Shape& s, const Schedule& sch, ir::TargetKind t) const {
   LOOM_RETURN_IF_ERROR(validate(s));
   LOOM_RETURN_IF_ERROR(elt::check_schedule(name(), schedule_space(s, t), sch));
+  const int64_t oq = out_q(s);
+  if (oq && !elt::gpu_target(t)) {
+    // cpu: the plain op's kernels, then quantize_act's own kernel over `out` (bit-identical to
+    // the separate launch by construction). Argument indices move to this shape's list.
+    Shape plain = s;
+    plain.dims.erase("out_q");
+    LOOM_ASSIGN_OR_RETURN(Generated g, generate(plain, sch, t));
+    const std::vector<ArgSpec> from = args(plain), to = args(s);
+    auto index_of = [&](std::string_view n) {
+      for (size_t i = 0; i < to.size(); ++i)
+        if (to[i].name == n) return static_cast<int>(i);
+      return -1;
+    };
+    for (KernelLaunch& l : g.launches)
+      for (int& ai : l.args) ai = index_of(from[static_cast<size_t>(ai)].name);
+    const OpSpec* qa = find_op("quantize_act");
+    if (!qa) return internal_error("{}: the op library has no quantize_act", name());
+    Shape qs;
+    qs.dims = {{"dtype", oq}, {"n_in", s.dims.at("n_head") * s.dims.at("head_dim")}, {"n_tokens", s.dims.at("n_tokens")}};
+    LOOM_ASSIGN_OR_RETURN(Generated qg, qa->generate(qs, qa->default_schedule(qs, t), t));
+    for (auto& k : qg.module.kernels) g.module.kernels.push_back(std::move(k));
+    for (KernelLaunch l : qg.launches) {
+      l.args = {index_of("out"), index_of("xq")};
+      g.launches.push_back(std::move(l));
+    }
+    return g;
+  }
   const int32_t T = static_cast<int32_t>(s.dims.at("n_tokens")), H = static_cast<int32_t>(s.dims.at("n_head"));
   const int32_t HK = static_cast<int32_t>(s.dims.at("n_head_kv")), D = static_cast<int32_t>(s.dims.at("head_dim"));
   const int32_t G = H / HK, n_ctx = static_cast<int32_t>(s.dims.at("n_ctx"));
@@ -228,6 +402,9 @@ Result<Generated> AttentionOp::generate(const Shape& s, const Schedule& sch, ir:
   const bool gpu = elt::gpu_target(t);
   if (!gpu && sch.at("exact") == 1) return attention_exact_cpu(s, args(s));
   const int32_t S = prompt_ ? 1 : static_cast<int32_t>(sch.at("splits"));
+  // The partials go through scratch and the combine kernel when keys are split, and on GPUs
+  // whenever the output is also quantized (the combine kernel does that).
+  const bool combine = S > 1 || (gpu && oq);
   const int32_t QT = prompt_ ? static_cast<int32_t>(sch.at("q_tile")) : 1;
   const int32_t W = gpu ? static_cast<int32_t>(sch.at("warps")) : 1;
   const int32_t Q = QT * G;  // queries per block
@@ -254,7 +431,7 @@ Result<Generated> AttentionOp::generate(const Shape& s, const Schedule& sch, ir:
   Value* kc = b.param(hp, "k_cache");
   Value* vc = b.param(hp, "v_cache");
   Value* out = b.param(fp, "out");
-  Value* scratch = S > 1 ? b.param(fp, "scratch") : nullptr;
+  Value* scratch = combine ? b.param(fp, "scratch") : nullptr;
   auto i32 = [&](int64_t v) { return b.i32(static_cast<int32_t>(v)); };
 
   Value* tid = b.thread_id(ir::Mode::kX);
@@ -460,7 +637,7 @@ Result<Generated> AttentionOp::generate(const Shape& s, const Schedule& sch, ir:
         A = b.fma(b.load(acc, b.add(b.mul(slot, i32(D)), d)), f, A);
       }
       b.if_then_else(b.cmp(ir::Mode::kLt, qt, i32(T)), {}, [&] {
-        if (S == 1) {
+        if (!combine) {
           b.store(out, b.add(out_index(qt, h), d), b.div(A, L));
         } else {
           Value* base = part_index(qt, h);
@@ -488,11 +665,13 @@ Result<Generated> AttentionOp::generate(const Shape& s, const Schedule& sch, ir:
   l.grid = {static_cast<uint32_t>(HK), static_cast<uint32_t>((T + QT - 1) / QT), static_cast<uint32_t>(S)};
   l.block = {static_cast<uint32_t>(32 * W), 1, 1};
   for (const char* n : {"q", "pos", "seq", "k_cache", "v_cache", "out", "scratch"})
-    if (arg_index(n) >= 0 && (std::string_view(n) != "scratch" || S > 1)) l.args.push_back(arg_index(n));
+    if (arg_index(n) >= 0 && (std::string_view(n) != "scratch" || combine)) l.args.push_back(arg_index(n));
   if (!gpu) l.block = {1, 1, 1};
   g.launches.push_back(l);
 
-  if (S > 1) {
+  if (combine && oq) {
+    LOOM_RETURN_IF_ERROR(add_combine_q(g, s, S, arg_index("scratch"), arg_index("out"), arg_index("xq")));
+  } else if (S > 1) {
     // Combine: out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M), M = max_s m_s.
     ir::Kernel* ck = g.module.add_kernel("attention_combine");
     ir::Builder c(*ck);

@@ -1,11 +1,13 @@
 // rms_norm_q8: RMS norm (optionally after the residual add) that writes the normalized row
-// straight into the Q8_0 / Q8_1 blocks the next matvec reads, bit-identical to
+// straight into the Q8_0 / Q8_1 / Q8_K blocks the next matvec reads, bit-identical to
 // llm::ref::rms_norm followed by llm::ref::quantize_activation: the f32 row never goes to memory.
 #include <cmath>
+#include <functional>
 
 #include "loom/ir/builder.h"
 #include "loom/kernels/elementwise.h"
 #include "loom/kernels/elementwise_util.h"
+#include "loom/kernels/op_util.h"
 #include "loom/llm/ops_ref.h"
 
 namespace loom::kernels {
@@ -16,10 +18,12 @@ using ir::Scalar;
 using ir::Type;
 using ir::Value;
 
-constexpr int64_t kQ8_0 = 8, kQ8_1 = 9;  // GGUF type numbers
+constexpr int64_t kQ8_0 = 8, kQ8_1 = 9, kQ8_K = 15;  // GGUF type numbers
 
-// Shape: n_rows, n (a multiple of 32), has_weight, eps_f32, dtype (8: Q8_0, 9: Q8_1), add (0/1:
-// a + b first, the sum written to `sum`). Args: x | a, b; [w]; [sum]; xq (blocks, u8).
+// Shape: n_rows, n (a multiple of 32; of 256 for Q8_K), has_weight, eps_f32, dtype (8: Q8_0,
+// 9: Q8_1, 15: Q8_K), add (0/1: a + b first, the sum written to `sum`), inplace (optional, 0/1:
+// `sum` may share memory with a or b, so no CTA may write it while another still reads the
+// row: one CTA per row). Args: x | a, b; [w]; [sum]; xq (blocks, u8).
 //
 // Bit-exactness: the reference sums x^2 (each rounded to float) in double, in order. The cpu
 // kernel does exactly that; GPU threads sum strided subsets in double and thread 0 adds the
@@ -40,15 +44,26 @@ class NormQ8Op final : public OpSpec {
     LOOM_RETURN_IF_ERROR(elt::require_dim(name(), s, "n", 32, int64_t{1} << 20));
     LOOM_RETURN_IF_ERROR(elt::require_dim(name(), s, "has_weight", 0, 1));
     LOOM_RETURN_IF_ERROR(elt::require_dim(name(), s, "add", 0, 1));
-    LOOM_RETURN_IF_ERROR(elt::require_dim(name(), s, "dtype", kQ8_0, kQ8_1));
+    LOOM_RETURN_IF_ERROR(elt::require_dim(name(), s, "dtype", kQ8_0, kQ8_K));
+    if (s.dims.at("dtype") != kQ8_0 && s.dims.at("dtype") != kQ8_1 && s.dims.at("dtype") != kQ8_K)
+      return invalid_argument("rms_norm_q8: dtype {} is not Q8_0 (8), Q8_1 (9) or Q8_K (15)", s.dims.at("dtype"));
+    if (s.dims.count("inplace")) LOOM_RETURN_IF_ERROR(elt::require_dim(name(), s, "inplace", 0, 1));
     if (s.dims.at("n") % 32) return invalid_argument("rms_norm_q8: n={} is not a multiple of 32", s.dims.at("n"));
+    // Q8_K: whole 256-blocks; the GPU form holds at most kMaxVecLoads float4s per thread.
+    if (s.dims.at("dtype") == kQ8_K && (s.dims.at("n") % 256 || s.dims.at("n") > 4 * 512 * kMaxVecLoads))
+      return invalid_argument("rms_norm_q8: Q8_K needs n a multiple of 256 and at most {}", 4 * 512 * kMaxVecLoads);
     if (s.dims.at("n_rows") * s.dims.at("n") > (int64_t{1} << 30))
       return invalid_argument("rms_norm_q8: more than 2^30 elements");
     if (!(elt::f32_dim(s, "eps_f32") > 0.0f)) return invalid_argument("rms_norm_q8: eps_f32 must be > 0");
     return Status();
   }
 
-  static int64_t block_bytes(const Shape& s) { return dim_or(s, "dtype", kQ8_0) == kQ8_1 ? 36 : 34; }
+  static int64_t block_bytes(const Shape& s) {
+    const int64_t t = dim_or(s, "dtype", kQ8_0);
+    return t == kQ8_K ? 292 : t == kQ8_1 ? 36 : 34;
+  }
+  static int64_t block_elems(const Shape& s) { return dim_or(s, "dtype", kQ8_0) == kQ8_K ? 256 : 32; }
+  static int64_t row_bytes(const Shape& s) { return dim_or(s, "n", 0) / block_elems(s) * block_bytes(s); }
 
   std::vector<ArgSpec> args(const Shape& s) const override {
     const int64_t rows = dim_or(s, "n_rows", 0), n = dim_or(s, "n", 0);
@@ -62,7 +77,7 @@ class NormQ8Op final : public OpSpec {
     }
     if (dim_or(s, "has_weight", 0)) a.push_back(elt::buffer_arg("w", ArgRole::kInput, n, Scalar::kF32));
     if (add) a.push_back(elt::buffer_arg("sum", ArgRole::kOutput, rows * n, Scalar::kF32));
-    a.push_back(elt::buffer_arg("xq", ArgRole::kOutput, rows * (n / 32) * block_bytes(s), Scalar::kU8));
+    a.push_back(elt::buffer_arg("xq", ArgRole::kOutput, rows * row_bytes(s), Scalar::kU8));
     return a;
   }
 
@@ -70,7 +85,7 @@ class NormQ8Op final : public OpSpec {
     const double rows = static_cast<double>(dim_or(s, "n_rows", 0)), n = static_cast<double>(dim_or(s, "n", 0));
     const bool add = dim_or(s, "add", 0) != 0;
     const double in = rows * n * 4.0 * (add ? 3.0 : 1.0);  // a, b, sum | x
-    return {in + rows * (n / 32) * static_cast<double>(block_bytes(s)) + (dim_or(s, "has_weight", 0) ? 4.0 * n : 0.0),
+    return {in + rows * static_cast<double>(row_bytes(s)) + (dim_or(s, "has_weight", 0) ? 4.0 * n : 0.0),
             rows * n * (add ? 8.0 : 7.0)};
   }
   Tolerance tolerance(const Shape&) const override { return {0, 0, true}; }
@@ -85,17 +100,43 @@ class NormQ8Op final : public OpSpec {
     const int64_t nb = n / 32;
     return warps <= nb && nb % warps == 0 && nb / warps <= kMaxRegBlocks;
   }
-  std::vector<Knob> schedule_space(const Shape&, ir::TargetKind t) const override {
+  // vec (GPU, session 6): thread i of a CTA of T = 32 * warps threads owns the float4s i + j*T
+  // of the row, j < J = ceil(n / 4T), all loaded at once with one 16-byte load each; every CTA
+  // sums the squares of the whole row (the same order in each, so the same sum) and then
+  // quantizes its slice: split=1 runs J CTAs per row, CTA c taking the float4s j = c (the
+  // row's work spreads over J SMs with no grid sync, at the price of each CTA reading the row
+  // from L2); split=0 one CTA that quantizes every j. Quant blocks are 8 (Q8_K: 64) consecutive
+  // threads, their maxima combined by shuffles (and, for Q8_K, across the two warps through
+  // shared memory). The only GPU form for Q8_K; at most kMaxVecLoads float4s per thread.
+  static constexpr int32_t kMaxVecLoads = 32;
+  static int64_t vec_loads(int64_t n, int64_t warps) { return (n / 4 + 32 * warps - 1) / (32 * warps); }
+  static bool inplace(const Shape& s) { return dim_or(s, "inplace", 0) != 0; }
+  std::vector<Knob> schedule_space(const Shape& s, ir::TargetKind t) const override {
     if (!elt::gpu_target(t)) return {{"threads", {1}}};
-    return {{"warps", {1, 2, 4, 8, 16}}, {"regs", {0, 1}}};
+    const std::vector<int64_t> split = inplace(s) ? std::vector<int64_t>{0} : std::vector<int64_t>{0, 1};
+    if (dim_or(s, "dtype", kQ8_0) == kQ8_K) return {{"warps", {2, 4, 8, 16}}, {"regs", {0}}, {"vec", {1}}, {"split", split}};
+    return {{"warps", {1, 2, 4, 8, 16}}, {"regs", {0, 1}}, {"vec", {0, 1}}, {"split", split}};
   }
   Schedule default_schedule(const Shape& s, ir::TargetKind t) const override {
     if (!elt::gpu_target(t)) return {{"threads", 1}};
     const int64_t n = dim_or(s, "n", 32);
+    const bool qk = dim_or(s, "dtype", kQ8_0) == kQ8_K;
+    // vec with split: the fewest warps that keep each thread at <= 4 float4s (4096: 8 warps x 4
+    // CTAs; 576: 2 warps x 3 CTAs). In place, one CTA must hold the row: vec where 16 warps do
+    // it in one pass, else (Q8_0/Q8_1) the regs/loop forms below.
+    if (!inplace(s) || qk || vec_loads(n, 16) == 1) {
+      for (int64_t w : {1, 2, 4, 8, 16}) {
+        if (qk && w == 1) continue;
+        if (w == 16 || vec_loads(n, w) <= (inplace(s) ? 1 : 4))
+          return {{"warps", w}, {"regs", 0}, {"vec", 1}, {"split", inplace(s) ? 0 : 1}};
+      }
+    }
     for (int64_t w : {16, 8, 4, 2, 1})
-      if ((n >= 2048 || w <= 4) && regs_fit(n, w)) return {{"warps", w}, {"regs", 1}};
-    return {{"warps", n >= 2048 ? 8 : 4}, {"regs", 0}};
+      if ((n >= 2048 || w <= 4) && regs_fit(n, w)) return {{"warps", w}, {"regs", 1}, {"vec", 0}, {"split", 0}};
+    return {{"warps", n >= 2048 ? 8 : 4}, {"regs", 0}, {"vec", 0}, {"split", 0}};
   }
+
+  Result<Generated> generate_vec(const Shape& s, int32_t warps, bool split, ir::TargetKind t) const;
 
   Result<Generated> generate(const Shape& s, const Schedule& sch, ir::TargetKind t) const override {
     LOOM_RETURN_IF_ERROR(validate(s));
@@ -106,6 +147,11 @@ class NormQ8Op final : public OpSpec {
     const float eps = elt::f32_dim(s, "eps_f32");
     const bool gpu = elt::gpu_target(t);
     const int32_t W = gpu ? static_cast<int32_t>(sch.at("warps")) : 1;
+    const bool qk = s.dims.at("dtype") == kQ8_K;
+    // vec where asked (always for Q8_K); rows too long for it (> kMaxVecLoads float4s per
+    // thread) take the regs/loop forms, so every schedule of the space generates.
+    if (gpu && (qk || (sch.count("vec") && sch.at("vec") != 0 && vec_loads(n, W) <= kMaxVecLoads)))
+      return generate_vec(s, W, sch.count("split") && sch.at("split") != 0 && !inplace(s), t);
     // regs where the warps fit the row (warps | n/32, <= kMaxRegBlocks blocks each), else the
     // loop form: every schedule of the space generates.
     const bool regs = gpu && sch.count("regs") && sch.at("regs") != 0 && regs_fit(n, W);
@@ -114,7 +160,7 @@ class NormQ8Op final : public OpSpec {
 
     Generated g;
     ir::Kernel* k = g.module.add_kernel("rms_norm_q8");
-    ir::Builder b(*k);
+    Emit b(*k);
     const Type fp = elt::global_ptr(Scalar::kF32);
     Value* x = b.param(fp, add ? "a" : "x");
     Value* xb = add ? b.param(fp, "b") : nullptr;
@@ -220,7 +266,38 @@ class NormQ8Op final : public OpSpec {
       return b.add(b.add(b.mul(b.add(row_blocks, blk), i32(bytes)), i32(q81 ? 4 : 2)), j);
     };
 
-    if (!gpu) {
+    if (!gpu && qk) {
+      // Q8_K as quantize_row_q8_K: the first element of the largest magnitude sets iscale =
+      // -127/max, q = min(127, nearest(iscale * y)), 16 sums of 16 quants, d = 1/iscale (f32).
+      Value* xu = b.bitcast(xq, elt::global_ptr(Scalar::kU8));
+      const int32_t nbk = n / 256;
+      b.for_loop(i32(0), i32(nbk), i32(1), {}, [&](Value* blk, std::span<Value* const>) {
+        Value* first = b.mul(blk, i32(256));
+        auto mm = b.for_loop(i32(0), i32(256), i32(1), {b.f32(0.0), b.f32(0.0)}, [&](Value* j, std::span<Value* const> it) {
+          Value* y = y_at(b.add(first, j));
+          Value* a = b.op(ir::Op::kAbs, {y});
+          Value* gt = b.cmp(ir::Mode::kGt, a, it[0]);
+          return std::vector<Value*>{b.select(gt, a, it[0]), b.select(gt, y, it[1])};
+        });
+        Value* zero = b.cmp(ir::Mode::kEq, mm[0], b.f32(0.0));
+        Value* iscale = b.select(zero, b.f32(0.0), b.div(b.f32(-127.0), mm[1]));
+        Value* d = b.select(zero, b.f32(0.0), b.div(b.f32(1.0), iscale));
+        Value* bb = b.mul(b.add(b.mul(row, i32(nbk)), blk), i32(292));
+        b.store_at(xu, bb, d, 4);
+        b.for_loop(i32(0), i32(16), i32(1), {}, [&](Value* gi, std::span<Value* const>) {
+          Value* g16 = b.mul(gi, i32(16));
+          Value* qs = b.for_loop(i32(0), i32(16), i32(1), {i32(0)}, [&](Value* l, std::span<Value* const> it) {
+            Value* j = b.add(g16, l);
+            Value* q = b.min(i32(127), nearest(b.mul(iscale, y_at(b.add(first, j)))));
+            b.store_at(xu, b.add(bb, b.add(i32(4), j)), b.convert(q, i8), 1);
+            return std::vector<Value*>{b.add(it[0], q)};
+          })[0];
+          b.store_at(xu, b.add(bb, b.add(i32(260), b.mul(gi, i32(2)))), b.convert(qs, Type::scalar(Scalar::kI16)), 2);
+          return std::vector<Value*>{};
+        });
+        return std::vector<Value*>{};
+      });
+    } else if (!gpu) {
       b.for_loop(i32(0), i32(nb), i32(1), {}, [&](Value* blk, std::span<Value* const>) {
         Value* first = b.mul(blk, i32(32));
         Value* amax = b.for_loop(i32(0), i32(32), i32(1), {b.f32(0.0)}, [&](Value* j, std::span<Value* const> it) {
@@ -295,10 +372,10 @@ class NormQ8Op final : public OpSpec {
     }
     std::vector<float> y(static_cast<size_t>(rows * n));
     llm::ref::rms_norm(x, w, y.data(), rows, n, elt::f32_dim(s, "eps_f32"));
-    const auto type = s.dims.at("dtype") == kQ8_1 ? llm::GgmlType::Q8_1 : llm::GgmlType::Q8_0;
+    const auto type = static_cast<llm::GgmlType>(s.dims.at("dtype"));
     uint8_t* out = a[i].bytes.data();
-    const int64_t row_bytes = (n / 32) * block_bytes(s);
-    for (int64_t r = 0; r < rows; ++r) llm::ref::quantize_activation(type, y.data() + r * n, out + r * row_bytes, n);
+    const int64_t rb = row_bytes(s);
+    for (int64_t r = 0; r < rows; ++r) llm::ref::quantize_activation(type, y.data() + r * n, out + r * rb, n);
     return Status();
   }
 
@@ -313,9 +390,250 @@ class NormQ8Op final : public OpSpec {
         make_shape({{"n_rows", 4}, {"n", 4096}, {"has_weight", 1}, {"dtype", kQ8_0}, {"add", 1}}, {{"eps_f32", 1e-5f}}),
         // 3 blocks per row: 1 warp (the regs path) ...
         make_shape({{"n_rows", 2}, {"n", 96}, {"has_weight", 1}, {"dtype", kQ8_1}, {"add", 1}}, {{"eps_f32", 1e-5f}}),
+        // Q8_K (the Q4_K/Q6_K models' activations): the 8B row, a one-block row, three blocks.
+        make_shape({{"n_rows", 1}, {"n", 4096}, {"has_weight", 1}, {"dtype", kQ8_K}, {"add", 1}}, {{"eps_f32", 1e-5f}}),
+        make_shape({{"n_rows", 2}, {"n", 256}, {"has_weight", 0}, {"dtype", kQ8_K}, {"add", 0}}, {{"eps_f32", 1e-6f}}),
+        make_shape({{"n_rows", 3}, {"n", 768}, {"has_weight", 1}, {"dtype", kQ8_K}, {"add", 1}, {"inplace", 1}},
+                   {{"eps_f32", 1e-5f}}),
+        // In place: one CTA per row (the vec form without split, or the regs form).
+        make_shape({{"n_rows", 2}, {"n", 4096}, {"has_weight", 1}, {"dtype", kQ8_0}, {"add", 1}, {"inplace", 1}},
+                   {{"eps_f32", 1e-5f}}),
     };
   }
 };
+
+
+Result<Generated> NormQ8Op::generate_vec(const Shape& s, int32_t W, bool split, ir::TargetKind t) const {
+  const int32_t n = static_cast<int32_t>(s.dims.at("n"));
+  const bool has_w = s.dims.at("has_weight") != 0, add = s.dims.at("add") != 0;
+  const bool q81 = s.dims.at("dtype") == kQ8_1, qk = s.dims.at("dtype") == kQ8_K;
+  const float eps = elt::f32_dim(s, "eps_f32");
+  const int32_t T = 32 * W, F = n / 4, J = static_cast<int32_t>(vec_loads(n, W));
+  if (J > kMaxVecLoads) return invalid_argument("rms_norm_q8: {} float4s per thread (at most {})", J, kMaxVecLoads);
+  if (qk && W % 2) return invalid_argument("rms_norm_q8: Q8_K blocks span two warps (warps={})", W);
+  const int32_t bytes = static_cast<int32_t>(block_bytes(s)), qoff = qk || q81 ? 4 : 2;
+  const int32_t group = qk ? 64 : 8;  // threads (float4s) per quant block
+  const int32_t rbytes = static_cast<int32_t>(row_bytes(s));
+
+  Generated g;
+  ir::Kernel* k = g.module.add_kernel("rms_norm_q8");
+  Emit b(*k);
+  const Type fp = elt::global_ptr(Scalar::kF32), f4 = ty::v(Scalar::kF32, 4);
+  const Type f64 = Type::scalar(Scalar::kF64), f16 = Type::scalar(Scalar::kF16), u16 = Type::scalar(Scalar::kU16);
+  Value* x = b.param(fp, add ? "a" : "x");
+  Value* xb = add ? b.param(fp, "b") : nullptr;
+  Value* w = has_w ? b.param(fp, "w") : nullptr;
+  Value* sum = add ? b.param(fp, "sum") : nullptr;
+  Value* xq = b.param(elt::global_ptr(Scalar::kI8), "xq");
+  Value* xu = b.bitcast(xq, elt::global_ptr(Scalar::kU8));
+  auto i32 = [&](int64_t v) { return b.i32(static_cast<int32_t>(v)); };
+
+  Value* tid = b.thread_id(ir::Mode::kX);
+  Value* lane = b.rem(tid, i32(32));
+  Value* warp = b.div(tid, i32(32));
+  Value* row = b.block_id(ir::Mode::kX);
+  Value* cta = split ? b.block_id(ir::Mode::kY) : i32(0);
+  Value* base = b.mul(row, i32(n));
+  // The row, one float4 per j (clamped past the end: those lanes add nothing to the sum and
+  // store nothing; blocks are whole float4 groups, so a block is all in or all out).
+  std::vector<Value*> v(static_cast<size_t>(J)), in(static_cast<size_t>(J), nullptr);
+  for (int32_t j = 0; j < J; ++j) {
+    Value* f = b.add(tid, i32(int64_t{j} * T));
+    if (int64_t{j + 1} * T > F) {
+      in[static_cast<size_t>(j)] = b.cmp(ir::Mode::kLt, f, i32(F));
+      f = b.min(f, i32(F - 1));
+    }
+    Value* e = b.add(base, b.mul(f, i32(4)));
+    Value* val = b.load(x, e, f4, 16);
+    if (add) val = b.add(val, b.load(xb, e, f4, 16));
+    v[static_cast<size_t>(j)] = val;
+  }
+  // This CTA's slices: (j, the float4's index in the row, valid, values), the weights loaded and
+  // the sums stored before the reduction so their latency overlaps it.
+  struct Slice {
+    Value* f;
+    Value* ok;
+    Value* val;
+    Value* wv;
+  };
+  std::vector<Slice> slices;
+  auto make_slice = [&](Value* jv, Value* val, bool maybe_out) {
+    Slice sl;
+    sl.f = b.add(tid, b.mul(jv, i32(T)));
+    sl.ok = maybe_out ? b.cmp(ir::Mode::kLt, sl.f, i32(F)) : nullptr;
+    Value* fc = maybe_out ? b.min(sl.f, i32(F - 1)) : sl.f;
+    sl.val = val;
+    sl.wv = has_w ? b.load(w, b.mul(fc, i32(4)), f4, 16) : nullptr;
+    if (add) {
+      auto st = [&] {
+        b.store(sum, b.add(base, b.mul(sl.f, i32(4))), val, 16);
+        return std::vector<Value*>{};
+      };
+      if (sl.ok) b.if_then_else(sl.ok, {}, st);
+      else st();
+    }
+    slices.push_back(sl);
+  };
+  if (split) {
+    Value* val = v[0];
+    for (int32_t j = 1; j < J; ++j) val = b.select(b.cmp(ir::Mode::kEq, cta, i32(j)), v[static_cast<size_t>(j)], val);
+    make_slice(cta, val, int64_t{J} * T > F);
+  } else {
+    for (int32_t j = 0; j < J; ++j) make_slice(i32(j), v[static_cast<size_t>(j)], in[static_cast<size_t>(j)] != nullptr);
+  }
+
+  // Sum of squares in double: the thread's values in order, the warp by a butterfly (each step
+  // adds the same two values on both lanes, so all lanes agree), then the warps in order.
+  Value* ss = b.const_float(f64, 0.0);
+  for (int32_t j = 0; j < J; ++j)
+    for (int e = 0; e < 4; ++e) {
+      Value* xe = b.extract(v[static_cast<size_t>(j)], e);
+      Value* sq = b.convert(b.mul(xe, xe), f64);
+      if (in[static_cast<size_t>(j)]) sq = b.select(in[static_cast<size_t>(j)], sq, b.const_float(f64, 0.0));
+      ss = b.add(ss, sq);
+    }
+  {
+    const Type u64 = Type::scalar(Scalar::kU64), u32 = Type::scalar(Scalar::kU32);
+    for (int32_t off = 16; off >= 1; off /= 2) {
+      Value* bits = b.bitcast(ss, u64);
+      Value* lo = b.shfl(ir::Mode::kXor, b.convert(bits, u32), i32(off));
+      Value* hi = b.shfl(ir::Mode::kXor, b.convert(b.shr(bits, b.const_int(u64, 32)), u32), i32(off));
+      Value* other = b.bit_or(b.shl(b.convert(hi, u64), b.const_int(u64, 32)), b.convert(lo, u64));
+      ss = b.add(ss, b.bitcast(other, f64));
+    }
+    if (W > 1) {
+      Value* sh = b.alloc_shared(Scalar::kF64, W);
+      b.if_then_else(b.cmp(ir::Mode::kEq, lane, i32(0)), {}, [&] {
+        b.store(sh, warp, ss);
+        return std::vector<Value*>{};
+      });
+      b.barrier();
+      ss = b.load(sh, i32(0));
+      for (int32_t i = 1; i < W; ++i) ss = b.add(ss, b.load(sh, i32(i)));
+    }
+  }
+  Value* mean = b.convert(b.div(ss, b.const_float(f64, static_cast<double>(n))), elt::f32_type());
+  Value* scale = b.div(b.f32(1.0), b.unary(ir::Op::kSqrt, b.add(mean, b.f32(eps))));
+
+  // As the loop form's `nearest` (the max keeps a host compiler from fusing the multiply).
+  auto nearest = [&](Value* val) {
+    val = b.max(val, b.f32(-1024.0));
+    Value* bits = b.bitcast(b.add(val, b.f32(12582912.0)), ty::i32);
+    return b.sub(b.bit_and(bits, i32(0x007fffff)), i32(0x00400000));
+  };
+  auto when = [&](Value* cond, const std::function<void()>& body) {
+    if (!cond) return body();
+    b.if_then_else(cond, {}, [&] {
+      body();
+      return std::vector<Value*>{};
+    });
+  };
+  for (const Slice& sl : slices) {
+    std::vector<Value*> y(4);
+    for (int e = 0; e < 4; ++e) {
+      y[static_cast<size_t>(e)] = b.mul(b.extract(sl.val, e), scale);  // (x * scale) * w, as the reference
+      if (has_w) y[static_cast<size_t>(e)] = b.mul(y[static_cast<size_t>(e)], b.extract(sl.wv, e));
+    }
+    Value* blk = b.div(sl.f, i32(group));
+    Value* sub = b.rem(sl.f, i32(group));
+    Value* bb = b.add(b.mul(row, i32(rbytes)), b.mul(blk, i32(bytes)));
+    Value* scale_q;  // what y is multiplied by before rounding
+    Value* d;
+    if (!qk) {
+      Value* am = b.f32(0.0);
+      for (Value* ye : y) {
+        Value* a = b.op(ir::Op::kAbs, {ye});
+        am = b.select(b.cmp(ir::Mode::kLt, am, a), a, am);  // std::max
+      }
+      for (int32_t off = 4; off >= 1; off /= 2) am = b.max(am, b.shfl(ir::Mode::kXor, am, i32(off)));
+      d = b.div(am, b.f32(127.0));
+      scale_q = b.select(b.cmp(ir::Mode::kNe, am, b.f32(0.0)), b.div(b.f32(127.0), am), b.f32(0.0));
+    } else {
+      // The first element of the largest magnitude, as the reference's strict '>' scan: each
+      // thread's own first, then ranges merged lower-first (the upper one wins only if larger).
+      Value* am = b.f32(0.0);
+      Value* mx = b.f32(0.0);
+      for (Value* ye : y) {
+        Value* a = b.op(ir::Op::kAbs, {ye});
+        Value* gt = b.cmp(ir::Mode::kGt, a, am);
+        mx = b.select(gt, ye, mx);
+        am = b.select(gt, a, am);
+      }
+      auto merge = [&](Value* lo_a, Value* lo_m, Value* hi_a, Value* hi_m) {
+        Value* gt = b.cmp(ir::Mode::kGt, hi_a, lo_a);
+        return std::pair<Value*, Value*>{b.select(gt, hi_a, lo_a), b.select(gt, hi_m, lo_m)};
+      };
+      for (int32_t off = 1; off <= 16; off *= 2) {
+        Value* oa = b.shfl(ir::Mode::kXor, am, i32(off));
+        Value* om = b.shfl(ir::Mode::kXor, mx, i32(off));
+        Value* upper = b.cmp(ir::Mode::kNe, b.bit_and(lane, i32(off)), i32(0));
+        auto [na, nm] = merge(b.select(upper, oa, am), b.select(upper, om, mx), b.select(upper, am, oa),
+                              b.select(upper, mx, om));
+        am = na;
+        mx = nm;
+      }
+      Value* sa = b.alloc_shared(Scalar::kF32, W);
+      Value* sm = b.alloc_shared(Scalar::kF32, W);
+      b.if_then_else(b.cmp(ir::Mode::kEq, lane, i32(0)), {}, [&] {
+        b.store(sa, warp, am);
+        b.store(sm, warp, mx);
+        return std::vector<Value*>{};
+      });
+      b.barrier();
+      Value* w0 = b.sub(warp, b.rem(warp, i32(2)));
+      Value* w1 = b.add(w0, i32(1));
+      auto [ba, bm] = merge(b.load(sa, w0), b.load(sm, w0), b.load(sa, w1), b.load(sm, w1));
+      Value* zero = b.cmp(ir::Mode::kEq, ba, b.f32(0.0));
+      scale_q = b.select(zero, b.f32(0.0), b.div(b.f32(-127.0), bm));
+      d = b.select(zero, b.f32(0.0), b.div(b.f32(1.0), scale_q));
+    }
+    Value* packed = b.i32(0);
+    Value* qsum = b.i32(0);
+    for (int e = 0; e < 4; ++e) {
+      Value* q = nearest(b.mul(y[static_cast<size_t>(e)], scale_q));
+      if (qk) q = b.min(i32(127), q);
+      qsum = b.add(qsum, q);
+      packed = b.bit_or(packed, b.shlc(b.andc(q, 0xFF), 8 * e));
+    }
+    // Integer sums are exact in any order: Q8_1's 32 (8 lanes), Q8_K's 16 (4 lanes).
+    if (q81 || qk)
+      for (int32_t off = qk ? 2 : 4; off >= 1; off /= 2) qsum = b.add(qsum, b.shfl(ir::Mode::kXor, qsum, i32(off)));
+    when(sl.ok, [&] {
+      Value* qo = b.add(bb, b.add(i32(qoff), b.mul(sub, i32(4))));
+      Value* pu = b.bitcast(packed, ty::u32);
+      if (qk || q81) {
+        b.store_at(xu, qo, pu, 4);
+      } else {  // Q8_0 quants are only 2-byte aligned (34-byte blocks)
+        b.store_at(xu, qo, b.convert(b.andc(pu, 0xFFFF), u16), 2);
+        b.store_at(xu, b.addc(qo, 2), b.convert(b.shrc(pu, 16), u16), 2);
+      }
+      if (qk) {
+        when(b.cmp(ir::Mode::kEq, b.rem(sub, i32(4)), i32(0)), [&] {
+          Value* so = b.add(bb, b.add(i32(260), b.mul(b.div(sub, i32(4)), i32(2))));
+          b.store_at(xu, so, b.convert(qsum, Type::scalar(Scalar::kI16)), 2);
+        });
+      }
+      when(b.cmp(ir::Mode::kEq, sub, i32(0)), [&] {
+        if (qk) {
+          b.store_at(xu, bb, d, 4);
+        } else {
+          b.store_at(xu, bb, b.bitcast(b.convert(d, f16), u16), 2);
+          if (q81)
+            b.store_at(xu, b.addc(bb, 2), b.bitcast(b.convert(b.mul(d, b.convert(qsum, elt::f32_type())), f16), u16), 2);
+        }
+      });
+    });
+  }
+
+  KernelLaunch l;
+  l.kernel = "rms_norm_q8";
+  l.grid = {static_cast<uint32_t>(s.dims.at("n_rows")), static_cast<uint32_t>(split ? J : 1), 1};
+  l.block = {static_cast<uint32_t>(T), 1, 1};
+  for (int i = 0; i < static_cast<int>(args(s).size()); ++i) l.args.push_back(i);
+  g.launches.push_back(l);
+  LOOM_RETURN_IF_ERROR(elt::verify_generated(name(), g, t));
+  return g;
+}
 
 }  // namespace
 

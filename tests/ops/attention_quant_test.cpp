@@ -1,0 +1,119 @@
+// attention_decode with out_q (issue 7: the attention writes the o projection's Q8_0/Q8_1/Q8_K
+// blocks itself, one quantize_act launch less per layer): the blocks must be exactly
+// llm::ref::quantize_activation of the f32 output of the same launch, and that output exactly the
+// plain op's with the same schedule. Runs on the cpu (CI) and on cuda when there is a device.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "loom/hrx/runtime.h"
+#include "loom/kernels/op_harness.h"
+#include "loom/kernels/op_list.h"
+#include "loom/llm/ggml_types.h"
+#include "loom/llm/ops_ref.h"
+
+namespace loom::kernels {
+namespace {
+
+// Runs `op` with the given inputs (argument order); returns every output buffer's bytes, each
+// poisoned with 0xFF first so that an unwritten byte cannot pass.
+Result<std::vector<std::vector<uint8_t>>> run_bytes(const hrx::Device& dev, hrx::Stream& s, const OpSpec& op,
+                                                    const Shape& shape, const Schedule& sch,
+                                                    const std::vector<HostArg>& host) {
+  LOOM_ASSIGN_OR_RETURN(Generated g, op.generate(shape, sch, dev.target()));
+  LOOM_ASSIGN_OR_RETURN(hrx::Module mod, hrx::Module::compile(dev, g.module));
+  const std::vector<ArgSpec> specs = op.args(shape);
+  std::vector<hrx::Buffer> bufs;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    LOOM_ASSIGN_OR_RETURN(hrx::Buffer b, hrx::Buffer::alloc(dev, static_cast<uint64_t>(std::max<int64_t>(specs[i].bytes, 4))));
+    if (specs[i].role == ArgRole::kInput) {
+      if (host[i].bytes.size() != static_cast<size_t>(specs[i].bytes))
+        return internal_error("input {} has {} bytes, want {}", specs[i].name, host[i].bytes.size(), specs[i].bytes);
+      LOOM_RETURN_IF_ERROR(s.copy_h2d(b, 0, host[i].bytes.data(), host[i].bytes.size()));
+    } else {
+      LOOM_RETURN_IF_ERROR(s.memset(b, 0, 0xFF, static_cast<uint64_t>(specs[i].bytes)));
+    }
+    bufs.push_back(std::move(b));
+  }
+  for (const KernelLaunch& l : g.launches) {
+    LOOM_ASSIGN_OR_RETURN(hrx::Kernel k, mod.kernel(l.kernel));
+    hrx::KernelArgs args;
+    for (int ai : l.args) args.buffer(bufs[static_cast<size_t>(ai)]);
+    LOOM_RETURN_IF_ERROR(s.launch(k, {l.grid[0], l.grid[1], l.grid[2]}, {l.block[0], l.block[1], l.block[2]}, args));
+  }
+  std::vector<std::vector<uint8_t>> out;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].role != ArgRole::kOutput) continue;
+    std::vector<uint8_t> y(static_cast<size_t>(specs[i].bytes));
+    LOOM_RETURN_IF_ERROR(s.copy_d2h(y.data(), bufs[i], 0, y.size()));
+    out.push_back(std::move(y));
+  }
+  LOOM_RETURN_IF_ERROR(s.synchronize());
+  return out;
+}
+
+class AttentionQuant : public testing::TestWithParam<std::string> {};
+
+TEST_P(AttentionQuant, BlocksAreQuantizeActOfTheSameOutput) {
+  auto dev = hrx::Device::open(GetParam());
+  if (!dev.ok()) GTEST_SKIP() << "device " << GetParam() << " not available: " << dev.status().to_string();
+  auto stream = hrx::Stream::create(*dev);
+  ASSERT_TRUE(stream.ok()) << stream.status().to_string();
+  const OpSpec* op = find_op("attention_decode");
+  ASSERT_NE(op, nullptr);
+  const ir::TargetKind target = dev->target();
+  std::mt19937_64 rng(std::random_device{}());
+  int checked = 0;
+  for (const Shape& base : op->test_shapes()) {
+    for (int64_t q : {8, 9, 15}) {
+      Shape s = base;
+      s.dims["out_q"] = q;
+      if (!op->validate(s).ok()) continue;  // rows that are not whole blocks (Q8_K needs 256)
+      // The default schedule and two random ones (splits 1 included: the GPU combines anyway).
+      std::vector<Schedule> scheds = {op->default_schedule(s, target)};
+      for (int i = 0; i < 2; ++i) scheds.push_back(random_schedule(op->schedule_space(s, target), rng));
+      for (const Schedule& sch : scheds) {
+        SCOPED_TRACE(fmt::format("{} {} {}", GetParam(), s.key(), schedule_key(sch)));
+        std::vector<HostArg> host(op->args(s).size());
+        op->fill_inputs(s, rng, host);
+        auto fused = run_bytes(*dev, *stream, *op, s, sch, host);
+        ASSERT_TRUE(fused.ok()) << fused.status().to_string();
+        ASSERT_EQ(fused->size(), 2u);  // out, xq
+        const std::vector<uint8_t>& out = (*fused)[0];
+        const std::vector<uint8_t>& xq = (*fused)[1];
+        // The plain op (no xq argument: the inputs are the same, in the same order).
+        Shape plain = s;
+        plain.dims.erase("out_q");
+        std::vector<HostArg> plain_host;
+        const std::vector<ArgSpec> fs = op->args(s);
+        for (size_t i = 0; i < fs.size(); ++i)
+          if (fs[i].name != "xq") plain_host.push_back(host[i]);
+        auto ref_run = run_bytes(*dev, *stream, *op, plain, sch, plain_host);
+        ASSERT_TRUE(ref_run.ok()) << ref_run.status().to_string();
+        ASSERT_EQ(ref_run->size(), 1u);
+        EXPECT_EQ(0, std::memcmp(out.data(), (*ref_run)[0].data(), out.size())) << "out differs from the plain op's";
+        const int64_t T = s.at("n_tokens"), n = s.at("n_head") * s.at("head_dim");
+        const auto type = static_cast<llm::GgmlType>(q);
+        const size_t rb = llm::ref::quantized_row_bytes(type, n);
+        ASSERT_EQ(xq.size(), rb * static_cast<size_t>(T));
+        std::vector<uint8_t> want(xq.size());
+        for (int64_t t = 0; t < T; ++t)
+          llm::ref::quantize_activation(type, reinterpret_cast<const float*>(out.data()) + t * n, want.data() + t * rb, n);
+        size_t first = 0;
+        while (first < xq.size() && xq[first] == want[first]) ++first;
+        EXPECT_EQ(first, xq.size()) << "first differing byte " << first << " of " << xq.size();
+        ++checked;
+      }
+    }
+  }
+  // Q8_0 and Q8_1 on all five shapes, Q8_K on the three whose rows are whole 256-blocks; 3 schedules.
+  EXPECT_EQ(checked, 13 * 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, AttentionQuant, testing::Values("cpu", "cuda"));
+
+}  // namespace
+}  // namespace loom::kernels
