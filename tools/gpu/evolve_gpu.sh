@@ -136,13 +136,17 @@ bench() {  # bench QUANT: tg128 without / with the store, twice each, interleave
       if [[ $store == off ]]; then
         LOOM_NO_KERNEL_STORE=1 timeout $(( $(left) )) "$bin/loom" bench -m "$f" --device cuda:0 -p 16 -n 128 -r 3 --json \
           > /tmp/bench_one.jsonl 2>> "$log"
+        rc=$?
       else
         LOOM_EVOLVE_DB="$db" timeout $(( $(left) )) "$bin/loom" bench -m "$f" --device cuda:0 -p 16 -n 128 -r 3 --json \
           > /tmp/bench_one.jsonl 2>> "$log"
+        rc=$?
       fi
-      python3 - "$q" "$store" "$round" < /tmp/bench_one.jsonl >> "$out/bench.jsonl" <<'PY'
+      echo "bench $q store $store round $round: rc $rc, $(grep -c '^{' /tmp/bench_one.jsonl) result lines" | tee -a "$log"
+      # The bench's lines come in as a file argument: a here-document would take python's stdin.
+      python3 - "$q" "$store" "$round" /tmp/bench_one.jsonl >> "$out/bench.jsonl" <<'PY'
 import json, sys
-for line in sys.stdin:
+for line in open(sys.argv[4]):
     line = line.strip()
     if line.startswith("{"):
         o = json.loads(line)
