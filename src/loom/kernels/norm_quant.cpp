@@ -121,12 +121,15 @@ class NormQ8Op final : public OpSpec {
     if (!elt::gpu_target(t)) return {{"threads", 1}};
     const int64_t n = dim_or(s, "n", 32);
     const bool qk = dim_or(s, "dtype", kQ8_0) == kQ8_K;
-    // vec with split: the fewest warps that keep each thread at <= 4 float4s (4096: 8 warps x 4
-    // CTAs; 576: 2 warps x 3 CTAs). In place, one CTA must hold the row: vec where 16 warps do
-    // it in one pass, else (Q8_0/Q8_1) the regs/loop forms below.
+    // vec with split: the fewest warps, at least 4, that keep each thread at <= 4 float4s
+    // (4096: 8 warps x 4 CTAs; 576: 4 warps x 2 CTAs). H200, one call per graph node with
+    // dependent launch (tests/ops/small_kernel_bench_test.cpp): 4096 Q8_0 1.54 us (2/4/16 warps
+    // 3.67/2.17/1.69, one CTA of 16 warps 2.19, session 5's regs form 2.99); 576 Q8_0 4 warps
+    // 1.01 us (1/2 warps 1.57/1.15, regs form 2.26); 4096 Q8_K 8 warps 1.80 us (add_rms_norm +
+    // quantize_act: 1.83 + 1.78). In place, one CTA must hold the row: vec where 16 warps do it
+    // in one pass, else (Q8_0/Q8_1) the regs/loop forms below.
     if (!inplace(s) || qk || vec_loads(n, 16) == 1) {
-      for (int64_t w : {1, 2, 4, 8, 16}) {
-        if (qk && w == 1) continue;
+      for (int64_t w : {4, 8, 16}) {
         if (w == 16 || vec_loads(n, w) <= (inplace(s) ? 1 : 4))
           return {{"warps", w}, {"regs", 0}, {"vec", 1}, {"split", inplace(s) ? 0 : 1}};
       }
