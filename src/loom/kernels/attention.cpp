@@ -263,16 +263,28 @@ Status add_combine_q(Generated& g, const Shape& s, int32_t S, int scratch_arg, i
   Value* tid = c.thread_id(ir::Mode::kX);
   Value* lane = c.rem(tid, i32(32));
   Value* d = c.rem(tid, i32(D));
-  Value* row = c.add(c.mul(c.block_id(ir::Mode::kX), i32(hpc)), c.div(tid, i32(D)));  // token * H + head
+  // One head per CTA: the row is the block's (its splits' max and sum are the same loads for
+  // every thread, as in attention_combine).
+  Value* row = hpc == 1 ? c.block_id(ir::Mode::kX)
+                        : c.add(c.mul(c.block_id(ir::Mode::kX), i32(hpc)), c.div(tid, i32(D)));  // token * H + head
   Value* base = c.mul(row, i32(int64_t{S} * (D + 2)));
   std::vector<Value*> m(static_cast<size_t>(S)), l(static_cast<size_t>(S)), v(static_cast<size_t>(S));
   for (int32_t sp = 0; sp < S; ++sp) {
     m[static_cast<size_t>(sp)] = c.load(sc, c.add(base, i32(int64_t{sp} * (D + 2))));
     l[static_cast<size_t>(sp)] = c.load(sc, c.add(base, i32(int64_t{sp} * (D + 2) + 1)));
-    v[static_cast<size_t>(sp)] = c.load(sc, c.add(base, c.add(d, i32(int64_t{sp} * (D + 2) + 2))));
   }
   Value* M = c.f32(kNoMax);
   for (int32_t sp = 0; sp < S; ++sp) M = c.max(M, m[static_cast<size_t>(sp)]);
+  // The per-value work in a one-trip loop over the CTA's values, as attention_combine has it.
+  // Straight-line (25749a1), ptxas gave the kernel 32 registers for the 8B heads' 48 loads (48
+  // for SmolLM2's 96; the plain combine 64 and 121), so the loads could not all be in flight,
+  // and the call measured ~1.1 us (SmolLM2 ~1.7 us) slower than attention_combine on the H200;
+  // in this loop ptxas -v reports 64 and 128, as for the plain combine (not yet timed).
+  Value* sa = qk ? c.alloc_shared(Scalar::kF32, threads / 32) : nullptr;  // Q8_K: the warps' maxima
+  Value* sm = qk ? c.alloc_shared(Scalar::kF32, threads / 32) : nullptr;
+  c.for_loop(tid, i32(threads), i32(threads), {}, [&](Value*, std::span<Value* const>) {
+  for (int32_t sp = 0; sp < S; ++sp)
+    v[static_cast<size_t>(sp)] = c.load(sc, c.add(base, c.add(d, i32(int64_t{sp} * (D + 2) + 2))));
   Value* sum_l = c.f32(0.0);
   Value* sum_v = c.f32(0.0);
   for (int32_t sp = 0; sp < S; ++sp) {
@@ -326,8 +338,6 @@ Status add_combine_q(Generated& g, const Shape& s, int32_t S, int scratch_arg, i
       mx = nm;
     }
     const int32_t W = threads / 32;
-    Value* sa = c.alloc_shared(Scalar::kF32, W);
-    Value* sm = c.alloc_shared(Scalar::kF32, W);
     Value* warp = c.div(tid, i32(32));
     when(c.cmp(ir::Mode::kEq, lane, i32(0)), [&] {
       c.store(sa, warp, am);
@@ -354,6 +364,8 @@ Status add_combine_q(Generated& g, const Shape& s, int32_t S, int scratch_arg, i
     });
     when(c.cmp(ir::Mode::kEq, tid, i32(0)), [&] { c.store_at(xq, bb, dq, 4); });
   }
+    return std::vector<Value*>{};
+  });
   KernelLaunch cl;
   cl.kernel = "attention_combine_q";
   cl.grid = {static_cast<uint32_t>(int64_t{T} * H / hpc), 1, 1};
