@@ -113,7 +113,9 @@ TEST_P(AttentionQuant, BlocksAreQuantizeActOfTheSameOutput) {
   EXPECT_EQ(checked, 13 * 3);
 }
 
-INSTANTIATE_TEST_SUITE_P(Devices, AttentionQuant, testing::Values("cpu", "cuda"));
+// Named by device (.../cpu, .../cuda), so that tools/gpu/run.sh ops ('*cuda*') runs the cuda case.
+INSTANTIATE_TEST_SUITE_P(Devices, AttentionQuant, testing::Values("cpu", "cuda"),
+                         [](const testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace
 }  // namespace loom::kernels
