@@ -148,9 +148,10 @@ static Result<std::optional<GgmlType>> quantized_readers_format(const FusionPlan
 }
 
 Status FusionPlanner::quantize_attention(const Program& p, int64_t nt, Readers& readers, Fusions& f) const {
-  // Off unless LOOM_FUSE_ATTN=1: on the H200 the quantizing combine kernel costs about what the
-  // quantize_act launch it saves does (Llama-3-8B heads: 6.66 us per call vs 5.57 + 1.05;
-  // SmolLM2: 5.35 vs 3.68 + 1.04, graph replay with dependent launch), see docs/performance.md.
+  // Off unless LOOM_FUSE_ATTN=1: on the H200 (25749a1) the quantizing combine kernel cost about
+  // what the quantize_act launch it saves does (Llama-3-8B heads: 6.66 us per call vs 5.57 +
+  // 1.05; SmolLM2: 5.35 vs 3.68 + 1.04, graph replay with dependent launch); 96fbc49's form is
+  // not timed yet (docs/performance.md, session 6).
   const char* env = std::getenv("LOOM_FUSE_ATTN");
   if (!env || std::string_view(env) != "1") return Status();
   const OpSpec* att = kernels::find_op("attention_decode");
