@@ -100,6 +100,21 @@ std::vector<Value*> dequant16(Emit& b, GgmlType t, Value* w, const WLayout& L, V
   auto hdr = [&](Value* off) { return block_byte(b, L, r, blk, off, true); };
   auto body = [&](Value* off) { return block_byte(b, L, r, blk, off, false); };
   auto at = [&](Value* off, int o) { return b.add(off, b.i64(o)); };
+  // The 8 u16 at body offsets off, off + 2, .. off + 14 (zero-extended): planar, one 16-byte load
+  // of the piece (off is a piece's start); GGUF rows, 8 two-byte loads (blocks are 2-aligned).
+  auto halves8 = [&](Value* off) {
+    std::vector<Value*> h;
+    if (!L.planar) {
+      for (int i = 0; i < 8; ++i) h.push_back(u16_at(b, w, body(at(off, 2 * i))));
+      return h;
+    }
+    Value* v = b.load_at(w, body(off), Type::vector(Scalar::kU32, 4), 16);
+    for (int i = 0; i < 8; ++i) {
+      Value* wd = b.extract(v, i / 2);
+      h.push_back(i % 2 ? b.shrc(wd, 16) : b.andc(wd, 0xFFFF));
+    }
+    return h;
+  };
   switch (t) {
     case GgmlType::Q4_0:
     case GgmlType::Q8_0: {
@@ -109,8 +124,9 @@ std::vector<Value*> dequant16(Emit& b, GgmlType t, Value* w, const WLayout& L, V
       Value* d = f16_at(b, w, hdr(b.i64(0)));
       if (q8) {
         Value* qb = b.mul(b.convert(half, kI64), b.i64(16));
+        const std::vector<Value*> hs = halves8(at(qb, 2));
         for (int i = 0; i < 8; ++i) {
-          Value* h = u16_at(b, w, body(at(qb, 2 + 2 * i)));
+          Value* h = hs[static_cast<size_t>(i)];
           for (int j = 0; j < 2; ++j) {
             Value* q = b.shrc(b.shlc(b.bitcast(h, kI32), 24 - 8 * j), 24);
             out.push_back(b.mul(d, b.convert(q, kF32)));
@@ -118,8 +134,9 @@ std::vector<Value*> dequant16(Emit& b, GgmlType t, Value* w, const WLayout& L, V
         }
       } else {
         Value* sh = b.convert(b.mulc(half, 4), kU32);
+        const std::vector<Value*> hs = halves8(b.i64(2));
         for (int i = 0; i < 8; ++i) {
-          Value* h = u16_at(b, w, body(b.i64(2 + 2 * i)));
+          Value* h = hs[static_cast<size_t>(i)];
           for (int j = 0; j < 2; ++j) {
             Value* q = b.andc(b.shr(b.shrc(h, 8 * j), sh), 0xF);
             out.push_back(b.mul(d, b.convert(b.addc(b.bitcast(q, kI32), -8), kF32)));
@@ -148,8 +165,9 @@ std::vector<Value*> dequant16(Emit& b, GgmlType t, Value* w, const WLayout& L, V
       // qs chunk sub/2 (32 bytes at 16 + 32 * (sub/2)); low nibbles for even sub, high for odd.
       Value* qoff = b.add(b.i64(16), b.convert(b.add(b.mulc(b.div(sub, b.i32(2)), 32), b.mulc(half, 16)), kI64));
       Value* sh = b.convert(b.mulc(b.rem(sub, b.i32(2)), 4), kU32);
+      const std::vector<Value*> hs = halves8(qoff);
       for (int i = 0; i < 8; ++i) {
-        Value* h = u16_at(b, w, body(at(qoff, 2 * i)));
+        Value* h = hs[static_cast<size_t>(i)];
         for (int j = 0; j < 2; ++j) {
           Value* q = b.andc(b.shr(b.shrc(h, 8 * j), sh), 0xF);
           out.push_back(b.sub(b.mul(ds, b.convert(b.bitcast(q, kI32), kF32)), dm));
@@ -173,9 +191,10 @@ std::vector<Value*> dequant16(Emit& b, GgmlType t, Value* w, const WLayout& L, V
       Value* qhoff = b.add(b.i64(128), b.convert(b.add(b.mulc(n, 32), l0), kI64));
       Value* lsh = b.convert(b.mulc(b.div(c, b.i32(2)), 4), kU32);
       Value* hsh = b.convert(b.mulc(c, 2), kU32);
+      const std::vector<Value*> hls = halves8(qloff), hhs = halves8(qhoff);
       for (int i = 0; i < 8; ++i) {
-        Value* hl = u16_at(b, w, body(at(qloff, 2 * i)));
-        Value* hh = u16_at(b, w, body(at(qhoff, 2 * i)));
+        Value* hl = hls[static_cast<size_t>(i)];
+        Value* hh = hhs[static_cast<size_t>(i)];
         for (int j = 0; j < 2; ++j) {
           Value* ql = b.andc(b.shr(b.shrc(hl, 8 * j), lsh), 0xF);
           Value* qh = b.andc(b.shr(b.shrc(hh, 8 * j), hsh), 3);

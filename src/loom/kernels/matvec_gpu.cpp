@@ -220,6 +220,10 @@ class Window {
 // multiple of 128 bytes apart and every lane hits the same shared-memory banks (an 8-way
 // conflict at 8 lanes, which made 16-token launches 10x slower than one token): each unit's
 // quants are followed by 16 bytes, its scales and sums by one word.
+// With planar weights the lanes of a row read consecutive blocks, and the staging is planar too
+// (`planar` = the number of staged blocks): 16-byte chunk c of block xb at word (c * planar +
+// xb) * 4, sum k at k * planar + xb, so a warp's chunk loads are 512 contiguous bytes (no bank
+// conflicts, no padding: the 8B down row stays at 17.5 KiB per token).
 struct StagedX {
   Value* q = nullptr;    // ptr<shared, i32>, words_per_block per block
   Value* d = nullptr;    // ptr<shared, f32>
@@ -227,19 +231,26 @@ struct StagedX {
   int words_per_block = 8;
   int sums_per_block = 1;
   int unit_shift = 0;    // log2(blocks per unit)
+  int64_t planar = 0;    // planar staging of this many blocks (0: per-block layout)
 
   Value* unit(Emit& b, Value* xb) const { return unit_shift ? b.shrc(xb, unit_shift) : xb; }
   Value* qi(Emit& b, Value* xb) const { return b.add(b.mulc(xb, words_per_block), b.mulc(unit(b, xb), 4)); }
-  Value* di(Emit& b, Value* xb) const { return b.add(xb, unit(b, xb)); }
+  // The first word of 16-byte chunk c of block xb.
+  Value* qc(Emit& b, Value* xb, int c) const {
+    if (planar) return b.mulc(b.addc(xb, static_cast<int32_t>(c * planar)), 4);
+    return b.addc(qi(b, xb), 4 * c);
+  }
+  Value* di(Emit& b, Value* xb) const { return planar ? xb : b.add(xb, unit(b, xb)); }
   Value* si(Emit& b, Value* xb, int k) const {
+    if (planar) return b.addc(xb, static_cast<int32_t>(k * planar));
     return b.addc(b.add(b.mulc(xb, sums_per_block), unit(b, xb)), k);
   }
 };
 
 // Shared bytes of one token's staged row of nxb activation blocks in units of unit_blocks
 // (padding included, and one unit's worth of slack for the arrays of a group).
-int64_t staged_bytes(GgmlType xt, int64_t nxb, int64_t unit_blocks) {
-  const int64_t pad = (nxb / unit_blocks + 1) * 24;
+int64_t staged_bytes(GgmlType xt, int64_t nxb, int64_t unit_blocks, bool planar = false) {
+  const int64_t pad = planar ? 24 : (nxb / unit_blocks + 1) * 24;
   if (xt == GgmlType::Q8_K) return nxb * (256 + 4 + 64) + pad;
   return nxb * (32 + 4 + 4) + pad;
 }
@@ -247,11 +258,18 @@ int64_t staged_bytes(GgmlType xt, int64_t nxb, int64_t unit_blocks) {
 Value* i32_of(Emit& b, Value* u) { return b.bitcast(u, kI32); }
 
 // `blocks` staged blocks in units of `unit_blocks` (a power of two).
-StagedX alloc_x(Emit& b, GgmlType xt, int64_t blocks, int unit_blocks) {
+StagedX alloc_x(Emit& b, GgmlType xt, int64_t blocks, int unit_blocks, bool planar = false) {
   StagedX sx;
   const bool qk = xt == GgmlType::Q8_K;
   sx.words_per_block = qk ? 64 : 8;
   sx.sums_per_block = qk ? 16 : 1;
+  if (planar) {
+    sx.planar = blocks;
+    sx.q = b.alloc_shared(Scalar::kI32, blocks * sx.words_per_block);
+    sx.d = b.alloc_shared(Scalar::kF32, blocks);
+    sx.s = b.alloc_shared(Scalar::kI32, blocks * sx.sums_per_block);
+    return sx;
+  }
   while ((1 << sx.unit_shift) < unit_blocks) ++sx.unit_shift;
   const int64_t units = blocks / unit_blocks + 1;
   sx.q = b.alloc_shared(Scalar::kI32, blocks * sx.words_per_block + 4 * units);
@@ -273,24 +291,43 @@ void stage_x(Emit& b, const StagedX& sx, GgmlType xt, Value* xq, int64_t nxb, in
                        b.mul(b.sub(xb, b.mul(tok, nxbv)), b.i32(xbytes)));
     if (qk) {
       b.store(sx.d, sx.di(b, xb), b.load_at(xq, off, kF32, 4));
-      for (int j = 0; j < 4; ++j) {
-        Value* q = b.load_at(xq, b.addc(off, 4 + 64 * j), Type::vector(Scalar::kI32, 16), 4);
-        b.store(sx.q, b.addc(sx.qi(b, xb), 16 * j), q, 16);
+      if (sx.planar) {
+        for (int c = 0; c < 16; ++c)
+          b.store(sx.q, sx.qc(b, xb, c), b.load_at(xq, b.addc(off, 4 + 16 * c), Type::vector(Scalar::kI32, 4), 4), 16);
+      } else {
+        for (int j = 0; j < 4; ++j) {
+          Value* q = b.load_at(xq, b.addc(off, 4 + 64 * j), Type::vector(Scalar::kI32, 16), 4);
+          b.store(sx.q, b.addc(sx.qi(b, xb), 16 * j), q, 16);
+        }
       }
       Value* bs = b.convert(b.load_at(xq, b.addc(off, 260), Type::vector(Scalar::kI16, 16), 2),
                             Type::vector(Scalar::kI32, 16));
-      b.store(sx.s, sx.si(b, xb, 0), bs, 4);
+      if (sx.planar) {
+        for (int k = 0; k < 16; ++k) b.store(sx.s, sx.si(b, xb, k), b.extract(bs, k));
+      } else {
+        b.store(sx.s, sx.si(b, xb, 0), bs, 4);
+      }
     } else {
       const bool q81 = xt == GgmlType::Q8_1;
       b.store(sx.d, sx.di(b, xb), b.load_f16(xq, off));
-      Value* q = b.load_at(xq, b.addc(off, q81 ? 4 : 2), Type::vector(Scalar::kI32, 8), q81 ? 4 : 2);
-      b.store(sx.q, sx.qi(b, xb), q, 16);
+      std::vector<Value*> qw;  // the 8 quant words
+      if (sx.planar) {
+        for (int c = 0; c < 2; ++c) {
+          Value* q = b.load_at(xq, b.addc(off, (q81 ? 4 : 2) + 16 * c), Type::vector(Scalar::kI32, 4), q81 ? 4 : 2);
+          b.store(sx.q, sx.qc(b, xb, c), q, 16);
+          for (int i = 0; i < 4; ++i) qw.push_back(b.extract(q, i));
+        }
+      } else {
+        Value* q = b.load_at(xq, b.addc(off, q81 ? 4 : 2), Type::vector(Scalar::kI32, 8), q81 ? 4 : 2);
+        b.store(sx.q, sx.qi(b, xb), q, 16);
+        for (int i = 0; i < 8; ++i) qw.push_back(b.extract(q, i));
+      }
       if (q81) {
         b.store(sx.s, sx.si(b, xb, 0), b.bitcast(b.load_f16(xq, b.addc(off, 2)), kI32));
       } else {
         Value* ones = b.i32(0x01010101);
         Value* sum = b.i32(0);
-        for (int i = 0; i < 8; ++i) sum = b.dot4(b.extract(q, i), ones, sum);
+        for (int i = 0; i < 8; ++i) sum = b.dot4(qw[static_cast<size_t>(i)], ones, sum);
         b.store(sx.s, sx.si(b, xb, 0), sum);
       }
     }
@@ -301,9 +338,9 @@ void stage_x(Emit& b, const StagedX& sx, GgmlType xt, Value* xq, int64_t nxb, in
 // The 8 (or 64) quant words of activation block xb, as i32 values, loaded 16 bytes at a time.
 std::vector<Value*> x_words(Emit& b, const StagedX& sx, Value* xb, int first, int count) {
   std::vector<Value*> out;
-  Value* base = sx.qi(b, xb);
+  Value* base = sx.planar ? nullptr : sx.qi(b, xb);
   for (int i = first; i < first + count; i += 4) {
-    Value* v = b.load(sx.q, b.addc(base, i), Type::vector(Scalar::kI32, 4), 16);
+    Value* v = b.load(sx.q, sx.planar ? sx.qc(b, xb, i / 4) : b.addc(base, i), Type::vector(Scalar::kI32, 4), 16);
     for (int l = 0; l < 4; ++l) out.push_back(b.extract(v, l));
   }
   return out;
@@ -374,10 +411,11 @@ Value* block_dot(Emit& b, const WFormat& f, Window& win, int o, const StagedX& s
         }
         isum = b.add(isum, b.add(b.mul(sc[2 * j], dlo), b.mul(sc[2 * j + 1], dhi)));
       }
-      Value* bsb = sx.si(b, xb, 0);
+      Value* bsb = sx.planar ? nullptr : sx.si(b, xb, 0);
+      auto bsum = [&](int k) { return b.load(sx.s, sx.planar ? sx.si(b, xb, k) : b.addc(bsb, k)); };
       Value* msum = b.i32(0);
       for (int s = 0; s < 8; ++s) {
-        Value* bs = b.add(b.load(sx.s, b.addc(bsb, 2 * s)), b.load(sx.s, b.addc(bsb, 2 * s + 1)));
+        Value* bs = b.add(bsum(2 * s), bsum(2 * s + 1));
         msum = b.add(msum, b.mul(mn[s], bs));
       }
       acc = b.fma(d, b.convert(isum, kF32), acc);
@@ -402,12 +440,12 @@ Value* block_dot(Emit& b, const WFormat& f, Window& win, int o, const StagedX& s
           dot[g + 4] = b.dot4(q3, xw[static_cast<size_t>(32 * h + 16 + w)], dot[g + 4]);
           dot[g + 6] = b.dot4(q4, xw[static_cast<size_t>(32 * h + 24 + w)], dot[g + 6]);
         }
-      Value* bsb = sx.si(b, xb, 0);
+      Value* bsb = sx.planar ? nullptr : sx.si(b, xb, 0);
       Value* isum = b.i32(0);
       for (int g = 0; g < 16; ++g) {
         Value* sw = i32_of(b, win.word(o + 192 + 4 * (g / 4)));
         Value* sc = b.shrc(b.shlc(sw, 24 - 8 * (g % 4)), 24);  // signed byte g % 4
-        Value* corr = b.mulc(b.load(sx.s, b.addc(bsb, g)), 32);
+        Value* corr = b.mulc(b.load(sx.s, sx.planar ? sx.si(b, xb, g) : b.addc(bsb, g)), 32);
         isum = b.add(isum, b.mul(sc, b.sub(dot[g], corr)));
       }
       Value* d = b.mul(b.load(sx.d, sx.di(b, xb)), win.f16(o + 208));
@@ -499,7 +537,7 @@ class MatvecGpuOp final : public OpSpec {
       if (!llm::planar_geometry(wt, &pg) || pg.block_bytes() != f.block_bytes)
         return invalid_argument("matvec_gpu: no planar layout for {}", llm::ggml_type_name(wt));
     }
-    if (staged_bytes(f.xtype, nb, plan_of(f, nb, planar_of(s)).blocks) > 30 * 1024)
+    if (staged_bytes(f.xtype, nb, plan_of(f, nb, planar_of(s)).blocks, planar_of(s)) > 30 * 1024)
       return invalid_argument("matvec_gpu: n_in={} does not fit the staged activation row (30 KiB)", n_in);
     return Status();
   }
@@ -568,8 +606,17 @@ class MatvecGpuOp final : public OpSpec {
     int64_t lpr = 1;
     while (lpr < 32 && lpr < units && (rows * lpr / rpt < 16384 || lpr * 4 < units)) lpr *= 2;
     const bool kquant = f.xtype == GgmlType::Q8_K;
+    // Planar K-quants: a lane per block up to 32 (8B Q4_K gate|up, 16 blocks a row: 16 lanes 21.3
+    // us, the rule above's 4 lanes 27.6).
+    if (planar_of(s) && kquant)
+      while (lpr < 32 && lpr * 2 <= units) lpr *= 2;
     const int64_t threads = rows * lpr / rpt;  // small matrices: more, smaller CTAs
-    return {{"warps", rows >= 8192 ? 8 : threads < 8192 ? 2 : 4},
+    // Planar (sweep on the H200, bench/results/2026-11-30-h200-s6-planar.json): 8 warps for the
+    // one-block-scale formats from ~8K threads (8B down 13.5 us against 17.5 with 4), 4 for the
+    // K-quants (8B Q4_K gate|up 21.3 us against 27.6 with 8).
+    int64_t warps = rows >= 8192 ? 8 : threads < 8192 ? 2 : 4;
+    if (planar_of(s) && threads >= 8192) warps = kquant ? 4 : 8;
+    return {{"warps", warps},
             {"lanes_per_row", lpr},
             {"rows_per_thread", grp.glu ? std::max<int64_t>(1, rpt / 2) : rpt},
             {"passes", 1},
@@ -608,7 +655,7 @@ class MatvecGpuOp final : public OpSpec {
     // memory. Both add them in lane order, so the two agree bit for bit.
     const bool shfl_reduce = target != ir::TargetKind::kCpp;
     const int64_t per_token =
-        staged_bytes(f.xtype, nxb, up.blocks) + (shfl_reduce ? 0 : rows_cta * lpr * 4 * halves);
+        staged_bytes(f.xtype, nxb, up.blocks, planar) + (shfl_reduce ? 0 : rows_cta * lpr * 4 * halves);
     if (per_token > kSharedBudget)
       return invalid_argument("matvec_gpu: schedule {} needs {} bytes of shared memory per token", schedule_key(sch),
                               per_token);
@@ -637,7 +684,7 @@ class MatvecGpuOp final : public OpSpec {
     for (int m = 0; m < grp.outputs(); ++m) yp.push_back(b.param(yty, m ? fmt::format("y{}", m) : "y"));
     Value* tid = b.thread_id(Mode::kX);
     Value* nthreads = b.i32(static_cast<int32_t>(threads));
-    StagedX sx = alloc_x(b, f.xtype, tg * nxb, up.blocks);
+    StagedX sx = alloc_x(b, f.xtype, tg * nxb, up.blocks, planar);
     Value* part = shfl_reduce ? nullptr : b.alloc_shared(Scalar::kF32, rows_cta * lpr * tg * halves);
     Value* lane = b.rem(tid, b.i32(static_cast<int32_t>(lpr)));
     Value* slot = b.div(tid, b.i32(static_cast<int32_t>(lpr)));
