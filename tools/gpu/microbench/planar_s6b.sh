@@ -5,14 +5,13 @@
 # 8B Q4_0 model's tg128/pp512 with and without LOOM_PLANAR=1 in the same binary.
 set -uo pipefail
 export LOOM_GPU_STAGE=.gpu-planar
-real_out="${OUT:-/tmp/out}"
-export OUT=/tmp/s6b
+export OUT="${OUT:-/tmp/s6b}"  # at most 6 files: they come back even if the call is cut short
 mkdir -p "$OUT" /tmp/models
 bin=.gpu-planar/bin
 t0=$(date +%s)
 stamp() { echo "=== $1 at $(( $(date +%s) - t0 )) s"; }
 stamp tests
-timeout 120 $bin/test_ops --gtest_filter='*matvec_gpu_cuda*planar*:*matmul_mma_cuda*planar*:Devices/MatvecGpuFused.*/cuda:Devices/MatvecGpuBatch.*/1' \
+timeout 120 $bin/test_ops --gtest_filter='*matvec_gpu_cuda*planar*:*matmul_mma_cuda*planar*:Devices/MatvecGpuFused.*/cuda' \
   > "$OUT/tests.log" 2>&1; echo "tests rc $?"
 grep -E "FAILED|Failure|PASSED|tests ran" "$OUT/tests.log" | head -20
 stamp planar
@@ -26,5 +25,4 @@ for arm in gguf planar; do
   python3 -c "import json,sys; [print('$arm', d['test'], round(d['tokens_per_s'],1), round(d['min'],1), round(d['max'],1)) for d in map(json.loads, open('$OUT/bench_$arm.jsonl'))]"
 done
 stamp done
-cp "$OUT"/gpufast_planar.jsonl "$OUT"/bench_gguf.jsonl "$OUT"/bench_planar.jsonl "$OUT"/tests.log "$real_out"/ 2>/dev/null
 exit 0
