@@ -111,7 +111,7 @@ class HrxBackend final : public llm::Backend {
     n_seq_ = n_seq;
     const llm::ModelConfig& c = model.config();
     // Weights, in their stored layout; on cuda the ones only matvec_gpu and matmul_mma read in
-    // the planar layout (issue 7: coalesced weight loads; LOOM_PLANAR=1, see planar_weights.h).
+    // the planar layout (issue 7: coalesced weight loads; LOOM_PLANAR=0 keeps GGUF rows).
     weights_.resize(model.weights().size());
     planar_ = kernels::planar_weights(model, dev_.target());
     std::vector<uint8_t> repacked;

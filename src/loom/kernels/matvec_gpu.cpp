@@ -606,10 +606,11 @@ class MatvecGpuOp final : public OpSpec {
     int64_t lpr = 1;
     while (lpr < 32 && lpr < units && (rows * lpr / rpt < 16384 || lpr * 4 < units)) lpr *= 2;
     const bool kquant = f.xtype == GgmlType::Q8_K;
-    // Planar K-quants: a lane per block up to 32 (8B Q4_K gate|up, 16 blocks a row: 16 lanes 21.3
-    // us, the rule above's 4 lanes 27.6).
-    if (planar_of(s) && kquant)
-      while (lpr < 32 && lpr * 2 <= units) lpr *= 2;
+    // Planar K-quant gate|up: a lane per block up to 16 (8B Q4_K, 16 blocks a row: 16 lanes 21.3
+    // us, the rule above's 4 lanes 27.6). Not for q|k|v or down: 16 lanes measured 7.15 vs 6.69
+    // us (q|k|v, the rule's 8) and 32 lanes 22.3 vs 19.5 (Q6_K down, the rule's 16).
+    if (planar_of(s) && kquant && grp.glu)
+      while (lpr < 16 && lpr * 2 <= units) lpr *= 2;
     const int64_t threads = rows * lpr / rpt;  // small matrices: more, smaller CTAs
     // Planar (sweep on the H200, bench/results/2026-11-30-h200-s6-planar.json): 8 warps for the
     // one-block-scale formats from ~8K threads (8B down 13.5 us against 17.5 with 4), 4 for the

@@ -20,10 +20,10 @@ bool env_off(const char* name) {
 
 std::vector<bool> planar_weights(const llm::Model& model, ir::TargetKind target) {
   std::vector<bool> out(model.weights().size(), false);
-  // Opt-in until matmul_mma's planar tile loads are measured: at 25749a1 the planar prompt path
-  // ran the 8B Q4_0 pp512 at 3080 tok/s against 5882 with GGUF rows (decode +8.8%).
-  const char* on = std::getenv("LOOM_PLANAR");
-  if (target != ir::TargetKind::kPtx || !on || std::string_view(on) != "1" || env_off("LOOM_GPU_FAST_OPS") ||
+  // On by default since c6e3317's 16-byte piece loads in matmul_mma (8B Q4_0 on the H200:
+  // tg128 398.4 vs 356.5 tok/s with GGUF rows, pp512 6080 vs 5890; 25749a1's two-byte planar
+  // loads had halved pp512).
+  if (target != ir::TargetKind::kPtx || env_off("LOOM_PLANAR") || env_off("LOOM_GPU_FAST_OPS") ||
       env_off("LOOM_GPU_BATCH_MATVEC"))
     return out;
   const OpSpec* mvg = find_op("matvec_gpu");
