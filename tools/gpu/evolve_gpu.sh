@@ -3,7 +3,7 @@
 #   bash tools/gpu/remote_build.sh loom && bash tools/gpu/evolve_gpu.sh
 # 1. `loom evolve run --op matvec_gpu` on the Llama-3-8B decode shapes the engine launches: the
 #    fused gate|up (4096 -> 2 x 14336, silu * up inside: n_w=2, glu=1) and the down projection
-#    (14336 -> 4096), Q4_0 first, then Q4_K; knobs warps, lanes_per_row, rows_per_thread, passes,
+#    (14336 -> 4096), in the planar weight layout the engine uploads on cuda (planar=1), Q4_0 first, then Q4_K; knobs warps, lanes_per_row, rows_per_thread, passes,
 #    prefetch; one kernel-store file ($OUT/evolve-gpu.db).
 # 2. `loom bench` tg128 on the synthetic 8B Q4_0 model without the store (LOOM_NO_KERNEL_STORE=1)
 #    and with it (LOOM_EVOLVE_DB), interleaved, and the "kernel store:" lines bench prints.
@@ -25,7 +25,7 @@ budget="${EVOLVE_GPU_BUDGET:-20s}"
 db="$out/evolve-gpu.db"
 log="$out/evolve_gpu.log"
 : > "$log"
-: > "$out/bench.jsonl"
+: > "$out/evolve_bench.jsonl"
 : > "$out/searches.log"
 left() { echo $((deadline - SECONDS)); }
 # PATH without Nsight Compute, for the jobs that skip it.
@@ -96,8 +96,8 @@ if os.path.exists(db):
             "best_median_us": b[2] if b else None, "best_knobs": json.loads(b[3]).get("knobs") if b else None,
             "best_diagnosis": b[4] if b else None, "confirmed_speedup": confirmed,
             "stored_speedup": stored[0] if stored else None})
-if os.path.exists(f"{out}/bench.jsonl"):
-    for line in open(f"{out}/bench.jsonl"):
+if os.path.exists(f"{out}/evolve_bench.jsonl"):
+    for line in open(f"{out}/evolve_bench.jsonl"):
         try:
             res["bench"].append(json.loads(line))
         except ValueError:
@@ -144,7 +144,7 @@ bench() {  # bench QUANT: tg128 without / with the store, twice each, interleave
       fi
       echo "bench $q store $store round $round: rc $rc, $(grep -c '^{' /tmp/bench_one.jsonl) result lines" | tee -a "$log"
       # The bench's lines come in as a file argument: a here-document would take python's stdin.
-      python3 - "$q" "$store" "$round" /tmp/bench_one.jsonl >> "$out/bench.jsonl" <<'PY'
+      python3 - "$q" "$store" "$round" /tmp/bench_one.jsonl >> "$out/evolve_bench.jsonl" <<'PY'
 import json, sys
 for line in open(sys.argv[4]):
     line = line.strip()
@@ -159,11 +159,11 @@ PY
 }
 
 echo "commit $commit; deadline ${deadline}s; search budget $budget" | tee -a "$log"
-search q4_0 n_in=4096,n_out=14336,n_out1=14336,n_w=2,glu=1,n_tokens=1,wtype=2 1
-search q4_0 n_in=14336,n_out=4096,n_tokens=1,wtype=2 0
+search q4_0 n_in=4096,n_out=14336,n_out1=14336,n_w=2,glu=1,n_tokens=1,planar=1,wtype=2 1
+search q4_0 n_in=14336,n_out=4096,n_tokens=1,planar=1,wtype=2 0
 bench q4_0
-search q4_k n_in=4096,n_out=14336,n_out1=14336,n_w=2,glu=1,n_tokens=1,wtype=12 0
-search q4_k n_in=14336,n_out=4096,n_tokens=1,wtype=12 0
+search q4_k n_in=4096,n_out=14336,n_out1=14336,n_w=2,glu=1,n_tokens=1,planar=1,wtype=12 0
+search q4_k n_in=14336,n_out=4096,n_tokens=1,planar=1,wtype=12 0
 bench q4_k
 "$bin/loom" evolve status --db "$db" >> "$log" 2>&1
 summary

@@ -8,7 +8,8 @@
 # written there with `loom model synth`, `loom bench --json` on cuda: bench.jsonl; LOOM_BENCH_SHAPES
 # lists shape:quant pairs, default smollm2-135m:q4_0 llama3-8b:q4_0 llama3-8b:q4_k), serve
 # (tools/bench_serve.py against `loom serve` on cuda with the synthetic SmolLM2: serve.json),
-# mma_sweep (pp512 of the 8B Q4_0 model per matmul_mma schedule forced with LOOM_SCHEDULE).
+# mma_sweep (pp512 of the 8B Q4_0 model per matmul_mma schedule forced with LOOM_SCHEDULE), ab (the
+# bench again with LOOM_AB_ENV set: bench_ab.jsonl).
 # Default: devices tests.
 # LOOM_GPU_STAGE names the staging folder (default .gpu), as for tools/gpu/build.sh.
 set -uo pipefail
@@ -102,6 +103,21 @@ PY
         shape="${sq%%:*}" quant="${sq##*:}" f="/tmp/models/synth-${sq/:/-}.gguf"
         [[ -f "$f" ]] || "$bin/loom" model synth --arch llama --shape "$shape" --quant "$quant" -o "$f" 2>&1 | tail -1
         "$bin/loom" bench -m "$f" --device cuda:0 ${LOOM_BENCH_FLAGS:-} --json -o "$out/bench.jsonl" || rc=1
+      done
+      ;;
+    ab)
+      # The bench of LOOM_BENCH_SHAPES again with LOOM_AB_ENV set (e.g. "LOOM_FUSE_ATTN=1"): the
+      # other arm of an A/B whose first arm is the bench step of the same call (same binary, same
+      # models); one JSON line per test in $out/bench_ab.jsonl, with the setting in "ab_env".
+      mkdir -p /tmp/models
+      for sq in ${LOOM_BENCH_SHAPES:-smollm2-135m:q4_0 llama3-8b:q4_0 llama3-8b:q4_k}; do
+        shape="${sq%%:*}" quant="${sq##*:}" f="/tmp/models/synth-${sq/:/-}.gguf"
+        [[ -f "$f" ]] || "$bin/loom" model synth --arch llama --shape "$shape" --quant "$quant" -o "$f" 2>&1 | tail -1
+        env ${LOOM_AB_ENV:?set LOOM_AB_ENV} "$bin/loom" bench -m "$f" --device cuda:0 ${LOOM_BENCH_FLAGS:-} --json > /tmp/ab_one.jsonl || rc=1
+        python3 -c 'import json,sys
+for l in open("/tmp/ab_one.jsonl"):
+    o=json.loads(l); o["ab_env"]=sys.argv[1]; print(json.dumps(o))
+    print(o["test"], sys.argv[1], round(o["tokens_per_s"],1), file=sys.stderr)' "$LOOM_AB_ENV" >> "$out/bench_ab.jsonl"
       done
       ;;
     mma_sweep)
