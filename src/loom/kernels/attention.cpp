@@ -302,12 +302,6 @@ Status add_combine_q(Generated& g, const Shape& s, int32_t S, int scratch_arg, i
     Value* bits = c.bitcast(c.add(val, c.f32(12582912.0)), ty::i32);
     return c.sub(c.bit_and(bits, i32(0x007fffff)), i32(0x00400000));
   };
-  auto when = [&](Value* cond, const std::function<void()>& body) {
-    c.if_then_else(cond, {}, [&] {
-      body();
-      return std::vector<Value*>{};
-    });
-  };
   const Type f16 = Type::scalar(Scalar::kF16), u16 = Type::scalar(Scalar::kU16);
   if (!qk) {
     Value* bb = c.add(c.mul(tok, i32(row_bytes)), c.mul(c.div(e, i32(32)), i32(bytes)));
@@ -317,7 +311,7 @@ Status add_combine_q(Generated& g, const Shape& s, int32_t S, int scratch_arg, i
     Value* q = nearest(c.mul(y, id));
     c.store_at(xq, c.add(bb, c.add(i32(qoff), lane)), c.convert(q, Type::scalar(Scalar::kI8)), 1);
     Value* qsum = q81 ? c.warp_reduce(ir::Mode::kAdd, q) : nullptr;
-    when(c.cmp(ir::Mode::kEq, lane, i32(0)), [&] {
+    c.when(c.cmp(ir::Mode::kEq, lane, i32(0)), [&] {
       c.store_at(xq, bb, c.bitcast(c.convert(dq, f16), u16), 2);
       if (q81) c.store_at(xq, c.addc(bb, 2), c.bitcast(c.convert(c.mul(dq, c.convert(qsum, ty::f32)), f16), u16), 2);
     });
@@ -325,21 +319,10 @@ Status add_combine_q(Generated& g, const Shape& s, int32_t S, int scratch_arg, i
     Value* bb = c.add(c.mul(tok, i32(row_bytes)), c.mul(c.div(e, i32(256)), i32(bytes)));
     Value* am = c.op(ir::Op::kAbs, {y});
     Value* mx = c.select(c.cmp(ir::Mode::kGt, am, c.f32(0.0)), y, c.f32(0.0));
-    auto merge = [&](Value* lo_a, Value* lo_m, Value* hi_a, Value* hi_m) {
-      Value* gt = c.cmp(ir::Mode::kGt, hi_a, lo_a);
-      return std::pair<Value*, Value*>{c.select(gt, hi_a, lo_a), c.select(gt, hi_m, lo_m)};
-    };
-    for (int32_t off = 1; off <= 16; off *= 2) {
-      Value* oa = c.shfl(ir::Mode::kXor, am, i32(off));
-      Value* om = c.shfl(ir::Mode::kXor, mx, i32(off));
-      Value* upper = c.cmp(ir::Mode::kNe, c.bit_and(lane, i32(off)), i32(0));
-      auto [na, nm] = merge(c.select(upper, oa, am), c.select(upper, om, mx), c.select(upper, am, oa), c.select(upper, mx, om));
-      am = na;
-      mx = nm;
-    }
+    std::tie(am, mx) = c.warp_absmax(am, mx, lane);
     const int32_t W = threads / 32;
     Value* warp = c.div(tid, i32(32));
-    when(c.cmp(ir::Mode::kEq, lane, i32(0)), [&] {
+    c.when(c.cmp(ir::Mode::kEq, lane, i32(0)), [&] {
       c.store(sa, warp, am);
       c.store(sm, warp, mx);
     });
@@ -347,7 +330,7 @@ Status add_combine_q(Generated& g, const Shape& s, int32_t S, int scratch_arg, i
     Value* ba = c.load(sa, i32(0));
     Value* bm = c.load(sm, i32(0));
     for (int32_t w = 1; w < W; ++w) {
-      auto [na, nm] = merge(ba, bm, c.load(sa, i32(w)), c.load(sm, i32(w)));
+      auto [na, nm] = c.merge_absmax(ba, bm, c.load(sa, i32(w)), c.load(sm, i32(w)));
       ba = na;
       bm = nm;
     }
@@ -358,11 +341,11 @@ Status add_combine_q(Generated& g, const Shape& s, int32_t S, int scratch_arg, i
     c.store_at(xq, c.add(bb, c.add(i32(4), tid)), c.convert(q, Type::scalar(Scalar::kI8)), 1);
     Value* qs = q;
     for (int32_t off = 8; off >= 1; off /= 2) qs = c.add(qs, c.shfl(ir::Mode::kXor, qs, i32(off)));
-    when(c.cmp(ir::Mode::kEq, c.rem(tid, i32(16)), i32(0)), [&] {
+    c.when(c.cmp(ir::Mode::kEq, c.rem(tid, i32(16)), i32(0)), [&] {
       c.store_at(xq, c.add(bb, c.add(i32(260), c.mul(c.div(tid, i32(16)), i32(2)))),
                  c.convert(qs, Type::scalar(Scalar::kI16)), 2);
     });
-    when(c.cmp(ir::Mode::kEq, tid, i32(0)), [&] { c.store_at(xq, bb, dq, 4); });
+    c.when(c.cmp(ir::Mode::kEq, tid, i32(0)), [&] { c.store_at(xq, bb, dq, 4); });
   }
     return std::vector<Value*>{};
   });

@@ -200,14 +200,7 @@ class NormQ8Op final : public OpSpec {
       for (Value* v : rv) ss = b.add(ss, b.convert(b.mul(v, v), f64));
       // Across the warp in double (shuffles move 32 bits: the two halves); each butterfly step
       // adds the same two values on both lanes, so every lane ends with the same sum.
-      const Type u64 = Type::scalar(Scalar::kU64), u32 = Type::scalar(Scalar::kU32);
-      for (int32_t off = 16; off >= 1; off /= 2) {
-        Value* bits = b.bitcast(ss, u64);
-        Value* lo = b.shfl(ir::Mode::kXor, b.convert(bits, u32), i32(off));
-        Value* hi = b.shfl(ir::Mode::kXor, b.convert(b.shr(bits, b.const_int(u64, 32)), u32), i32(off));
-        Value* other = b.bit_or(b.shl(b.convert(hi, u64), b.const_int(u64, 32)), b.convert(lo, u64));
-        ss = b.add(ss, b.bitcast(other, f64));
-      }
+      ss = b.warp_sum_f64(ss);
       Value* sh = b.alloc_shared(Scalar::kF64, W);
       b.if_then_else(b.cmp(ir::Mode::kEq, lane, i32(0)), {}, [&] {
         b.store(sh, warp, ss);
@@ -496,14 +489,7 @@ Result<Generated> NormQ8Op::generate_vec(const Shape& s, int32_t W, bool split, 
       ss = b.add(ss, sq);
     }
   {
-    const Type u64 = Type::scalar(Scalar::kU64), u32 = Type::scalar(Scalar::kU32);
-    for (int32_t off = 16; off >= 1; off /= 2) {
-      Value* bits = b.bitcast(ss, u64);
-      Value* lo = b.shfl(ir::Mode::kXor, b.convert(bits, u32), i32(off));
-      Value* hi = b.shfl(ir::Mode::kXor, b.convert(b.shr(bits, b.const_int(u64, 32)), u32), i32(off));
-      Value* other = b.bit_or(b.shl(b.convert(hi, u64), b.const_int(u64, 32)), b.convert(lo, u64));
-      ss = b.add(ss, b.bitcast(other, f64));
-    }
+    ss = b.warp_sum_f64(ss);
     if (W > 1) {
       Value* sh = b.alloc_shared(Scalar::kF64, W);
       b.if_then_else(b.cmp(ir::Mode::kEq, lane, i32(0)), {}, [&] {
@@ -562,19 +548,7 @@ Result<Generated> NormQ8Op::generate_vec(const Shape& s, int32_t W, bool split, 
         mx = b.select(gt, ye, mx);
         am = b.select(gt, a, am);
       }
-      auto merge = [&](Value* lo_a, Value* lo_m, Value* hi_a, Value* hi_m) {
-        Value* gt = b.cmp(ir::Mode::kGt, hi_a, lo_a);
-        return std::pair<Value*, Value*>{b.select(gt, hi_a, lo_a), b.select(gt, hi_m, lo_m)};
-      };
-      for (int32_t off = 1; off <= 16; off *= 2) {
-        Value* oa = b.shfl(ir::Mode::kXor, am, i32(off));
-        Value* om = b.shfl(ir::Mode::kXor, mx, i32(off));
-        Value* upper = b.cmp(ir::Mode::kNe, b.bit_and(lane, i32(off)), i32(0));
-        auto [na, nm] = merge(b.select(upper, oa, am), b.select(upper, om, mx), b.select(upper, am, oa),
-                              b.select(upper, mx, om));
-        am = na;
-        mx = nm;
-      }
+      std::tie(am, mx) = b.warp_absmax(am, mx, lane);
       Value* sa = b.alloc_shared(Scalar::kF32, W);
       Value* sm = b.alloc_shared(Scalar::kF32, W);
       b.if_then_else(b.cmp(ir::Mode::kEq, lane, i32(0)), {}, [&] {
@@ -585,7 +559,7 @@ Result<Generated> NormQ8Op::generate_vec(const Shape& s, int32_t W, bool split, 
       b.barrier();
       Value* w0 = b.sub(warp, b.rem(warp, i32(2)));
       Value* w1 = b.add(w0, i32(1));
-      auto [ba, bm] = merge(b.load(sa, w0), b.load(sm, w0), b.load(sa, w1), b.load(sm, w1));
+      auto [ba, bm] = b.merge_absmax(b.load(sa, w0), b.load(sm, w0), b.load(sa, w1), b.load(sm, w1));
       Value* zero = b.cmp(ir::Mode::kEq, ba, b.f32(0.0));
       scale_q = b.select(zero, b.f32(0.0), b.div(b.f32(-127.0), bm));
       d = b.select(zero, b.f32(0.0), b.div(b.f32(1.0), scale_q));

@@ -295,4 +295,43 @@ void random_rows(std::mt19937_64& rng, llm::GgmlType type, int64_t rows, int64_t
   quantized_random_rows(rng, type, rows, n, amp, dst);
 }
 
+void Emit::when(ir::Value* cond, const std::function<void()>& body) {
+  if_then_else(cond, {}, [&] {
+    body();
+    return std::vector<ir::Value*>{};
+  });
+}
+
+ir::Value* Emit::warp_sum_f64(ir::Value* x) {
+  using ir::Scalar;
+  const ir::Type u64 = ir::Type::scalar(Scalar::kU64), u32 = ir::Type::scalar(Scalar::kU32),
+                 f64 = ir::Type::scalar(Scalar::kF64);
+  for (int32_t off = 16; off >= 1; off /= 2) {
+    ir::Value* bits = bitcast(x, u64);
+    ir::Value* lo = shfl(ir::Mode::kXor, convert(bits, u32), i32(off));
+    ir::Value* hi = shfl(ir::Mode::kXor, convert(shr(bits, const_int(u64, 32)), u32), i32(off));
+    ir::Value* other = bit_or(shl(convert(hi, u64), const_int(u64, 32)), convert(lo, u64));
+    x = add(x, bitcast(other, f64));
+  }
+  return x;
+}
+
+std::pair<ir::Value*, ir::Value*> Emit::merge_absmax(ir::Value* lo_a, ir::Value* lo_m, ir::Value* hi_a,
+                                                     ir::Value* hi_m) {
+  ir::Value* gt = cmp(ir::Mode::kGt, hi_a, lo_a);
+  return {select(gt, hi_a, lo_a), select(gt, hi_m, lo_m)};
+}
+
+std::pair<ir::Value*, ir::Value*> Emit::warp_absmax(ir::Value* am, ir::Value* mx, ir::Value* lane) {
+  for (int32_t off = 1; off <= 16; off *= 2) {
+    ir::Value* oa = shfl(ir::Mode::kXor, am, i32(off));
+    ir::Value* om = shfl(ir::Mode::kXor, mx, i32(off));
+    ir::Value* upper = cmp(ir::Mode::kNe, bit_and(lane, i32(off)), i32(0));
+    auto [na, nm] = merge_absmax(select(upper, oa, am), select(upper, om, mx), select(upper, am, oa), select(upper, mx, om));
+    am = na;
+    mx = nm;
+  }
+  return {am, mx};
+}
+
 }  // namespace loom::kernels

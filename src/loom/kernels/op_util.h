@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <utility>
 #include <random>
 #include <span>
 #include <string>
@@ -60,6 +62,19 @@ class Emit : public ir::Builder {
 
   // Linear global thread index (block_id.x * block_dim.x + thread_id.x).
   ir::Value* global_x();
+
+  // Emits `body` under `cond` (an if without results).
+  void when(ir::Value* cond, const std::function<void()>& body);
+
+  // Warp reductions (GPU targets: 32 lanes, shuffles). The butterfly sum of a double across
+  // the warp (shuffled as two 32-bit halves): each step adds the same two values on both lanes,
+  // so every lane ends with the same sum.
+  ir::Value* warp_sum_f64(ir::Value* x);
+  // The element of largest magnitude as a strict '>' scan in lane order finds it: (|m|, m) of a
+  // lower range and a higher one, the higher wins only if larger.
+  std::pair<ir::Value*, ir::Value*> merge_absmax(ir::Value* lo_a, ir::Value* lo_m, ir::Value* hi_a, ir::Value* hi_m);
+  // merge_absmax across the warp's lanes by a butterfly (every lane ends with the warp's pair).
+  std::pair<ir::Value*, ir::Value*> warp_absmax(ir::Value* am, ir::Value* mx, ir::Value* lane);
 };
 
 // invalid_argument unless every knob of `space` is set in `s` to one of its choices (and no
