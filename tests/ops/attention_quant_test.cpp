@@ -14,45 +14,18 @@
 #include "loom/kernels/op_list.h"
 #include "loom/llm/ggml_types.h"
 #include "loom/llm/ops_ref.h"
+#include "run_op_util.h"
 
 namespace loom::kernels {
 namespace {
 
-// Runs `op` with the given inputs (argument order); returns every output buffer's bytes, each
-// poisoned with 0xFF first so that an unwritten byte cannot pass.
-Result<std::vector<std::vector<uint8_t>>> run_bytes(const hrx::Device& dev, hrx::Stream& s, const OpSpec& op,
-                                                    const Shape& shape, const Schedule& sch,
-                                                    const std::vector<HostArg>& host) {
-  LOOM_ASSIGN_OR_RETURN(Generated g, op.generate(shape, sch, dev.target()));
-  LOOM_ASSIGN_OR_RETURN(hrx::Module mod, hrx::Module::compile(dev, g.module));
+// The inputs of a full argument list (run_op_bytes takes the input buffers only).
+std::vector<std::span<const uint8_t>> inputs_of(const OpSpec& op, const Shape& shape, const std::vector<HostArg>& host) {
+  std::vector<std::span<const uint8_t>> in;
   const std::vector<ArgSpec> specs = op.args(shape);
-  std::vector<hrx::Buffer> bufs;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    LOOM_ASSIGN_OR_RETURN(hrx::Buffer b, hrx::Buffer::alloc(dev, static_cast<uint64_t>(std::max<int64_t>(specs[i].bytes, 4))));
-    if (specs[i].role == ArgRole::kInput) {
-      if (host[i].bytes.size() != static_cast<size_t>(specs[i].bytes))
-        return internal_error("input {} has {} bytes, want {}", specs[i].name, host[i].bytes.size(), specs[i].bytes);
-      LOOM_RETURN_IF_ERROR(s.copy_h2d(b, 0, host[i].bytes.data(), host[i].bytes.size()));
-    } else {
-      LOOM_RETURN_IF_ERROR(s.memset(b, 0, 0xFF, static_cast<uint64_t>(specs[i].bytes)));
-    }
-    bufs.push_back(std::move(b));
-  }
-  for (const KernelLaunch& l : g.launches) {
-    LOOM_ASSIGN_OR_RETURN(hrx::Kernel k, mod.kernel(l.kernel));
-    hrx::KernelArgs args;
-    for (int ai : l.args) args.buffer(bufs[static_cast<size_t>(ai)]);
-    LOOM_RETURN_IF_ERROR(s.launch(k, {l.grid[0], l.grid[1], l.grid[2]}, {l.block[0], l.block[1], l.block[2]}, args));
-  }
-  std::vector<std::vector<uint8_t>> out;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    if (specs[i].role != ArgRole::kOutput) continue;
-    std::vector<uint8_t> y(static_cast<size_t>(specs[i].bytes));
-    LOOM_RETURN_IF_ERROR(s.copy_d2h(y.data(), bufs[i], 0, y.size()));
-    out.push_back(std::move(y));
-  }
-  LOOM_RETURN_IF_ERROR(s.synchronize());
-  return out;
+  for (size_t i = 0; i < specs.size(); ++i)
+    if (specs[i].role == ArgRole::kInput) in.emplace_back(host[i].bytes.data(), host[i].bytes.size());
+  return in;
 }
 
 class AttentionQuant : public testing::TestWithParam<std::string> {};
@@ -79,7 +52,7 @@ TEST_P(AttentionQuant, BlocksAreQuantizeActOfTheSameOutput) {
         SCOPED_TRACE(fmt::format("{} {} {}", GetParam(), s.key(), schedule_key(sch)));
         std::vector<HostArg> host(op->args(s).size());
         op->fill_inputs(s, rng, host);
-        auto fused = run_bytes(*dev, *stream, *op, s, sch, host);
+        auto fused = run_op_bytes(*dev, *stream, *op, s, sch, inputs_of(*op, s, host));
         ASSERT_TRUE(fused.ok()) << fused.status().to_string();
         ASSERT_EQ(fused->size(), 2u);  // out, xq
         const std::vector<uint8_t>& out = (*fused)[0];
@@ -91,7 +64,7 @@ TEST_P(AttentionQuant, BlocksAreQuantizeActOfTheSameOutput) {
         const std::vector<ArgSpec> fs = op->args(s);
         for (size_t i = 0; i < fs.size(); ++i)
           if (fs[i].name != "xq") plain_host.push_back(host[i]);
-        auto ref_run = run_bytes(*dev, *stream, *op, plain, sch, plain_host);
+        auto ref_run = run_op_bytes(*dev, *stream, *op, plain, sch, inputs_of(*op, plain, plain_host));
         ASSERT_TRUE(ref_run.ok()) << ref_run.status().to_string();
         ASSERT_EQ(ref_run->size(), 1u);
         EXPECT_EQ(0, std::memcmp(out.data(), (*ref_run)[0].data(), out.size())) << "out differs from the plain op's";
