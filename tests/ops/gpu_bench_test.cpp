@@ -23,28 +23,10 @@
 #include "loom/kernels/op_list.h"
 #include "loom/llm/ops_ref.h"
 #include "loom/llm/quant.h"
+#include "gpu_time_util.h"
 
 namespace loom::kernels {
 namespace {
-
-// Median of `reps` timings of a graph of `per_graph` launches; microseconds per launch.
-Result<double> time_graph(hrx::Graph& g, hrx::Stream& s, const hrx::Device& dev, int per_graph, int reps) {
-  LOOM_ASSIGN_OR_RETURN(hrx::Event e0, hrx::Event::create(dev));
-  LOOM_ASSIGN_OR_RETURN(hrx::Event e1, hrx::Event::create(dev));
-  LOOM_RETURN_IF_ERROR(g.launch(s));  // warm-up
-  LOOM_RETURN_IF_ERROR(s.synchronize());
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    LOOM_RETURN_IF_ERROR(e0.record(s));
-    LOOM_RETURN_IF_ERROR(g.launch(s));
-    LOOM_RETURN_IF_ERROR(e1.record(s));
-    LOOM_RETURN_IF_ERROR(e1.synchronize());
-    LOOM_ASSIGN_OR_RETURN(float ms, hrx::Event::elapsed_ms(e0, e1));
-    t.push_back(1000.0 * ms / per_graph);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 
 // GB/s of a device-to-device copy of 1 GiB (bytes read + written), median of 10.
 Result<double> copy_gbs(const hrx::Device& dev, hrx::Stream& s) {

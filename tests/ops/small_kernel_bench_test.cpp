@@ -21,6 +21,7 @@
 #include "loom/kernels/elementwise_util.h"
 #include "loom/kernels/op_harness.h"
 #include "loom/kernels/op_list.h"
+#include "gpu_time_util.h"
 
 namespace loom::kernels {
 namespace {
@@ -67,21 +68,7 @@ Result<double> time_calls(const OpSpec& op, const Shape& shape, const Schedule& 
       }
     }
   LOOM_ASSIGN_OR_RETURN(hrx::Graph graph, s.end_capture());
-  LOOM_ASSIGN_OR_RETURN(hrx::Event e0, hrx::Event::create(dev));
-  LOOM_ASSIGN_OR_RETURN(hrx::Event e1, hrx::Event::create(dev));
-  LOOM_RETURN_IF_ERROR(graph.launch(s));  // warm-up
-  LOOM_RETURN_IF_ERROR(s.synchronize());
-  std::vector<double> t;
-  for (int r = 0; r < 15; ++r) {
-    LOOM_RETURN_IF_ERROR(e0.record(s));
-    LOOM_RETURN_IF_ERROR(graph.launch(s));
-    LOOM_RETURN_IF_ERROR(e1.record(s));
-    LOOM_RETURN_IF_ERROR(e1.synchronize());
-    LOOM_ASSIGN_OR_RETURN(float ms, hrx::Event::elapsed_ms(e0, e1));
-    t.push_back(1000.0 * ms / per_graph);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return time_graph(graph, s, dev, per_graph, 15);
 }
 
 Schedule sch_norm(int64_t warps, int64_t regs, int64_t vec, int64_t split) {
