@@ -1,6 +1,7 @@
 // HrxBackend: lowers each step Program to op-library kernels once per step shape (a Plan),
 // compiles them as one module, binds every kernel argument to a fixed device address, and runs
-// the step as a list of launches (or a captured graph replay).
+// the step as a list of launches (or a captured graph replay). The plan types and the compile
+// step are in hrx_plan.h / hrx_compile.cpp.
 #include "loom/exec/hrx_backend.h"
 
 #include <algorithm>
@@ -11,7 +12,6 @@
 #include <functional>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -19,9 +19,8 @@
 
 #include "loom/base/log.h"
 #include "loom/base/thread_pool.h"
-#include "loom/codegen/cpp/host_compiler.h"
-#include "loom/evolve/store.h"
 #include "loom/exec/fusion_plan.h"
+#include "loom/exec/hrx_plan.h"
 #include "loom/hrx/runtime.h"
 #include "loom/ir/ir.h"
 #include "loom/kernels/elementwise_util.h"
@@ -42,47 +41,13 @@ using llm::GgmlType;
 using llm::Launch;
 using llm::OpCode;
 using llm::Program;
+using namespace hrx_detail;
 
 int64_t pad_tokens(int64_t n) {
   int64_t p = 1;
   while (p < n) p <<= 1;
   return p;
 }
-
-// One op instance of a plan: the op, its shape, and a device address per op argument.
-struct OpCall {
-  const OpSpec* op = nullptr;
-  Shape shape;
-  std::map<std::string, uint64_t> bind;  // op argument name -> device address
-  std::string label;                     // for errors: "blk.3 matmul attn_q"
-  int32_t out_value = -1;                // the Program value it writes (LOOM_DUMP_VALUES)
-};
-
-// A kernel launch with its arguments resolved.
-struct BoundLaunch {
-  hrx::Kernel kernel;
-  hrx::Dim3 grid, block;
-  hrx::KernelArgs args;
-  std::string label;
-  int32_t dump_value = -1;  // set on the last launch of a call that writes a Program value
-  std::string op;           // op-library name (profile)
-  double bytes = 0, flops = 0;  // the call's cost, on its last launch (profile)
-};
-
-// Everything one step shape needs on the device.
-struct Plan {
-  int64_t n_tokens = 0, n_padded = 0, n_outputs = 0;
-  Program program;                         // built for n_padded tokens
-  std::vector<hrx::Buffer> slots;          // the Program's value slots
-  std::vector<hrx::Buffer> scratch;        // per-op scratch and quantized activations
-  hrx::Buffer step;                        // tokens | positions | seq ids | output rows (i32)
-  std::vector<BoundLaunch> launches;
-  hrx::Graph graph;
-  int runs = 0;
-  uint64_t tokens_off = 0, pos_off = 0, seq_off = 0, rows_off = 0;
-  std::vector<int32_t> host_step;          // staging for `step`
-  std::vector<hrx::Event> prof_events;     // two per launch when profiling
-};
 
 // The process-wide profile table (LOOM_PROFILE).
 struct ProfileTable {
@@ -311,7 +276,7 @@ class HrxBackend final : public llm::Backend {
       plan->slots.push_back(std::move(b));
     }
     LOOM_ASSIGN_OR_RETURN(std::vector<OpCall> calls, lower(*plan));
-    return compile(std::move(plan), std::move(calls));
+    return compile_plan(dev_, stored_used_, std::move(plan), std::move(calls));
   }
 
   uint64_t value_addr(const Plan& plan, int32_t v) const {
@@ -319,11 +284,7 @@ class HrxBackend final : public llm::Backend {
   }
   uint64_t weight_addr(int32_t w) const { return weights_[static_cast<size_t>(w)].address(); }
 
-  Result<uint64_t> scratch(Plan& plan, uint64_t bytes) {
-    LOOM_ASSIGN_OR_RETURN(hrx::Buffer b, hrx::Buffer::alloc(dev_, std::max<uint64_t>(bytes, 4)));
-    plan.scratch.push_back(std::move(b));
-    return plan.scratch.back().address();
-  }
+  Result<uint64_t> scratch(Plan& plan, uint64_t bytes) { return plan_scratch(dev_, plan, bytes); }
 
 
   // Program launches -> op calls. Rope launches are held back and fused with the KV store that
@@ -592,170 +553,6 @@ class HrxBackend final : public llm::Backend {
       }
     }
     return Status();
-  }
-
-  template <typename P>
-  static void mark_cost(P& pd, const OpCall& call) {
-    const kernels::Cost c = call.op->cost(call.shape);
-    pd.bytes = c.bytes;
-    pd.flops = c.flops;
-  }
-
-  // Generates every call's kernels, merges them into one module (one compile per plan), and
-  // binds the launches.
-  Result<std::unique_ptr<Plan>> compile(std::unique_ptr<Plan> plan, std::vector<OpCall> calls) {
-    const ir::TargetKind target = dev_.target();
-    ir::Module merged;
-    merged.source_name = fmt::format("step of {} tokens", plan->n_padded);
-    struct Pending {
-      std::string kernel;
-      hrx::Kernel direct;  // a stored C++ kernel, loaded as a module of its own
-      bool has_direct = false;
-      kernels::KernelLaunch launch;
-      std::vector<uint64_t> addrs;  // per op argument
-      std::vector<ir::Type> params;
-      std::string label;
-      int32_t dump_value = -1;
-      std::string op;
-      double bytes = 0, flops = 0;
-    };
-    std::vector<Pending> pending;
-    std::map<std::string, std::string> renamed;  // op|shape|schedule|kernel -> merged name
-    const std::string arch = evolve::device_arch_of(dev_.props());
-    for (OpCall& call : calls) {
-      Status v = call.op->validate(call.shape);
-      if (!v.ok()) return std::move(v).with_context(call.label);
-      kernels::Schedule sched = call.op->default_schedule(call.shape, target);
-      LOOM_ASSIGN_OR_RETURN(kernels::Schedule forced, kernels::schedule_override(call.op->name()));
-      for (const auto& [knob, value] : forced) sched[knob] = value;
-      std::string key = fmt::format("{}|{}|{}", call.op->name(), call.shape.key(), kernels::schedule_key(sched));
-      // The kernel store (loom evolve): its best kernel for this op, shape and device replaces
-      // the default schedule; a store that cannot be read, or a kernel that does not build,
-      // leaves the default in place (with a warning).
-      std::optional<evolve::Instance> stored;
-      if (auto sk = evolve::best_kernel(call.op->name(), call.shape, arch); !sk.ok()) {
-        log_warn("kernel store: {}", sk.status().to_string());
-      } else if (*sk) {
-        auto inst = (*sk)->instantiate(*call.op, call.shape, target);
-        if (!inst.ok()) {
-          log_warn("kernel store: {} for {} {{{}}}: {}; using the default schedule", (*sk)->id(), call.op->name(),
-                        call.shape.key(), inst.status().to_string());
-        } else {
-          stored = std::move(*inst);
-          key = fmt::format("{}|{}|{}", call.op->name(), call.shape.key(), (*sk)->id());
-          if (stored_used_.insert(key).second)
-            std::fprintf(stderr, "loom: kernel store: %s for %s {%s} (%.2fx over the default schedule when stored)\n",
-                         (*sk)->id().c_str(), std::string(call.op->name()).c_str(), call.shape.key().c_str(), (*sk)->speedup);
-        }
-      }
-      std::vector<kernels::ArgSpec> args = call.op->args(call.shape);
-      std::vector<uint64_t> addrs(args.size(), 0);
-      for (size_t i = 0; i < args.size(); ++i) {
-        const kernels::ArgSpec& a = args[i];
-        if (a.kind != kernels::ArgKind::kBuffer) continue;
-        if (a.role == ArgRole::kScratch) {
-          LOOM_ASSIGN_OR_RETURN(addrs[i], scratch(*plan, static_cast<uint64_t>(a.bytes)));
-          continue;
-        }
-        auto it = call.bind.find(a.name);
-        if (it == call.bind.end())
-          return internal_error("{}: op {} argument '{}' is not bound", call.label, call.op->name(), a.name);
-        addrs[i] = it->second;
-      }
-      if (stored && stored->kind == evolve::CandKind::kCpp) {
-        // C++ from the store: its own shared object (compiled once, cached on disk by hash).
-        auto so = codegen::compile_shared_object(evolve::cpp_source_for_cpu(*stored));
-        if (!so.ok()) return std::move(so).status().with_context(call.label + ": stored kernel");
-        auto m = hrx::Module::load_shared_object(dev_, *so);
-        if (!m.ok()) return std::move(m).status().with_context(call.label + ": stored kernel");
-        for (const kernels::KernelLaunch& kl : stored->launches) {
-          Pending pd;
-          LOOM_ASSIGN_OR_RETURN(pd.direct, m->kernel(kl.kernel));
-          pd.has_direct = true;
-          pd.kernel = kl.kernel;
-          pd.launch = kl;
-          pd.addrs = addrs;
-          pd.params.assign(kl.args.size() + kl.scalars.size(), ir::Type::scalar(ir::Scalar::kI64));
-          pd.label = call.label;
-          pd.op = std::string(call.op->name());
-          pending.push_back(std::move(pd));
-        }
-        if (!stored->launches.empty()) {
-          pending.back().dump_value = call.out_value;
-          mark_cost(pending.back(), call);
-        }
-        continue;
-      }
-      auto gen = stored ? Result<kernels::Generated>(std::move(stored->gen)) : call.op->generate(call.shape, sched, target);
-      if (!gen.ok()) return std::move(gen).status().with_context(call.label);
-      kernels::Generated g = std::move(gen).value();
-      for (const kernels::KernelLaunch& kl : g.launches) {
-        const std::string kkey = key + "|" + kl.kernel;
-        auto r = renamed.find(kkey);
-        ir::Kernel* k = nullptr;
-        if (r == renamed.end()) {
-          auto owned = std::find_if(g.module.kernels.begin(), g.module.kernels.end(),
-                                    [&](const std::unique_ptr<ir::Kernel>& x) { return x && x->name == kl.kernel; });
-          if (owned == g.module.kernels.end())
-            return internal_error("{}: generated module lacks kernel {}", call.label, kl.kernel);
-          std::string name = fmt::format("k{}_{}", renamed.size(), kl.kernel);
-          (*owned)->name = name;
-          k = owned->get();
-          merged.kernels.push_back(std::move(*owned));
-          r = renamed.emplace(kkey, name).first;
-        } else {
-          k = merged.find(r->second);
-        }
-        Pending pd;
-        pd.kernel = r->second;
-        pd.launch = kl;
-        pd.addrs = addrs;
-        for (const auto& prm : k->params) pd.params.push_back(prm->type);
-        pd.label = call.label;
-        pd.op = std::string(call.op->name());
-        pending.push_back(std::move(pd));
-      }
-      if (!g.launches.empty()) {
-        pending.back().dump_value = call.out_value;
-        mark_cost(pending.back(), call);
-      }
-    }
-    Progress progress(fmt::format("compiling {} kernels for {}", merged.kernels.size(), dev_.props().spec), 1);
-    auto mod = hrx::Module::compile(dev_, merged);
-    progress.finish();
-    if (!mod.ok()) return std::move(mod).status().with_context("compiling the step's kernels");
-    for (Pending& pd : pending) {
-      BoundLaunch bl;
-      if (pd.has_direct) {
-        bl.kernel = std::move(pd.direct);
-      } else {
-        LOOM_ASSIGN_OR_RETURN(bl.kernel, mod->kernel(pd.kernel));
-      }
-      bl.grid = hrx::Dim3(pd.launch.grid[0], pd.launch.grid[1], pd.launch.grid[2]);
-      bl.block = hrx::Dim3(pd.launch.block[0], pd.launch.block[1], pd.launch.block[2]);
-      size_t pi = 0;
-      for (int a : pd.launch.args) {
-        if (a < 0 || static_cast<size_t>(a) >= pd.addrs.size()) return internal_error("{}: bad argument index {}", pd.label, a);
-        bl.args.address(pd.addrs[static_cast<size_t>(a)]);
-        ++pi;
-      }
-      for (int64_t s : pd.launch.scalars) {
-        if (pi >= pd.params.size()) return internal_error("{}: more arguments than kernel parameters", pd.label);
-        const ir::Type t = pd.params[pi++];
-        if (t.is_float()) bl.args.f32(static_cast<float>(s));
-        else if (t.elem_bytes() == 8) bl.args.i64(s);
-        else bl.args.i32(static_cast<int32_t>(s));
-      }
-      if (pi != pd.params.size())
-        return internal_error("{}: {} arguments for {} parameters of {}", pd.label, pi, pd.params.size(), pd.kernel);
-      bl.label = std::move(pd.label);
-      bl.dump_value = pd.dump_value;
-      bl.op = pd.op;
-      bl.bytes = pd.bytes;
-      bl.flops = pd.flops;
-      plan->launches.push_back(std::move(bl));
-    }
-    return plan;
   }
 
   HrxBackendOptions opt_;
