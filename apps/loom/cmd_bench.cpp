@@ -1,6 +1,8 @@
 // `loom bench`: prompt processing (pp) and generation (tg) speed of a model on a device, median
 // and spread over repetitions after a validating warm-up, with the bytes and FLOPs each token
-// costs and the fraction of the device's measured limit that the speed reaches.
+// costs and the fraction of the device's measured limit that the speed reaches. As llama-bench
+// counts them, ppN is one N-token prompt and tgN is N tokens generated from an empty context
+// (--depth D: after a D-token prompt, test "tgN@dD"), so the two tools' figures compare.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -34,6 +36,7 @@ namespace {
 struct BenchFlags {
   GenFlags gen;
   int64_t n_prompt = 512, n_gen = 128;
+  int64_t depth = 0;  // cells in the cache before tg's first token (0: one start token at position 0)
   int reps = 5;
   bool json = false;
   bool profile = false;  // per-op breakdown (eager launches with device events)
@@ -131,15 +134,20 @@ std::string utc_now() {
 
 Status bench(const BenchFlags& f, const std::string& command) {
   if (f.n_prompt < 1 || f.n_gen < 1 || f.reps < 1) return invalid_argument("-p, -n and -r must be >= 1");
+  if (f.depth < 0) return invalid_argument("--depth must be >= 0");
   // Profiling is read when a backend is made: set before the engine exists.
   if (f.profile) exec::set_profiling(true);
   LOOM_ASSIGN_OR_RETURN(std::string path, llm::resolve_model_path(f.gen.model));
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<llm::Model> model, llm::Model::load(path, !f.json));
   llm::EngineOptions opts = f.gen.engine();
-  opts.n_ctx = std::max<int64_t>(opts.n_ctx, f.n_prompt + f.n_gen + 1);
+  // tg starts from a prompt of `depth` tokens (at least one: the token the first step reads).
+  const int64_t tg_prompt_len = std::max<int64_t>(1, f.depth);
+  const int64_t need = std::max(f.n_prompt, tg_prompt_len + f.n_gen + 1);
+  opts.n_ctx = std::max<int64_t>(opts.n_ctx, need);
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<llm::Engine> engine, llm::Engine::create(*model, opts));
-  if (f.n_prompt + f.n_gen + 1 > engine->n_ctx())
-    return invalid_argument("-p {} + -n {} exceeds the model's context of {}", f.n_prompt, f.n_gen, engine->n_ctx());
+  if (need > engine->n_ctx())
+    return invalid_argument("-p {} / --depth {} + -n {} exceeds the model's context of {}", f.n_prompt, f.depth,
+                            f.n_gen, engine->n_ctx());
   const std::string device = f.gen.device.empty() ? exec::default_device() : f.gen.device;
   LOOM_ASSIGN_OR_RETURN(exec::DeviceLimits lim, exec::measure_limits(device, f.gen.n_threads));
   // A fixed pseudo-text prompt: speed does not depend on the token values.
@@ -147,13 +155,26 @@ Status bench(const BenchFlags& f, const std::string& command) {
   for (int64_t i = 0; i < f.n_prompt; ++i)
     prompt[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 101) % engine->n_vocab());
 
+  const std::vector<int32_t> tg_prompt(prompt.begin(), prompt.begin() + std::min(tg_prompt_len, f.n_prompt));
+  std::vector<int32_t> tg_start = tg_prompt;
+  for (int64_t i = static_cast<int64_t>(tg_start.size()); i < tg_prompt_len; ++i)  // depth > n_prompt
+    tg_start.push_back(static_cast<int32_t>((i * 7919 + 101) % engine->n_vocab()));
+  // One repetition: the pp prompt alone, then tg after its own start (the same run when the
+  // depth is the pp prompt, as before --depth existed).
+  const bool one_run = tg_prompt_len == f.n_prompt;
+  auto repetition = [&](double* pp, double* tg) -> Result<std::vector<int32_t>> {
+    double unused = 0;
+    if (one_run) return run_once(*engine, prompt, f.n_gen, pp, tg);
+    LOOM_RETURN_IF_ERROR(run_once(*engine, prompt, 0, pp, &unused).status());
+    return run_once(*engine, tg_start, f.n_gen, &unused, tg);
+  };
   // Warm-up, which is also the validation: finite logits and identical tokens in every run.
   double pp, tg;
-  LOOM_ASSIGN_OR_RETURN(std::vector<int32_t> expected, run_once(*engine, prompt, f.n_gen, &pp, &tg));
+  LOOM_ASSIGN_OR_RETURN(std::vector<int32_t> expected, repetition(&pp, &tg));
   std::vector<double> pp_tps, tg_tps;
   exec::profile_reset();  // the warm-up compiled the kernels: profile only the timed runs
   for (int r = 0; r < f.reps; ++r) {
-    LOOM_ASSIGN_OR_RETURN(std::vector<int32_t> got, run_once(*engine, prompt, f.n_gen, &pp, &tg));
+    LOOM_ASSIGN_OR_RETURN(std::vector<int32_t> got, repetition(&pp, &tg));
     if (got != expected) return internal_error("repetition {} generated different tokens: not deterministic", r);
     pp_tps.push_back(static_cast<double>(f.n_prompt) / pp);
     tg_tps.push_back(static_cast<double>(f.n_gen) / tg);
@@ -225,10 +246,11 @@ Status bench(const BenchFlags& f, const std::string& command) {
   const double np = static_cast<double>(f.n_prompt), ng = static_cast<double>(f.n_gen);
   add(fmt::format("pp{}", f.n_prompt), spread(pp_tps), c.weight_bytes / np + c.kv_bytes_per_cell * (np + 1) / 2,
       c.flops + c.attn_flops_per_cell * (np + 1) / 2, false);
-  // tg: every token reads every weight and the cache so far (n_prompt + n_gen / 2 cells on average).
-  const double cells = np + ng / 2;
-  add(fmt::format("tg{}", f.n_gen), spread(tg_tps), c.weight_bytes + c.kv_bytes_per_cell * cells,
-      c.flops + c.attn_flops_per_cell * cells, true);
+  // tg: every token reads every weight and the cache so far (its start + n_gen / 2 cells on average).
+  const double cells = static_cast<double>(tg_prompt_len) + ng / 2;
+  add(f.depth > 0 ? fmt::format("tg{}@d{}", f.n_gen, f.depth) : fmt::format("tg{}", f.n_gen), spread(tg_tps),
+      c.weight_bytes + c.kv_bytes_per_cell * cells, c.flops + c.attn_flops_per_cell * cells, true);
+  results.back()["depth"] = f.depth;
 
   if (!f.out.empty()) {
     std::ofstream o(f.out, std::ios::app);
@@ -242,12 +264,12 @@ Status bench(const BenchFlags& f, const std::string& command) {
   std::printf("model   %s (%s, %s)\n", path.c_str(), shape_name(*model).c_str(), quant_name(*model).c_str());
   std::printf("device  %s [%s], backend %s, %d threads; measured bandwidth %.1f GB/s\n", lim.name.c_str(),
               lim.spec.c_str(), std::string(engine->backend_name()).c_str(), f.gen.n_threads, lim.bandwidth_gbs);
-  std::printf("%-8s %10s %8s %20s %11s %9s\n", "test", "tok/s", "stdev", "min-max", "GB/s", "of limit");
+  std::printf("%-10s %10s %8s %20s %11s %9s\n", "test", "tok/s", "stdev", "min-max", "GB/s", "of limit");
   for (const auto& j : results) {
     const std::string frac = j["fraction_of_limit"].is_null()
                                  ? "-"
                                  : fmt::format("{:.1f}%", 100 * j["fraction_of_limit"].get<double>());
-    std::printf("%-8s %10.1f %8.1f %20s %11.1f %9s\n", j["test"].get<std::string>().c_str(),
+    std::printf("%-10s %10.1f %8.1f %20s %11.1f %9s\n", j["test"].get<std::string>().c_str(),
                 j["tokens_per_s"].get<double>(), j["stdev"].get<double>(),
                 fmt::format("{:.1f}-{:.1f}", j["min"].get<double>(), j["max"].get<double>()).c_str(),
                 j["achieved_gbs"].get<double>(), frac.c_str());
@@ -275,6 +297,10 @@ LOOM_COMMAND(kBench, "bench", "measure prompt and generation speed (tokens/s) ag
   add_gen_flags(app, f->gen, /*sampling=*/false);
   app.add_option("-p,--n-prompt", f->n_prompt, "prompt tokens (test ppN)")->capture_default_str();
   app.add_option("-n,--n-gen", f->n_gen, "generated tokens (test tgN)")->capture_default_str();
+  app.add_option("-d,--depth", f->depth,
+                 "tokens in the context before tgN starts (0: an empty context, as llama-bench's tgN; "
+                 "D > 0 names the test tgN@dD)")
+      ->capture_default_str();
   app.add_option("-r,--reps", f->reps, "timed repetitions after one warm-up")->capture_default_str();
   app.add_flag("--json", f->json, "print one JSON object per test (one per line)");
   app.add_option("-o,--out", f->out, "also append the JSON objects to this file (JSON lines)");

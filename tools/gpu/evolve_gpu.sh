@@ -11,7 +11,8 @@
 # Every step checks the time left (EVOLVE_GPU_DEADLINE seconds from the start, default 210, so
 # the call fits 300 s with a ~80 s build) and is skipped when it would not fit; summary.json is
 # rewritten after every step, so a killed run still brings back what it did.
-# Env: EVOLVE_GPU_BUDGET (per search, default 20s), EVOLVE_GPU_NCU=1 (Nsight Compute on the
+# Env: EVOLVE_GPU_JOBS (q4_0-glu q4_0-down q4_k-glu q4_k-down: the searches to run, default all),
+# EVOLVE_GPU_BUDGET (per search, default 20s), EVOLVE_GPU_NCU=1 (Nsight Compute on the
 # best kernel of every job; default: the first job only, ~10 s each; 0: none),
 # EVOLVE_GPU_BENCH_ROUNDS (default 2), LOOM_GPU_STAGE (.gpu).
 # summary.json per job: evaluations per GPU-hour over the whole job (baseline, search,
@@ -159,17 +160,21 @@ PY
 }
 
 echo "commit $commit; deadline ${deadline}s; search budget $budget" | tee -a "$log"
-search q4_0 n_in=4096,n_out=14336,n_out1=14336,n_w=2,glu=1,n_tokens=1,planar=1,wtype=2 1
-search q4_0 n_in=14336,n_out=4096,n_tokens=1,planar=1,wtype=2 0
-bench q4_0
-search q4_k n_in=4096,n_out=14336,n_out1=14336,n_w=2,glu=1,n_tokens=1,planar=1,wtype=12 0
-search q4_k n_in=14336,n_out=4096,n_tokens=1,planar=1,wtype=12 0
-bench q4_k
+# EVOLVE_GPU_JOBS: which searches run (default all four); a quant's bench runs after its searches
+# when at least one of them ran.
+jobs=" ${EVOLVE_GPU_JOBS:-q4_0-glu q4_0-down q4_k-glu q4_k-down} "
+want() { [[ "$jobs" == *" $1 "* ]]; }
+want q4_0-glu && search q4_0 n_in=4096,n_out=14336,n_out1=14336,n_w=2,glu=1,n_tokens=1,planar=1,wtype=2 1
+want q4_0-down && search q4_0 n_in=14336,n_out=4096,n_tokens=1,planar=1,wtype=2 0
+{ want q4_0-glu || want q4_0-down; } && bench q4_0
+want q4_k-glu && search q4_k n_in=4096,n_out=14336,n_out1=14336,n_w=2,glu=1,n_tokens=1,planar=1,wtype=12 0
+want q4_k-down && search q4_k n_in=14336,n_out=4096,n_tokens=1,planar=1,wtype=12 0
+{ want q4_k-glu || want q4_k-down; } && bench q4_k
 "$bin/loom" evolve status --db "$db" >> "$log" 2>&1
 summary
 python3 -c "
 import json; d = json.load(open('$out/summary.json'))
 for j in d['jobs']: print('job', j['job'], j['shape'], 'evals', j['evaluations'], 'per GPU-hour %.0f' % (j['evaluations_per_gpu_hour'] or 0), 'search loop %.0f' % (j['search_evaluations_per_gpu_hour'] or 0), 'base frac', j['baseline_fraction_of_bandwidth'], 'best frac', j['best_fraction_of_bandwidth'], 'confirmed', j['confirmed_speedup'])
-for b in d['bench']: print("bench", b.get("synth"), b.get('kernel_store'), b.get('round'), b.get('test'), b.get('tokens_per_s') or b.get('tps') or b.get('median'))
+for b in d['bench']: print('bench', b.get('synth'), b.get('kernel_store'), b.get('round'), b.get('test'), b.get('tokens_per_s') or b.get('tps') or b.get('median'))
 print(*d['store_lines'], sep='\n')"
 echo "evolve_gpu.sh: done in $SECONDS s"
