@@ -70,7 +70,7 @@ TEST_P(FusedLowering, CpuLogitsStayBitIdenticalWithTheFusedOps) {
   ASSERT_TRUE(model.ok()) << model.status().to_string();
 
   ScopedEnv fuse("LOOM_FUSE", "1");
-  ScopedEnv fuse_attn("LOOM_FUSE_ATTN", "1");  // opt-in on GPUs too (docs/performance.md, session 6)
+  ScopedEnv fuse_attn("LOOM_FUSE_ATTN", "1");  // every row (GPUs default to rows of <= 2048 values)
   ScopedEnv prof("LOOM_PROFILE", "1");  // read when the backend is made
   exec::profile_reset();
   llm::EngineOptions ref_opt;

@@ -2,6 +2,7 @@
 #include "loom/exec/fusion_plan.h"
 
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -148,12 +149,17 @@ static Result<std::optional<GgmlType>> quantized_readers_format(const FusionPlan
 }
 
 Status FusionPlanner::quantize_attention(const Program& p, int64_t nt, Readers& readers, Fusions& f) const {
-  // Off unless LOOM_FUSE_ATTN=1: on the H200 (25749a1) the quantizing combine kernel cost about
-  // what the quantize_act launch it saves does (Llama-3-8B heads: 6.66 us per call vs 5.57 +
-  // 1.05; SmolLM2: 5.35 vs 3.68 + 1.04, graph replay with dependent launch); 96fbc49's form is
-  // not timed yet (docs/performance.md, session 6).
+  // The quantizing combine does per-row work that the plain one does not, and saves one
+  // quantize_act launch (~1 us with dependent launch): a gain where rows are short and launches
+  // dominate, a wash on long rows. On the H200: SmolLM2 (576-value rows) tg128 +1.4%, +3.8% and
+  // +0.5% in three same-binary A/Bs (a4bb200, af98870); Llama-3-8B (4096) -0.8% (a4bb200), and
+  // per call 6.66 us vs 5.57 + 1.05 before 96fbc49. So on by default for rows of at most
+  // kAttnQuantMaxRow values; LOOM_FUSE_ATTN=1 / 0 turns it on / off for every row.
+  constexpr int64_t kAttnQuantMaxRow = 2048;
   const char* env = std::getenv("LOOM_FUSE_ATTN");
-  if (!env || std::string_view(env) != "1") return Status();
+  const std::string_view mode = env ? std::string_view(env) : std::string_view();
+  if (mode == "0") return Status();
+  const int64_t max_row = mode == "1" ? std::numeric_limits<int64_t>::max() : kAttnQuantMaxRow;
   const OpSpec* att = kernels::find_op("attention_decode");
   if (!att) return Status();
   for (const Launch& l : p.launches) {
@@ -163,7 +169,7 @@ Status FusionPlanner::quantize_attention(const Program& p, int64_t nt, Readers& 
     // Whole blocks per token row (Q8_K: 256 values; on GPUs 256 / head_dim heads per CTA).
     const int64_t row = static_cast<int64_t>(l.attn.n_head) * l.attn.head_dim_v;
     const int64_t blk = *xt == GgmlType::Q8_K ? 256 : 32;
-    if (row % blk || l.attn.head_dim_k != l.attn.head_dim_v) continue;
+    if (row > max_row || row % blk || l.attn.head_dim_k != l.attn.head_dim_v) continue;
     if (*xt == GgmlType::Q8_K && (256 % l.attn.head_dim_v || l.attn.n_head % (256 / l.attn.head_dim_v))) continue;
     f.attn_q[&l] = *xt;
   }

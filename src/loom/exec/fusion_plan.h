@@ -35,8 +35,9 @@ struct MatmulChoice {
 //    add just before it (out = a + b feeding the norm) folded in (the sum is still written);
 //  - attention whose output only feeds matmuls that read Q8_0/Q8_1/Q8_K activations -> the
 //    decode attention writes those blocks too (out_q; the lowering takes it only where it uses
-//    attention_decode), so no quantize_act runs before the o projection; only with
-//    LOOM_FUSE_ATTN=1 for now (no faster on the H200 yet: docs/performance.md, session 6);
+//    attention_decode), so no quantize_act runs before the o projection; by default where
+//    the attention's output row has at most 2048 values (small models, where the saved launch
+//    pays), everywhere with LOOM_FUSE_ATTN=1, nowhere with LOOM_FUSE_ATTN=0;
 //  - 2..3 consecutive matmuls of one input through matvec_gpu with one weight type and n_in
 //    (q|k|v, gate|up) -> one launch; a gate|up pair whose only reader is the swiglu after it
 //    computes silu(gate) * up itself (the swiglu and the gate/up outputs go).
