@@ -69,6 +69,12 @@ Value* load_u8_i32(Emit& b, Value* w, Value* off) { return b.convert(b.load_at(w
 void unpack_k4_scales(Emit& b, Value* w, Value* off, Value* sc[8], Value* mn[8]) {
   Value* q[12];
   for (int i = 0; i < 12; ++i) q[i] = load_u8_i32(b, w, b.addc(off, i));
+  k4_scales_mins(b, q, sc, mn);
+}
+
+}  // namespace
+
+void k4_scales_mins(Emit& b, Value* const q[12], Value* sc[8], Value* mn[8]) {
   for (int j = 0; j < 8; ++j) {
     if (j < 4) {
       sc[j] = b.andc(q[j], 63);
@@ -79,8 +85,6 @@ void unpack_k4_scales(Emit& b, Value* w, Value* off, Value* sc[8], Value* mn[8])
     }
   }
 }
-
-}  // namespace
 
 DotFormat dot_format(GgmlType w) {
   switch (w) {

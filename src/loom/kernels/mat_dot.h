@@ -23,6 +23,10 @@ struct DotFormat {
   int x_bytes;           // activation bytes per step
 };
 
+// The 6-bit scales and mins of the 8 sub-blocks of a Q4_K/Q5_K block from its 12 packed scale
+// bytes (q[i]: byte i as i32), as ggml packs them.
+void k4_scales_mins(Emit& b, ir::Value* const q[12], ir::Value* sc[8], ir::Value* mn[8]);
+
 // nullptr-like (block_elems == 0) for unsupported types.
 DotFormat dot_format(llm::GgmlType wtype);
 bool dot_supported(llm::GgmlType wtype);

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "loom/kernels/mat_dot.h"
+
 namespace loom::kernels::matvec_gpu_detail {
 
 namespace {
@@ -183,15 +185,7 @@ Value* block_dot(Emit& b, const WFormat& f, Window& win, int o, const StagedX& s
       }
       Value* sc[8];
       Value* mn[8];
-      for (int j = 0; j < 8; ++j) {
-        if (j < 4) {
-          sc[j] = b.andc(q[j], 63);
-          mn[j] = b.andc(q[j + 4], 63);
-        } else {
-          sc[j] = b.bit_or(b.andc(q[j + 4], 0xF), b.shlc(b.shrc(q[j - 4], 6), 4));
-          mn[j] = b.bit_or(b.shrc(q[j + 4], 4), b.shlc(b.shrc(q[j], 6), 4));
-        }
-      }
+      k4_scales_mins(b, q, sc, mn);
       Value* isum = b.i32(0);
       for (int j = 0; j < 4; ++j) {  // 64-element chunks: low nibbles = sub-block 2j, high = 2j+1
         Value* dlo = b.i32(0);
