@@ -8,7 +8,13 @@ build="${LOOM_BUILD_DIR:-$root/build}"
 export LOOM_BIN="$build/loom"
 
 echo "== unit tests (ctest)"
-ctest --test-dir "$build" --output-on-failure -j"$(nproc)"
+if ! ctest --test-dir "$build" --output-on-failure -j"$(nproc)"; then
+  # Show the failing tests' own output last, where a truncated CI log still has it.
+  log="$build/Testing/Temporary/LastTest.log"
+  echo "== ctest failed; the failing tests' output (from $log):"
+  [[ -f "$log" ]] && awk '/^[0-9]+\/[0-9]+ Testing: /{blk=""} {blk=blk $0 "\n"} /^Test Failed\./{printf "%s", blk}' "$log" | tail -n 80
+  exit 1
+fi
 
 if [[ -x "$root/tools/fuzz.sh" ]]; then
   echo "== fuzz (bounded)"

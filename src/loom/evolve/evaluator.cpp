@@ -503,10 +503,20 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
   const kernels::Cost cost = op.cost(shape);
   r.gbps = cost.bytes / r.median_us / 1e3;
   if (opt.peak_gbps > 0) r.frac_peak = r.gbps / opt.peak_gbps;
-  if (opt.peak_gbps > 0 && r.gbps > opt.floor_margin * opt.peak_gbps)
-    return done(reject(r, fmt::format("floor: {:.2f} us moves {:.0f} bytes at {:.1f} GB/s, above the measured peak {:.1f} "
-                                      "GB/s by more than {:.0f}%: faster than physically possible (flagged, not accepted)",
-                                      r.median_us, cost.bytes, r.gbps, opt.peak_gbps, 100 * (opt.floor_margin - 1))));
+  if (opt.peak_gbps > 0 && r.gbps > opt.floor_margin * opt.peak_gbps) {
+    // The job's peak may have been measured while the machine was busier than it is now (a
+    // shared machine, parallel tests): before flagging, measure the peak again here, under the
+    // conditions the candidate was just timed in, and flag only above both measurements.
+    Result<double> fresh = measure_read_gbps(dev);
+    const double peak = std::max(opt.peak_gbps, fresh.ok() ? *fresh : 0.0);
+    if (r.gbps > opt.floor_margin * peak)
+      return done(reject(r, fmt::format("floor: {:.2f} us moves {:.0f} bytes at {:.1f} GB/s, above the measured peak {:.1f} "
+                                        "GB/s (job) / {:.1f} GB/s (measured again now) by more than {:.0f}%: faster than "
+                                        "physically possible (flagged, not accepted)",
+                                        r.median_us, cost.bytes, r.gbps, opt.peak_gbps, fresh.ok() ? *fresh : 0.0,
+                                        100 * (opt.floor_margin - 1))));
+    r.frac_peak = r.gbps / peak;
+  }
   const double intensity = cost.flops / std::max(1.0, cost.bytes);
   if (opt.peak_gbps <= 0)
     r.diagnosis = fmt::format("{:.1f} GB/s (no measured peak); {:.2f} flop/byte", r.gbps, intensity);
