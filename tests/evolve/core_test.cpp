@@ -156,7 +156,7 @@ TEST(EvolveFamily, TablePathsKeepMatvecCorrect) {
   a["cx_threads"] = b["cx_threads"] = 1;
   a["cx_tile"] = 4;
   a["cx_offset"] = 1;
-  a["cx_rows"] = 64;
+  a["cx_rows"] = 8;
   canonicalize(a, space, def);
   canonicalize(b, space, def);
   EXPECT_EQ(a, b);

@@ -1,9 +1,9 @@
 """`loom evolve`: the CI must-shows of issue 8 on the cpu device.
 
 1. A search on the Q4_0 mat-vec at SmolLM2-135M's FFN shape (the issue's 2 minutes,
-   LOOM_EVOLVE_SEARCH_BUDGET) finishes with a winner correct on held-out shapes, >= 1.1x the op's
-   default schedule (re-timed interleaved with the baseline; 1.3x is reached when other work holds
-   a core), and stores it; a
+   LOOM_EVOLVE_SEARCH_BUDGET) finishes with a winner correct on held-out shapes, >= 1.3x the op's
+   default schedule (re-timed interleaved with the baseline), and stores it; `loom bench` loads
+   it, says so and generates faster with it; a
    job killed with SIGKILL inside a batch and resumed keeps every evaluation and proposes exactly
    what an uninterrupted job proposes.
 A user-defined op from a file (examples/evolve/row_sum.json) is searched like a built-in one and
@@ -11,6 +11,7 @@ reports where its best kernel's cycles go.
 3. The llm synthesizer against a real `loom serve` (SmolLM2) completes a bounded search; replies
    that hold no kernel or do not compile are recorded with the reason.
 """
+import json
 import os
 import pathlib
 import re
@@ -54,15 +55,12 @@ def test_search_q4_0_ffn_two_minutes(loom_bin, tmp_path):
     (base_frac,), = db_rows(db, "SELECT frac_peak FROM candidates WHERE job = ? AND seq = 0", job)
     print(f"baseline {baseline_us:.1f} us at {100 * base_frac:.0f}% of the measured read bandwidth; "
           f"best {best_speedup:.2f}x at {100 * frac:.0f}%; confirmed {confirmed:.2f}x")
-    # Issue 8 asks for 1.3x over the default schedule and >= 60% of the measured read bandwidth.
-    # The AVX2 family's table path (activation tables, two 4-bit blocks per register, one-thread
-    # launches, prefetch; its starting point) confirms 1.82x when other work holds a core (the
-    # default's pool then waits for its second thread: ~90 us) but 1.18x when both cores are free
-    # (default ~50 us at ~68% of the bandwidth, winner ~41 us at ~83%: 1.3x would need ~90%). So
-    # the gate is a clear confirmed gain; 1.3x and the fraction of the bandwidth are printed (the
-    # 2-thread peak itself measures 14-28 GB/s depending on the load, so a bandwidth gate would
-    # test the machine: docs/performance.md, section evolve). The job confirms its three best
-    # candidates, 5 interleaved rounds each.
+    # Issue 8 asks for 1.3x over the default schedule (confirmed: the job re-times its three best
+    # candidates in 5 rounds interleaved with the baseline) and >= 60% of the measured read
+    # bandwidth. The AVX2 family's starting point (tables, pairs, two threads over 64-row blocks,
+    # prefetch) confirms 1.5-1.6x at 74-90% of the bandwidth on the quiet 2-core EPYC; when other
+    # work holds a core the one-thread variant wins (1.8x). The 2-thread peak itself varies with
+    # the load (14-31 GB/s measured), so the fraction is printed, and gated loosely.
     stored = db_rows(db, "SELECT speedup, median_us FROM kernels WHERE op = 'matvec' AND shape_key = ?", FFN)
     assert stored, f"nothing stored: confirmed {confirmed:.2f}x"
     # Stored with min(search, confirmed) speed-up.
@@ -74,10 +72,34 @@ def test_search_q4_0_ffn_two_minutes(loom_bin, tmp_path):
     win_frac = bytes_per_launch / (stored[0][1] * 1e-6) / 1e9 / peak
     print(f"confirmed {confirmed:.2f}x ({'meets' if confirmed >= 1.3 else 'below'} issue 8's 1.3x); winner "
           f"{stored[0][1]:.1f} us = {100 * win_frac:.0f}% of the measured {peak:.1f} GB/s")
-    # The gate is the store's own bar (a confirmed gain beyond 5%, the noise of 5 interleaved
-    # rounds): quiet 2-core runs confirmed 1.16-1.18x, loaded ones up to 1.82x.
-    assert confirmed > 1.05
-    assert frac >= 0.4
+    assert confirmed >= 1.3
+    assert frac >= 0.45 and win_frac >= 0.45
+    # `loom bench` loads the winner from the store, says so, and generates faster with it (a
+    # synthetic SmolLM2-135M-shape Q4_0 model: its FFN is the searched shape); two interleaved
+    # rounds, best median of each.
+    model = tmp_path / "smollm2-q4_0.gguf"
+    run_loom(loom_bin, "model", "synth", "--shape", "smollm2-135m", "--quant", "q4_0", "-o", model)
+    tg = {"store": [], "default": []}
+    for _ in range(2):
+        for arm in tg:
+            env = dict(os.environ)
+            env.pop("LOOM_NO_KERNEL_STORE", None)
+            if arm == "store":
+                env["LOOM_EVOLVE_DB"] = str(db)
+            else:
+                env["LOOM_NO_KERNEL_STORE"] = "1"
+            b = subprocess.run([str(loom_bin), "bench", "-m", str(model), "--device", "cpu", "-p", "8", "-n", "32",
+                                "-r", "3", "--json"], capture_output=True, text=True, timeout=600, env=env, check=True)
+            if arm == "store":
+                assert f"kernel store: evolve-{job}." in b.stderr and "n_in=576,n_out=1536" in b.stderr, b.stderr[-2000:]
+            else:
+                assert "kernel store:" not in b.stderr
+            res = {j["test"]: j for j in map(json.loads, (l for l in b.stdout.splitlines() if l.startswith("{")))}
+            tg[arm].append(res["tg32"]["tokens_per_s"])
+    gain = max(tg["store"]) / max(tg["default"])
+    print(f"loom bench tg32: {max(tg['default']):.1f} tok/s with the default schedules, "
+          f"{max(tg['store']):.1f} with the stored winner: {gain:.2f}x")
+    assert gain > 1.05
     # Evaluations are recorded with provenance; failures (if any) with a reason.
     rows = db_rows(db, "SELECT seq, parent, synth, status, reason FROM candidates WHERE job = ? ORDER BY seq", job)
     assert rows[0][2] == "baseline" and len(rows) >= 10

@@ -210,7 +210,6 @@ extern "C" void evolve_matvec(void* const* args, const LoomLaunchDims* dims) {{
 
 std::vector<kernels::Knob> family_knobs(const kernels::OpSpec& op, const kernels::Shape& shape, ir::TargetKind target) {
   if (!applies(op, shape, target)) return {};
-  // First choices are where a candidate lands when the search switches it to this family.
   // cx_xpre: activation tables built once per call (quants, Q4_0 offsets, scale splats) instead
   // of once per block and row tile; cx_pair: two 4-bit blocks per 256-bit register (half the
   // multiply-adds and conversions per byte); cx_threads 1: one block, which the cpu device runs
@@ -218,16 +217,18 @@ std::vector<kernels::Knob> family_knobs(const kernels::OpSpec& op, const kernels
   // running when the launch starts); cx_pf: software prefetch this many bytes ahead in the
   // weight stream, every cx_pfstep blocks (or pairs).
   //
-  // The starting point (first choices: tables, pairs, one thread, prefetch 2 KiB ahead every
-  // second step) is the fastest combination measured by hand on the 2-core EPYC (Q4_0 576 x 1536,
-  // weights streaming: ~37 us against ~60 for the op's default schedule, interleaved runs at load
-  // ~12; docs/performance.md); the search moves from there.
+  // The starting point (first choices), where a search lands when it switches a candidate to
+  // this family: tables, pairs, two threads over 64-row blocks, prefetch 4 KiB ahead every second
+  // pair, the fastest combination measured by hand on the quiet 2-core EPYC (Q4_0 576 x 1536,
+  // weights streaming: ~25-28 us against ~43-49 for the op's default schedule, 75-90% of the
+  // measured read bandwidth; one thread ~35 us). Under load (another job holding a core) one
+  // thread wins; the search moves there by mutation (docs/performance.md, evolve).
   const int64_t wt = shape.at("wtype");
-  std::vector<kernels::Knob> k = {{"ev_family", {0, 1}},       {"cx_rows", {4, 8, 16, 32, 64}},
+  std::vector<kernels::Knob> k = {{"ev_family", {0, 1}},       {"cx_rows", {64, 16, 32, 8, 4}},
                                   {"cx_tile", {1, 2, 4}},       {"cx_acc", {1, 2}},
-                                  {"cx_pf", {2048, 1024, 4096, 256, 0}},
+                                  {"cx_pf", {4096, 2048, 1024, 256, 0}},
                                   {"cx_unroll", {1, 2, 4}},     {"cx_xpre", {1, 0}},
-                                  {"cx_threads", {1, 0}},       {"cx_pfstep", {2, 1, 4}}};
+                                  {"cx_threads", {0, 1}},       {"cx_pfstep", {2, 1, 4}}};
   if (wt == 2) k.push_back({"cx_offset", {0, 1}});
   if (wt == 2 || wt == 3) k.push_back({"cx_pair", {1, 0}});
   return k;
