@@ -1,11 +1,11 @@
 // FusionPlanner's default for the quantizing attention (out_q): on for GPU decode steps of
 // models with short attention rows, off with LOOM_FUSE_ATTN=0, and never on the cpu driver
-// unless fusions are asked for. Uses a tiny llama model (64-value attention rows).
+// unless fusions are asked for; the environment's switches parsed once into LoweringOptions.
+// Uses a tiny llama model (64-value attention rows).
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <optional>
 #include <string>
+#include <vector>
 
 #include "../llm/tiny_model.h"
 #include "loom/exec/fusion_plan.h"
@@ -14,26 +14,9 @@
 namespace loom::exec {
 namespace {
 
-class EnvVar {
- public:
-  EnvVar(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) setenv(name, value->c_str(), 1);
-    else unsetenv(name);
-  }
-  ~EnvVar() {
-    if (old_) setenv(name_, old_->c_str(), 1);
-    else unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
-size_t attention_quantized(const llm::Model& m, ir::TargetKind target) {
+size_t attention_quantized(const llm::Model& m, ir::TargetKind target, const LoweringOptions& o) {
   const llm::Program p = m.build_program(1, 1);
-  FusionPlanner planner(m, target, false);
+  FusionPlanner planner(m, target, false, o);
   auto f = planner.plan(p, 1);
   EXPECT_TRUE(f.ok()) << f.status().to_string();
   return f.ok() ? f->attn_q.size() : 0;
@@ -45,22 +28,54 @@ TEST(FusionPlan, QuantizingAttentionByDefaultOnShortRowsOnGpus) {
   const std::string path = llm::tiny::write_tiny(spec, "fusion_plan_tiny_q4_0.gguf");
   auto model = llm::Model::load(path, false);
   ASSERT_TRUE(model.ok()) << model.status().to_string();
-  EnvVar fuse("LOOM_FUSE", std::nullopt);
-  {
-    EnvVar attn("LOOM_FUSE_ATTN", std::nullopt);
-    EXPECT_EQ(attention_quantized(**model, ir::TargetKind::kPtx), static_cast<size_t>(spec.n_layer))
-        << "64-value rows: every layer's attention writes the o projection's blocks";
-    EXPECT_EQ(attention_quantized(**model, ir::TargetKind::kCpp), 0u) << "no fusions on the cpu driver by default";
-  }
-  {
-    EnvVar attn("LOOM_FUSE_ATTN", "0");
-    EXPECT_EQ(attention_quantized(**model, ir::TargetKind::kPtx), 0u);
-  }
-  {
-    EnvVar attn("LOOM_FUSE_ATTN", "1");
-    EnvVar on("LOOM_FUSE", "1");
-    EXPECT_EQ(attention_quantized(**model, ir::TargetKind::kCpp), static_cast<size_t>(spec.n_layer));
-  }
+  const LoweringOptions def;
+  EXPECT_EQ(attention_quantized(**model, ir::TargetKind::kPtx, def), static_cast<size_t>(spec.n_layer))
+      << "64-value rows: every layer's attention writes the o projection's blocks";
+  EXPECT_EQ(attention_quantized(**model, ir::TargetKind::kCpp, def), 0u) << "no fusions on the cpu driver by default";
+  LoweringOptions off;
+  off.fuse_attn = LoweringOptions::FuseAttn::kOff;
+  EXPECT_EQ(attention_quantized(**model, ir::TargetKind::kPtx, off), 0u);
+  LoweringOptions all;
+  all.fuse_attn = LoweringOptions::FuseAttn::kAll;
+  all.fuse = LoweringOptions::Fuse::kOn;
+  EXPECT_EQ(attention_quantized(**model, ir::TargetKind::kCpp, all), static_cast<size_t>(spec.n_layer));
+}
+
+// The A/B switches as the environment sets them; unknown values keep the default and say so.
+TEST(LoweringOptions, FromEnvironment) {
+  const char* names[] = {"LOOM_GPU_FAST_OPS", "LOOM_GPU_BATCH_MATVEC", "LOOM_PLANAR",    "LOOM_FUSE",
+                         "LOOM_FUSE_NORM",    "LOOM_FUSE_ATTN",        "LOOM_GPU_PDL_PROMPT", "LOOM_DECODE_ATTENTION_MAX"};
+  for (const char* n : names) unsetenv(n);
+  std::vector<std::string> w;
+  LoweringOptions d = LoweringOptions::from_env(&w);
+  EXPECT_TRUE(w.empty());
+  EXPECT_TRUE(d.gpu_fast_ops && d.gpu_batch_matvec && d.planar && !d.pdl_prompt);
+  EXPECT_EQ(d.fuse, LoweringOptions::Fuse::kGpuOnly);
+  EXPECT_EQ(d.fuse_norm, LoweringOptions::FuseNorm::kQ8);
+  EXPECT_EQ(d.fuse_attn, LoweringOptions::FuseAttn::kShortRows);
+  EXPECT_EQ(d.decode_attention_max, 8);
+  setenv("LOOM_GPU_FAST_OPS", "0", 1);
+  setenv("LOOM_PLANAR", "0", 1);
+  setenv("LOOM_FUSE", "1", 1);
+  setenv("LOOM_FUSE_NORM", "q8_0", 1);
+  setenv("LOOM_FUSE_ATTN", "0", 1);
+  setenv("LOOM_GPU_PDL_PROMPT", "1", 1);
+  setenv("LOOM_DECODE_ATTENTION_MAX", "16", 1);
+  LoweringOptions o = LoweringOptions::from_env(&w);
+  EXPECT_TRUE(w.empty());
+  EXPECT_TRUE(!o.gpu_fast_ops && o.gpu_batch_matvec && !o.planar && o.pdl_prompt);
+  EXPECT_EQ(o.fuse, LoweringOptions::Fuse::kOn);
+  EXPECT_EQ(o.fuse_norm, LoweringOptions::FuseNorm::kQ8_0);
+  EXPECT_EQ(o.fuse_attn, LoweringOptions::FuseAttn::kOff);
+  EXPECT_EQ(o.decode_attention_max, 16);
+  setenv("LOOM_FUSE_NORM", "q9", 1);
+  setenv("LOOM_DECODE_ATTENTION_MAX", "eight", 1);
+  o = LoweringOptions::from_env(&w);
+  EXPECT_EQ(o.fuse_norm, LoweringOptions::FuseNorm::kQ8);
+  EXPECT_EQ(o.decode_attention_max, 8);
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_NE(w[0].find("LOOM_FUSE_NORM=q9"), std::string::npos) << w[0];
+  for (const char* n : names) unsetenv(n);
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 // FusionPlanner: the matmul op choice and the launch fusions of a step (see fusion_plan.h).
 #include "loom/exec/fusion_plan.h"
 
-#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <string>
@@ -21,12 +20,6 @@ using llm::Launch;
 using llm::OpCode;
 using llm::Program;
 
-// The GPU fast paths of issue 7 (matvec_gpu, matmul_mma) unless LOOM_GPU_FAST_OPS=0.
-bool gpu_fast_ops() {
-  const char* e = std::getenv("LOOM_GPU_FAST_OPS");
-  return !(e && std::string_view(e) == "0");
-}
-
 }  // namespace
 
 Result<MatmulChoice> FusionPlanner::choose_matmul(const Launch& l, int64_t nt) const {
@@ -34,12 +27,11 @@ Result<MatmulChoice> FusionPlanner::choose_matmul(const Launch& l, int64_t nt) c
   MatmulChoice mc;
   mc.shape.dims = {{"wtype", static_cast<int64_t>(w.type)}, {"n_in", w.n_in}, {"n_out", w.n_out}, {"n_tokens", nt}};
   LOOM_ASSIGN_OR_RETURN(mc.xtype, llm::ref::vec_dot_type(w.type));
-  if (target_ == ir::TargetKind::kPtx && gpu_fast_ops()) {
+  if (target_ == ir::TargetKind::kPtx && opt_.gpu_fast_ops) {
     const OpSpec* mvg = kernels::find_op("matvec_gpu");
     if (mvg && !mvg->validate(mc.shape).ok()) mvg = nullptr;
-    // LOOM_GPU_BATCH_MATVEC=0: one token only, as before issue 6 (A/B of the batched path).
-    const char* bm = std::getenv("LOOM_GPU_BATCH_MATVEC");
-    if (nt > 1 && bm && std::string_view(bm) == "0") mvg = nullptr;
+    // gpu_batch_matvec off: one token only, as before issue 6 (A/B of the batched path).
+    if (nt > 1 && !opt_.gpu_batch_matvec) mvg = nullptr;
     if (mvg) {
       mc.op = mvg;  // same arguments as matvec: w, xq, y
       mc.fast_matvec = true;
@@ -59,9 +51,8 @@ Result<MatmulChoice> FusionPlanner::choose_matmul(const Launch& l, int64_t nt) c
 }
 
 bool FusionPlanner::fusions_enabled() const {
-  const char* e = std::getenv("LOOM_FUSE");
-  if (all_values_ || (e && std::string_view(e) == "0")) return false;
-  return target_ == ir::TargetKind::kPtx || (e && std::string_view(e) == "1");
+  if (all_values_ || opt_.fuse == LoweringOptions::Fuse::kOff) return false;
+  return target_ == ir::TargetKind::kPtx || opt_.fuse == LoweringOptions::Fuse::kOn;
 }
 
 Result<Fusions> FusionPlanner::plan(const Program& p, int64_t nt) const {
@@ -78,16 +69,15 @@ Result<Fusions> FusionPlanner::plan(const Program& p, int64_t nt) const {
   return f;
 }
 
-// LOOM_FUSE_NORM: q8 (the default: rms_norm_q8 where every reader takes Q8_0/Q8_1/Q8_K
-// activations, add_rms_norm for the other adds before a norm), q8_0 (as q8 but Q8_0/Q8_1
-// only, as in session 5: the A/B of the Q8_K form), add (add_rms_norm only), 0.
+// LoweringOptions::fuse_norm: q8 (the default: rms_norm_q8 where every reader takes
+// Q8_0/Q8_1/Q8_K activations, add_rms_norm for the other adds before a norm), q8_0 (as q8 but
+// Q8_0/Q8_1 only, as in session 5: the A/B of the Q8_K form), add (add_rms_norm only), off.
 Status FusionPlanner::fuse_norm_quant(const Program& p, int64_t nt, Readers& readers, Fusions& f) const {
-  const char* env = std::getenv("LOOM_FUSE_NORM");
-  const std::string mode = env && *env ? env : "q8";
-  if (mode == "0") return Status();
+  using FuseNorm = LoweringOptions::FuseNorm;
+  if (opt_.fuse_norm == FuseNorm::kOff) return Status();
   const OpSpec* nq = kernels::find_op("rms_norm_q8");
-  const bool q8 = (mode == "q8" || mode == "q8_0") && nq;
-  const bool q8k = mode == "q8";
+  const bool q8 = (opt_.fuse_norm == FuseNorm::kQ8 || opt_.fuse_norm == FuseNorm::kQ8_0) && nq;
+  const bool q8k = opt_.fuse_norm == FuseNorm::kQ8;
   const bool add_norm = kernels::find_op("add_rms_norm") != nullptr;
   auto slot = [&](int32_t v) { return p.values[static_cast<size_t>(v)].slot; };
   for (size_t i = 0; i < p.launches.size(); ++i) {
@@ -154,12 +144,11 @@ Status FusionPlanner::quantize_attention(const Program& p, int64_t nt, Readers& 
   // dominate, a wash on long rows. On the H200: SmolLM2 (576-value rows) tg128 +1.4%, +3.8% and
   // +0.5% in three same-binary A/Bs (a4bb200, af98870); Llama-3-8B (4096) -0.8% (a4bb200), and
   // per call 6.66 us vs 5.57 + 1.05 before 96fbc49. So on by default for rows of at most
-  // kAttnQuantMaxRow values; LOOM_FUSE_ATTN=1 / 0 turns it on / off for every row.
+  // kAttnQuantMaxRow values; fuse_attn kAll / kOff (LOOM_FUSE_ATTN=1 / 0) for every row.
   constexpr int64_t kAttnQuantMaxRow = 2048;
-  const char* env = std::getenv("LOOM_FUSE_ATTN");
-  const std::string_view mode = env ? std::string_view(env) : std::string_view();
-  if (mode == "0") return Status();
-  const int64_t max_row = mode == "1" ? std::numeric_limits<int64_t>::max() : kAttnQuantMaxRow;
+  using FuseAttn = LoweringOptions::FuseAttn;
+  if (opt_.fuse_attn == FuseAttn::kOff) return Status();
+  const int64_t max_row = opt_.fuse_attn == FuseAttn::kAll ? std::numeric_limits<int64_t>::max() : kAttnQuantMaxRow;
   const OpSpec* att = kernels::find_op("attention_decode");
   if (!att) return Status();
   for (const Launch& l : p.launches) {

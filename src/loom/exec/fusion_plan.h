@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "loom/base/status.h"
+#include "loom/exec/lowering_options.h"
 #include "loom/ir/ir.h"
 #include "loom/kernels/op_spec.h"
 #include "loom/llm/ggml_types.h"
@@ -21,7 +22,7 @@ namespace loom::exec {
 // weight once for all of them and gives every token the bits it gets alone (a batched decode
 // step does not change a request's tokens); longer prompts on the tensor cores (activations
 // converted to f16 once by quantize_act); shapes or weight types these ops refuse keep the
-// generic matvec/matmul. LOOM_GPU_FAST_OPS=0 turns the GPU paths off.
+// generic matvec/matmul. LoweringOptions::gpu_fast_ops (LOOM_GPU_FAST_OPS=0) turns the GPU paths off.
 struct MatmulChoice {
   const kernels::OpSpec* op = nullptr;
   llm::GgmlType xtype = llm::GgmlType::F32;  // activations as the op reads them (F16: matmul_mma)
@@ -37,7 +38,7 @@ struct MatmulChoice {
 //    decode attention writes those blocks too (out_q; the lowering takes it only where it uses
 //    attention_decode), so no quantize_act runs before the o projection; by default where
 //    the attention's output row has at most 2048 values (small models, where the saved launch
-//    pays), everywhere with LOOM_FUSE_ATTN=1, nowhere with LOOM_FUSE_ATTN=0;
+//    pays), everywhere or nowhere as LoweringOptions::fuse_attn says (LOOM_FUSE_ATTN=1/0);
 //  - 2..3 consecutive matmuls of one input through matvec_gpu with one weight type and n_in
 //    (q|k|v, gate|up) -> one launch; a gate|up pair whose only reader is the swiglu after it
 //    computes silu(gate) * up itself (the swiglu and the gate/up outputs go).
@@ -45,9 +46,9 @@ struct MatmulChoice {
 // and a matrix's rows in a multi-weight launch are the rows of its own launch with that
 // launch's lanes per row (the default lanes per row counts all the launch's rows, so the
 // GPU's float summation order may differ from the separate launch's; tests/ops checks both).
-// LOOM_FUSE=0 turns them off (A/B), LOOM_FUSE=1 turns them on off the GPU too (the cpu
-// driver's kernels are bit-identical to the reference, so tests/exec checks the lowering
-// there); LOOM_DUMP_VALUES turns them off (every value is written).
+// LoweringOptions::fuse (LOOM_FUSE=0) turns them off (A/B), kOn (LOOM_FUSE=1) on off the GPU
+// too (the cpu driver's kernels are bit-identical to the reference, so tests/exec checks the
+// lowering there); LOOM_DUMP_VALUES turns them off (every value is written).
 struct Fusions {
   std::map<const llm::Launch*, llm::GgmlType> norm_q8;             // rms_norm -> the activation format it writes
   std::map<const llm::Launch*, llm::GgmlType> attn_q;              // attention -> the activation format it also writes
@@ -57,13 +58,12 @@ struct Fusions {
   std::set<const llm::Launch*> absorbed;                      // launches another call computes
 };
 
-// Stateless apart from what it is built with; reads LOOM_GPU_FAST_OPS, LOOM_GPU_BATCH_MATVEC,
-// LOOM_FUSE, LOOM_FUSE_NORM (0 | add | q8_0 | q8) and LOOM_FUSE_ATTN when asked (the A/B switches of docs/performance.md).
+// Stateless apart from what it is built with (the A/B switches come in LoweringOptions).
 class FusionPlanner {
  public:
   // all_values: every Program value must be written (LOOM_DUMP_VALUES): no fusions.
-  FusionPlanner(const llm::Model& model, ir::TargetKind target, bool all_values)
-      : model_(model), target_(target), all_values_(all_values) {}
+  FusionPlanner(const llm::Model& model, ir::TargetKind target, bool all_values, const LoweringOptions& options)
+      : model_(model), target_(target), all_values_(all_values), opt_(options) {}
 
   Result<MatmulChoice> choose_matmul(const llm::Launch& l, int64_t nt) const;
   Result<Fusions> plan(const llm::Program& p, int64_t nt) const;
@@ -78,6 +78,7 @@ class FusionPlanner {
   const llm::Model& model_;
   ir::TargetKind target_;
   bool all_values_;
+  LoweringOptions opt_;
 };
 
 }  // namespace loom::exec

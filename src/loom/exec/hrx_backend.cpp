@@ -62,7 +62,15 @@ ProfileTable& profile_table() {
 
 class HrxBackend final : public llm::Backend {
  public:
-  explicit HrxBackend(HrxBackendOptions o) : opt_(std::move(o)) {}
+  explicit HrxBackend(HrxBackendOptions o) : opt_(std::move(o)) {
+    if (opt_.lowering) {
+      low_ = *opt_.lowering;
+    } else {
+      std::vector<std::string> warnings;
+      low_ = LoweringOptions::from_env(&warnings);
+      for (const std::string& w : warnings) log_warn("{}", w);
+    }
+  }
 
   std::string_view name() const override { return name_; }
 
@@ -78,7 +86,9 @@ class HrxBackend final : public llm::Backend {
     // Weights, in their stored layout; on cuda the ones only matvec_gpu and matmul_mma read in
     // the planar layout (issue 7: coalesced weight loads; LOOM_PLANAR=0 keeps GGUF rows).
     weights_.resize(model.weights().size());
-    planar_ = kernels::planar_weights(model, dev_.target());
+    // The planar layout only where every matmul of those weights goes to matvec_gpu or matmul_mma.
+    planar_.assign(model.weights().size(), false);
+    if (low_.planar && low_.gpu_fast_ops && low_.gpu_batch_matvec) planar_ = kernels::planar_weights(model, dev_.target());
     std::vector<uint8_t> repacked;
     uint64_t total = 0;
     for (const llm::Weight& w : model.weights()) total += w.view.row_stride * static_cast<uint64_t>(w.view.n_out);
@@ -162,7 +172,7 @@ class HrxBackend final : public llm::Backend {
     // LOOM_GPU_PDL_PROMPT=1. H200 (docs/performance.md, session 5): SmolLM2 tg128 ~872 -> ~1030
     // tok/s with it; its pp512 lost with it (57.9K -> 52.7K) as the sm_90 kernels trigger their
     // dependents early. A graph keeps the setting it was captured with.
-    stream_.set_dependent_launch(pdl_ && (T <= 16 || pdl_prompt_));
+    stream_.set_dependent_launch(pdl_ && (T <= 16 || low_.pdl_prompt));
     if (plan.graph.raw()) {
       LOOM_RETURN_IF_ERROR(plan.graph.launch(stream_));
     } else {
@@ -306,7 +316,7 @@ class HrxBackend final : public llm::Backend {
     auto rows_of = [&](int32_t v) { return p.values[static_cast<size_t>(v)].rows; };
     auto cols_of = [&](int32_t v) { return p.values[static_cast<size_t>(v)].cols; };
     auto vname = [&](int32_t v) { return p.values[static_cast<size_t>(v)].name; };
-    const FusionPlanner planner(*model_, dev_.target(), dump_dir_ != nullptr);
+    const FusionPlanner planner(*model_, dev_.target(), dump_dir_ != nullptr, low_);
     LOOM_ASSIGN_OR_RETURN(Fusions fu, planner.plan(p, T));
     // The address of value v's activations in format xt (quantized once per value and format,
     // by a quantize_act call placed before the first reader).
@@ -499,7 +509,7 @@ class HrxBackend final : public llm::Backend {
         case OpCode::kAttention: {
           const llm::ref::AttentionParams& a = l.attn;
           if (a.head_dim_k != a.head_dim_v) return unimplemented("attention with different K and V head sizes");
-          LOOM_ASSIGN_OR_RETURN(call.op, op(T <= decode_attention_max_ ? "attention_decode" : "attention_prompt"));
+          LOOM_ASSIGN_OR_RETURN(call.op, op(T <= low_.decode_attention_max ? "attention_decode" : "attention_prompt"));
           call.shape = kernels::elt::make_shape(
               {{"n_tokens", T}, {"n_head", a.n_head}, {"n_head_kv", a.n_head_kv}, {"head_dim", a.head_dim_k},
                {"n_seq", n_seq_ + 1}, {"n_ctx", n_ctx_}, {"n_swa", a.n_swa}},
@@ -556,21 +566,18 @@ class HrxBackend final : public llm::Backend {
   }
 
   HrxBackendOptions opt_;
+  LoweringOptions low_;  // opt_.lowering, or the environment's
   std::set<std::string> stored_used_;  // stored kernels announced once (op|shape|id)
   std::string name_ = "hrx";
   hrx::Device dev_;
   hrx::Stream stream_;
   // Programmatic dependent launch: supported and on (hrx.h); also for prompt steps.
   bool pdl_ = false;
-  bool pdl_prompt_ = std::getenv("LOOM_GPU_PDL_PROMPT") && std::getenv("LOOM_GPU_PDL_PROMPT")[0] == '1';
   const llm::Model* model_ = nullptr;
   int64_t n_ctx_ = 0, n_seq_ = 1, k_row_ = 0, v_row_ = 0;
   std::vector<hrx::Buffer> weights_, k_cache_, v_cache_;
   std::vector<bool> planar_;  // per weight: uploaded in the planar layout (kernels/planar_weights.h)
   hrx::Buffer rope_ff_;
-  // Steps of up to this many tokens use the split-key decode attention; longer ones the tiled
-  // prompt attention.
-  int64_t decode_attention_max_ = std::getenv("LOOM_DECODE_ATTENTION_MAX") ? std::atoll(std::getenv("LOOM_DECODE_ATTENTION_MAX")) : 8;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<Plan>> plans_;
   const char* dump_dir_ = std::getenv("LOOM_DUMP_VALUES");
   const bool profile_ = profiling_enabled();

@@ -3,11 +3,13 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "loom/base/status.h"
+#include "loom/exec/lowering_options.h"
 #include "loom/llm/backend.h"
 
 namespace loom::exec {
@@ -16,6 +18,9 @@ struct HrxBackendOptions {
   std::string device = "cpu";  // an HRX device spec: "cpu", "cuda", "cuda:N"
   int n_threads = 0;           // cpu driver worker threads (0: the driver's default)
   bool use_graphs = true;      // replay each step shape as a captured graph after its first run
+  // The lowering's A/B switches; unset: LoweringOptions::from_env() when the backend is made
+  // (a value a switch does not know is logged as a warning).
+  std::optional<LoweringOptions> lowering;
 };
 
 // A backend on an HRX device. The device is opened here; the model's weights are uploaded and

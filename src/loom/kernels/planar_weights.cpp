@@ -1,31 +1,17 @@
 // The engine's choice of planar weights (see planar_weights.h).
 #include "loom/kernels/planar_weights.h"
 
-#include <cstdlib>
-#include <string_view>
-
 #include "loom/kernels/op_spec.h"
 #include "loom/llm/ops_ref.h"
 #include "loom/llm/planar.h"
 
 namespace loom::kernels {
-namespace {
-
-bool env_off(const char* name) {
-  const char* e = std::getenv(name);
-  return e && std::string_view(e) == "0";
-}
-
-}  // namespace
-
 std::vector<bool> planar_weights(const llm::Model& model, ir::TargetKind target) {
   std::vector<bool> out(model.weights().size(), false);
   // On by default since c6e3317's 16-byte piece loads in matmul_mma (8B Q4_0 on the H200:
   // tg128 398.4 vs 356.5 tok/s with GGUF rows, pp512 6080 vs 5890; 25749a1's two-byte planar
   // loads had halved pp512).
-  if (target != ir::TargetKind::kPtx || env_off("LOOM_PLANAR") || env_off("LOOM_GPU_FAST_OPS") ||
-      env_off("LOOM_GPU_BATCH_MATVEC"))
-    return out;
+  if (target != ir::TargetKind::kPtx) return out;
   const OpSpec* mvg = find_op("matvec_gpu");
   const OpSpec* mma = find_op("matmul_mma");
   if (!mvg || !mma) return out;
@@ -33,7 +19,7 @@ std::vector<bool> planar_weights(const llm::Model& model, ir::TargetKind target)
     if (id < 0) return;
     const llm::ref::WeightView& v = model.weight(id).view;
     llm::PlanarGeometry g;
-    if (v.type == llm::GgmlType::Q4_1 || !llm::planar_geometry(v.type, &g)) return;
+    if (!llm::planar_geometry(v.type, &g)) return;  // (Q4_1 has one; matmul_mma refuses Q4_1 below)
     if (v.row_stride != llm::ref::quantized_row_bytes(v.type, v.n_in)) return;
     Shape s{{{"wtype", static_cast<int64_t>(v.type)}, {"n_in", v.n_in}, {"n_out", v.n_out}, {"n_tokens", 1},
              {"planar", 1}}};

@@ -9,12 +9,12 @@
 
 namespace loom::kernels {
 
-// One flag per model weight (Model::weights() order). All false unless the target is PTX and the
-// GPU fast ops are on; the projections of every layer (q, k, v, o, gate, up, down) and an untied
-// output matrix qualify when their type has a planar form that matmul_mma also reads (Q4_0,
-// Q8_0, Q4_K, Q6_K), their rows are dense, and both ops accept the planar shape. Off with
-// LOOM_PLANAR=0, and with LOOM_GPU_FAST_OPS=0 or LOOM_GPU_BATCH_MATVEC=0 (which route some of
-// these matmuls to ops that read GGUF rows).
+// One flag per model weight (Model::weights() order). All false unless the target is PTX; the
+// projections of every layer (q, k, v, o, gate, up, down) and an untied output matrix qualify
+// when their type has a planar form, their rows are dense, and both matvec_gpu and matmul_mma
+// accept the planar shape (so Q4_0, Q8_0, Q4_K, Q6_K). The caller asks only when every matmul
+// of these weights goes to those two ops (exec::LoweringOptions: gpu_fast_ops, gpu_batch_matvec
+// and planar on).
 std::vector<bool> planar_weights(const llm::Model& model, ir::TargetKind target);
 
 }  // namespace loom::kernels
