@@ -23,6 +23,7 @@
 #include "loom/kernels/op_list.h"
 #include "loom/llm/ops_ref.h"
 #include "loom/llm/quant.h"
+#include "compiled_op.h"
 #include "gpu_time_util.h"
 
 namespace loom::kernels {
@@ -94,25 +95,12 @@ using RowRef = std::function<double(int64_t row, int64_t token)>;
 // Generates, compiles, checks against `ref` at sampled rows, then times from a captured graph.
 Result<Timed> bench_one(const OpSpec& op, const Shape& shape, const Schedule& sch, const hrx::Device& dev,
                         hrx::Stream& s, ShapeBuffers& sb, const RowRef& ref) {
-  LOOM_ASSIGN_OR_RETURN(Generated g, op.generate(shape, sch, dev.target()));
-  LOOM_ASSIGN_OR_RETURN(hrx::Module mod, hrx::Module::compile(dev, g.module));
-  std::vector<hrx::Kernel> kernels;
-  for (const KernelLaunch& l : g.launches) {
-    LOOM_ASSIGN_OR_RETURN(hrx::Kernel k, mod.kernel(l.kernel));
-    kernels.push_back(std::move(k));
-  }
+  LOOM_ASSIGN_OR_RETURN(CompiledOp compiled, compile_op(op, shape, sch, dev));
   auto enqueue = [&](int it) -> Status {
-    for (size_t li = 0; li < g.launches.size(); ++li) {
-      const KernelLaunch& l = g.launches[li];
-      hrx::KernelArgs a;
-      for (int ai : l.args) {
-        auto& v = sb.bufs[static_cast<size_t>(ai)];
-        a.buffer(v[static_cast<size_t>(it) % v.size()]);
-      }
-      for (int64_t sc : l.scalars) a.i64(sc);
-      LOOM_RETURN_IF_ERROR(s.launch(kernels[li], {l.grid[0], l.grid[1], l.grid[2]}, {l.block[0], l.block[1], l.block[2]}, a));
-    }
-    return Status();
+    return compiled.enqueue(s, [&](int ai) -> const hrx::Buffer& {
+      auto& v = sb.bufs[static_cast<size_t>(ai)];
+      return v[static_cast<size_t>(it) % v.size()];
+    });
   };
   // Validate: output poisoned, one run, sampled rows against the reference.
   const size_t yi = sb.specs.size() - 1;

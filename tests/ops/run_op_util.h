@@ -10,6 +10,7 @@
 
 #include "loom/hrx/runtime.h"
 #include "loom/kernels/op_spec.h"
+#include "compiled_op.h"
 
 namespace loom::kernels {
 
@@ -19,8 +20,7 @@ namespace loom::kernels {
 inline Result<std::vector<std::vector<uint8_t>>> run_op_bytes(const hrx::Device& dev, hrx::Stream& s, const OpSpec& op,
                                                        const Shape& shape, const Schedule& sch,
                                                        const std::vector<std::span<const uint8_t>>& inputs) {
-  LOOM_ASSIGN_OR_RETURN(Generated g, op.generate(shape, sch, dev.target()));
-  LOOM_ASSIGN_OR_RETURN(hrx::Module mod, hrx::Module::compile(dev, g.module));
+  LOOM_ASSIGN_OR_RETURN(CompiledOp c, compile_op(op, shape, sch, dev));
   const std::vector<ArgSpec> specs = op.args(shape);
   std::vector<hrx::Buffer> bufs;
   size_t in = 0;
@@ -36,12 +36,7 @@ inline Result<std::vector<std::vector<uint8_t>>> run_op_bytes(const hrx::Device&
     }
     bufs.push_back(std::move(b));
   }
-  for (const KernelLaunch& l : g.launches) {
-    LOOM_ASSIGN_OR_RETURN(hrx::Kernel k, mod.kernel(l.kernel));
-    hrx::KernelArgs args;
-    for (int ai : l.args) args.buffer(bufs[static_cast<size_t>(ai)]);
-    LOOM_RETURN_IF_ERROR(s.launch(k, {l.grid[0], l.grid[1], l.grid[2]}, {l.block[0], l.block[1], l.block[2]}, args));
-  }
+  LOOM_RETURN_IF_ERROR(c.enqueue(s, [&](int ai) -> const hrx::Buffer& { return bufs[static_cast<size_t>(ai)]; }));
   std::vector<std::vector<uint8_t>> out;
   for (size_t i = 0; i < specs.size(); ++i) {
     if (specs[i].role != ArgRole::kOutput) continue;

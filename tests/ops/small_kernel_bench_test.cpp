@@ -21,6 +21,7 @@
 #include "loom/kernels/elementwise_util.h"
 #include "loom/kernels/op_harness.h"
 #include "loom/kernels/op_list.h"
+#include "compiled_op.h"
 #include "gpu_time_util.h"
 
 namespace loom::kernels {
@@ -36,13 +37,7 @@ struct Case {
 // Median microseconds per call of `per_graph` calls replayed from one graph.
 Result<double> time_calls(const OpSpec& op, const Shape& shape, const Schedule& sch, const hrx::Device& dev,
                           hrx::Stream& s) {
-  LOOM_ASSIGN_OR_RETURN(Generated g, op.generate(shape, sch, dev.target()));
-  LOOM_ASSIGN_OR_RETURN(hrx::Module mod, hrx::Module::compile(dev, g.module));
-  std::vector<hrx::Kernel> kernels;
-  for (const KernelLaunch& l : g.launches) {
-    LOOM_ASSIGN_OR_RETURN(hrx::Kernel k, mod.kernel(l.kernel));
-    kernels.push_back(std::move(k));
-  }
+  LOOM_ASSIGN_OR_RETURN(CompiledOp c, compile_op(op, shape, sch, dev));
   const std::vector<ArgSpec> specs = op.args(shape);
   std::vector<HostArg> host(specs.size());
   std::mt19937_64 rng(5);
@@ -57,15 +52,9 @@ Result<double> time_calls(const OpSpec& op, const Shape& shape, const Schedule& 
   const int per_graph = 200;
   LOOM_RETURN_IF_ERROR(s.begin_capture());
   for (int it = 0; it < per_graph; ++it)
-    for (size_t li = 0; li < g.launches.size(); ++li) {
-      const KernelLaunch& l = g.launches[li];
-      hrx::KernelArgs a;
-      for (int ai : l.args) a.buffer(bufs[static_cast<size_t>(ai)]);
-      Status st = s.launch(kernels[li], {l.grid[0], l.grid[1], l.grid[2]}, {l.block[0], l.block[1], l.block[2]}, a);
-      if (!st.ok()) {
-        (void)s.end_capture();
-        return st;
-      }
+    if (Status st = c.enqueue(s, [&](int ai) -> const hrx::Buffer& { return bufs[static_cast<size_t>(ai)]; }); !st.ok()) {
+      (void)s.end_capture();
+      return st;
     }
   LOOM_ASSIGN_OR_RETURN(hrx::Graph graph, s.end_capture());
   return time_graph(graph, s, dev, per_graph, 15);
