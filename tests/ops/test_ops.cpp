@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <ostream>
 #include <random>
 #include <set>
 
@@ -24,6 +25,9 @@ struct Case {
   Shape shape;
   std::string device;
 };
+
+// gtest prints a parameter in test listings and CI logs: the op, device and shape, not its bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.op->name() << " on " << c.device << " {" << c.shape.key() << "}"; }
 
 std::vector<Case> all_cases() {
   std::vector<Case> out;
