@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -83,6 +84,27 @@ TEST(OpsRefDot, FastPathIsBitIdenticalToScalarDefinition) {
 #if !LOOM_REF_DOT_AVX2
   GTEST_SKIP() << "built without AVX2/FMA/F16C: only the scalar path exists (compared with itself)";
 #endif
+}
+
+// The vector argmax gives the scalar definition's index: ties (first wins), -0.0 against +0.0,
+// NaNs anywhere (never chosen; at index 0 the answer is 0), infinities, and every tail length.
+TEST(OpsRefArgmax, VectorMatchesScalarDefinition) {
+  std::mt19937 rng(11);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (int64_t n : {1, 7, 8, 15, 16, 17, 31, 64, 1000, 49152 + 5}) {
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<float> x(static_cast<size_t>(n));
+      std::uniform_int_distribution<int> small(-3, 3);
+      for (auto& v : x) v = trial % 2 ? static_cast<float>(small(rng)) : std::normal_distribution<float>(0, 1)(rng);
+      std::uniform_int_distribution<int64_t> at(0, n - 1);
+      if (trial % 5 == 1) x[static_cast<size_t>(at(rng))] = nan;
+      if (trial % 5 == 2) x[0] = nan;
+      if (trial % 5 == 3) x[static_cast<size_t>(at(rng))] = inf;
+      if (trial % 7 == 4) std::fill(x.begin(), x.end(), -0.0f), x[static_cast<size_t>(at(rng))] = 0.0f;
+      if (trial % 11 == 5) std::fill(x.begin(), x.end(), nan);
+      ASSERT_EQ(ref::argmax(x.data(), n), ref::argmax_scalar(x.data(), n)) << "n " << n << " trial " << trial;
+    }
+  }
 }
 
 TEST(OpsRefDot, IntegerPathMatchesDequantizedFloatMath) {

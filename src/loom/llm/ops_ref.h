@@ -94,7 +94,8 @@ void geglu(const float* g, const float* u, float* y, int64_t n);
 // mask may be null (else -INFINITY entries get 0). Returns false if every entry was masked.
 bool softmax(float* x, const float* mask, int64_t n, float scale);
 
-int64_t argmax(const float* x, int64_t n);  // first index of the maximum
+int64_t argmax(const float* x, int64_t n);  // first index of the maximum (AVX2 where built)
+int64_t argmax_scalar(const float* x, int64_t n);  // its definition, one value at a time
 
 // ---- Rotary position embedding --------------------------------------------------------------
 

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <unordered_map>
 
+#include "loom/llm/ops_ref.h"
+
 namespace loom::llm {
 
 Status SamplerParams::validate() const {
@@ -107,11 +109,8 @@ int32_t Sampler::sample(const float* logits) {
                            params_.presence_penalty == 0.0f) && !history_.empty();
   if (params_.temp <= 0.0f && !penalties) {
     // Greedy without penalties: the first maximum, without copying the vocabulary (262144
-    // candidates for Gemma 3, once per token and stream).
-    int64_t best = 0;
-    for (int64_t i = 1; i < n_vocab_; ++i)
-      if (logits[i] > logits[best]) best = i;
-    return static_cast<int32_t>(best);
+    // candidates for Gemma 3, once per token and stream), eight logits at a time.
+    return static_cast<int32_t>(ref::argmax(logits, n_vocab_));
   }
   cand_.resize(static_cast<size_t>(n_vocab_));
   for (int64_t i = 0; i < n_vocab_; ++i) cand_[static_cast<size_t>(i)] = {static_cast<int32_t>(i), logits[i], 0.0f};
