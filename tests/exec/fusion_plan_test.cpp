@@ -1,14 +1,17 @@
-// FusionPlanner's default for the quantizing attention (out_q): on for GPU decode steps of
-// models with short attention rows, off with LOOM_FUSE_ATTN=0, and never on the cpu driver
-// unless fusions are asked for; the environment's switches parsed once into LoweringOptions.
-// Uses a tiny llama model (64-value attention rows).
+// The lowering's decisions that need no device: FusionPlanner's default for the quantizing
+// attention (out_q: on for GPU decode steps of models with short attention rows, off with
+// LOOM_FUSE_ATTN=0, never on the cpu driver unless fusions are asked for), which weights go to
+// the planar layout, and the environment's switches parsed once into LoweringOptions. Uses tiny
+// llama models (64-value attention rows).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "../llm/tiny_model.h"
 #include "loom/exec/fusion_plan.h"
+#include "loom/kernels/planar_weights.h"
 #include "loom/llm/model.h"
 
 namespace loom::exec {
@@ -39,6 +42,31 @@ TEST(FusionPlan, QuantizingAttentionByDefaultOnShortRowsOnGpus) {
   all.fuse_attn = LoweringOptions::FuseAttn::kAll;
   all.fuse = LoweringOptions::Fuse::kOn;
   EXPECT_EQ(attention_quantized(**model, ir::TargetKind::kCpp, all), static_cast<size_t>(spec.n_layer));
+}
+
+// Which weights go to the planar layout: on PTX every layer projection of a Q4_0 or Q8_0 model
+// (both matvec_gpu and matmul_mma read those planar), none of a Q4_1 model (matvec_gpu has a
+// planar Q4_1 form, matmul_mma refuses Q4_1, and the prompt path must read the same copy), and
+// nothing on the cpp target.
+TEST(PlanarWeights, ProjectionsWhoseOpsBothReadThePlanarForm) {
+  for (llm::GgmlType t : {llm::GgmlType::Q4_0, llm::GgmlType::Q8_0, llm::GgmlType::Q4_1}) {
+    llm::tiny::TinySpec spec;
+    spec.matrix_type = t;
+    const std::string path = llm::tiny::write_tiny(spec, "planar_tiny_" + std::string(llm::ggml_type_name(t)) + ".gguf");
+    auto model = llm::Model::load(path, false);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    const llm::Model& m = **model;
+    size_t expect = 0;
+    for (const llm::LayerWeights& l : m.layers())
+      for (int32_t id : {l.wq, l.wk, l.wv, l.wo, l.ffn_gate, l.ffn_up, l.ffn_down}) expect += id >= 0 ? 1 : 0;
+    const std::vector<bool> ptx = kernels::planar_weights(m, ir::TargetKind::kPtx);
+    const std::vector<bool> cpp = kernels::planar_weights(m, ir::TargetKind::kCpp);
+    ASSERT_EQ(ptx.size(), m.weights().size());
+    EXPECT_EQ(std::count(cpp.begin(), cpp.end(), true), 0);
+    const size_t n = static_cast<size_t>(std::count(ptx.begin(), ptx.end(), true));
+    if (t == llm::GgmlType::Q4_1) EXPECT_EQ(n, 0u) << "matmul_mma has no Q4_1";
+    else EXPECT_EQ(n, expect) << llm::ggml_type_name(t);
+  }
 }
 
 // The A/B switches as the environment sets them; unknown values keep the default and say so.
