@@ -86,9 +86,8 @@ class HrxBackend final : public llm::Backend {
     // Weights, in their stored layout; on cuda the ones only matvec_gpu and matmul_mma read in
     // the planar layout (issue 7: coalesced weight loads; LOOM_PLANAR=0 keeps GGUF rows).
     weights_.resize(model.weights().size());
-    // The planar layout only where every matmul of those weights goes to matvec_gpu or matmul_mma.
     planar_.assign(model.weights().size(), false);
-    if (low_.planar && low_.gpu_fast_ops && low_.gpu_batch_matvec) planar_ = kernels::planar_weights(model, dev_.target());
+    if (low_.planar_layout()) planar_ = kernels::planar_weights(model, dev_.target());
     std::vector<uint8_t> repacked;
     uint64_t total = 0;
     for (const llm::Weight& w : model.weights()) total += w.view.row_stride * static_cast<uint64_t>(w.view.n_out);

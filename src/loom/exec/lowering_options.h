@@ -36,6 +36,10 @@ struct LoweringOptions {
   // attention, longer ones the tiled prompt attention.
   int64_t decode_attention_max = 8;
 
+  // Whether weights may live in the planar layout: only matvec_gpu and matmul_mma read it, and
+  // every matmul goes to them only with the fast ops on for any number of tokens.
+  bool planar_layout() const { return planar && gpu_fast_ops && gpu_batch_matvec; }
+
   // The environment's settings over the defaults. A value a switch does not know leaves its
   // default and adds one line to *warnings (when given).
   static LoweringOptions from_env(std::vector<std::string>* warnings = nullptr);
