@@ -31,10 +31,11 @@ def model(request) -> pathlib.Path:
     return model_path(request.param)
 
 
-def run_loom(loom_bin, *args, input=None, check=True, timeout=600):
-    """Runs loom; returns CompletedProcess with text stdout/stderr."""
+def run_loom(loom_bin, *args, input=None, check=True, timeout=600, env=None):
+    """Runs loom (with `env` as its whole environment when given); returns CompletedProcess with
+    text stdout/stderr."""
     return subprocess.run([str(loom_bin), *map(str, args)], input=input, capture_output=True,
-                          text=isinstance(input, str) or input is None, timeout=timeout, check=check)
+                          text=isinstance(input, str) or input is None, timeout=timeout, check=check, env=env)
 
 
 # ---- `loom serve` (tests/py/test_serve*.py) -------------------------------------------------

@@ -91,8 +91,8 @@ def test_search_q4_0_ffn_two_minutes(loom_bin, tmp_path):
                 env["LOOM_EVOLVE_DB"] = str(db)
             else:
                 env["LOOM_NO_KERNEL_STORE"] = "1"
-            b = subprocess.run([str(loom_bin), "bench", "-m", str(model), "--device", "cpu", "-p", "8", "-n", "32",
-                                "-r", "3", "--json"], capture_output=True, text=True, timeout=600, env=env, check=True)
+            b = run_loom(loom_bin, "bench", "-m", model, "--device", "cpu", "-p", "8", "-n", "32", "-r", "3", "--json",
+                         env=env)
             if arm == "store":
                 assert f"kernel store: evolve-{job}." in b.stderr and "n_in=576,n_out=1536" in b.stderr, b.stderr[-2000:]
             else:
