@@ -1,8 +1,11 @@
 // GGUF serialization: header, metadata, tensor infos, aligned data section.
 #include "loom/llm/gguf_writer.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 
 namespace loom::llm {
@@ -111,22 +114,39 @@ std::string GgufWriter::serialize() const {
 }
 
 Status GgufWriter::write(const std::string& path, const std::function<void(uint64_t, uint64_t)>& progress) const {
-  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
-  if (!f) return invalid_argument("{}: cannot open for writing", path);
-  std::string h = header();
-  if (std::fwrite(h.data(), 1, h.size(), f.get()) != h.size()) return internal_error("{}: write failed", path);
-  std::vector<uint8_t> buf;
-  uint64_t done = 0;
-  for (const auto& t : tensors_) {
-    uint64_t padded = (t.n_bytes + alignment_ - 1) / alignment_ * alignment_;
-    buf.assign(padded, 0);
-    t.fill(buf.data(), t.n_bytes);
-    if (std::fwrite(buf.data(), 1, buf.size(), f.get()) != buf.size()) return internal_error("{}: write failed", path);
-    done += padded;
-    if (progress) progress(done, data_size_);
+  // A regular file is written under a private name and renamed into place (atomic): a reader,
+  // another process writing the same file (parallel tests share names), or a crash midway never
+  // leaves a half-written GGUF at `path`. Anything else (a device, a pipe) is written directly.
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  const bool via_tmp = ec ? true : !std::filesystem::exists(st) || std::filesystem::is_regular_file(st);
+  const std::string out = via_tmp ? path + "." + std::to_string(::getpid()) + ".tmp" : path;
+  Status s = [&]() -> Status {
+    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(out.c_str(), "wb"), &std::fclose);
+    if (!f) return invalid_argument("{}: cannot open for writing", path);
+    std::string h = header();
+    if (std::fwrite(h.data(), 1, h.size(), f.get()) != h.size()) return internal_error("{}: write failed", path);
+    std::vector<uint8_t> buf;
+    uint64_t done = 0;
+    for (const auto& t : tensors_) {
+      uint64_t padded = (t.n_bytes + alignment_ - 1) / alignment_ * alignment_;
+      buf.assign(padded, 0);
+      t.fill(buf.data(), t.n_bytes);
+      if (std::fwrite(buf.data(), 1, buf.size(), f.get()) != buf.size()) return internal_error("{}: write failed", path);
+      done += padded;
+      if (progress) progress(done, data_size_);
+    }
+    if (std::fclose(f.release()) != 0) return internal_error("{}: write failed", path);
+    return Status();
+  }();
+  if (via_tmp) {
+    if (s.ok()) {
+      std::filesystem::rename(out, path, ec);
+      if (ec) s = internal_error("{}: cannot move the written file into place: {}", path, ec.message());
+    }
+    if (!s.ok()) std::filesystem::remove(out, ec);
   }
-  if (std::fflush(f.get()) != 0) return internal_error("{}: write failed", path);
-  return Status();
+  return s;
 }
 
 }  // namespace loom::llm
