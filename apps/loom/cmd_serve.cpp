@@ -41,7 +41,7 @@ struct ServeFlags {
   int64_t n_batch = 512;
   std::string api_key;
   size_t max_queue = 64;
-  size_t max_body = 1 << 20;
+  serve::HttpLimits limits;
   double drain_seconds = 30.0;
   bool quiet = false;
   bool prepare = true;  // build the step plans of likely batch sizes before listening
@@ -115,7 +115,7 @@ Status serve(const ServeFlags& f) {
   opt.host = f.host;
   opt.port = f.port;
   opt.api_key = f.api_key.empty() && std::getenv("LOOM_API_KEY") ? std::getenv("LOOM_API_KEY") : f.api_key;
-  opt.max_body_bytes = f.max_body;
+  opt.limits = f.limits;
   opt.drain_seconds = f.drain_seconds;
   opt.log_requests = !f.quiet;
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<serve::Server> server, serve::Server::create(scheduler, metrics, ctx, opt));
@@ -151,7 +151,18 @@ LOOM_COMMAND(kServe, "serve", "OpenAI-compatible HTTP server with continuous bat
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--api-key", f->api_key, "require 'Authorization: Bearer KEY' on /v1/* (default: $LOOM_API_KEY)");
   app.add_option("--max-queue", f->max_queue, "requests that may wait for a slot; more get 503")->capture_default_str();
-  app.add_option("--max-body", f->max_body, "largest request body in bytes; larger get 413")->capture_default_str();
+  app.add_option("--max-body", f->limits.max_body_bytes, "largest request body in bytes, however it is framed; larger get 413")
+      ->capture_default_str()->check(CLI::Range(size_t{1}, size_t{1} << 34));
+  app.add_option("--header-timeout", f->limits.header_seconds,
+                 "seconds a client has to send a whole request head (also the keep-alive idle time); later: 408 or close")
+      ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--body-timeout", f->limits.body_seconds, "seconds a client has to send a whole request body; later: 408")
+      ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--max-connections", f->limits.max_connections, "open connections in total; more get 503 and are closed")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--max-connections-per-client", f->limits.max_connections_per_client,
+                 "open connections from one client address; more get 503 and are closed")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--drain-timeout", f->drain_seconds, "seconds in-flight requests get to finish after SIGTERM")
       ->capture_default_str();
   app.add_flag("-q,--quiet", f->quiet, "no log line per request");

@@ -1,6 +1,7 @@
 """Malformed and hostile requests against `loom serve`: each gets the right 4xx in OpenAI's error
 shape, and the server keeps serving (a real completion works after every one of them)."""
 import json
+import re
 import socket
 
 import pytest
@@ -91,6 +92,9 @@ CASES = [
     ("completion echo", "POST", COMP, json.dumps({"prompt": "a", "echo": True}), AUTH, 400, "echo"),
     ("deeply nested json", "POST", CHAT, "[" * 20000 + "]" * 20000, AUTH, 400, None),
     ("body over the limit", "POST", CHAT, json.dumps({"messages": msgs("x" * 70000)}), AUTH, 413, None),
+    ("misspelt field is named", "POST", CHAT, chat(temprature=0.5), AUTH, 400, "temprature"),
+    ("unknown completion field", "POST", COMP, json.dumps({"prompt": "a", "messages": []}), AUTH, 400, "messages"),
+    ("top_logprobs requested", "POST", CHAT, chat(top_logprobs=3), AUTH, 400, "top_logprobs"),
     ("missing api key", "POST", CHAT, chat(), {}, 401, None),
     ("wrong api key", "POST", CHAT, chat(), {"Authorization": "Bearer nope"}, 401, None),
     ("key without Bearer", "POST", CHAT, chat(), {"Authorization": KEY}, 401, None),
@@ -100,6 +104,25 @@ CASES = [
     ("GET on a POST endpoint", "GET", CHAT, None, AUTH, 405, None),
     ("DELETE on a POST endpoint", "DELETE", COMP, None, AUTH, 405, None),
 ]
+
+
+@pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER", "bEaReR"])
+def test_bearer_scheme_is_case_insensitive(server, scheme):
+    r = requests.get(server.url + "/v1/models", headers={"Authorization": f"{scheme} {KEY}"}, timeout=30)
+    assert r.status_code == 200, r.text
+    # The key itself is not.
+    r = requests.get(server.url + "/v1/models", headers={"Authorization": f"{scheme} {KEY.upper()}"}, timeout=30)
+    assert r.status_code == 401
+
+
+def test_log_names_the_peer_of_closed_connections(server):
+    raw(server, b"GARBAGE\r\n\r\n")
+    raw(server, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    import time
+    time.sleep(0.2)
+    lines = server.log().splitlines()
+    assert not any(":-1 " in line for line in lines), [l for l in lines if ":-1" in l][:3]
+    assert any(re.match(r"loom serve: 127\.0\.0\.1:\d+ \"GET /health\" 200", l) for l in lines)
 
 
 def check_still_serving(server):

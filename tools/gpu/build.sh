@@ -9,12 +9,8 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 build="${LOOM_GPU_BUILD:-$root/build-gpu}"
 stage="$root/${LOOM_GPU_STAGE:-.gpu}"
-# LOOM_GPU_HTTPLIB=1: `loom serve` works there too (Debian's shared cpp-httplib and the libraries
-# it needs are staged in $stage/lib; see LOOM_PORTABLE_HTTPLIB in CMakeLists.txt).
-httplib="${LOOM_GPU_HTTPLIB:-0}"
 if [[ ! -f "$build/build.ninja" ]]; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_PORTABLE=ON -DLOOM_NATIVE=OFF \
-    -DLOOM_PORTABLE_HTTPLIB=$([[ $httplib == 1 ]] && echo ON || echo OFF) \
     -DCMAKE_CXX_COMPILER_LAUNCHER="$(command -v ccache || true)" \
     -DCMAKE_CXX_FLAGS="-march=x86-64-v3" >/dev/null
 fi
@@ -23,12 +19,6 @@ rm -rf "$stage" && mkdir -p "$stage/bin"
 cp "$build/loom" "$stage/bin/"
 for t in "$build"/tests/test_*; do [[ -x "$t" && ! -d "$t" ]] && cp "$t" "$stage/bin/"; done
 strip "$stage"/bin/* 2>/dev/null || true
-if [[ $httplib == 1 ]]; then
-  mkdir -p "$stage/lib"
-  for l in libcpp-httplib.so.0.11 libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1 libssl.so.3 libcrypto.so.3; do
-    cp -L "/usr/lib/x86_64-linux-gnu/$l" "$stage/lib/" 2>/dev/null || cp -L "/lib/x86_64-linux-gnu/$l" "$stage/lib/"
-  done
-fi
 git -C "$root" rev-parse HEAD > "$stage/commit"
 echo "$root" > "$stage/source_dir"  # tests find their data under the build-time source path
 du -sh "$stage"

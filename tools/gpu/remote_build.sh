@@ -19,7 +19,7 @@ targets=("$@")
 t0=$(date +%s)
 if [[ ! -f "$build/build.ninja" ]]; then
   cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_PORTABLE=ON -DLOOM_NATIVE=OFF \
-    -DLOOM_PORTABLE_HTTPLIB=ON -DCMAKE_PREFIX_PATH="$deps/usr" -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$deps/runtime" \
+    -DCMAKE_PREFIX_PATH="$deps/usr" \
     -DCMAKE_CXX_FLAGS="-march=x86-64-v3" -DLOOM_BUILD_FUZZ=OFF > /tmp/remote-cmake.log 2>&1 ||
     { tail -30 /tmp/remote-cmake.log; exit 1; }
 fi
@@ -28,10 +28,9 @@ if ! cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" > /tmp/remote-
   echo "remote_build.sh: build failed (full log /tmp/remote-build.log)"
   exit 1
 fi
-rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib"
+rm -rf "$stage" && mkdir -p "$stage/bin"
 cp "$build/loom" "$stage/bin/"
 for t in "$build"/tests/test_*; do [[ -x "$t" && ! -d "$t" ]] && cp "$t" "$stage/bin/"; done
-cp "$deps"/runtime/* "$stage/lib/"
 cp "$deps/commit" "$stage/commit"
 echo "$src" > "$stage/source_dir"
 echo "remote_build.sh: built ${targets[*]} in $(( $(date +%s) - t0 )) s"

@@ -2,6 +2,8 @@
 #include "loom/serve/openai_api.h"
 
 #include <cmath>
+#include <set>
+#include <string>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -89,6 +91,26 @@ bool get_bool(const json& body, const char* key, bool* out, ApiError* err) {
   return true;
 }
 
+// Every field a request may carry. Anything else is named in a 400, as OpenAI's API does, so a
+// misspelt parameter ("temprature") is not silently ignored. The last row holds OpenAI fields
+// that change nothing here (bookkeeping for their platform).
+bool reject_unknown(const json& body, Endpoint ep, ApiError* err) {
+  static const std::set<std::string, std::less<>> common = {
+      "model", "n", "stream", "stream_options", "temperature", "top_p", "min_p", "top_k", "seed",
+      "presence_penalty", "frequency_penalty", "repeat_penalty", "max_tokens", "ignore_eos", "stop",
+      "logit_bias", "logprobs", "user"};
+  static const std::set<std::string, std::less<>> chat = {
+      "messages", "max_completion_tokens", "tools", "functions", "tool_choice", "function_call", "top_logprobs",
+      "response_format", "parallel_tool_calls", "store", "metadata", "service_tier"};
+  static const std::set<std::string, std::less<>> completion = {"prompt", "echo", "suffix", "best_of"};
+  for (const auto& [key, value] : body.items()) {
+    if (common.count(key) || (ep == Endpoint::kChat ? chat : completion).count(key)) continue;
+    *err = bad(key, fmt::format("Unrecognized request argument supplied: {}", key), "unknown_parameter");
+    return false;
+  }
+  return true;
+}
+
 // Fields whose features this server does not have: asking for them is an error rather than a
 // silently different answer.
 bool reject_unsupported(const json& body, Endpoint ep, ApiError* err) {
@@ -110,6 +132,11 @@ bool reject_unsupported(const json& body, Endpoint ep, ApiError* err) {
   if (lp != body.end() && !lp->is_null() && !(lp->is_boolean() && !lp->get<bool>()) &&
       !(ep == Endpoint::kCompletion && lp->is_number_integer() && lp->get<int64_t>() == 0)) {
     *err = bad("logprobs", "'logprobs' is not supported by this server", "unsupported_parameter");
+    return false;
+  }
+  auto tlp = body.find("top_logprobs");
+  if (tlp != body.end() && !tlp->is_null() && !(tlp->is_number_integer() && tlp->get<int64_t>() == 0)) {
+    *err = bad("top_logprobs", "'top_logprobs' is not supported by this server", "unsupported_parameter");
     return false;
   }
   auto rf = body.find("response_format");
@@ -307,6 +334,7 @@ bool parse_request(Endpoint endpoint, std::string_view body_text, const ApiConte
       return false;
     }
     if (!reject_unsupported(body, endpoint, err)) return false;
+    if (!reject_unknown(body, endpoint, err)) return false;
     int64_t n = 1;
     if (!get_int(body, "n", 1, 1, &n, nullptr, err)) {
       err->message = "only n = 1 is supported";

@@ -14,9 +14,7 @@ double now_seconds() {
 
 // ---- Job ------------------------------------------------------------------------------------
 
-Job::Update Job::wait(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lk(mu_);
-  cv_.wait_for(lk, timeout, [&] { return !pending_.empty() || (finished_ && !delivered_end_); });
+Job::Update Job::take_locked() {
   Update u;
   u.text.swap(pending_);
   if (finished_) {
@@ -28,13 +26,44 @@ Job::Update Job::wait(std::chrono::milliseconds timeout) {
   return u;
 }
 
+Job::Update Job::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait_for(lk, timeout, [&] { return !pending_.empty() || (finished_ && !delivered_end_); });
+  return take_locked();
+}
+
+Job::Update Job::poll() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return take_locked();
+}
+
+void Job::set_notify(std::function<void()> notify) {
+  bool ready = false;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    notify_ = std::move(notify);
+    ready = notify_ && (!pending_.empty() || finished_);
+  }
+  if (ready) ping();
+}
+
+void Job::ping() {
+  std::function<void()> n;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    n = notify_;
+  }
+  cv_.notify_all();
+  if (n) n();
+}
+
 void Job::append(const std::string& text) {
   if (text.empty()) return;
   {
     std::lock_guard<std::mutex> lk(mu_);
     pending_ += text;
   }
-  cv_.notify_all();
+  ping();
 }
 
 void Job::finish(std::string reason, Status error) {
@@ -46,7 +75,7 @@ void Job::finish(std::string reason, Status error) {
     error_ = std::move(error);
     end = now_seconds();
   }
-  cv_.notify_all();
+  ping();
 }
 
 // ---- Scheduler ------------------------------------------------------------------------------

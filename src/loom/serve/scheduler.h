@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -31,8 +32,9 @@ struct GenParams {
   bool ignore_eos = false;
 };
 
-// One request as both sides see it. The scheduler writes (append/finish); the HTTP handler
-// reads with wait() and may cancel() from any thread. Shared through shared_ptr.
+// One request as both sides see it. The scheduler writes (append/finish); the HTTP side reads
+// with wait(), or with poll() when its notify fires, and may cancel() from any thread. Shared
+// through shared_ptr.
 class Job {
  public:
   struct Update {
@@ -43,6 +45,11 @@ class Job {
   };
   // Blocks until new text, the end, or the timeout; returns (and consumes) what is new.
   Update wait(std::chrono::milliseconds timeout);
+  // The same without blocking: what is new now (possibly nothing).
+  Update poll();
+  // `notify` is called (on the scheduler's thread, or at once when something is already
+  // pending) after each append/finish; it must not block. nullptr removes it.
+  void set_notify(std::function<void()> notify);
   // The client went away: the scheduler frees the slot before its next step.
   void cancel() { cancelled_.store(true); }
   bool cancelled() const { return cancelled_.load(); }
@@ -59,8 +66,12 @@ class Job {
   void finish(std::string reason, Status error = Status());
 
  private:
+  Update take_locked();
+  void ping();
+
   std::mutex mu_;
   std::condition_variable cv_;
+  std::function<void()> notify_;
   std::string pending_;
   bool finished_ = false;
   bool delivered_end_ = false;

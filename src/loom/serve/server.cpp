@@ -1,38 +1,22 @@
-// cpp-httplib routes of `loom serve` (see server.h): request parsing goes through openai_api,
-// generation through the Scheduler; streams are SSE written by a chunked content provider.
+// The routes of `loom serve` (see server.h) on the asynchronous HTTP server of http.h: request
+// parsing goes through openai_api, generation through the Scheduler; a non-streaming answer is
+// a deferred response, a stream is SSE pulled from the Job whenever it notifies.
 #include "loom/serve/server.h"
-
-#ifndef LOOM_HAVE_HTTPLIB
-
-namespace loom::serve {
-Result<std::unique_ptr<Server>> Server::create(Scheduler&, Metrics&, ApiContext, ServerOptions) {
-  return unimplemented("this build of loom has no HTTP server (cpp-httplib was not linked: build with "
-                       "LOOM_HAVE_HTTPLIB and -lcpp-httplib)");
-}
-}  // namespace loom::serve
-
-#else
 
 #include <signal.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <thread>
 
 #include <fmt/format.h>
-#include <httplib.h>
+
+#include "loom/serve/http.h"
 
 namespace loom::serve {
 namespace {
-
-// What the log line of the request being served on this thread says beyond method, path and
-// status. httplib runs a request's handler, its content provider and its logger on one thread.
-struct RequestNote {
-  double start = 0.0;
-  std::string detail;
-};
-thread_local RequestNote t_note;
 
 bool same_secret(const std::string& a, const std::string& b) {
   // Length leaks, content does not: compare every byte.
@@ -41,10 +25,22 @@ bool same_secret(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-void send_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.status;
-  res.set_content(error_body(e), "application/json");
+}  // namespace
+
+bool bearer_matches(const std::string& authorization, const std::string& key) {
+  // "Bearer KEY": the scheme is case-insensitive (RFC 7235), the credentials are not.
+  const size_t sp = authorization.find(' ');
+  if (sp == std::string::npos) return false;
+  const std::string scheme = authorization.substr(0, sp);
+  if (scheme.size() != 6) return false;
+  for (size_t i = 0; i < 6; ++i)
+    if (std::tolower(static_cast<unsigned char>(scheme[i])) != "bearer"[i]) return false;
+  size_t start = sp;
+  while (start < authorization.size() && authorization[start] == ' ') ++start;
+  return same_secret(authorization.substr(start), key);
 }
+
+namespace {
 
 ApiError api_error(int status, std::string message, std::string type, std::string code = "") {
   ApiError e;
@@ -55,114 +51,120 @@ ApiError api_error(int status, std::string message, std::string type, std::strin
   return e;
 }
 
+HttpResponse error_response(const ApiError& e, std::string detail = "") {
+  HttpResponse r;
+  r.status = e.status;
+  r.body = error_body(e);
+  r.log_detail = std::move(detail);
+  return r;
+}
+
+std::string job_note(const Job& job, int64_t n_prompt, const std::string& reason, bool stream) {
+  const double ttft = job.first_token > 0 ? (job.first_token - job.arrival) * 1e3 : -1.0;
+  return fmt::format("prompt={} reused={} gen={} ttft={:.1f}ms finish={} slot={}{}", n_prompt, job.n_reused,
+                     job.n_generated.load(), ttft, reason.empty() ? "-" : reason, job.slot, stream ? " stream" : "");
+}
+
 std::string endpoint_label(const std::string& path) {
   for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/"})
     if (path == known) return path;
   return "other";
 }
 
-class HttpServer final : public Server {
+// The whole response of a non-streaming request, once its Job has finished.
+class JobDeferred final : public HttpDeferred {
  public:
-  HttpServer(Scheduler& scheduler, Metrics& metrics, ApiContext ctx, ServerOptions options)
+  JobDeferred(std::shared_ptr<Job> job, Endpoint ep, ResponseInfo info, int64_t n_prompt)
+      : job_(std::move(job)), ep_(ep), info_(std::move(info)), n_prompt_(n_prompt) {}
+  void set_notify(std::function<void()> notify) override { job_->set_notify(std::move(notify)); }
+  void abort() override { job_->cancel(); }
+  bool poll(HttpResponse* out) override {
+    Job::Update u = job_->poll();
+    text_ += u.text;
+    if (!u.finished) return false;
+    out->log_detail = job_note(*job_, n_prompt_, u.finish_reason, false);
+    if (u.finish_reason == "error") {
+      *out = error_response(api_error(500, "Generation failed: " + u.error.to_string(), "server_error"), out->log_detail);
+    } else if (u.finish_reason == "cancelled") {
+      *out = error_response(api_error(503, "The server shut down before the request finished.", "server_error", "cancelled"),
+                            out->log_detail);
+    } else {
+      out->body = completion_body(ep_, info_, text_, u.finish_reason, n_prompt_, job_->n_generated.load());
+    }
+    return true;
+  }
+
+ private:
+  std::shared_ptr<Job> job_;
+  Endpoint ep_;
+  ResponseInfo info_;
+  int64_t n_prompt_;
+  std::string text_;
+};
+
+// Server-sent events of a streaming request: a chunk per piece of text, then the final chunk,
+// usage (when asked) and [DONE]. An SSE comment after a quiet half second finds out whether the
+// client is still there (a failed write cancels the Job and frees its slot).
+class JobStream final : public HttpStream {
+ public:
+  JobStream(std::shared_ptr<Job> job, Endpoint ep, ResponseInfo info, int64_t n_prompt, bool include_usage)
+      : job_(std::move(job)), ep_(ep), info_(std::move(info)), n_prompt_(n_prompt), include_usage_(include_usage) {}
+  void set_notify(std::function<void()> notify) override { job_->set_notify(std::move(notify)); }
+  void abort() override {
+    job_->cancel();
+    if (reason_.empty()) reason_ = "disconnected";
+  }
+  std::string idle_piece() const override { return ": keep-alive\n\n"; }
+  std::string log_detail() const override { return job_note(*job_, n_prompt_, reason_, true); }
+  bool next(std::string* out) override {
+    if (!started_) {
+      started_ = true;
+      if (ep_ == Endpoint::kChat) *out += stream_chunk(ep_, info_, "", "", /*role_chunk=*/true);
+    }
+    Job::Update u = job_->poll();
+    if (!u.text.empty()) *out += stream_chunk(ep_, info_, u.text, "");
+    if (!u.finished) return false;
+    reason_ = u.finish_reason;
+    if (u.finish_reason == "error" || u.finish_reason == "cancelled") {
+      ApiError e = api_error(500, u.finish_reason == "error" ? "Generation failed: " + u.error.to_string()
+                                                             : "The server shut down before the request finished.",
+                             "server_error");
+      *out += "data: " + error_body(e) + "\n\n";
+    } else {
+      *out += stream_chunk(ep_, info_, "", u.finish_reason);
+      if (include_usage_) *out += usage_chunk(ep_, info_, n_prompt_, job_->n_generated.load());
+    }
+    *out += "data: [DONE]\n\n";
+    return true;
+  }
+
+ private:
+  std::shared_ptr<Job> job_;
+  Endpoint ep_;
+  ResponseInfo info_;
+  int64_t n_prompt_;
+  bool include_usage_;
+  bool started_ = false;
+  std::string reason_;
+};
+
+class LoomServer final : public Server {
+ public:
+  LoomServer(Scheduler& scheduler, Metrics& metrics, ApiContext ctx, ServerOptions options)
       : sched_(scheduler), metrics_(metrics), ctx_(std::move(ctx)), opt_(std::move(options)) {}
 
   Status init() {
-    const int threads = opt_.http_threads > 0 ? opt_.http_threads : std::max(32, 3 * sched_.n_slots() + 16);
-    svr_.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-    svr_.set_payload_max_length(opt_.max_body_bytes);
-    svr_.set_keep_alive_timeout(2);
-    svr_.set_read_timeout(30);
-    svr_.set_write_timeout(30);
-    svr_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      t_note = RequestNote{now_seconds(), ""};
-      if (!opt_.api_key.empty() && req.path.rfind("/v1/", 0) == 0) {
-        const std::string auth = req.get_header_value("Authorization");
-        const std::string want = "Bearer " + opt_.api_key;
-        if (auth.empty() || !same_secret(auth, want)) {
-          send_error(res, api_error(401, auth.empty() ? "Missing API key (send 'Authorization: Bearer KEY')."
-                                                      : "Incorrect API key provided.",
-                                    "invalid_request_error", "invalid_api_key"));
-          return httplib::Server::HandlerResponse::Handled;
-        }
-      }
-      return httplib::Server::HandlerResponse::Unhandled;
-    });
-    svr_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty() || res.is_chunked_content_provider_) return;
-      switch (res.status) {
-        case 404: send_error(res, api_error(404, "Unknown endpoint: " + req.method + " " + req.path, "invalid_request_error", "not_found")); break;
-        case 413: send_error(res, api_error(413, "The request body is too large.", "invalid_request_error", "payload_too_large")); break;
-        case 405: send_error(res, api_error(405, "Method not allowed.", "invalid_request_error", "method_not_allowed")); break;
-        default: send_error(res, api_error(res.status, "Bad request.", "invalid_request_error")); break;
-      }
-    });
-    svr_.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-      std::string what = "unknown error";
-      try {
-        if (ep) std::rethrow_exception(ep);
-      } catch (const std::exception& e) {
-        what = e.what();
-      } catch (...) {
-      }
-      send_error(res, api_error(500, "Internal error: " + what, "server_error"));
-    });
-    svr_.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-      metrics_.count_request(endpoint_label(req.path), res.status);
-      if (!opt_.log_requests) return;
-      const double ms = t_note.start > 0 ? (now_seconds() - t_note.start) * 1e3 : 0.0;
-      std::string line = fmt::format("loom serve: {}:{} \"{} {}\" {} {:.1f}ms{}{}\n", req.remote_addr, req.remote_port,
-                                     req.method, req.path, res.status, ms, t_note.detail.empty() ? "" : " ",
-                                     t_note.detail);
-      std::fwrite(line.data(), 1, line.size(), stderr);
-    });
-
-    svr_.Get("/", [](const httplib::Request&, httplib::Response& res) {
-      res.set_content(chat_page_html(), "text/html; charset=utf-8");
-    });
-    svr_.Get("/favicon.ico", [](const httplib::Request&, httplib::Response& res) { res.status = 204; });
-    svr_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-      if (metrics_.draining.load()) {
-        res.status = 503;
-        res.set_content(R"({"status":"draining"})", "application/json");
-        return;
-      }
-      res.set_content(fmt::format(R"({{"status":"ok","slots_busy":{},"slots_total":{},"queue_depth":{}}})",
-                                  metrics_.slots_busy.load(), metrics_.slots_total.load(), metrics_.queue_depth.load()),
-                      "application/json");
-    });
-    svr_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(metrics_.prometheus_text(), "text/plain; version=0.0.4; charset=utf-8");
-    });
-    svr_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(models_body(ctx_.model_id, started_), "application/json");
-    });
-    for (const char* path : {"/v1/chat/completions", "/v1/completions"}) {
-      const Endpoint ep = std::string(path) == "/v1/chat/completions" ? Endpoint::kChat : Endpoint::kCompletion;
-      svr_.Post(path, [this, ep](const httplib::Request& req, httplib::Response& res) { generate(ep, req, res); });
-      auto not_allowed = [](const httplib::Request&, httplib::Response& res) {
-        res.set_header("Allow", "POST");
-        send_error(res, api_error(405, "Use POST for this endpoint.", "invalid_request_error", "method_not_allowed"));
-      };
-      svr_.Get(path, not_allowed);
-      svr_.Put(path, not_allowed);
-      svr_.Delete(path, not_allowed);
-    }
-    const bool bound = opt_.port == 0 ? (port_ = svr_.bind_to_any_port(opt_.host)) > 0
-                                      : svr_.bind_to_port(opt_.host, opt_.port);
-    if (!bound) return unavailable("cannot listen on {}:{} (in use, or not an address of this machine)", opt_.host, opt_.port);
-    if (opt_.port != 0) port_ = opt_.port;
+    LOOM_ASSIGN_OR_RETURN(http_, HttpServer::bind(opt_.host, opt_.port, opt_.limits,
+                                                  [this](const HttpRequest& req) { return route(req); },
+                                                  [this](const HttpLogEntry& e) { log(e); }));
     return Status();
   }
 
-  int port() const override { return port_; }
+  int port() const override { return http_->port(); }
 
   Status run(const std::atomic<bool>& stop) override {
-    std::atomic<bool> listening_ended{false};
-    std::thread listener([this, &listening_ended] {
-      svr_.listen_after_bind();
-      listening_ended = true;
-    });
-    while (!stop.load() && !listening_ended.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    http_->start(opt_.http_threads > 0 ? opt_.http_threads : 2);
+    while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     // Drain: refuse new work, let in-flight requests finish up to the deadline.
     sched_.begin_drain();
     metrics_.draining = true;
@@ -171,127 +173,113 @@ class HttpServer final : public Server {
     const bool idle = sched_.wait_idle(deadline);
     if (!idle) std::fputs("loom serve: drain deadline passed; cancelling the requests still running\n", stderr);
     sched_.stop();
-    // Give the HTTP threads a moment to write the last chunks of the streams that just ended.
+    // Give the I/O threads a moment to write the last chunks of the streams that just ended.
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    svr_.stop();
-    listener.join();
+    http_->stop();
     return Status();
   }
 
  private:
-  void generate(Endpoint ep, const httplib::Request& req, httplib::Response& res) {
+  void log(const HttpLogEntry& e) {
+    if (e.method != "-") metrics_.count_request(endpoint_label(e.path), e.status);
+    if (!opt_.log_requests) return;
+    std::string line = fmt::format("loom serve: {} \"{} {}\" {} {:.1f}ms{}{}\n", e.peer, e.method, e.path,
+                                   e.status, e.ms, e.detail.empty() ? "" : " ", e.detail);
+    std::fwrite(line.data(), 1, line.size(), stderr);
+  }
+
+  HttpResponse route(const HttpRequest& req) {
+    const std::string& p = req.path;
+    if (!opt_.api_key.empty() && p.rfind("/v1/", 0) == 0) {
+      const std::string auth = req.header("Authorization");
+      if (auth.empty())
+        return error_response(api_error(401, "Missing API key (send 'Authorization: Bearer KEY').",
+                                        "invalid_request_error", "invalid_api_key"));
+      if (!bearer_matches(auth, opt_.api_key))
+        return error_response(api_error(401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key"));
+    }
+    const bool get = req.method == "GET" || req.method == "HEAD";
+    if (p == "/v1/chat/completions" || p == "/v1/completions") {
+      if (req.method != "POST") {
+        HttpResponse r = error_response(api_error(405, "Use POST for this endpoint.", "invalid_request_error", "method_not_allowed"));
+        r.headers.emplace_back("Allow", "POST");
+        return r;
+      }
+      return generate(p == "/v1/chat/completions" ? Endpoint::kChat : Endpoint::kCompletion, req);
+    }
+    HttpResponse r;
+    if (p == "/" && get) {
+      r.content_type = "text/html; charset=utf-8";
+      r.body = chat_page_html();
+    } else if (p == "/favicon.ico" && get) {
+      r.status = 204;
+      r.content_type.clear();
+    } else if (p == "/health" && get) {
+      if (metrics_.draining.load()) {
+        r.status = 503;
+        r.body = R"({"status":"draining"})";
+      } else {
+        r.body = fmt::format(R"({{"status":"ok","slots_busy":{},"slots_total":{},"queue_depth":{}}})",
+                             metrics_.slots_busy.load(), metrics_.slots_total.load(), metrics_.queue_depth.load());
+      }
+    } else if (p == "/metrics" && get) {
+      r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+      r.body = metrics_.prometheus_text();
+    } else if (p == "/v1/models" && get) {
+      r.body = models_body(ctx_.model_id, started_);
+    } else if (p == "/" || p == "/favicon.ico" || p == "/health" || p == "/metrics" || p == "/v1/models") {
+      r = error_response(api_error(405, "Method not allowed.", "invalid_request_error", "method_not_allowed"));
+      r.headers.emplace_back("Allow", "GET");
+    } else {
+      r = error_response(api_error(404, "Unknown endpoint: " + req.method + " " + p, "invalid_request_error", "not_found"));
+    }
+    return r;
+  }
+
+  HttpResponse generate(Endpoint ep, const HttpRequest& req) {
     ApiRequest r;
     ApiError err;
-    if (!parse_request(ep, req.body, ctx_, &r, &err)) {
-      t_note.detail = "error=" + (err.code.empty() ? std::string("invalid_request") : err.code);
-      send_error(res, err);
-      return;
-    }
+    if (!parse_request(ep, req.body, ctx_, &r, &err))
+      return error_response(err, "error=" + (err.code.empty() ? std::string("invalid_request") : err.code));
     const int64_t n_prompt = static_cast<int64_t>(r.gen.prompt.size());
     auto job_or = sched_.submit(std::move(r.gen));
     if (!job_or.ok()) {
       const Status& s = job_or.status();
+      HttpResponse res;
       if (s.code() == StatusCode::kResourceExhausted) {
-        res.set_header("Retry-After", "1");
-        send_error(res, api_error(503, "The server is busy (request queue full); retry shortly.", "server_error",
-                                  "queue_full"));
+        res = error_response(api_error(503, "The server is busy (request queue full); retry shortly.", "server_error",
+                                       "queue_full"), "rejected");
+        res.headers.emplace_back("Retry-After", "1");
       } else if (s.code() == StatusCode::kUnavailable) {
-        res.set_header("Retry-After", "5");
-        send_error(res, api_error(503, "The server is shutting down.", "server_error", "shutting_down"));
+        res = error_response(api_error(503, "The server is shutting down.", "server_error", "shutting_down"), "rejected");
+        res.headers.emplace_back("Retry-After", "5");
       } else {
-        send_error(res, api_error(400, s.to_string(), "invalid_request_error"));
+        res = error_response(api_error(400, s.to_string(), "invalid_request_error"), "rejected");
       }
-      t_note.detail = "rejected";
-      return;
+      return res;
     }
     std::shared_ptr<Job> job = std::move(job_or).value();
     ResponseInfo info;
     info.id = fmt::format("{}-{}", ep == Endpoint::kChat ? "chatcmpl" : "cmpl", next_id_.fetch_add(1));
     info.created = static_cast<int64_t>(std::time(nullptr));
     info.model = ctx_.model_id;
-    auto note = [job, n_prompt, stream = r.stream](const std::string& reason) {
-      const double ttft = job->first_token > 0 ? (job->first_token - job->arrival) * 1e3 : -1.0;
-      return fmt::format("prompt={} reused={} gen={} ttft={:.1f}ms finish={} slot={}{}", n_prompt, job->n_reused,
-                         job->n_generated.load(), ttft, reason, job->slot, stream ? " stream" : "");
-    };
-
+    HttpResponse res;
     if (!r.stream) {
-      std::string text;
-      Job::Update u;
-      do {
-        u = job->wait(std::chrono::milliseconds(1000));
-        text += u.text;
-      } while (!u.finished);
-      t_note.detail = note(u.finish_reason);
-      if (u.finish_reason == "error") {
-        send_error(res, api_error(500, "Generation failed: " + u.error.to_string(), "server_error"));
-        return;
-      }
-      if (u.finish_reason == "cancelled") {
-        send_error(res, api_error(503, "The server shut down before the request finished.", "server_error", "cancelled"));
-        return;
-      }
-      res.set_content(completion_body(ep, info, text, u.finish_reason, n_prompt, job->n_generated.load()),
-                      "application/json");
-      return;
+      res.deferred = std::make_shared<JobDeferred>(job, ep, info, n_prompt);
+      return res;
     }
-
-    struct StreamState {
-      bool started = false, ended = false;
-    };
-    auto state = std::make_shared<StreamState>();
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [job, state, ep, info, n_prompt, include_usage = r.include_usage, note](size_t, httplib::DataSink& sink) {
-          auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-          if (!state->started) {
-            state->started = true;
-            if (ep == Endpoint::kChat && !write(stream_chunk(ep, info, "", "", /*role_chunk=*/true))) {
-              job->cancel();
-              return false;
-            }
-          }
-          Job::Update u = job->wait(std::chrono::milliseconds(500));
-          bool ok = true;
-          if (!u.text.empty()) ok = write(stream_chunk(ep, info, u.text, ""));
-          // Nothing new for a while (queued, or a long prompt): an SSE comment finds out whether
-          // the client is still there.
-          else if (!u.finished) ok = write(": keep-alive\n\n");
-          if (!ok) {
-            job->cancel();  // the client went away: its slot is freed before the next step
-            t_note.detail = note("disconnected");
-            return false;
-          }
-          if (u.finished) {
-            state->ended = true;
-            t_note.detail = note(u.finish_reason);
-            if (u.finish_reason == "error" || u.finish_reason == "cancelled") {
-              ApiError e = api_error(500, u.finish_reason == "error" ? "Generation failed: " + u.error.to_string()
-                                                                     : "The server shut down before the request finished.",
-                                     "server_error");
-              write("data: " + error_body(e) + "\n\n");
-            } else {
-              write(stream_chunk(ep, info, "", u.finish_reason));
-              if (include_usage) write(usage_chunk(ep, info, n_prompt, job->n_generated.load()));
-            }
-            write("data: [DONE]\n\n");
-            sink.done();
-          }
-          return true;
-        },
-        [job, state](bool success) {
-          if (!success || !state->ended) job->cancel();
-        });
+    res.content_type = "text/event-stream";
+    res.headers.emplace_back("Cache-Control", "no-cache");
+    res.headers.emplace_back("X-Accel-Buffering", "no");
+    res.stream = std::make_shared<JobStream>(job, ep, info, n_prompt, r.include_usage);
+    return res;
   }
 
   Scheduler& sched_;
   Metrics& metrics_;
   ApiContext ctx_;
   ServerOptions opt_;
-  httplib::Server svr_;
-  int port_ = 0;
+  std::unique_ptr<HttpServer> http_;
   int64_t started_ = static_cast<int64_t>(std::time(nullptr));
   std::atomic<uint64_t> next_id_{1};
 };
@@ -300,14 +288,13 @@ class HttpServer final : public Server {
 
 Result<std::unique_ptr<Server>> Server::create(Scheduler& scheduler, Metrics& metrics, ApiContext ctx,
                                                ServerOptions options) {
-  // A client that goes away makes send() fail; without this it would raise SIGPIPE and end the
-  // process (httplib sends without MSG_NOSIGNAL).
+  // A client that goes away makes send() fail; without this a write to its socket could raise
+  // SIGPIPE and end the process.
   signal(SIGPIPE, SIG_IGN);
-  auto s = std::make_unique<HttpServer>(scheduler, metrics, std::move(ctx), std::move(options));
+  auto s = std::make_unique<LoomServer>(scheduler, metrics, std::move(ctx), std::move(options));
   LOOM_RETURN_IF_ERROR(s->init());
   return std::unique_ptr<Server>(std::move(s));
 }
 
 }  // namespace loom::serve
 
-#endif  // LOOM_HAVE_HTTPLIB

@@ -1,7 +1,7 @@
 // The HTTP front of `loom serve`: OpenAI-compatible routes, SSE streaming, /metrics, /health,
 // the chat page at /, API key, limits, one log line per request, and a draining shutdown.
-// Built on cpp-httplib (Debian's libcpp-httplib); without it (LOOM_HAVE_HTTPLIB undefined)
-// create() reports that this build has no HTTP server.
+// Built on the asynchronous HTTP server of http.h (Boost.Beast), so that no client, however
+// slow or numerous, can keep /health, /metrics or the 503 back-pressure from answering.
 #pragma once
 
 #include <atomic>
@@ -10,6 +10,7 @@
 #include <string>
 
 #include "loom/base/status.h"
+#include "loom/serve/http.h"
 #include "loom/serve/metrics.h"
 #include "loom/serve/openai_api.h"
 #include "loom/serve/scheduler.h"
@@ -20,11 +21,14 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;               // 0: any free port (see Server::port())
   std::string api_key;           // "": no key needed; else /v1/* want "Authorization: Bearer KEY"
-  size_t max_body_bytes = 1 << 20;  // larger bodies get 413
-  int http_threads = 0;          // 0: enough for every slot, the queue and some spare
+  HttpLimits limits;             // body and head sizes, deadlines, connection caps
+  int http_threads = 0;          // I/O threads (0: 2); they never wait for generation
   double drain_seconds = 30.0;   // SIGTERM: how long in-flight requests may take to finish
   bool log_requests = true;      // one line per request on stderr
 };
+
+// True when an Authorization header value is "Bearer KEY" for this key (the scheme in any case).
+bool bearer_matches(const std::string& authorization, const std::string& key);
 
 // The chat page served at / (HTML + JS, no external resources).
 const char* chat_page_html();
