@@ -1,5 +1,12 @@
-// Status/Result: context trails, propagation macros, conversions.
+// Status/Result: context trails, propagation macros, conversions; MappedFile's refusals.
 #include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <future>
 
 #include "loom/base/file.h"
 #include "loom/base/status.h"
@@ -55,7 +62,41 @@ TEST(MappedFile, MissingFileIsNotFound) {
 TEST(MappedFile, DirectoryIsRefused) {
   auto f = MappedFile::open("/tmp");
   ASSERT_FALSE(f.ok());
-  EXPECT_NE(f.status().to_string().find("not a regular file"), std::string::npos);
+  EXPECT_NE(f.status().to_string().find("/tmp is not a regular file (a directory)"), std::string::npos)
+      << f.status().to_string();
+}
+
+TEST(MappedFile, CharacterDeviceIsRefused) {
+  auto f = MappedFile::open("/dev/null");
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(f.status().to_string().find("/dev/null is not a regular file (a character device)"), std::string::npos)
+      << f.status().to_string();
+}
+
+// open(O_RDONLY) on a FIFO without a writer blocks forever; MappedFile must refuse it at once.
+TEST(MappedFile, FifoIsRefusedWithoutBlocking) {
+  const std::string path = ::testing::TempDir() + "/loom_map_test.fifo";
+  ::unlink(path.c_str());
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  auto pending = std::async(std::launch::async, [&] { return MappedFile::open(path); });
+  if (pending.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    // Unblock the reader (a writer end opens at once while a reader waits) so the test can end.
+    int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) ::close(fd);
+    ADD_FAILURE() << "MappedFile::open blocked on a FIFO";
+  }
+  auto f = pending.get();
+  ::unlink(path.c_str());
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().to_string().find(path + " is not a regular file (a FIFO)"), std::string::npos)
+      << f.status().to_string();
+}
+
+TEST(ReadFile, DirectoryIsRefused) {
+  auto r = read_file("/tmp");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().to_string().find("/tmp is a directory"), std::string::npos) << r.status().to_string();
 }
 
 TEST(MappedFile, MapsBytes) {

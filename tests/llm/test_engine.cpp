@@ -1,14 +1,21 @@
 // Engine tests on tiny synthetic models written with GgufWriter (random weights in the real
 // layouts): batched and token-by-token decoding agree bit for bit, the context limit is a clean
-// error, prefix reuse, thread-count independence, and refusal of unsupported architectures.
+// error, prefix reuse, thread-count independence, and refusal of unsupported architectures and of
+// NaN / infinite / non-positive float hyper-parameters.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "loom/base/file.h"
 #include "loom/llm/engine.h"
 #include "loom/llm/gguf_writer.h"
 #include "loom/llm/model.h"
@@ -182,6 +189,87 @@ TEST(Model, ConfigComesFromMetadata) {
   for (const auto& l : p.launches) attention += l.op == OpCode::kAttention;
   EXPECT_EQ(attention, 3);
   EXPECT_NE(p.to_string(m->weight_names()).find("blk.2.ffn_down.weight"), std::string::npos);
+}
+
+// Every device runs the model that Model::load returns, so a bad float hyper-parameter must be
+// refused there, naming the key and the value (the kernels of --device cpu refused some of these
+// only when compiling; the reference backend ran them and produced garbage).
+struct BadHparam {
+  std::string arch, key;  // key after "<arch>."
+  float value;
+  std::string shown;      // how the message prints the value
+};
+
+TinySpec spec_with(const BadHparam& b) {
+  TinySpec s;
+  s.arch = b.arch;
+  if (b.key == "attention.layer_norm_rms_epsilon") s.norm_eps = b.value;
+  else if (b.key == "rope.freq_base") s.rope_freq_base = b.value;
+  else s.extra_f32.emplace_back(b.key, b.value);
+  return s;
+}
+
+std::vector<BadHparam> bad_hparams() {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  return {
+      {"llama", "attention.layer_norm_rms_epsilon", nan, "nan"},
+      {"llama", "attention.layer_norm_rms_epsilon", inf, "inf"},
+      {"llama", "attention.layer_norm_rms_epsilon", 0.0f, "0"},
+      {"llama", "attention.layer_norm_rms_epsilon", -1e-5f, "-1e-05"},
+      {"llama", "rope.freq_base", nan, "nan"},
+      {"llama", "rope.freq_base", -inf, "-inf"},
+      {"llama", "rope.freq_base", 0.0f, "0"},
+      {"llama", "rope.scaling.factor", -2.0f, "-2"},
+      {"llama", "rope.scaling.factor", nan, "nan"},
+      {"llama", "attention.scale", nan, "nan"},
+      {"llama", "final_logit_softcapping", -30.0f, "-30"},
+      {"gemma3", "attention.layer_norm_rms_epsilon", nan, "nan"},
+      {"gemma3", "rope.freq_base_swa", nan, "nan"},
+      {"gemma3", "attn_logit_softcapping", inf, "inf"},
+  };
+}
+
+TEST(Model, BadFloatHyperParametersAreRefusedWithKeyAndValue) {
+  int i = 0;
+  for (const BadHparam& b : bad_hparams()) {
+    const std::string key = b.arch + "." + b.key;
+    auto m = Model::load(model_file(spec_with(b), "bad_hparam_" + std::to_string(i++)), false);
+    ASSERT_FALSE(m.ok()) << key << " = " << b.shown << " was accepted";
+    const std::string msg = m.status().to_string();
+    EXPECT_EQ(m.status().code(), StatusCode::kDataLoss) << msg;
+    EXPECT_NE(msg.find(key + " = " + b.shown), std::string::npos) << msg;
+  }
+}
+
+TEST(Model, ZeroMeansNoneForOptionalFloatHyperParameters) {
+  TinySpec s;
+  s.extra_f32 = {{"attention.scale", 0.0f}, {"rope.scaling.factor", 0.0f}, {"final_logit_softcapping", 0.0f}};
+  auto m = load(model_file(s, "zero_optional"));
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->config().attn_scale, 0.0f);
+  EXPECT_EQ(m->config().rope_freq_scale, 1.0f);
+}
+
+// The CLI refuses such a file on the reference backend and the kernel backend alike, with one
+// line on stderr and exit code 1.
+TEST(Model, BadHyperParameterFailsLoomRunOnEveryCpuDevice) {
+  const char* env = std::getenv("LOOM_BIN");
+  const std::string bin = env ? env : LOOM_BINARY_DIR "/loom";
+  ASSERT_TRUE(file_exists(bin)) << "loom binary missing at " << bin;
+  TinySpec s;
+  s.rope_freq_base = std::numeric_limits<float>::quiet_NaN();
+  const std::string path = model_file(s, "nan_rope_cli");
+  for (const char* device : {"cpu-ref", "cpu"}) {
+    const std::string err = path + "." + device + ".err";
+    int rc = std::system(fmt::format("timeout 120 '{}' run -m '{}' --device {} -p hi -n 1 >/dev/null 2>'{}'", bin,
+                                     path, device, err).c_str());
+    ASSERT_TRUE(WIFEXITED(rc)) << device;
+    EXPECT_EQ(WEXITSTATUS(rc), 1) << device;
+    auto text = read_file(err);
+    ASSERT_TRUE(text.ok());
+    EXPECT_EQ(std::count(text->begin(), text->end(), '\n'), 1) << device << ": " << *text;
+    EXPECT_NE(text->find("llama.rope.freq_base = nan"), std::string::npos) << device << ": " << *text;
+  }
 }
 
 }  // namespace

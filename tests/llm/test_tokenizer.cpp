@@ -120,11 +120,22 @@ TEST(TokenizerPretok, EmptyMatchesCutLikeStdRegex) {
 }
 
 TEST(TokenizerPretok, UnknownAndUnsupportedNames) {
-  bool fell_back = false;
+  // As llama.cpp: an unknown type is refused by name, an empty one means "default".
+  bool fell_back = true;
   auto p = PreTokenizer::create("surely-not-a-tokenizer", &fell_back);
-  ASSERT_TRUE(p.ok());
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kUnimplemented);
+  EXPECT_TRUE(contains(p.status().to_string(), "unknown pre-tokenizer type 'surely-not-a-tokenizer'"))
+      << p.status().to_string();
+  auto e = PreTokenizer::create("", &fell_back);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
   EXPECT_TRUE(fell_back);
-  EXPECT_EQ(p->traits().canonical, "default");
+  EXPECT_EQ(e->traits().canonical, "default");
+  for (const char* known : {"default", "smollm", "gpt-2", "llama-bpe", "qwen2"}) {
+    auto k = PreTokenizer::create(known, &fell_back);
+    ASSERT_TRUE(k.ok()) << known << ": " << k.status().to_string();
+    EXPECT_FALSE(fell_back) << known;
+  }
   auto k = PreTokenizer::create("kimi-k2", &fell_back);
   ASSERT_FALSE(k.ok());
   EXPECT_EQ(k.status().code(), StatusCode::kUnimplemented);
@@ -449,6 +460,36 @@ TEST(TokenizerHostile, DuplicateTokensAndUnknownModels) {
   d.set_strings("tokenizer.ggml.merges", {"a b"});
   d.set_string("tokenizer.ggml.pre", "afmoe");
   expect_error(from_writer(d), StatusCode::kUnimplemented, "afmoe");
+}
+
+TEST(TokenizerHostile, UnknownPreTokenizerTypeIsRefused) {
+  GgufWriter bpe;
+  bpe.set_string("tokenizer.ggml.model", "gpt2");
+  bpe.set_strings("tokenizer.ggml.tokens", few_tokens());
+  bpe.set_strings("tokenizer.ggml.merges", {"a b"});
+  GgufWriter unknown = bpe;
+  unknown.set_string("tokenizer.ggml.pre", "no-such-pre");
+  expect_error(from_writer(unknown), StatusCode::kUnimplemented, "unknown pre-tokenizer type 'no-such-pre'");
+  // Absent or empty: llama.cpp's "default" cascade (with a warning), as before.
+  auto absent = from_writer(bpe);
+  ASSERT_TRUE(absent.ok()) << absent.status().to_string();
+  EXPECT_EQ(absent->pre_name(), "default");
+  GgufWriter empty = bpe;
+  empty.set_string("tokenizer.ggml.pre", "");
+  auto e = from_writer(empty);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  EXPECT_EQ(e->pre_name(), "default");
+  GgufWriter smollm = bpe;
+  smollm.set_string("tokenizer.ggml.pre", "smollm");
+  auto s = from_writer(smollm);
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_EQ(s->pre_name(), "command-r");  // smollm shares command-r's cascade
+  // SentencePiece vocabularies have no pre-tokenizer; llama.cpp ignores the key there (Gemma 3
+  // says "default"), and so does Loom.
+  GgufWriter spm = base_spm();
+  spm.set_string("tokenizer.ggml.pre", "no-such-pre");
+  auto sp = from_writer(spm);
+  ASSERT_TRUE(sp.ok()) << sp.status().to_string();
 }
 
 TEST(TokenizerHostile, MissingByteFallbackIsAnErrorNotACrash) {

@@ -6,6 +6,7 @@
 
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loom/llm/gguf_writer.h"
@@ -23,6 +24,8 @@ struct TinySpec {
   uint32_t seed = 1;          // first seed; each tensor takes the next
   float matrix_scale = 0.2f;  // standard deviation of the layer matrices' values
   bool random_norms = false;  // norm weights uniform in [0.5, 1.5) instead of all ones
+  float norm_eps = 1e-6f, rope_freq_base = 10000.0f;
+  std::vector<std::pair<std::string, float>> extra_f32;  // more float keys, "<arch>." prepended
 };
 
 // A [n_out, n_in] matrix of normal(0, scale) values quantized to `type`, as stored in GGUF.
@@ -64,8 +67,9 @@ inline std::string write_tiny(const TinySpec& s, const std::string& file_name) {
   w.set_u32(a + ".attention.key_length", kHeadDim);
   w.set_u32(a + ".attention.value_length", kHeadDim);
   w.set_u32(a + ".context_length", static_cast<uint32_t>(s.n_ctx_train));
-  w.set_f32(a + ".attention.layer_norm_rms_epsilon", 1e-6f);
-  w.set_f32(a + ".rope.freq_base", 10000.0f);
+  w.set_f32(a + ".attention.layer_norm_rms_epsilon", s.norm_eps);
+  w.set_f32(a + ".rope.freq_base", s.rope_freq_base);
+  for (const auto& [k, v] : s.extra_f32) w.set_f32(a + "." + k, v);
   if (a == "gemma3") w.set_u32(a + ".attention.sliding_window", 4);
   const int64_t nq = s.n_head * kHeadDim, nkv = s.n_head_kv * kHeadDim;
   uint32_t seed = s.seed;

@@ -338,16 +338,26 @@ def test_pre_tokenizer_variant(loom_bin, variant_dir, pre):
     assert_all_equal(f"pre={pre} detokenize --clean-spaces", [n for n, _ in docs], exp, act)
 
 
-def test_unknown_pre_tokenizer_falls_back(loom_bin, variant_dir):
+def test_unknown_pre_tokenizer_is_refused(loom_bin, variant_dir):
     path = variant_dir / "smollm2-unknown.gguf"
     write_variant(model_path("smollm2"), path, "no-such-pre")
+    with pytest.raises(Exception):  # llama.cpp: "unknown pre-tokenizer type: 'no-such-pre'"
+        llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
     proc = subprocess.run([str(loom_bin), "tokenize", "-m", str(path), "--info"], capture_output=True, timeout=120)
-    assert proc.returncode == 0
-    assert json.loads(proc.stdout)["pre"] == "default"
+    assert proc.returncode == 1
+    assert proc.stdout == b""
     assert b"unknown pre-tokenizer type 'no-such-pre'" in proc.stderr
-    # llama.cpp's "default" cascade is what a missing pre gives there; compare with that.
-    ref = variant_dir / "smollm2-default-ref.gguf"
-    write_variant(model_path("smollm2"), ref, "default")
+    assert proc.stderr.count(b"\n") == 1, proc.stderr
+
+
+def test_empty_pre_tokenizer_falls_back_to_default(loom_bin, variant_dir):
+    path = variant_dir / "smollm2-empty-pre.gguf"
+    write_variant(model_path("smollm2"), path, "")
+    proc = subprocess.run([str(loom_bin), "tokenize", "-m", str(path), "--info"], capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["pre"] == "default"
+    assert b"missing pre-tokenizer type" in proc.stderr
+    # llama.cpp also treats a missing/empty pre as "default"; compare tokenization with it.
     docs = DOCS[:300]
-    expected = [llama_for(ref).tokenize(d, add_bos=True, special=True) for _, d in docs]
-    assert_all_equal("pre=no-such-pre", [n for n, _ in docs], expected, loom_tokenize(loom_bin, path, docs), docs)
+    expected = [llama_for(path).tokenize(d, add_bos=True, special=True) for _, d in docs]
+    assert_all_equal("pre=''", [n for n, _ in docs], expected, loom_tokenize(loom_bin, path, docs), docs)

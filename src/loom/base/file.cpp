@@ -40,14 +40,36 @@ void MappedFile::reset() {
   owned_.clear();
 }
 
+namespace {
+
+const char* file_kind(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  return "not a plain file";
+}
+
+}  // namespace
+
 Result<MappedFile> MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // stat first: open() on a FIFO blocks until a writer appears, and on a device it may have side
+  // effects. O_NONBLOCK covers the path being swapped for one between stat and open; fstat then
+  // checks what was actually opened.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    int e = errno;
+    if (e == ENOENT) return not_found("{}: no such file", path);
+    return invalid_argument("{}: cannot open: {}", path, std::strerror(e));
+  }
+  if (!S_ISREG(st.st_mode)) return invalid_argument("{} is not a regular file ({})", path, file_kind(st.st_mode));
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     int e = errno;
     if (e == ENOENT) return not_found("{}: no such file", path);
     return invalid_argument("{}: cannot open: {}", path, std::strerror(e));
   }
-  struct stat st {};
   if (fstat(fd, &st) != 0) {
     int e = errno;
     ::close(fd);
@@ -55,7 +77,7 @@ Result<MappedFile> MappedFile::open(const std::string& path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    return invalid_argument("{}: not a regular file", path);
+    return invalid_argument("{} is not a regular file ({})", path, file_kind(st.st_mode));
   }
   MappedFile f;
   f.path_ = path;
@@ -84,6 +106,8 @@ MappedFile MappedFile::from_bytes(std::string_view bytes) {
 }
 
 Result<std::string> read_file(const std::string& path) {
+  if (struct stat st {}; ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    return invalid_argument("{} is a directory, not a file", path);
   std::ifstream in(path, std::ios::binary);
   if (!in) return not_found("{}: cannot open for reading", path);
   std::ostringstream ss;

@@ -21,7 +21,8 @@ class MappedFile {
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
 
-  // Errors name the path: not found, a directory, unreadable.
+  // Errors name the path: not found, not a regular file (a directory, FIFO, socket or device is
+  // refused after a stat, without opening it, so a FIFO cannot block), unreadable.
   static Result<MappedFile> open(const std::string& path);
   // Maps a copy of bytes held in memory (used by the fuzzer and tests); not file-backed.
   static MappedFile from_bytes(std::string_view bytes);
@@ -39,6 +40,8 @@ class MappedFile {
   std::string path_;
 };
 
+// Reads a whole file or pipe (a FIFO such as <(cmd) is read until its writer closes it); a
+// directory is refused.
 Result<std::string> read_file(const std::string& path);
 Status write_file(const std::string& path, std::string_view contents);
 bool file_exists(const std::string& path);

@@ -96,6 +96,10 @@ Status read_common_hparams(const GgufFile& g, const std::string& a, ModelConfig*
     LOOM_ASSIGN_OR_RETURN(std::string_view t, g.get_string(key("rope.scaling.type")));
     scaling_type = std::string(t);
   }
+  // 0 means no scaling (as in llama.cpp); anything else is inverted, so it must stay finite.
+  if (!std::isfinite(factor) || factor < 0.0 || (factor != 0.0 && !std::isfinite(static_cast<float>(1.0 / factor))))
+    return data_loss("hyper-parameter {} = {} is out of range (must be a finite number >= 0; 0: no scaling)",
+                     g.has(key("rope.scaling.factor")) ? key("rope.scaling.factor") : key("rope.scale_linear"), factor);
   c->rope_freq_scale = factor == 0.0 ? 1.0f : static_cast<float>(1.0 / factor);
   LOOM_ASSIGN_OR_RETURN(uint64_t orig, get_u64_scalar_or(g, key("rope.scaling.original_context_length"), n_ctx));
   c->rope_n_ctx_orig = static_cast<int64_t>(orig);
@@ -109,6 +113,30 @@ Status read_common_hparams(const GgufFile& g, const std::string& a, ModelConfig*
   LOOM_ASSIGN_OR_RETURN(double attn_softcap, g.get_f64_or(key("attn_logit_softcapping"), 0.0));
   c->attn_softcap = static_cast<float>(attn_softcap);
   c->layer_swa.assign(static_cast<size_t>(c->n_layer), false);
+  return Status();
+}
+
+// rope_freq_scale is not listed: it is 1 / rope.scaling.factor, whose raw value
+// read_common_hparams checks so that the message shows what the file says.
+Status validate_hparams(const ModelConfig& c) {
+  struct Check {
+    const char* key;  // after "<arch>."
+    float value;
+    bool zero_ok;     // 0 is accepted (it means "default" or "none")
+  };
+  const Check checks[] = {
+      {"attention.layer_norm_rms_epsilon", c.norm_eps, false},
+      {"rope.freq_base", c.rope_freq_base, false},
+      {"rope.freq_base_swa", c.rope_freq_base_swa, false},
+      {"attention.scale", c.attn_scale, true},
+      {"attn_logit_softcapping", c.attn_softcap, true},
+      {"final_logit_softcapping", c.final_softcap, true},
+  };
+  for (const Check& k : checks) {
+    if (std::isfinite(k.value) && (k.value > 0.0f || (k.zero_ok && k.value == 0.0f))) continue;
+    return data_loss("hyper-parameter {}.{} = {} is out of range (must be a finite number {} 0)", c.arch_name, k.key,
+                     k.value, k.zero_ok ? ">=" : ">");
+  }
   return Status();
 }
 
@@ -181,6 +209,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, bool show_pr
   if (auto name = m->gguf_->get_string("general.name"); name.ok()) m->config_.name = std::string(*name);
   Status s = read_common_hparams(*m->gguf_, arch, &m->config_);
   if (s.ok()) s = entry->load(*m);
+  if (s.ok()) s = validate_hparams(m->config_);
   if (!s.ok()) return std::move(s).with_context("loading model " + path);
 
   // Page the weights in now, so the first token is not slowed by page faults, and show it.

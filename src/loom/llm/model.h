@@ -113,4 +113,10 @@ Program build_gemma3(const Model& model, int64_t n_tokens, int64_t n_outputs);
 // Helpers shared by the architecture files (model.cpp).
 Status read_common_hparams(const GgufFile& gguf, const std::string& arch, ModelConfig* c);
 
+// The float hyper-parameters every backend trusts (norm epsilon, RoPE bases, attention scale,
+// soft-caps): NaN, infinities and values <= 0 (< 0 where 0 means "none") are kDataLoss,
+// naming the metadata key and the value. Model::load runs it once, after the architecture
+// loader, so no device (the reference backend included) sees such a model.
+Status validate_hparams(const ModelConfig& c);
+
 }  // namespace loom::llm

@@ -276,12 +276,7 @@ Result<Tokenizer> Tokenizer::create(TokenizerMetadata m) {
     bool fell_back = false;
     auto pt = PreTokenizer::create(m.pre, &fell_back);
     if (!pt.ok()) return std::move(pt).status();
-    if (fell_back) {
-      if (m.pre.empty())
-        log_warn("tokenizer: missing pre-tokenizer type, using 'default' (tokenization quality may suffer)");
-      else
-        log_warn("tokenizer: unknown pre-tokenizer type '{}', using 'default' (llama.cpp refuses this file)", m.pre);
-    }
+    if (fell_back) log_warn("tokenizer: missing pre-tokenizer type, using 'default' (tokenization quality may suffer)");
     t.pre_name = pt->traits().canonical;
     t.clean_spaces = pt->traits().clean_spaces;
     t.ignore_merges = pt->traits().ignore_merges;

@@ -270,6 +270,10 @@ Result<PreTokenizer> PreTokenizer::create(std::string_view pre, bool* fell_back)
     if (found) break;
   }
   if (!found) {
+    // As llama.cpp: a missing type means "default" (the caller warns); a type it does not know
+    // is refused, since another cascade would silently tokenize differently from the model's.
+    if (!pre.empty())
+      return unimplemented("unknown pre-tokenizer type '{}' (tokenizer.ggml.pre); llama.cpp refuses it too", pre);
     if (fell_back) *fell_back = true;
     found = &variants().front();
   }

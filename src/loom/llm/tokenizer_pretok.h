@@ -25,9 +25,10 @@ struct PreTokenizerTraits {
 // (each call allocates its own match data).
 class PreTokenizer {
  public:
-  // `pre` is tokenizer.ggml.pre. Empty or unknown names fall back to llama.cpp's "default"
-  // cascade; `*fell_back` tells the caller to warn. Known names that llama.cpp implements with
-  // code Loom does not have (kimi-k2, afmoe, tiny_aya, superbpe, gemma4, ...) are kUnimplemented.
+  // `pre` is tokenizer.ggml.pre. An empty name falls back to llama.cpp's "default" cascade;
+  // `*fell_back` tells the caller to warn. A name llama.cpp does not know is kUnimplemented
+  // ("unknown pre-tokenizer type 'x'"), as llama.cpp refuses it; so are known names that
+  // llama.cpp implements with code Loom does not have (kimi-k2, afmoe, tiny_aya, gemma4, ...).
   static Result<PreTokenizer> create(std::string_view pre, bool* fell_back);
   // Builds a cascade from explicit patterns in llama.cpp's dialect (tests).
   static Result<PreTokenizer> from_patterns(const std::vector<std::string>& patterns);
