@@ -122,7 +122,8 @@ Status check_cmd(const EvolveFlags& f) {
     LOOM_ASSIGN_OR_RETURN(kernels::Shape shape, kernels::Shape::parse(shape_text));
     EvalOptions o;
     o.trials = f.cfg.trials;
-    o.holdout = holdout_shapes(*op, shape, f.cfg.holdout);
+    const ir::TargetKind target = f.cfg.device.rfind("cuda", 0) == 0 ? ir::TargetKind::kPtx : ir::TargetKind::kCpp;
+    o.holdout = search_holdout_shapes(*op, shape, target, f.cfg.holdout);  // as a job holds out
     o.peak_gbps = peak;
     o.time_budget_s = f.cfg.time_budget_s;
     o.ws_factor = f.ws_factor;

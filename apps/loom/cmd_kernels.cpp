@@ -36,16 +36,18 @@ nlohmann::ordered_json to_json(const StoredKernel& k) {
           {"device_arch", k.device_arch}, {"loom_version", k.loom_version},
           {"kind", cand_kind_name(k.cand.kind)}, {"body", nlohmann::json::parse(k.cand.body())},
           {"speedup", k.speedup},   {"median_us", k.median_us},
-          {"baseline_us", k.baseline_us}, {"job", k.job}, {"candidate", k.candidate}};
+          {"baseline_us", k.baseline_us}, {"job", k.job}, {"candidate", k.candidate}, {"seq", k.seq}};
 }
 
 Status list_cmd(const KernelsFlags& f) {
   LOOM_ASSIGN_OR_RETURN(Db db, open_db(f));
   LOOM_ASSIGN_OR_RETURN(auto ks, list_kernels(db));
   if (ks.empty()) std::printf("no stored kernels in %s\n", db.path().c_str());
+  // The timings are those of the job's winner record (`loom evolve status JOB` prints the same).
   for (const StoredKernel& k : ks)
-    std::printf("%-14s %-8s {%s} on %s (loom %s): %.2fx, %.1f us vs %.1f us; %s\n", k.id().c_str(), k.op.c_str(),
-                k.shape_key.c_str(), k.device_arch.c_str(), k.loom_version.c_str(), k.speedup, k.median_us, k.baseline_us,
+    std::printf("%-14s %-8s {%s} on %s (loom %s): %.2fx, %.1f us vs %.1f us; job %lld %s; %s\n", k.id().c_str(),
+                k.op.c_str(), k.shape_key.c_str(), k.device_arch.c_str(), k.loom_version.c_str(), k.speedup, k.median_us,
+                k.baseline_us, static_cast<long long>(k.job), k.seq >= 0 ? fmt::format("#{}", k.seq).c_str() : "#?",
                 k.cand.summary().c_str());
   return Status();
 }
@@ -107,6 +109,7 @@ Status import_cmd(const KernelsFlags& f) {
     k.baseline_us = j.value("baseline_us", 0.0);
     k.job = j.value("job", int64_t{0});
     k.candidate = j.value("candidate", int64_t{0});
+    k.seq = j.value("seq", -1);
     if (k.op.empty() || k.shape_key.empty() || k.device_arch.empty()) return data_loss("{}: kernel {} lacks op/shape/device_arch", f.file, n);
     if (!kernels::find_op(k.op)) return invalid_argument("{}: kernel {} names unknown op '{}'", f.file, n, k.op);
     LOOM_RETURN_IF_ERROR(put_kernel(db, k));

@@ -5,7 +5,8 @@
    default schedule (re-timed interleaved with the baseline), and stores it; `loom bench` loads
    it, says so and generates faster with it; a
    job killed with SIGKILL inside a batch and resumed keeps every evaluation and proposes exactly
-   what an uninterrupted job proposes.
+   what an uninterrupted job proposes; `status` says it runs (pid, host), then that it was
+   interrupted, then done, and a second `resume` while it runs is refused naming the holder.
 A user-defined op from a file (examples/evolve/row_sum.json) is searched like a built-in one and
 reports where its best kernel's cycles go.
 3. The llm synthesizer against a real `loom serve` (SmolLM2) completes a bounded search; replies
@@ -16,6 +17,7 @@ import os
 import pathlib
 import re
 import signal
+import socket
 import sqlite3
 import subprocess
 import time
@@ -62,9 +64,10 @@ def test_search_q4_0_ffn_two_minutes(loom_bin, tmp_path):
     # work holds a core the one-thread variant wins (1.8x). The 2-thread peak itself varies with
     # the load (14-31 GB/s measured), so the fraction is printed and only the search-time
     # fraction is gated, loosely.
-    stored = db_rows(db, "SELECT speedup, median_us FROM kernels WHERE op = 'matvec' AND shape_key = ?", FFN)
+    stored = db_rows(db, "SELECT speedup, median_us, candidate FROM kernels WHERE op = 'matvec' AND shape_key = ?", FFN)
     assert stored, f"nothing stored: confirmed {confirmed:.2f}x"
-    # Stored with min(search, confirmed) speed-up.
+    # The store holds the job's winner, with min(search, confirmed) speed-up.
+    assert stored[0][2] == best_id
     assert 1.05 < stored[0][0] <= confirmed + 1e-9
     lst = run_loom(loom_bin, "kernels", "--db", db, "list").stdout
     assert f"evolve-{job}." in lst
@@ -133,11 +136,20 @@ def test_sigkill_and_resume_lose_nothing(loom_bin, tmp_path):
     for line in proc.stdout:
         if re.match(r"\[\s*\d+ ", line):
             seen += 1
+            if seen == 1:
+                # While it runs, status says so and a second process is refused, naming the holder.
+                st = run_loom(loom_bin, "evolve", "status", "1", "--db", db).stdout
+                assert f"status: running (pid {proc.pid} on {socket.gethostname()}" in st, st
+                other = run_loom(loom_bin, "evolve", "resume", "1", "--db", db, check=False)
+                assert other.returncode != 0
+                assert f"job 1 is being run by pid {proc.pid} on {socket.gethostname()}" in other.stderr, other.stderr
             if seen == 4:  # baseline + 3 evaluations on disk: the kill lands inside a batch of 2
                 proc.send_signal(signal.SIGKILL)
                 break
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
+    st = run_loom(loom_bin, "evolve", "status", "1", "--db", db).stdout
+    assert f"status: interrupted (pid {proc.pid} on {socket.gethostname()} is gone" in st, st
     before = sequence(db, 1)
     assert len(before) >= 4
     r = run_loom(loom_bin, "evolve", "resume", "1", "--db", db, timeout=600)
@@ -146,7 +158,7 @@ def test_sigkill_and_resume_lose_nothing(loom_bin, tmp_path):
     assert after[:len(before)] == before, "every evaluation from before the kill is kept unchanged"
     assert [(s, h) for s, h, _ in after] == reference, "the resumed job proposes what the uninterrupted one did"
     st = run_loom(loom_bin, "evolve", "status", "1", "--db", db).stdout
-    assert "done" in st
+    assert "  status: done\n" in st, st
 
 
 def test_llm_synthesizer_against_loom_serve(loom_bin, tmp_path):

@@ -18,19 +18,21 @@ CREATE TABLE IF NOT EXISTS jobs(
   id INTEGER PRIMARY KEY, op TEXT, shape TEXT, device TEXT, device_arch TEXT, strategy TEXT,
   synth TEXT, seed INTEGER, budget TEXT, config TEXT, loom_version TEXT, status TEXT,
   created REAL, elapsed_s REAL DEFAULT 0, baseline_us REAL, best_candidate INTEGER,
-  confirmed_speedup REAL, regions TEXT);
+  confirmed_speedup REAL, regions TEXT, confirmed_us REAL, confirmed_baseline_us REAL,
+  confirmed_rounds INTEGER, stored_kernel TEXT, reason TEXT, lease_host TEXT, lease_pid INTEGER,
+  lease_start TEXT, heartbeat REAL);
 CREATE TABLE IF NOT EXISTS candidates(
   id INTEGER PRIMARY KEY, job INTEGER, seq INTEGER, parent INTEGER, synth TEXT, kind TEXT,
   hash TEXT, body TEXT, diff TEXT, status TEXT, reason TEXT, median_us REAL, p10_us REAL,
   p90_us REAL, reps INTEGER, speedup REAL, gbps REAL, frac_peak REAL, diagnosis TEXT,
-  eval_s REAL, at_s REAL, island INTEGER DEFAULT 0, UNIQUE(job, seq));
+  eval_s REAL, at_s REAL, island INTEGER DEFAULT 0, confirmed_speedup REAL, UNIQUE(job, seq));
 CREATE INDEX IF NOT EXISTS candidates_job ON candidates(job, seq);
 CREATE TABLE IF NOT EXISTS device_peaks(
   device_arch TEXT PRIMARY KEY, read_gbps REAL, method TEXT, measured REAL);
 CREATE TABLE IF NOT EXISTS kernels(
   op TEXT, shape_key TEXT, shape_class TEXT, device_arch TEXT, loom_version TEXT, body TEXT,
   kind TEXT, speedup REAL, median_us REAL, baseline_us REAL, job INTEGER, candidate INTEGER,
-  created REAL, PRIMARY KEY(op, shape_key, device_arch, loom_version));
+  created REAL, seq INTEGER DEFAULT -1, PRIMARY KEY(op, shape_key, device_arch, loom_version));
 CREATE TABLE IF NOT EXISTS skills(
   op_family TEXT, device_kind TEXT, knob TEXT, value INTEGER, gains REAL DEFAULT 0,
   uses INTEGER DEFAULT 0, wins INTEGER DEFAULT 0, PRIMARY KEY(op_family, device_kind, knob, value));
@@ -38,6 +40,22 @@ CREATE VIRTUAL TABLE IF NOT EXISTS documents USING fts5(path, title, body);
 CREATE TABLE IF NOT EXISTS llm_calls(
   id INTEGER PRIMARY KEY, job INTEGER, seq INTEGER, prompt TEXT, reply TEXT, error TEXT, at REAL);
 )SQL";
+
+// Columns that files made by older versions lack (also in kSchema, for new files).
+constexpr std::string_view kAddedColumns[] = {
+    "jobs ADD COLUMN regions TEXT",
+    "jobs ADD COLUMN confirmed_us REAL",
+    "jobs ADD COLUMN confirmed_baseline_us REAL",
+    "jobs ADD COLUMN confirmed_rounds INTEGER",
+    "jobs ADD COLUMN stored_kernel TEXT",
+    "jobs ADD COLUMN reason TEXT",
+    "jobs ADD COLUMN lease_host TEXT",
+    "jobs ADD COLUMN lease_pid INTEGER",
+    "jobs ADD COLUMN lease_start TEXT",
+    "jobs ADD COLUMN heartbeat REAL",
+    "candidates ADD COLUMN confirmed_speedup REAL",
+    "kernels ADD COLUMN seq INTEGER DEFAULT -1",
+};
 
 }  // namespace
 
@@ -70,7 +88,7 @@ Result<Db> Db::open(const std::string& path) {
   LOOM_RETURN_IF_ERROR(d.exec(kSchema).with_context("creating the evolve schema in " + path));
   // Columns added after the first schema (files from older versions gain them; "duplicate
   // column" means the file has them already).
-  (void)d.exec("ALTER TABLE jobs ADD COLUMN regions TEXT");
+  for (std::string_view col : kAddedColumns) (void)d.exec(fmt::format("ALTER TABLE {}", col));
   return d;
 }
 
@@ -93,6 +111,21 @@ Result<Stmt> Db::prepare(std::string_view sql) {
 }
 
 int64_t Db::last_insert_id() const { return sqlite3_last_insert_rowid(db_); }
+int64_t Db::changes() const { return sqlite3_changes(db_); }
+
+Result<Transaction> Transaction::begin(Db& db) {
+  LOOM_RETURN_IF_ERROR(db.exec("BEGIN IMMEDIATE"));
+  return Transaction(&db);
+}
+Transaction::~Transaction() {
+  if (db_) (void)db_->exec("ROLLBACK");
+}
+Status Transaction::commit() {
+  Status s = db_->exec("COMMIT");
+  if (!s.ok()) (void)db_->exec("ROLLBACK");
+  db_ = nullptr;
+  return s;
+}
 
 Stmt::~Stmt() {
   if (s_) sqlite3_finalize(s_);

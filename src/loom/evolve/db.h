@@ -37,6 +37,7 @@ class Db {
   Status exec(std::string_view sql);
   Result<Stmt> prepare(std::string_view sql);
   int64_t last_insert_id() const;
+  int64_t changes() const;  // rows changed by the last INSERT/UPDATE/DELETE
   const std::string& path() const { return path_; }
   sqlite3* raw() const { return db_; }
 
@@ -76,6 +77,23 @@ class Stmt {
   Stmt(sqlite3_stmt* s, sqlite3* db) : s_(s), db_(db) {}
   sqlite3_stmt* s_ = nullptr;
   sqlite3* db_ = nullptr;
+};
+
+// A write transaction (BEGIN IMMEDIATE: the write lock is taken at the start, so what it reads
+// cannot change before it writes); rolled back on destruction unless committed.
+class Transaction {
+ public:
+  static Result<Transaction> begin(Db& db);
+  ~Transaction();
+  Transaction(Transaction&& o) noexcept : db_(o.db_) { o.db_ = nullptr; }
+  Transaction& operator=(Transaction&&) = delete;
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+  Status commit();
+
+ private:
+  explicit Transaction(Db* db) : db_(db) {}
+  Db* db_ = nullptr;  // null once committed or rolled back
 };
 
 }  // namespace loom::evolve

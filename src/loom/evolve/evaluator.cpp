@@ -301,7 +301,8 @@ EvalResult EvalResult::from_json(std::string_view text) {
   return r;
 }
 
-std::vector<Shape> holdout_shapes(const kernels::OpSpec& op, const Shape& shape, int max) {
+std::vector<Shape> holdout_shapes(const kernels::OpSpec& op, const Shape& shape, int max,
+                                  const std::function<bool(const Shape&)>& fits) {
   auto is_size = [](const std::string& name, int64_t v) {
     return v >= 2 && name.find("type") == std::string::npos && name.find("_f32") == std::string::npos &&
            name.rfind("has_", 0) != 0 && name != "mode" && name != "n_tokens" && name != "add";
@@ -326,7 +327,7 @@ std::vector<Shape> holdout_shapes(const kernels::OpSpec& op, const Shape& shape,
       if (it == t.dims.end() || (!is_size(n, v) && it->second != v)) same = false;
       else if (is_size(n, v)) size *= std::max<int64_t>(1, it->second);
     }
-    if (same && t.key() != shape.key() && op.validate(t).ok() && (!smallest || size < smallest_size)) {
+    if (same && t.key() != shape.key() && op.validate(t).ok() && (!smallest || size < smallest_size) && (!fits || fits(t))) {
       smallest = &t;
       smallest_size = size;
     }
@@ -338,7 +339,7 @@ std::vector<Shape> holdout_shapes(const kernels::OpSpec& op, const Shape& shape,
     for (int64_t delta : {1, 3, -1, 32, -32, 96, 160, 256}) {
       Shape s = shape;
       s.dims[n] = v + delta;
-      if (s.dims[n] < 1 || !op.validate(s).ok()) continue;
+      if (s.dims[n] < 1 || !op.validate(s).ok() || (fits && !fits(s))) continue;
       push(s);
       break;
     }

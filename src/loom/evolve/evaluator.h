@@ -70,8 +70,9 @@ struct EvalResult {
 
 // Shapes of the same class (same non-size dimensions) that differ from `shape`: each size
 // dimension moved to the nearest odd/other valid value, plus the op's smallest test shape of
-// that class. At most `max`.
-std::vector<kernels::Shape> holdout_shapes(const kernels::OpSpec& op, const kernels::Shape& shape, int max = 3);
+// that class. At most `max`; with `fits`, only shapes for which it returns true.
+std::vector<kernels::Shape> holdout_shapes(const kernels::OpSpec& op, const kernels::Shape& shape, int max = 3,
+                                           const std::function<bool(const kernels::Shape&)>& fits = {});
 
 // Evaluates in this process.
 EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const kernels::Shape& shape, const Candidate& c,

@@ -18,10 +18,12 @@
 #include "loom/evolve/device.h"
 #include "loom/evolve/evaluator.h"
 #include "loom/evolve/kb.h"
+#include "loom/evolve/lease.h"
 #include "loom/evolve/ncu.h"
 #include "loom/evolve/search.h"
 #include "loom/evolve/store.h"
 #include "loom/evolve/user_op.h"
+#include "loom/evolve/winner.h"
 #include "loom/evolve/worker.h"
 #include "loom/kernels/op_spec.h"
 
@@ -29,6 +31,7 @@ namespace loom::evolve {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
+using Log = std::function<void(const std::string&)>;
 
 nlohmann::json to_json(const JobConfig& c) {
   return {{"op", c.op},          {"op_file", c.op_file},     {"shape", c.shape},         {"device", c.device},     {"strategy", c.strategy},
@@ -224,22 +227,201 @@ Result<int64_t> create_job(Db& db, const JobConfig& cfg) {
   return db.last_insert_id();
 }
 
-Status run_job(Db& db, int64_t job, const RunOptions& ro) {
-  auto log = ro.log ? ro.log : [](const std::string& l) {
-    std::printf("%s\n", l.c_str());
-    std::fflush(stdout);
-  };
+Candidate baseline_candidate(const kernels::OpSpec& op, const kernels::Shape& shape, ir::TargetKind target) {
+  Candidate c;
+  c.knobs = op.default_schedule(shape, target);
+  std::vector<kernels::Knob> space = op.schedule_space(shape, target);  // the search's space, in its order
+  for (const kernels::Knob& k : rewrite_knobs(target)) space.push_back(k);
+  for (const kernels::Knob& k : family_knobs(op, shape, target)) space.push_back(k);
+  for (const kernels::Knob& k : space)
+    if (!c.knobs.count(k.name)) c.knobs[k.name] = k.choices[0];
+  return c;
+}
+
+std::vector<kernels::Shape> search_holdout_shapes(const kernels::OpSpec& op, const kernels::Shape& shape,
+                                                  ir::TargetKind target, int max) {
+  const Candidate base = baseline_candidate(op, shape, target);
+  return holdout_shapes(op, shape, max, [&](const kernels::Shape& s) { return instantiate(base, op, s, target).ok(); });
+}
+
+namespace {
+
+struct JobRow {
+  JobConfig cfg;
+  double elapsed_s = 0, baseline_us = 0;
+  std::string status;
+};
+
+// The job's row, read in full and its statement finished: a statement left open would hold a
+// read snapshot for the whole job, and a later write from this connection would then fail
+// with "database is locked" as soon as another process had written.
+Result<JobRow> read_job(Db& db, int64_t job) {
   LOOM_ASSIGN_OR_RETURN(Stmt js, db.prepare("SELECT config, elapsed_s, baseline_us, status FROM jobs WHERE id = ?1"));
   js.bind(1, job);
   LOOM_ASSIGN_OR_RETURN(bool found, js.step());
   if (!found) return not_found("no evolve job {} in {}", job, db.path());
-  JobConfig cfg = from_json(nlohmann::json::parse(js.text(0), nullptr, false));
-  double elapsed0 = js.f64(1);
-  double baseline_us = js.f64(2);
-  if (js.text(3) == "done") {
-    log(fmt::format("job {} is already done (`loom evolve status {}`)", job, job));
-    return Status();
+  JobRow r;
+  r.cfg = from_json(nlohmann::json::parse(js.text(0), nullptr, false));
+  r.elapsed_s = js.f64(1);
+  r.baseline_us = js.f64(2);
+  r.status = js.text(3);
+  return r;
+}
+
+// Removes the job's pool of input sets when the run ends (a SIGKILL leaves it for resume).
+struct PoolDir {
+  std::string dir;
+  explicit PoolDir(std::string d) : dir(std::move(d)) {}
+  PoolDir(const PoolDir&) = delete;
+  PoolDir& operator=(const PoolDir&) = delete;
+  ~PoolDir() {
+    std::error_code ec;
+    if (!dir.empty()) std::filesystem::remove_all(dir, ec);
   }
+};
+
+// How the job evaluates: its trials, held-out shapes, timing, peak, and its pool of shared input
+// sets (EvalOptions): one directory per (database, job) under TMPDIR, so a resumed job finds it.
+EvalOptions job_eval_options(const std::string& db_path, int64_t job, const JobConfig& cfg, const kernels::OpSpec& op,
+                             const kernels::Shape& shape, ir::TargetKind target, double peak) {
+  EvalOptions eo;
+  eo.trials = cfg.trials;
+  eo.holdout = search_holdout_shapes(op, shape, target, cfg.holdout);
+  eo.time_budget_s = cfg.time_budget_s;
+  eo.peak_gbps = peak;
+  eo.pool_seed = step_seed(cfg.seed, 1 << 30);
+  const char* tmp = std::getenv("TMPDIR");
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : db_path) h = (h ^ ch) * 1099511628211ull;
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::path(tmp && *tmp ? tmp : "/tmp") /
+                              fmt::format("loom-evolve-pool-{:016x}-{}", h, job);
+  if (std::filesystem::create_directories(dir, ec) || std::filesystem::is_directory(dir, ec)) eo.pool_dir = dir.string();
+  // LOOM_EVOLVE_POOL=0: every trial fresh and nothing kept (to see what the pool saves).
+  if (const char* e = std::getenv("LOOM_EVOLVE_POOL"); e && std::string_view(e) == "0") {
+    eo.fresh_trials = eo.trials;
+    std::filesystem::remove_all(eo.pool_dir, ec);
+    eo.pool_dir.clear();
+  }
+  return eo;
+}
+
+// Confirms the finalists against the baseline: the search's kFinalists best candidates, 5
+// rounds, each timing the baseline and every finalist back to back; a finalist's confirmed
+// speed-up is the median of its rounds' ratios (robust to a busy machine; kept in its row), and
+// the highest one is the job's winner. (One search-time sample decides little on a shared
+// machine: a baseline timed in a slow moment makes any candidate look 2x faster, so the
+// search's single best is often a lucky sample.) Without finalists the winner is the search's
+// best (the baseline when nothing was faster), not re-timed.
+Result<Winner> confirm_finalists(Db& db, int64_t job, const JobConfig& cfg, const kernels::OpSpec& op,
+                                 const kernels::Shape& shape, const History& h, EvalOptions o,
+                                 const std::function<double(const EvalResult&)>& objective_us, JobLease& lease,
+                                 const Log& log) {
+  constexpr size_t kFinalists = 3;
+  const Node* best = h.best();
+  std::vector<const Node*> finalists;
+  for (const Node& n : h.nodes)
+    if (n.ok && n.seq != 0 && n.speedup > 0) finalists.push_back(&n);
+  std::stable_sort(finalists.begin(), finalists.end(), [](const Node* a, const Node* b) { return a->speedup > b->speedup; });
+  if (finalists.size() > kFinalists) finalists.resize(kFinalists);
+  if (best->seq == 0 || finalists.empty()) return search_winner(db, job, best->id);
+  o.trials = 1;
+  o.fresh_trials = 0;  // timing rounds of candidates already proven correct: the pool's set
+  o.holdout.clear();
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::vector<std::vector<double>> ratios(finalists.size()), times(finalists.size());
+  std::vector<double> base;
+  for (int round = 0; round < 5; ++round) {
+    EvalResult b = evaluate_isolated(cfg.device, op, shape, h.nodes[0].cand, o, cfg.timeout_s);
+    LOOM_RETURN_IF_ERROR(lease.beat());
+    if (!b.ok()) continue;
+    base.push_back(objective_us(b));
+    for (size_t i = 0; i < finalists.size(); ++i) {
+      EvalResult w = evaluate_isolated(cfg.device, op, shape, finalists[i]->cand, o, cfg.timeout_s);
+      LOOM_RETURN_IF_ERROR(lease.beat());
+      if (!w.ok()) continue;
+      ratios[i].push_back(objective_us(b) / objective_us(w));
+      times[i].push_back(objective_us(w));
+    }
+  }
+  size_t pick = finalists.size();
+  double pick_ratio = 0;
+  for (size_t i = 0; i < finalists.size(); ++i) {
+    if (ratios[i].empty()) continue;
+    const double r = median(ratios[i]);
+    log(fmt::format("confirm #{} (search {:.2f}x): {:.1f} us, {} interleaved rounds with the baseline: {:.2f}x "
+                    "(round ratios {:.2f}..{:.2f})",
+                    finalists[i]->seq, finalists[i]->speedup, median(times[i]), ratios[i].size(), r,
+                    *std::min_element(ratios[i].begin(), ratios[i].end()), *std::max_element(ratios[i].begin(), ratios[i].end())));
+    LOOM_ASSIGN_OR_RETURN(Stmt u, db.prepare("UPDATE candidates SET confirmed_speedup = ?2 WHERE id = ?1"));
+    LOOM_RETURN_IF_ERROR(u.bind(1, finalists[i]->id).bind(2, r).run());
+    if (pick == finalists.size() || r > pick_ratio) {
+      pick = i;
+      pick_ratio = r;
+    }
+  }
+  if (pick == finalists.size()) {
+    log("confirm: no finalist could be re-timed; the winner is the search's best, not re-timed");
+    return search_winner(db, job, best->id);
+  }
+  LOOM_ASSIGN_OR_RETURN(Winner w, search_winner(db, job, finalists[pick]->id));
+  w.rounds = static_cast<int>(ratios[pick].size());
+  w.confirmed_speedup = pick_ratio;
+  w.median_us = median(times[pick]);
+  w.baseline_us = median(base);
+  log(fmt::format("confirm: baseline {:.1f} us vs best #{} {:.1f} us: {:.2f}x", w.baseline_us, w.seq, w.median_us,
+                  w.confirmed_speedup));
+  return w;
+}
+
+// Where the winner spends its time: one instrumented evaluation (cycle counters around its
+// regions, ir::instrument_regions); Loom IR kernels only. A C++ winner (evolve's AVX2 family)
+// cannot be instrumented: then the best Loom IR kernel is. Hardware counters, where Nsight
+// Compute is installed, go into the winner's diagnosis.
+Result<std::string> best_kernel_regions(Db& db, const JobConfig& cfg, const kernels::OpSpec& op, const kernels::Shape& shape,
+                                const History& h, const Node& best, EvalOptions o, const Log& log) {
+  o.trials = 1;
+  o.holdout.clear();
+  o.time_budget_s = 0.05;
+  o.fresh_trials = 0;
+  o.instrument = true;
+  auto is_ir = [](const Candidate& c) {
+    auto fam = c.knobs.find("ev_family");
+    return c.kind == CandKind::kIr || (c.kind == CandKind::kSchedule && (fam == c.knobs.end() || fam->second == 0));
+  };
+  const Node* target_node = &best;
+  if (!is_ir(best.cand)) {
+    target_node = nullptr;
+    for (const Node& n : h.nodes)
+      if (n.ok && is_ir(n.cand) && (!target_node || n.speedup > target_node->speedup)) target_node = &n;
+  }
+  std::string regions = "not measured: no Loom IR kernel passed";
+  if (target_node) {
+    EvalResult w = evaluate_isolated(cfg.device, op, shape, target_node->cand, o, cfg.timeout_s);
+    regions = w.ok() ? w.regions : "not measured: " + w.status + " " + w.reason.substr(0, 200);
+    if (target_node != &best)
+      regions = fmt::format("best #{} is C++ text (not instrumented); best Loom IR kernel #{} ({:.2f}x): {}", best.seq,
+                            target_node->seq, target_node->speedup, regions);
+  }
+  log(fmt::format("regions of best #{}: {}", best.seq, regions));
+  // With this job's persistent worker ended first: the profiler gets a quiet device.
+  stop_persistent_workers();
+  const std::string hw = ncu_diagnosis(cfg.device, op, shape, best.cand, o);
+  log(hw);
+  if (hw.rfind("ncu: skipped: not a cuda", 0) != 0) {
+    LOOM_ASSIGN_OR_RETURN(Stmt d, db.prepare("UPDATE candidates SET diagnosis = diagnosis || '; ' || ?2 WHERE id = ?1"));
+    LOOM_RETURN_IF_ERROR(d.bind(1, best.id).bind(2, hw).run());
+  }
+  return regions;
+}
+
+Status run_leased(Db& db, int64_t job, const JobRow& row, const RunOptions& ro, JobLease& lease, const Log& log) {
+  JobConfig cfg = row.cfg;
+  const double elapsed0 = row.elapsed_s;
+  double baseline_us = row.baseline_us;
   auto op_or = resolve_op(cfg.op, cfg.op_file);
   if (!op_or.ok()) return std::move(op_or).status().with_context(fmt::format("job {}", job));
   const kernels::OpSpec* op = *op_or;
@@ -256,48 +438,20 @@ Status run_job(Db& db, int64_t job, const RunOptions& ro) {
   LOOM_ASSIGN_OR_RETURN(double peak, peak_for(db, cfg.device, pr, log));
   const ir::TargetKind target = pr.arch.rfind("cuda", 0) == 0 ? ir::TargetKind::kPtx : ir::TargetKind::kCpp;
   {
-    LOOM_ASSIGN_OR_RETURN(Stmt u, db.prepare("UPDATE jobs SET device_arch = ?2, status = 'running' WHERE id = ?1"));
+    LOOM_ASSIGN_OR_RETURN(Stmt u, db.prepare("UPDATE jobs SET device_arch = ?2 WHERE id = ?1"));
     LOOM_RETURN_IF_ERROR(u.bind(1, job).bind(2, pr.arch).run());
   }
   const std::string family = op_family(cfg.op), dkind = device_kind(pr.arch);
   if (auto kbdir = default_kb_dir(); !kbdir.empty()) {
     LOOM_ASSIGN_OR_RETURN(Stmt c, db.prepare("SELECT count(*) FROM documents"));
     LOOM_ASSIGN_OR_RETURN(bool has, c.step());
-    if (has && c.i64(0) == 0) (void)index_documents(db, kbdir);
+    const bool empty = has && c.i64(0) == 0;
+    LOOM_RETURN_IF_ERROR(c.reset());  // no read left open across the writes below
+    if (empty) (void)index_documents(db, kbdir);
   }
 
-  EvalOptions eo;
-  eo.trials = cfg.trials;
-  eo.holdout = holdout_shapes(*op, shape, cfg.holdout);
-  eo.time_budget_s = cfg.time_budget_s;
-  eo.peak_gbps = peak;
-  // The job's pool of shared input sets (EvalOptions): one directory per (database, job) under
-  // TMPDIR, so a resumed job finds it; removed when run_job returns.
-  eo.pool_seed = step_seed(cfg.seed, 1 << 30);
-  {
-    const char* tmp = std::getenv("TMPDIR");
-    uint64_t h = 1469598103934665603ull;
-    for (unsigned char ch : db.path()) h = (h ^ ch) * 1099511628211ull;
-    std::error_code ec;
-    std::filesystem::path dir = std::filesystem::path(tmp && *tmp ? tmp : "/tmp") /
-                                fmt::format("loom-evolve-pool-{:016x}-{}", h, job);
-    if (std::filesystem::create_directories(dir, ec) || std::filesystem::is_directory(dir, ec))
-      eo.pool_dir = dir.string();
-  }
-  // LOOM_EVOLVE_POOL=0: every trial fresh and nothing kept (to see what the pool saves).
-  if (const char* e = std::getenv("LOOM_EVOLVE_POOL"); e && std::string_view(e) == "0") {
-    eo.fresh_trials = eo.trials;
-    std::error_code ec;
-    std::filesystem::remove_all(eo.pool_dir, ec);
-    eo.pool_dir.clear();
-  }
-  struct PoolCleanup {
-    std::string dir;
-    ~PoolCleanup() {
-      std::error_code ec;
-      if (!dir.empty()) std::filesystem::remove_all(dir, ec);
-    }
-  } pool_cleanup{eo.pool_dir};
+  const EvalOptions eo = job_eval_options(db.path(), job, cfg, *op, shape, target, peak);
+  const PoolDir pool_cleanup{eo.pool_dir};
   std::vector<kernels::Knob> space = op->schedule_space(shape, target);
   for (const kernels::Knob& k : rewrite_knobs(target)) space.push_back(k);
   for (const kernels::Knob& k : family_knobs(*op, shape, target)) space.push_back(k);
@@ -307,7 +461,10 @@ Status run_job(Db& db, int64_t job, const RunOptions& ro) {
   LOOM_ASSIGN_OR_RETURN(History h, load_history(db, job));
   const auto t_run = clock_type::now();
   auto elapsed = [&] { return elapsed0 + std::chrono::duration<double>(clock_type::now() - t_run).count(); };
+  // After every evaluation: the heartbeat, and the best so far (the winner record until the
+  // confirmation writes the final one).
   auto save_progress = [&](int64_t best_id) -> Status {
+    LOOM_RETURN_IF_ERROR(lease.beat());
     LOOM_ASSIGN_OR_RETURN(Stmt u, db.prepare("UPDATE jobs SET elapsed_s = ?2, best_candidate = ?3, baseline_us = ?4 WHERE id = ?1"));
     return u.bind(1, job).bind(2, elapsed()).bind(3, best_id).bind(4, baseline_us).run();
   };
@@ -332,9 +489,7 @@ Status run_job(Db& db, int64_t job, const RunOptions& ro) {
     Record r;
     r.synth = "baseline";
     r.diff = "the op's default schedule";
-    r.cand.knobs = op_default;
-    for (const kernels::Knob& k : space)
-      if (!r.cand.knobs.count(k.name)) r.cand.knobs[k.name] = k.choices[0];
+    r.cand = baseline_candidate(*op, shape, target);
     r.ev = evaluate_one(r.cand, step_seed(cfg.seed, 0));
     if (!r.ev.ok()) return failed_precondition("the baseline (default schedule) fails: {} {}", r.ev.status, r.ev.reason);
     baseline_us = objective_us(r.ev);
@@ -512,156 +667,76 @@ Status run_job(Db& db, int64_t job, const RunOptions& ro) {
     if (exhausted) log("the search space is exhausted: every candidate the mutate synthesizer can reach is evaluated");
   }
 
-  // Confirm the finalists against the baseline: the search's kFinalists best candidates, 5
-  // rounds, each timing the baseline and every finalist back to back; a finalist's confirmed
-  // speed-up is the median of its rounds' ratios (robust to a busy machine), the highest one is
-  // the job's winner, and the store gets the smaller of its search and confirmed figures. (One
-  // search-time sample decides little on a shared machine: a baseline timed in a slow moment
-  // makes any candidate look 2x faster, so the search's single best is often a lucky sample.)
-  constexpr size_t kFinalists = 3;
-  const Node* best = h.best();
-  double confirmed = 1;
   if (!last_phases.empty()) log("last search evaluation " + last_phases);
-  std::vector<const Node*> finalists;
-  for (const Node& n : h.nodes)
-    if (n.ok && n.seq != 0 && n.speedup > 0) finalists.push_back(&n);
-  std::stable_sort(finalists.begin(), finalists.end(), [](const Node* a, const Node* b) { return a->speedup > b->speedup; });
-  if (finalists.size() > kFinalists) finalists.resize(kFinalists);
-  if (best && best->seq != 0 && !finalists.empty()) {
-    EvalOptions o = eo;
-    o.trials = 1;
-    o.fresh_trials = 0;  // timing rounds of candidates already proven correct: the pool's set
-    o.holdout.clear();
-    auto median = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return v[v.size() / 2];
-    };
-    std::vector<std::vector<double>> ratios(finalists.size()), win(finalists.size());
-    std::vector<double> base;
-    for (int round = 0; round < 5; ++round) {
-      EvalResult b = evaluate_isolated(cfg.device, *op, shape, h.nodes[0].cand, o, cfg.timeout_s);
-      if (!b.ok()) continue;
-      base.push_back(objective_us(b));
-      for (size_t i = 0; i < finalists.size(); ++i) {
-        EvalResult w = evaluate_isolated(cfg.device, *op, shape, finalists[i]->cand, o, cfg.timeout_s);
-        if (!w.ok()) continue;
-        ratios[i].push_back(objective_us(b) / objective_us(w));
-        win[i].push_back(objective_us(w));
-      }
-    }
-    size_t pick = finalists.size();
-    double pick_ratio = 0;
-    for (size_t i = 0; i < finalists.size(); ++i) {
-      if (ratios[i].empty()) continue;
-      const double r = median(ratios[i]);
-      log(fmt::format("confirm #{} (search {:.2f}x): {:.1f} us, {} interleaved rounds with the baseline: {:.2f}x "
-                      "(round ratios {:.2f}..{:.2f})",
-                      finalists[i]->seq, finalists[i]->speedup, median(win[i]), ratios[i].size(), r,
-                      *std::min_element(ratios[i].begin(), ratios[i].end()),
-                      *std::max_element(ratios[i].begin(), ratios[i].end())));
-      if (pick == finalists.size() || r > pick_ratio) {
-        pick = i;
-        pick_ratio = r;
-      }
-    }
-    if (pick < finalists.size()) {
-      best = finalists[pick];
-      confirmed = pick_ratio;
-      LOOM_RETURN_IF_ERROR(save_progress(best->id));
-      const double b = median(base), w = median(win[pick]);
-      log(fmt::format("confirm: baseline {:.1f} us vs best #{} {:.1f} us: {:.2f}x", b, best->seq, w, confirmed));
-      const double claim = std::min(confirmed, best->speedup);
-      if (cfg.store && claim > 1.05) {
-        StoredKernel k;
-        k.op = cfg.op;
-        k.shape_key = shape.key();
-        k.shape_class = shape_class(cfg.op, shape);
-        k.device_arch = pr.arch;
-        k.loom_version = std::string(loom_version());
-        k.cand = best->cand;
-        k.speedup = claim;
-        k.median_us = w;
-        k.baseline_us = b;
-        k.job = job;
-        k.candidate = best->id;
-        LOOM_RETURN_IF_ERROR(put_kernel(db, k));
-        log(fmt::format("stored as {} for {} {{{}}} on {} ({:.2f}x)", k.id(), k.op, k.shape_key, k.device_arch, claim));
-      } else if (cfg.store) {
-        log(fmt::format("not stored: {:.2f}x is within the noise of the baseline", claim));
-      }
-    }
+  if (!h.best()) return internal_error("job {} has no evaluated baseline", job);
+  LOOM_ASSIGN_OR_RETURN(Winner w, confirm_finalists(db, job, cfg, *op, shape, h, eo, objective_us, lease, log));
+  w.final = true;
+  std::optional<StoredKernel> k;
+  if (cfg.store && w.seq != 0 && w.rounds > 0 && w.claim() > 1.05) k = stored_kernel_of(w, cfg.op, shape, pr.arch);
+  else if (cfg.store && w.seq != 0) log(fmt::format("not stored: {:.2f}x is within the noise of the baseline", w.claim()));
+  LOOM_RETURN_IF_ERROR(record_winner(db, w, k ? &*k : nullptr));
+  if (k) {
+    w.kernel = k->id();
+    log(fmt::format("stored as {} for {} {{{}}} on {} ({:.2f}x)", k->id(), k->op, k->shape_key, k->device_arch, k->speedup));
   }
-  // Where the best kernel spends its time: one instrumented evaluation (cycle counters around
-  // its regions, ir::instrument_regions); Loom IR kernels only.
-  // A C++ winner (evolve's AVX2 family) cannot be instrumented: then the best Loom IR kernel is.
+  const Node* best = h.find(w.candidate);
   std::string regions;
   if (best) {
-    EvalOptions o = eo;
-    o.trials = 1;
-    o.holdout.clear();
-    o.time_budget_s = 0.05;
-    o.fresh_trials = 0;
-    o.instrument = true;
-    auto is_ir = [](const Candidate& c) {
-      auto fam = c.knobs.find("ev_family");
-      return c.kind == CandKind::kIr || (c.kind == CandKind::kSchedule && (fam == c.knobs.end() || fam->second == 0));
-    };
-    const Node* target_node = best;
-    if (!is_ir(best->cand)) {
-      target_node = nullptr;
-      for (const Node& n : h.nodes)
-        if (n.ok && is_ir(n.cand) && (!target_node || n.speedup > target_node->speedup)) target_node = &n;
-    }
-    if (target_node) {
-      EvalResult w = evaluate_isolated(cfg.device, *op, shape, target_node->cand, o, cfg.timeout_s);
-      regions = w.ok() ? w.regions : "not measured: " + w.status + " " + w.reason.substr(0, 200);
-      if (target_node != best)
-        regions = fmt::format("best #{} is C++ text (not instrumented); best Loom IR kernel #{} ({:.2f}x): {}", best->seq,
-                              target_node->seq, target_node->speedup, regions);
-    } else {
-      regions = "not measured: no Loom IR kernel passed";
-    }
-    log(fmt::format("regions of best #{}: {}", best->seq, regions));
-    // Hardware counters where Nsight Compute is installed, into the best candidate's diagnosis
-    // (with this job's persistent worker ended first: the profiler gets a quiet device).
-    stop_persistent_workers();
-    const std::string hw = ncu_diagnosis(cfg.device, *op, shape, best->cand, o);
-    log(hw);
-    if (hw.rfind("ncu: skipped: not a cuda", 0) != 0) {
-      LOOM_ASSIGN_OR_RETURN(Stmt d, db.prepare("UPDATE candidates SET diagnosis = diagnosis || '; ' || ?2 WHERE id = ?1"));
-      LOOM_RETURN_IF_ERROR(d.bind(1, best->id).bind(2, hw).run());
-    }
+    LOOM_ASSIGN_OR_RETURN(regions, best_kernel_regions(db, cfg, *op, shape, h, *best, eo, log));
   }
-  LOOM_ASSIGN_OR_RETURN(Stmt u, db.prepare("UPDATE jobs SET status = 'done', confirmed_speedup = ?2, elapsed_s = ?3, "
-                                           "regions = ?4 WHERE id = ?1"));
-  LOOM_RETURN_IF_ERROR(u.bind(1, job).bind(2, confirmed).bind(3, elapsed()).bind(4, regions).run());
-  log(fmt::format("job {} done: {} evaluations in {:.0f} s; best #{} {:.2f}x ({}); confirmed {:.2f}x", job, h.nodes.size(),
-                  elapsed(), best ? best->seq : 0, best ? best->speedup : 0, best ? best->cand.summary() : "", confirmed));
+  LOOM_ASSIGN_OR_RETURN(Stmt u, db.prepare("UPDATE jobs SET status = 'done', elapsed_s = ?2, regions = ?3 WHERE id = ?1"));
+  LOOM_RETURN_IF_ERROR(u.bind(1, job).bind(2, elapsed()).bind(3, regions).run());
+  log(fmt::format("job {} done: {} evaluations in {:.0f} s; winner {} ({})", job, h.nodes.size(), elapsed(), w.line(),
+                  w.cand.summary()));
   return Status();
 }
 
+}  // namespace
+
+Status run_job(Db& db, int64_t job, const RunOptions& ro) {
+  Log log = ro.log ? ro.log : [](const std::string& l) {
+    std::printf("%s\n", l.c_str());
+    std::fflush(stdout);
+  };
+  LOOM_ASSIGN_OR_RETURN(JobRow row, read_job(db, job));
+  if (row.status == "done") {
+    log(fmt::format("job {} is already done (`loom evolve status {}`)", job, job));
+    return Status();
+  }
+  LOOM_ASSIGN_OR_RETURN(JobLease lease, JobLease::acquire(db, job));
+  return lease.release(run_leased(db, job, row, ro, lease, log));
+}
+
 Result<std::string> job_status(Db& db, int64_t job) {
+  std::vector<int64_t> ids;
+  {
+    LOOM_ASSIGN_OR_RETURN(Stmt s, db.prepare("SELECT id FROM jobs WHERE ?1 = 0 OR id = ?1 ORDER BY id"));
+    s.bind(1, job);
+    while (true) {
+      LOOM_ASSIGN_OR_RETURN(bool has, s.step());
+      if (!has) break;
+      ids.push_back(s.i64(0));
+    }
+  }
+  if (ids.empty() && job) return not_found("no job {} in {}", job, db.path());
+  if (ids.empty()) return std::string("no jobs yet in " + db.path() + "\n");
   std::string out;
-  LOOM_ASSIGN_OR_RETURN(Stmt s, db.prepare("SELECT id, op, shape, device, strategy, synth, status, elapsed_s, baseline_us, "
-                                           "best_candidate, confirmed_speedup, budget, device_arch, regions FROM jobs "
-                                           "WHERE ?1 = 0 OR id = ?1 ORDER BY id"));
-  s.bind(1, job);
-  int n = 0;
-  while (true) {
+  for (int64_t id : ids) {
+    LOOM_ASSIGN_OR_RETURN(Stmt s, db.prepare("SELECT j.op, j.shape, j.device, j.device_arch, j.strategy, j.synth, j.budget, "
+                                             "j.elapsed_s, j.baseline_us, j.regions, (SELECT count(*) FROM candidates c "
+                                             "WHERE c.job = j.id), (SELECT count(*) FROM candidates c WHERE c.job = j.id AND "
+                                             "c.status = 'ok') FROM jobs j WHERE j.id = ?1"));
+    s.bind(1, id);
     LOOM_ASSIGN_OR_RETURN(bool has, s.step());
-    if (!has) break;
-    ++n;
-    const int64_t id = s.i64(0);
-    LOOM_ASSIGN_OR_RETURN(Stmt c, db.prepare("SELECT count(*), sum(status = 'ok'), max(speedup) FROM candidates WHERE job = ?1"));
-    c.bind(1, id);
-    LOOM_ASSIGN_OR_RETURN(bool hc, c.step());
-    (void)hc;
-    out += fmt::format("job {}: {} {{{}}} on {} [{}] {} / {} budget {}: {} evaluations ({} ok), {:.0f} s, baseline {:.1f} us, "
-                       "best {:.2f}x (candidate {}), confirmed {:.2f}x\n",
-                       id, s.text(1), s.text(2), s.text(3), s.text(12), s.text(4), s.text(5), s.text(11), c.i64(0), c.i64(1),
-                       s.f64(7), s.f64(8), c.f64(2), s.i64(9), s.f64(10));
-    out += fmt::format("  status: {}\n", s.text(6));
-    if (!s.text(13).empty()) out += fmt::format("  regions of the best kernel: {}\n", s.text(13));
+    if (!has) continue;
+    out += fmt::format("job {}: {} {{{}}} on {} [{}] {} / {} budget {}: {} evaluations ({} ok), {:.0f} s, baseline {:.1f} us\n",
+                       id, s.text(0), s.text(1), s.text(2), s.text(3), s.text(4), s.text(5), s.text(6), s.i64(10), s.i64(11),
+                       s.f64(7), s.f64(8));
+    LOOM_ASSIGN_OR_RETURN(std::string state, job_state(db, id));
+    out += "  status: " + state + "\n";
+    LOOM_ASSIGN_OR_RETURN(std::optional<Winner> w, read_winner(db, id));
+    if (w) out += fmt::format("  {}: {}\n", w->final ? "winner" : "best so far", w->line());
+    if (!s.text(9).empty()) out += fmt::format("  regions of the best kernel: {}\n", s.text(9));
     if (job == 0) continue;
     LOOM_ASSIGN_OR_RETURN(Stmt r, db.prepare("SELECT status, count(*) FROM candidates WHERE job = ?1 GROUP BY status"));
     r.bind(1, id);
@@ -671,8 +746,6 @@ Result<std::string> job_status(Db& db, int64_t job) {
       out += fmt::format("  {:14} {}\n", r.text(0), r.i64(1));
     }
   }
-  if (!n && job) return not_found("no job {} in {}", job, db.path());
-  if (!n) return std::string("no jobs yet in " + db.path() + "\n");
   return out;
 }
 

@@ -1,15 +1,18 @@
 // evolve jobs: a search of one op at one shape on one device, stored in the evolve database.
-// run_job evaluates the baseline (the op's default schedule) first, then proposes, evaluates
-// and records candidates until the budget is spent; every evaluation is committed before the
-// next starts, so `resume` after SIGKILL continues with nothing lost. At the end the best is
-// re-timed against the baseline (interleaved) and, when faster, put into the kernel store.
+// run_job takes the job's lease (lease.h), evaluates the baseline (the op's default schedule)
+// first, then proposes, evaluates and records candidates until the budget is spent; every
+// evaluation is committed before the next starts, so `resume` after SIGKILL continues with
+// nothing lost. At the end the best are re-timed against the baseline (interleaved), the job's
+// winner is written (winner.h) and, when faster, put into the kernel store.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "loom/base/status.h"
+#include "loom/evolve/candidate.h"
 #include "loom/evolve/llm.h"
 
 namespace loom::evolve {
@@ -40,14 +43,25 @@ Status parse_budget(std::string_view text, JobConfig& cfg);
 
 Result<int64_t> create_job(Db& db, const JobConfig& cfg);
 
+// A search's baseline: the op's default schedule, evolve's other knobs at their first choices.
+Candidate baseline_candidate(const kernels::OpSpec& op, const kernels::Shape& shape, ir::TargetKind target);
+// The held-out shapes of a search: holdout_shapes() kept to those the baseline builds for (a
+// schedule's vector width must divide n, say: a shape the op's default cannot take would
+// reject every candidate, the baseline first).
+std::vector<kernels::Shape> search_holdout_shapes(const kernels::OpSpec& op, const kernels::Shape& shape,
+                                                  ir::TargetKind target, int max);
+
 struct RunOptions {
   std::function<void(const std::string&)> log;  // progress lines (default: stdout)
   std::string llm_key;                          // for resumed jobs
   std::string llm_url;                          // override the stored URL (tests)
 };
+// Errors: those of the search; failed_precondition naming the process (pid, host) when another
+// live process runs the job. A failed job is recorded as failed with the error's message.
 Status run_job(Db& db, int64_t job, const RunOptions& opt = {});
 
-// Text for `loom evolve status` (job 0: every job, one line each).
+// Text for `loom evolve status` (job 0: every job): the job's state from its lease (lease.h)
+// and its winner (winner.h), the line the report shows too.
 Result<std::string> job_status(Db& db, int64_t job);
 
 }  // namespace loom::evolve

@@ -9,7 +9,9 @@
 
 #include "loom/evolve/candidate.h"
 #include "loom/evolve/db.h"
+#include "loom/evolve/lease.h"
 #include "loom/evolve/user_op.h"
+#include "loom/evolve/winner.h"
 #include "loom/kernels/op_spec.h"
 
 namespace loom::evolve {
@@ -33,6 +35,7 @@ struct Row {
   int64_t id, seq, parent;
   std::string synth, kind, body, diff, status, reason, diagnosis;
   double median, speedup, gbps, frac, at;
+  double confirmed;  // re-timed speed-up of a finalist; 0: not re-timed
 };
 
 }  // namespace
@@ -44,7 +47,8 @@ Result<std::string> job_report_html(Db& db, int64_t job) {
   LOOM_ASSIGN_OR_RETURN(bool has, js.step());
   if (!has) return not_found("no job {} in {}", job, db.path());
   const std::string op = js.text(0), shape = js.text(1), arch = js.text(3);
-  const double baseline = js.f64(9), confirmed = js.f64(10);
+  const double baseline = js.f64(9);
+  LOOM_ASSIGN_OR_RETURN(const std::string state, job_state(db, job));
   const std::string regions = js.text(12);
   std::string op_file;
   if (auto cfg = nlohmann::json::parse(js.text(13), nullptr, false); cfg.is_object()) op_file = cfg.value("op_file", "");
@@ -57,17 +61,24 @@ Result<std::string> job_report_html(Db& db, int64_t job) {
   }
   std::vector<Row> rows;
   LOOM_ASSIGN_OR_RETURN(Stmt s, db.prepare("SELECT id, seq, parent, synth, kind, body, diff, status, reason, diagnosis, median_us, "
-                                           "speedup, gbps, frac_peak, at_s FROM candidates WHERE job = ?1 ORDER BY seq"));
+                                           "speedup, gbps, frac_peak, at_s, confirmed_speedup FROM candidates WHERE job = ?1 ORDER BY seq"));
   s.bind(1, job);
   while (true) {
     LOOM_ASSIGN_OR_RETURN(bool hr, s.step());
     if (!hr) break;
     rows.push_back({s.i64(0), s.i64(1), s.i64(2), s.text(3), s.text(4), s.text(5), s.text(6), s.text(7), s.text(8), s.text(9),
-                    s.f64(10), s.f64(11), s.f64(12), s.f64(13), s.f64(14)});
+                    s.f64(10), s.f64(11), s.f64(12), s.f64(13), s.f64(14), s.f64(15)});
   }
+  // The winner is the job's record (winner.h), as `loom evolve status` and the store have it;
+  // the search's fastest sample is named beside it when that is another candidate.
+  LOOM_ASSIGN_OR_RETURN(std::optional<Winner> winner, read_winner(db, job));
+  const int64_t winner_id = winner.has_value() ? winner.value().candidate : -1;
   const Row* best = nullptr;
-  for (const Row& r : rows)
-    if (r.status == "ok" && (!best || r.speedup > best->speedup)) best = &r;
+  const Row* fastest = nullptr;
+  for (const Row& r : rows) {
+    if (r.id == winner_id) best = &r;
+    if (r.status == "ok" && (!fastest || r.speedup > fastest->speedup)) fastest = &r;
+  }
 
   // Speed-up over time: every ok candidate as a dot, failures as crosses at the bottom, best-so-far as a step line.
   const double W = 760, H = 300, L = 50, B = 30, T = 10, R = 10;
@@ -132,12 +143,15 @@ Result<std::string> job_report_html(Db& db, int64_t job) {
   html += fmt::format("<h1>evolve job {}: {} {{{}}}</h1><p>device {} ({}), strategy {}, synthesizer {}, seed {}, budget {}; "
                       "{} evaluations in {:.0f} s; baseline (default schedule) {:.1f} us; status {}.</p>",
                       job, esc(op), esc(shape), esc(js.text(2)), esc(arch), esc(js.text(4)), esc(js.text(5)), js.i64(6),
-                      esc(js.text(7)), rows.size(), js.f64(8), baseline, esc(js.text(11)));
-  if (best)
-    html += fmt::format("<p><b>Best: candidate #{} at {:.2f}x</b> ({:.1f} us, {:.1f} GB/s{}); re-timed interleaved with the "
-                        "baseline at the end: <b>{:.2f}x</b>.</p>",
-                        best->seq, best->speedup, best->median, best->gbps,
-                        peak > 0 ? fmt::format(", {:.0f}% of the measured peak", 100 * best->gbps / peak) : "", confirmed);
+                      esc(js.text(7)), rows.size(), js.f64(8), baseline, esc(state));
+  if (winner && best) {
+    html += fmt::format("<p><b>{}: {}</b> ({:.1f} GB/s at search time{}).</p>", winner->final ? "Winner" : "Best so far",
+                        esc(winner->line()), best->gbps,
+                        peak > 0 ? fmt::format(", {:.0f}% of the measured peak", 100 * best->gbps / peak) : "");
+    if (fastest && fastest != best)
+      html += fmt::format("<p>The search's fastest sample was #{} at {:.2f}x{}.</p>", fastest->seq, fastest->speedup,
+                          fastest->confirmed > 0 ? fmt::format(", re-timed at {:.2f}x", fastest->confirmed) : "");
+  }
   html += "<h2>Search</h2><p>Dots: candidates that passed (blue: mutate, orange: llm), at their speed-up over the baseline; "
           "red x: rejected or failed; green: best so far.</p>" + svg;
   if (!roof.empty()) html += "<h2>Roofline position</h2>" + roof;
@@ -156,15 +170,16 @@ Result<std::string> job_report_html(Db& db, int64_t job) {
     }
   }
   html += "<h2>All candidates</h2><table><tr><th>#</th><th>parent</th><th>synth</th><th>change</th><th>status</th>"
-          "<th>us</th><th>speed-up</th><th>GB/s</th><th>reason / diagnosis</th></tr>";
+          "<th>us</th><th>speed-up</th><th>re-timed</th><th>GB/s</th><th>reason / diagnosis</th></tr>";
   for (const Row& r : rows) {
     std::string parent_seq = "-";
     for (const Row& p : rows)
       if (p.id == r.parent) parent_seq = std::to_string(p.seq);
     html += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class='{}'>{}</td><td>{:.1f}</td><td>{:.2f}</td>"
-                        "<td>{:.1f}</td><td>{}</td></tr>",
+                        "<td>{}</td><td>{:.1f}</td><td>{}</td></tr>",
                         r.seq, parent_seq, esc(r.synth), esc(r.kind == "schedule" ? r.diff : r.kind + " text"),
-                        r.status == "ok" ? "" : "rej", esc(r.status), r.median, r.speedup, r.gbps,
+                        r.status == "ok" ? "" : "rej", esc(r.status), r.median, r.speedup,
+                        r.confirmed > 0 ? fmt::format("{:.2f}", r.confirmed) : "", r.gbps,
                         esc(r.status == "ok" ? r.diagnosis : r.reason.substr(0, 300)));
   }
   html += "</table></body></html>\n";

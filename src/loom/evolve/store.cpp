@@ -27,7 +27,7 @@ bool is_size_dim(const std::string& name, int64_t v) {
 }
 
 constexpr std::string_view kCols =
-    "op, shape_key, shape_class, device_arch, loom_version, body, speedup, median_us, baseline_us, job, candidate";
+    "op, shape_key, shape_class, device_arch, loom_version, body, speedup, median_us, baseline_us, job, candidate, seq";
 
 Result<StoredKernel> row(Stmt& s) {
   StoredKernel k;
@@ -42,6 +42,7 @@ Result<StoredKernel> row(Stmt& s) {
   k.baseline_us = s.f64(8);
   k.job = s.i64(9);
   k.candidate = s.i64(10);
+  k.seq = s.is_null(11) ? -1 : static_cast<int>(s.i64(11));
   return k;
 }
 
@@ -108,11 +109,11 @@ Result<std::optional<StoredKernel>> best_kernel(std::string_view op, const kerne
 Status put_kernel(Db& db, const StoredKernel& k) {
   LOOM_ASSIGN_OR_RETURN(
       Stmt s, db.prepare(fmt::format("INSERT OR REPLACE INTO kernels({}, kind, created) VALUES "
-                                     "(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,julianday('now'))",
+                                     "(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,julianday('now'))",
                                      kCols)));
   s.bind(1, k.op).bind(2, k.shape_key).bind(3, k.shape_class).bind(4, k.device_arch).bind(5, k.loom_version);
   s.bind(6, k.cand.body()).bind(7, k.speedup).bind(8, k.median_us).bind(9, k.baseline_us).bind(10, k.job);
-  s.bind(11, k.candidate).bind(12, cand_kind_name(k.cand.kind));
+  s.bind(11, k.candidate).bind(12, k.seq).bind(13, cand_kind_name(k.cand.kind));
   return s.run();
 }
 

@@ -28,7 +28,8 @@ struct StoredKernel {
   std::string op, shape_key, shape_class, device_arch, loom_version;
   Candidate cand;
   double speedup = 1, median_us = 0, baseline_us = 0;
-  int64_t job = 0, candidate = 0;
+  int64_t job = 0, candidate = 0;  // the job and candidates.id that found it
+  int seq = -1;                     // the candidate's #seq in that job (-1: not known)
   std::string id() const { return fmt::format("evolve-{}.{}", job, candidate); }
   // The kernel for `shape`: Loom IR (Instance::gen, to merge into the engine's module) or
   // C++/PTX text (Instance::source and launches: a module of its own, loaded with
