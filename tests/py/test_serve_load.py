@@ -83,7 +83,9 @@ def test_chunked_bodies_over_the_limit_get_413_in_bounded_memory(server):
         t.join()
     growth = (peak - before) * 1024
     print(f"RSS before {before} KiB, peak {peak} KiB: +{growth / 1024:.0f} KiB for 128 MiB sent")
-    assert growth <= MAX_BODY, f"memory grew by {growth} bytes (limit {MAX_BODY})"
+    # At most one body up to the limit is held, plus the connection's read buffer (64 KiB) and
+    # state: never a multiple of the limit, whatever was sent.
+    assert growth <= MAX_BODY + (256 << 10), f"memory grew by {growth} bytes (limit {MAX_BODY})"
     # The same limit with a declared length.
     r = requests.post(server.url + "/v1/completions", data=b"x" * (MAX_BODY + 1), timeout=30)
     assert r.status_code == 413
@@ -221,12 +223,19 @@ def test_connection_caps_answer_503_and_recover(loom_bin):
     with LoomServer(loom_bin, model_path("smollm2"), "-c", "128", "--max-connections", "12",
                     "--max-connections-per-client", "6") as s:
         held = [socket.create_connection(("127.0.0.1", s.port), timeout=10) for _ in range(6)]
-        time.sleep(0.3)
         try:
-            with socket.create_connection(("127.0.0.1", s.port), timeout=10) as extra:
-                extra.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-                out = extra.recv(4096)
-            assert out.startswith(b"HTTP/1.1 503") and b"Retry-After: 1" in out, out[:200]
+            # The server counts a connection when it accepts it, which may lag the client's
+            # connect on a loaded machine: ask again (a few times) until the count has caught up.
+            out = b""
+            for _ in range(25):
+                time.sleep(0.2)
+                with socket.create_connection(("127.0.0.1", s.port), timeout=10) as extra:
+                    extra.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                    out = extra.recv(4096)
+                if out.startswith(b"HTTP/1.1 503"):
+                    break
+            assert out.startswith(b"HTTP/1.1 503") and b"Retry-After: 1" in out, (out[:200], s.log()[-3000:])
+            assert b"too_many_connections" in out
         finally:
             for h in held:
                 h.close()
