@@ -19,6 +19,8 @@
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
+#include "loom/serve/openai_api.h"
+
 namespace loom::serve {
 
 namespace net = boost::asio;
@@ -66,10 +68,14 @@ void fill(const Parser& p, HttpRequest* out) {
   out->body = m.body();
 }
 
+// Errors in the shape the rest of the server answers with (openai_api's error_body).
 std::string json_error(int status, const std::string& message, const std::string& code) {
-  // Plain messages only (no quotes or backslashes), so no JSON library is needed here.
-  return fmt::format(R"({{"error":{{"message":"{}","type":"{}","param":null,"code":"{}"}}}})", message,
-                     status >= 500 ? "server_error" : "invalid_request_error", code);
+  ApiError e;
+  e.status = status;
+  e.message = message;
+  e.type = status >= 500 ? "server_error" : "invalid_request_error";
+  e.code = code;
+  return error_body(e);
 }
 
 // Open connections in total and per address, shared by the acceptor and the sessions.

@@ -71,34 +71,46 @@ std::string endpoint_label(const std::string& path) {
   return "other";
 }
 
+// What a response being produced from a Job needs, for both kinds below.
+struct JobOutput {
+  std::shared_ptr<Job> job;
+  Endpoint ep;
+  ResponseInfo info;
+  int64_t n_prompt;
+};
+
+// The message of a Job that ended without a result ("" when it has one).
+std::string failure_message(const Job::Update& u) {
+  if (u.finish_reason == "error") return "Generation failed: " + u.error.to_string();
+  if (u.finish_reason == "cancelled") return "The server shut down before the request finished.";
+  return "";
+}
+
 // The whole response of a non-streaming request, once its Job has finished.
 class JobDeferred final : public HttpDeferred {
  public:
-  JobDeferred(std::shared_ptr<Job> job, Endpoint ep, ResponseInfo info, int64_t n_prompt)
-      : job_(std::move(job)), ep_(ep), info_(std::move(info)), n_prompt_(n_prompt) {}
-  void set_notify(std::function<void()> notify) override { job_->set_notify(std::move(notify)); }
-  void abort() override { job_->cancel(); }
+  explicit JobDeferred(JobOutput o) : o_(std::move(o)) {}
+  void set_notify(std::function<void()> notify) override { o_.job->set_notify(std::move(notify)); }
+  void abort() override { o_.job->cancel(); }
   bool poll(HttpResponse* out) override {
-    Job::Update u = job_->poll();
+    Job::Update u = o_.job->poll();
     text_ += u.text;
     if (!u.finished) return false;
-    out->log_detail = job_note(*job_, n_prompt_, u.finish_reason, false);
-    if (u.finish_reason == "error") {
-      *out = error_response(api_error(500, "Generation failed: " + u.error.to_string(), "server_error"), out->log_detail);
-    } else if (u.finish_reason == "cancelled") {
-      *out = error_response(api_error(503, "The server shut down before the request finished.", "server_error", "cancelled"),
-                            out->log_detail);
+    const std::string detail = job_note(*o_.job, o_.n_prompt, u.finish_reason, false);
+    const std::string failure = failure_message(u);
+    if (u.finish_reason == "cancelled") {
+      *out = error_response(api_error(503, failure, "server_error", "cancelled"), detail);
+    } else if (!failure.empty()) {
+      *out = error_response(api_error(500, failure, "server_error"), detail);
     } else {
-      out->body = completion_body(ep_, info_, text_, u.finish_reason, n_prompt_, job_->n_generated.load());
+      out->log_detail = detail;
+      out->body = completion_body(o_.ep, o_.info, text_, u.finish_reason, o_.n_prompt, o_.job->n_generated.load());
     }
     return true;
   }
 
  private:
-  std::shared_ptr<Job> job_;
-  Endpoint ep_;
-  ResponseInfo info_;
-  int64_t n_prompt_;
+  JobOutput o_;
   std::string text_;
 };
 
@@ -107,42 +119,35 @@ class JobDeferred final : public HttpDeferred {
 // client is still there (a failed write cancels the Job and frees its slot).
 class JobStream final : public HttpStream {
  public:
-  JobStream(std::shared_ptr<Job> job, Endpoint ep, ResponseInfo info, int64_t n_prompt, bool include_usage)
-      : job_(std::move(job)), ep_(ep), info_(std::move(info)), n_prompt_(n_prompt), include_usage_(include_usage) {}
-  void set_notify(std::function<void()> notify) override { job_->set_notify(std::move(notify)); }
+  JobStream(JobOutput o, bool include_usage) : o_(std::move(o)), include_usage_(include_usage) {}
+  void set_notify(std::function<void()> notify) override { o_.job->set_notify(std::move(notify)); }
   void abort() override {
-    job_->cancel();
+    o_.job->cancel();
     if (reason_.empty()) reason_ = "disconnected";
   }
   std::string idle_piece() const override { return ": keep-alive\n\n"; }
-  std::string log_detail() const override { return job_note(*job_, n_prompt_, reason_, true); }
+  std::string log_detail() const override { return job_note(*o_.job, o_.n_prompt, reason_, true); }
   bool next(std::string* out) override {
     if (!started_) {
       started_ = true;
-      if (ep_ == Endpoint::kChat) *out += stream_chunk(ep_, info_, "", "", /*role_chunk=*/true);
+      if (o_.ep == Endpoint::kChat) *out += stream_chunk(o_.ep, o_.info, "", "", /*role_chunk=*/true);
     }
-    Job::Update u = job_->poll();
-    if (!u.text.empty()) *out += stream_chunk(ep_, info_, u.text, "");
+    Job::Update u = o_.job->poll();
+    if (!u.text.empty()) *out += stream_chunk(o_.ep, o_.info, u.text, "");
     if (!u.finished) return false;
     reason_ = u.finish_reason;
-    if (u.finish_reason == "error" || u.finish_reason == "cancelled") {
-      ApiError e = api_error(500, u.finish_reason == "error" ? "Generation failed: " + u.error.to_string()
-                                                             : "The server shut down before the request finished.",
-                             "server_error");
-      *out += "data: " + error_body(e) + "\n\n";
+    if (const std::string failure = failure_message(u); !failure.empty()) {
+      *out += "data: " + error_body(api_error(500, failure, "server_error")) + "\n\n";
     } else {
-      *out += stream_chunk(ep_, info_, "", u.finish_reason);
-      if (include_usage_) *out += usage_chunk(ep_, info_, n_prompt_, job_->n_generated.load());
+      *out += stream_chunk(o_.ep, o_.info, "", u.finish_reason);
+      if (include_usage_) *out += usage_chunk(o_.ep, o_.info, o_.n_prompt, o_.job->n_generated.load());
     }
     *out += "data: [DONE]\n\n";
     return true;
   }
 
  private:
-  std::shared_ptr<Job> job_;
-  Endpoint ep_;
-  ResponseInfo info_;
-  int64_t n_prompt_;
+  JobOutput o_;
   bool include_usage_;
   bool started_ = false;
   std::string reason_;
@@ -265,13 +270,13 @@ class LoomServer final : public Server {
     info.model = ctx_.model_id;
     HttpResponse res;
     if (!r.stream) {
-      res.deferred = std::make_shared<JobDeferred>(job, ep, info, n_prompt);
+      res.deferred = std::make_shared<JobDeferred>(JobOutput{job, ep, info, n_prompt});
       return res;
     }
     res.content_type = "text/event-stream";
     res.headers.emplace_back("Cache-Control", "no-cache");
     res.headers.emplace_back("X-Accel-Buffering", "no");
-    res.stream = std::make_shared<JobStream>(job, ep, info, n_prompt, r.include_usage);
+    res.stream = std::make_shared<JobStream>(JobOutput{job, ep, info, n_prompt}, r.include_usage);
     return res;
   }
 
