@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "loom/llm/gguf.h"
+#include "loom/gguf/gguf.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace loom::llm;

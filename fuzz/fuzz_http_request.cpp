@@ -9,10 +9,10 @@
 #include <string>
 #include <string_view>
 
-#include "loom/llm/chat_template.h"
-#include "loom/llm/tokenizer.h"
 #include "loom/serve/http.h"
 #include "loom/serve/openai_api.h"
+#include "loom/text/chat_template.h"
+#include "loom/text/tokenizer.h"
 
 namespace {
 

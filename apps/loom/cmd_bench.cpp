@@ -22,13 +22,13 @@
 #include "gen_flags.h"
 #include "loom/base/stats.h"
 #include "loom/base/version.h"
+#include "loom/engine/engine.h"
+#include "loom/engine/model_path.h"
 #include "loom/exec/hrx_backend.h"
 #include "loom/exec/peak.h"
-#include "loom/llm/engine.h"
-#include "loom/llm/ggml_types.h"
-#include "loom/llm/model.h"
-#include "loom/llm/model_path.h"
-#include "loom/llm/ops_ref.h"
+#include "loom/gguf/ggml_types.h"
+#include "loom/model/model.h"
+#include "loom/ref/ops_ref.h"
 
 namespace loom::cli {
 namespace {

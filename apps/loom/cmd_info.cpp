@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
-#include "loom/llm/gguf.h"
+#include "loom/gguf/gguf.h"
 
 namespace loom::cli {
 namespace {

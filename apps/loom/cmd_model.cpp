@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "cli.h"
-#include "loom/llm/synth.h"
+#include "loom/model/synth.h"
 
 namespace loom::cli {
 namespace {

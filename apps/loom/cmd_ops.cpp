@@ -15,7 +15,7 @@
 #include "loom/ir/ir.h"
 #include "loom/kernels/op_harness.h"
 #include "loom/kernels/op_list.h"
-#include "loom/llm/ops_ref.h"
+#include "loom/ref/ops_ref.h"
 
 namespace loom::cli {
 namespace {

@@ -10,11 +10,11 @@
 #include "cli.h"
 #include "gen_flags.h"
 #include "loom/base/file.h"
-#include "loom/llm/engine.h"
-#include "loom/llm/model.h"
-#include "loom/llm/model_path.h"
-#include "loom/llm/session.h"
-#include "loom/llm/tokenizer.h"
+#include "loom/engine/engine.h"
+#include "loom/engine/model_path.h"
+#include "loom/engine/session.h"
+#include "loom/model/model.h"
+#include "loom/text/tokenizer.h"
 
 namespace loom::cli {
 namespace {

@@ -13,16 +13,16 @@
 #include <vector>
 
 #include "cli.h"
-#include "loom/exec/hrx_backend.h"
 #include "loom/base/thread_pool.h"
-#include "loom/llm/chat_template.h"
-#include "loom/llm/engine.h"
-#include "loom/llm/model.h"
-#include "loom/llm/model_path.h"
-#include "loom/llm/tokenizer.h"
+#include "loom/engine/engine.h"
+#include "loom/engine/model_path.h"
+#include "loom/exec/hrx_backend.h"
+#include "loom/model/model.h"
 #include "loom/serve/metrics.h"
 #include "loom/serve/scheduler.h"
 #include "loom/serve/server.h"
+#include "loom/text/chat_template.h"
+#include "loom/text/tokenizer.h"
 
 namespace loom::cli {
 namespace {

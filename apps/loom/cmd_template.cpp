@@ -13,8 +13,8 @@
 #include <string>
 
 #include "cli.h"
-#include "loom/llm/chat_template.h"
-#include "loom/llm/gguf.h"
+#include "loom/gguf/gguf.h"
+#include "loom/text/chat_template.h"
 
 namespace loom::cli {
 namespace {

@@ -10,8 +10,8 @@
 
 #include "cli.h"
 #include "loom/base/file.h"
-#include "loom/llm/gguf.h"
-#include "loom/llm/quant.h"
+#include "loom/gguf/gguf.h"
+#include "loom/gguf/quant.h"
 
 namespace loom::cli {
 namespace {

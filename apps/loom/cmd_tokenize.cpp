@@ -15,9 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
-#include "loom/llm/gguf.h"
-#include "loom/llm/model_path.h"
-#include "loom/llm/tokenizer.h"
+#include "loom/engine/model_path.h"
+#include "loom/gguf/gguf.h"
+#include "loom/text/tokenizer.h"
 
 namespace loom::cli {
 namespace {

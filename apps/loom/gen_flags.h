@@ -9,10 +9,10 @@
 #include <CLI/CLI.hpp>
 
 #include "loom/base/thread_pool.h"
+#include "loom/engine/engine.h"
+#include "loom/engine/sampler.h"
+#include "loom/engine/session.h"
 #include "loom/exec/hrx_backend.h"
-#include "loom/llm/engine.h"
-#include "loom/llm/sampler.h"
-#include "loom/llm/session.h"
 
 namespace loom::cli {
 

@@ -11,9 +11,9 @@
 
 #include "loom/evolve/candidate.h"
 #include "loom/evolve/evaluator.h"
+#include "loom/gguf/quant.h"
 #include "loom/kernels/op_spec.h"
 #include "loom/kernels/op_util.h"
-#include "loom/llm/quant.h"
 
 namespace loom::evolve {
 namespace {

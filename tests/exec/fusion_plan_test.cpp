@@ -11,8 +11,8 @@
 
 #include "../llm/tiny_model.h"
 #include "loom/exec/fusion_plan.h"
-#include "loom/kernels/planar_weights.h"
-#include "loom/llm/model.h"
+#include "loom/exec/planar_weights.h"
+#include "loom/model/model.h"
 
 namespace loom::exec {
 namespace {
@@ -59,8 +59,8 @@ TEST(PlanarWeights, ProjectionsWhoseOpsBothReadThePlanarForm) {
     size_t expect = 0;
     for (const llm::LayerWeights& l : m.layers())
       for (int32_t id : {l.wq, l.wk, l.wv, l.wo, l.ffn_gate, l.ffn_up, l.ffn_down}) expect += id >= 0 ? 1 : 0;
-    const std::vector<bool> ptx = kernels::planar_weights(m, ir::TargetKind::kPtx);
-    const std::vector<bool> cpp = kernels::planar_weights(m, ir::TargetKind::kCpp);
+    const std::vector<bool> ptx = exec::planar_weights(m, ir::TargetKind::kPtx);
+    const std::vector<bool> cpp = exec::planar_weights(m, ir::TargetKind::kCpp);
     ASSERT_EQ(ptx.size(), m.weights().size());
     EXPECT_EQ(std::count(cpp.begin(), cpp.end(), true), 0);
     const size_t n = static_cast<size_t>(std::count(ptx.begin(), ptx.end(), true));

@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "loom/llm/engine.h"
-#include "loom/llm/gguf_writer.h"
-#include "loom/llm/model.h"
-#include "loom/llm/ops_ref.h"
-#include "loom/llm/quant.h"
+#include "loom/engine/engine.h"
+#include "loom/gguf/gguf_writer.h"
+#include "loom/gguf/quant.h"
+#include "loom/model/model.h"
+#include "loom/ref/ops_ref.h"
 #include "tiny_model.h"
 
 namespace loom::llm {

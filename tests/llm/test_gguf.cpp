@@ -9,8 +9,8 @@
 #include <string>
 
 #include "loom/base/file.h"
-#include "loom/llm/gguf.h"
-#include "loom/llm/gguf_writer.h"
+#include "loom/gguf/gguf.h"
+#include "loom/gguf/gguf_writer.h"
 
 namespace loom::llm {
 namespace {

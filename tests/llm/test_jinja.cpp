@@ -8,12 +8,12 @@
 #include <gtest/gtest.h>
 
 #include "loom/base/file.h"
-#include "loom/llm/chat_template.h"
-#include "loom/llm/gguf.h"
-#include "loom/llm/gguf_writer.h"
-#include "loom/llm/jinja/json.h"
-#include "loom/llm/jinja/template.h"
-#include "loom/llm/jinja/value.h"
+#include "loom/gguf/gguf.h"
+#include "loom/gguf/gguf_writer.h"
+#include "loom/text/chat_template.h"
+#include "loom/text/jinja/json.h"
+#include "loom/text/jinja/template.h"
+#include "loom/text/jinja/value.h"
 
 namespace loom::llm::jinja {
 namespace {

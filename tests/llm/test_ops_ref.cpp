@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "loom/base/thread_pool.h"
-#include "loom/llm/ggml_types.h"
-#include "loom/llm/ops_ref.h"
-#include "loom/llm/ops_ref_dot_impl.h"
-#include "loom/llm/ops_ref_util.h"
-#include "loom/llm/program.h"
-#include "loom/llm/quant.h"
+#include "loom/gguf/ggml_types.h"
+#include "loom/gguf/quant.h"
+#include "loom/model/program.h"
+#include "loom/ref/ops_ref.h"
+#include "loom/ref/ops_ref_dot_impl.h"
+#include "loom/ref/ops_ref_util.h"
 
 namespace loom::llm {
 namespace {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "loom/llm/quant.h"
-#include "loom/llm/quant_blocks.h"
+#include "loom/gguf/quant.h"
+#include "loom/gguf/quant_blocks.h"
 
 namespace loom::llm {
 namespace {

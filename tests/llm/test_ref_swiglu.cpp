@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "loom/llm/ops_ref.h"
-#include "loom/llm/ops_ref_util.h"
+#include "loom/ref/ops_ref.h"
+#include "loom/ref/ops_ref_util.h"
 
 namespace loom::llm {
 namespace {

@@ -6,8 +6,8 @@
 #include <map>
 #include <vector>
 
-#include "loom/llm/sampler.h"
-#include "loom/llm/session.h"
+#include "loom/engine/sampler.h"
+#include "loom/engine/session.h"
 
 namespace loom::llm {
 namespace {

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <vector>
 
-#include "loom/llm/gguf.h"
-#include "loom/llm/quant.h"
-#include "loom/llm/synth.h"
+#include "loom/gguf/gguf.h"
+#include "loom/gguf/quant.h"
+#include "loom/model/synth.h"
 
 namespace loom::llm {
 namespace {

@@ -11,12 +11,12 @@
 #include <gtest/gtest.h>
 
 #include "loom/base/file.h"
-#include "loom/llm/gguf.h"
-#include "loom/llm/gguf_writer.h"
-#include "loom/llm/model_path.h"
-#include "loom/llm/tokenizer.h"
-#include "loom/llm/tokenizer_pretok.h"
-#include "loom/llm/unicode.h"
+#include "loom/engine/model_path.h"
+#include "loom/gguf/gguf.h"
+#include "loom/gguf/gguf_writer.h"
+#include "loom/text/tokenizer.h"
+#include "loom/text/tokenizer_pretok.h"
+#include "loom/text/unicode.h"
 
 namespace loom::llm {
 namespace {

@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "loom/llm/gguf_writer.h"
-#include "loom/llm/quant.h"
+#include "loom/gguf/gguf_writer.h"
+#include "loom/gguf/quant.h"
 
 namespace loom::llm::tiny {
 

@@ -9,11 +9,11 @@
 
 #include <fmt/format.h>
 
+#include "loom/gguf/ggml_types.h"
 #include "loom/hrx/runtime.h"
 #include "loom/kernels/op_harness.h"
 #include "loom/kernels/op_list.h"
-#include "loom/llm/ggml_types.h"
-#include "loom/llm/ops_ref.h"
+#include "loom/ref/ops_ref.h"
 #include "run_op_util.h"
 
 namespace loom::kernels {

@@ -13,8 +13,8 @@
 #include <random>
 
 #include "loom/codegen/cpp/host_compiler.h"
+#include "loom/gguf/quant.h"
 #include "loom/kernels/elementwise.h"
-#include "loom/llm/quant.h"
 
 namespace loom::kernels {
 namespace {

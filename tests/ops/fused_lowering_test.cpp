@@ -14,12 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "loom/engine/engine.h"
+#include "loom/engine/model_path.h"
 #include "loom/exec/hrx_backend.h"
 #include "loom/kernels/op_spec.h"
-#include "loom/llm/engine.h"
-#include "loom/llm/model.h"
-#include "loom/llm/model_path.h"
-#include "loom/llm/synth.h"
+#include "loom/model/model.h"
+#include "loom/model/synth.h"
 
 namespace loom {
 namespace {

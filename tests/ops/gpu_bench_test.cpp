@@ -18,11 +18,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "loom/gguf/quant.h"
 #include "loom/hrx/runtime.h"
 #include "loom/kernels/op_harness.h"
 #include "loom/kernels/op_list.h"
-#include "loom/llm/ops_ref.h"
-#include "loom/llm/quant.h"
+#include "loom/ref/ops_ref.h"
 #include "compiled_op.h"
 #include "gpu_time_util.h"
 

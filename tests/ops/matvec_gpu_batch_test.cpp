@@ -12,10 +12,10 @@
 
 #include <fmt/format.h>
 
+#include "loom/gguf/ggml_types.h"
 #include "loom/hrx/runtime.h"
 #include "loom/kernels/op_harness.h"
 #include "loom/kernels/op_list.h"
-#include "loom/llm/ggml_types.h"
 #include "run_op_util.h"
 
 namespace loom::kernels {
@@ -34,7 +34,7 @@ Result<std::vector<float>> run_op(const hrx::Device& dev, hrx::Stream& s, const 
 
 Shape mv_shape(int64_t n_in, int64_t n_out, GgmlType t, int64_t nt, bool planar = false) {
   Shape s{{{"n_in", n_in}, {"n_out", n_out}, {"n_tokens", nt}, {"wtype", static_cast<int64_t>(t)}}};
-  if (planar) s.dims["planar"] = 1;  // the planar weight layout (llm/planar.h)
+  if (planar) s.dims["planar"] = 1;  // the planar weight layout (gguf/planar.h)
   return s;
 }
 

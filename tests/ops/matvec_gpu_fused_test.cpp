@@ -10,11 +10,11 @@
 
 #include <fmt/format.h>
 
+#include "loom/gguf/ggml_types.h"
 #include "loom/hrx/runtime.h"
 #include "loom/kernels/op_harness.h"
 #include "loom/kernels/op_list.h"
-#include "loom/llm/ggml_types.h"
-#include "loom/llm/ops_ref.h"
+#include "loom/ref/ops_ref.h"
 #include "run_op_util.h"
 
 namespace loom::kernels {
@@ -24,7 +24,7 @@ using llm::GgmlType;
 
 Shape one_shape(int64_t n_in, int64_t n_out, GgmlType t, int64_t nt, bool planar = false) {
   Shape s{{{"n_in", n_in}, {"n_out", n_out}, {"n_tokens", nt}, {"wtype", static_cast<int64_t>(t)}}};
-  if (planar) s.dims["planar"] = 1;  // each matrix in the planar layout (llm/planar.h)
+  if (planar) s.dims["planar"] = 1;  // each matrix in the planar layout (gguf/planar.h)
   return s;
 }
 

@@ -20,9 +20,9 @@
 
 #include "loom/evolve/device.h"
 #include "loom/evolve/input_sets.h"
-#include "loom/ir/passes/instrument.h"
 #include "loom/evolve/worker.h"
-#include "loom/llm/quant.h"
+#include "loom/gguf/quant.h"
+#include "loom/ir/passes/instrument.h"
 
 namespace loom::evolve {
 namespace {

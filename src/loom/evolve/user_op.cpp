@@ -18,8 +18,8 @@
 
 #include "loom/codegen/cpp/host_compiler.h"
 #include "loom/evolve/candidate.h"
+#include "loom/gguf/quant.h"
 #include "loom/ir/verifier.h"
-#include "loom/llm/quant.h"
 
 namespace loom::evolve {
 namespace {

@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 
 #include "loom/kernels/elementwise_util.h"
-#include "loom/llm/ops_ref.h"
+#include "loom/ref/ops_ref.h"
 
 namespace loom::exec {
 namespace {

@@ -9,11 +9,11 @@
 
 #include "loom/base/status.h"
 #include "loom/exec/lowering_options.h"
+#include "loom/gguf/ggml_types.h"
 #include "loom/ir/ir.h"
 #include "loom/kernels/op_spec.h"
-#include "loom/llm/ggml_types.h"
-#include "loom/llm/model.h"
-#include "loom/llm/program.h"
+#include "loom/model/model.h"
+#include "loom/model/program.h"
 
 namespace loom::exec {
 

@@ -21,15 +21,15 @@
 #include "loom/base/thread_pool.h"
 #include "loom/exec/fusion_plan.h"
 #include "loom/exec/hrx_plan.h"
+#include "loom/exec/planar_weights.h"
+#include "loom/gguf/ggml_types.h"
+#include "loom/gguf/planar.h"
 #include "loom/hrx/runtime.h"
 #include "loom/ir/ir.h"
 #include "loom/kernels/elementwise_util.h"
 #include "loom/kernels/op_spec.h"
-#include "loom/kernels/planar_weights.h"
-#include "loom/llm/ggml_types.h"
-#include "loom/llm/model.h"
-#include "loom/llm/ops_ref.h"
-#include "loom/llm/planar.h"
+#include "loom/model/model.h"
+#include "loom/ref/ops_ref.h"
 
 namespace loom::exec {
 namespace {
@@ -87,7 +87,7 @@ class HrxBackend final : public llm::Backend {
     // the planar layout (issue 7: coalesced weight loads; LOOM_PLANAR=0 keeps GGUF rows).
     weights_.resize(model.weights().size());
     planar_.assign(model.weights().size(), false);
-    if (low_.planar_layout()) planar_ = kernels::planar_weights(model, dev_.target());
+    if (low_.planar_layout()) planar_ = planar_weights(model, dev_.target());
     std::vector<uint8_t> repacked;
     uint64_t total = 0;
     for (const llm::Weight& w : model.weights()) total += w.view.row_stride * static_cast<uint64_t>(w.view.n_out);
@@ -575,7 +575,7 @@ class HrxBackend final : public llm::Backend {
   const llm::Model* model_ = nullptr;
   int64_t n_ctx_ = 0, n_seq_ = 1, k_row_ = 0, v_row_ = 0;
   std::vector<hrx::Buffer> weights_, k_cache_, v_cache_;
-  std::vector<bool> planar_;  // per weight: uploaded in the planar layout (kernels/planar_weights.h)
+  std::vector<bool> planar_;  // per weight: uploaded in the planar layout (exec/planar_weights.h)
   hrx::Buffer rope_ff_;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<Plan>> plans_;
   const char* dump_dir_ = std::getenv("LOOM_DUMP_VALUES");

@@ -10,7 +10,7 @@
 
 #include "loom/base/status.h"
 #include "loom/exec/lowering_options.h"
-#include "loom/llm/backend.h"
+#include "loom/model/backend.h"
 
 namespace loom::exec {
 

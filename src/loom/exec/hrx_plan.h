@@ -12,7 +12,7 @@
 #include "loom/base/status.h"
 #include "loom/hrx/runtime.h"
 #include "loom/kernels/op_spec.h"
-#include "loom/llm/program.h"
+#include "loom/model/program.h"
 
 namespace loom::exec::hrx_detail {
 

@@ -8,12 +8,12 @@
 #include <functional>
 
 #include "loom/ir/builder.h"
-#include "loom/kernels/elementwise.h"
 #include "loom/kernels/attention_exact.h"
+#include "loom/kernels/elementwise.h"
 #include "loom/kernels/elementwise_util.h"
 #include "loom/kernels/op_list.h"
 #include "loom/kernels/op_util.h"
-#include "loom/llm/ops_ref.h"
+#include "loom/ref/ops_ref.h"
 
 namespace loom::kernels {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "loom/ir/builder.h"
 #include "loom/kernels/elementwise_util.h"
-#include "loom/llm/ops_ref.h"
+#include "loom/ref/ops_ref.h"
 
 namespace loom::kernels {
 

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "loom/gguf/quant.h"
 #include "loom/ir/verifier.h"
-#include "loom/llm/quant.h"
 
 namespace loom::kernels::elt {
 

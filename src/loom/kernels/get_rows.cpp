@@ -5,10 +5,10 @@
 #include <cstring>
 #include <functional>
 
+#include "loom/gguf/quant.h"
 #include "loom/kernels/op_list.h"
 #include "loom/kernels/op_util.h"
-#include "loom/llm/ops_ref.h"
-#include "loom/llm/quant.h"
+#include "loom/ref/ops_ref.h"
 
 namespace loom::kernels {
 namespace {

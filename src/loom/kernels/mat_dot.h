@@ -10,8 +10,8 @@
 
 #include <vector>
 
+#include "loom/gguf/ggml_types.h"
 #include "loom/kernels/op_util.h"
-#include "loom/llm/ggml_types.h"
 
 namespace loom::kernels {
 

@@ -9,10 +9,10 @@
 
 #include <functional>
 
+#include "loom/gguf/planar.h"
+#include "loom/gguf/quant.h"
 #include "loom/kernels/op_list.h"
 #include "loom/kernels/op_util.h"
-#include "loom/llm/planar.h"
-#include "loom/llm/quant.h"
 
 namespace loom::kernels {
 namespace {
@@ -45,7 +45,7 @@ bool m_format(GgmlType t, MFormat* f) {
   }
 }
 
-// Where a weight block's bytes are: GGUF rows, or the planar layout of matvec_gpu (llm/planar.h,
+// Where a weight block's bytes are: GGUF rows, or the planar layout of matvec_gpu (gguf/planar.h,
 // shape dim "planar" = 1), so that the prompt path reads the weights the decode path streams.
 struct WLayout {
   bool planar = false;

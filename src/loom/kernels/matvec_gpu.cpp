@@ -15,12 +15,12 @@
 #include <functional>
 #include <map>
 
+#include "loom/gguf/planar.h"
 #include "loom/kernels/elementwise_util.h"
 #include "loom/kernels/matvec_gpu_parts.h"
 #include "loom/kernels/op_list.h"
 #include "loom/kernels/op_util.h"
-#include "loom/llm/ops_ref.h"
-#include "loom/llm/planar.h"
+#include "loom/ref/ops_ref.h"
 
 namespace loom::kernels {
 namespace {

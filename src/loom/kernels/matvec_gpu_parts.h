@@ -9,8 +9,8 @@
 #include <span>
 #include <vector>
 
+#include "loom/gguf/planar.h"
 #include "loom/kernels/op_util.h"
-#include "loom/llm/planar.h"
 
 namespace loom::kernels::matvec_gpu_detail {
 
@@ -42,7 +42,7 @@ struct UnitPlan {
   int align = 2;
 };
 
-// Shape dim "planar" = 1: the weights are in the planar layout (llm/planar.h), a lane's unit is
+// Shape dim "planar" = 1: the weights are in the planar layout (gguf/planar.h), a lane's unit is
 // one block and the lanes of a row sit on consecutive blocks (a warp's load instruction reads
 // 512 contiguous bytes). Absent: GGUF rows (the keys of shapes without it do not change).
 bool planar_of(const Shape& s);
@@ -57,7 +57,7 @@ UnitPlan plan_of(const WFormat& f, int64_t nb, bool planar);
 class Window {
  public:
   Window(Emit& b, Value* w, Value* base, int align) : b_(b), w_(w), base_(base), align_(align) {}
-  // A block of the planar layout (llm/planar.h): gblk = row * nb + block (i64), piece_stride
+  // A block of the planar layout (gguf/planar.h): gblk = row * nb + block (i64), piece_stride
   // (i64) = rows * nb * 16 bytes of the matrix. Offsets stay the GGUF block's byte offsets.
   Window(Emit& b, Value* w, Value* gblk, Value* piece_stride, const llm::PlanarGeometry& pg)
       : b_(b), w_(w), base_(gblk), align_(16), planar_(true), pg_(pg), pstride_(piece_stride) {}

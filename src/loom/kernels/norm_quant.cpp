@@ -8,7 +8,7 @@
 #include "loom/kernels/elementwise.h"
 #include "loom/kernels/elementwise_util.h"
 #include "loom/kernels/op_util.h"
-#include "loom/llm/ops_ref.h"
+#include "loom/ref/ops_ref.h"
 
 namespace loom::kernels {
 namespace {

@@ -12,9 +12,9 @@
 #include "loom/base/stats.h"
 #include "loom/base/thread_pool.h"
 #include "loom/codegen/cpp/host_compiler.h"
+#include "loom/gguf/quant.h"
 #include "loom/hrx/runtime.h"
 #include "loom/ir/verifier.h"
-#include "loom/llm/quant.h"
 
 namespace loom::kernels {
 namespace {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "loom/llm/quant.h"
+#include "loom/gguf/quant.h"
 
 namespace loom::kernels {
 

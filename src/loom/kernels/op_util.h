@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "loom/gguf/ggml_types.h"
 #include "loom/ir/builder.h"
 #include "loom/kernels/op_spec.h"
-#include "loom/llm/ggml_types.h"
 
 namespace loom::kernels {
 

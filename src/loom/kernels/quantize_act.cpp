@@ -10,7 +10,7 @@
 
 #include "loom/kernels/op_list.h"
 #include "loom/kernels/op_util.h"
-#include "loom/llm/ops_ref.h"
+#include "loom/ref/ops_ref.h"
 
 namespace loom::kernels {
 namespace {

@@ -8,9 +8,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "loom/llm/chat_template.h"
-#include "loom/llm/tokenizer.h"
 #include "loom/serve/scheduler.h"
+#include "loom/text/chat_template.h"
+#include "loom/text/tokenizer.h"
 
 namespace loom::serve {
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "loom/base/log.h"
-#include "loom/llm/session.h"
+#include "loom/engine/session.h"
 
 namespace loom::serve {
 

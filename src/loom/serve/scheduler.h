@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "loom/base/status.h"
-#include "loom/llm/engine.h"
-#include "loom/llm/sampler.h"
-#include "loom/llm/tokenizer.h"
+#include "loom/engine/engine.h"
+#include "loom/engine/sampler.h"
 #include "loom/serve/metrics.h"
+#include "loom/text/tokenizer.h"
 
 namespace loom::serve {
 

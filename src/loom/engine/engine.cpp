@@ -1,0 +1,161 @@
+// Engine: batching of tokens into step Programs (one sequence, or several per step), context
+// limits, prefix reuse.
+#include "loom/engine/engine.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace loom::llm {
+
+Result<std::unique_ptr<Engine>> Engine::create(const Model& model, const EngineOptions& options) {
+  if (options.n_ctx < 0) return invalid_argument("context size must be >= 0 (got {})", options.n_ctx);
+  if (options.n_batch <= 0) return invalid_argument("batch size must be > 0 (got {})", options.n_batch);
+  if (options.n_seq <= 0 || options.n_seq > 4096)
+    return invalid_argument("sequence slots must be in 1..4096 (got {})", options.n_seq);
+  std::unique_ptr<Engine> e(new Engine(model));
+  const int64_t train = model.config().n_ctx_train > 0 ? model.config().n_ctx_train : options.n_ctx;
+  e->n_ctx_ = options.n_ctx == 0 ? train : std::min(options.n_ctx, train);
+  e->n_batch_ = options.n_batch;
+  if (options.make_backend) {
+    LOOM_ASSIGN_OR_RETURN(e->backend_, options.make_backend());
+  } else {
+    e->backend_ = make_ref_backend(options.n_threads);
+  }
+  LOOM_RETURN_IF_ERROR(e->backend_->init(model, e->n_ctx_, options.n_seq));
+  e->seqs_.resize(static_cast<size_t>(options.n_seq));
+  e->last_logits_.assign(static_cast<size_t>(model.config().n_vocab), 0.0f);
+  return e;
+}
+
+const Program& Engine::program(int64_t n_tokens, int64_t n_outputs) {
+  auto key = std::make_pair(n_tokens, n_outputs);
+  auto it = programs_.find(key);
+  if (it == programs_.end()) {
+    // Batched steps come in many shapes; a bounded cache keeps the common ones without growing
+    // forever (building a Program is cheap next to running it).
+    if (programs_.size() >= 256) programs_.clear();
+    it = programs_.emplace(key, model_.build_program(n_tokens, n_outputs)).first;
+  }
+  return it->second;
+}
+
+Status Engine::decode(std::span<const int32_t> tokens, bool all_logits) {
+  if (tokens.empty()) return invalid_argument("nothing to decode (empty token list)");
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n_past() + n > n_ctx_)
+    return resource_exhausted("{} tokens do not fit in the context: {} cached + {} new > {} (raise -c, up to the "
+                              "model's {})", n_past() + n, n_past(), n, n_ctx_, model_.config().n_ctx_train);
+  const int64_t n_vocab = this->n_vocab();
+  for (int32_t t : tokens)
+    if (t < 0 || t >= n_vocab) return invalid_argument("token id {} is outside the vocabulary (0..{})", t, n_vocab - 1);
+  if (all_logits) all_logits_.assign(static_cast<size_t>(n * n_vocab), 0.0f);
+  std::vector<int32_t> positions, rows;
+  for (int64_t done = 0; done < n;) {
+    const int64_t m = std::min(n_batch_, n - done);
+    const int64_t n_out = all_logits ? m : 1;
+    positions.resize(static_cast<size_t>(m));
+    std::iota(positions.begin(), positions.end(), static_cast<int32_t>(n_past()));
+    rows.resize(static_cast<size_t>(n_out));
+    if (all_logits) std::iota(rows.begin(), rows.end(), 0);
+    else rows[0] = static_cast<int32_t>(m - 1);
+    StepInputs in;
+    in.tokens = tokens.data() + done;
+    in.positions = positions.data();
+    in.output_rows = rows.data();
+    in.n_kv = n_past() + m;
+    step_logits_.resize(static_cast<size_t>(n_out * n_vocab));
+    Status s = backend_->execute(program(m, n_out), in, step_logits_.data());
+    if (!s.ok()) return s;
+    seqs_[0].insert(seqs_[0].end(), tokens.begin() + done, tokens.begin() + done + m);
+    if (all_logits) std::copy(step_logits_.begin(), step_logits_.end(), all_logits_.begin() + done * n_vocab);
+    std::copy(step_logits_.end() - n_vocab, step_logits_.end(), last_logits_.begin());
+    done += m;
+  }
+  return Status();
+}
+
+void Engine::truncate(int seq, int64_t n) {
+  if (seq < 0 || seq >= n_seq()) return;
+  auto& t = seqs_[static_cast<size_t>(seq)];
+  if (n < static_cast<int64_t>(t.size())) t.resize(static_cast<size_t>(std::max<int64_t>(0, n)));
+}
+
+Status Engine::step(std::span<const SeqTokens> parts) {
+  if (parts.empty()) return invalid_argument("nothing to decode (empty step)");
+  const int64_t n_vocab = this->n_vocab();
+  std::vector<bool> seen(static_cast<size_t>(n_seq()), false);
+  int64_t n = 0, n_out = 0, n_kv = 0;
+  for (const SeqTokens& p : parts) {
+    if (p.seq < 0 || p.seq >= n_seq()) return out_of_range("sequence {} outside 0..{}", p.seq, n_seq() - 1);
+    if (seen[static_cast<size_t>(p.seq)]) return invalid_argument("sequence {} appears twice in one step", p.seq);
+    seen[static_cast<size_t>(p.seq)] = true;
+    if (p.tokens.empty()) return invalid_argument("sequence {}: nothing to decode (empty token list)", p.seq);
+    const int64_t m = static_cast<int64_t>(p.tokens.size());
+    if (n_past(p.seq) + m > n_ctx_)
+      return resource_exhausted("sequence {}: {} cached + {} new tokens do not fit in its context of {}", p.seq,
+                                n_past(p.seq), m, n_ctx_);
+    for (int32_t t : p.tokens)
+      if (t < 0 || t >= n_vocab) return invalid_argument("token id {} is outside the vocabulary (0..{})", t, n_vocab - 1);
+    n += m;
+    n_out += p.logits ? 1 : 0;
+    n_kv = std::max(n_kv, n_past(p.seq) + m);
+  }
+  b_tokens_.clear();
+  b_positions_.clear();
+  b_seqs_.clear();
+  b_rows_.clear();
+  part_row_.assign(parts.size(), -1);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const SeqTokens& p = parts[i];
+    const int32_t base = static_cast<int32_t>(n_past(p.seq));
+    for (size_t j = 0; j < p.tokens.size(); ++j) {
+      b_tokens_.push_back(p.tokens[j]);
+      b_positions_.push_back(base + static_cast<int32_t>(j));
+      b_seqs_.push_back(p.seq);
+    }
+    if (p.logits) {
+      part_row_[i] = static_cast<int64_t>(b_rows_.size());
+      b_rows_.push_back(static_cast<int32_t>(b_tokens_.size() - 1));
+    }
+  }
+  // A step without outputs still needs one logits row from the Program; it is dropped.
+  const bool dummy = n_out == 0;
+  if (dummy) {
+    b_rows_.push_back(static_cast<int32_t>(n - 1));
+    n_out = 1;
+  }
+  StepInputs in;
+  in.tokens = b_tokens_.data();
+  in.positions = b_positions_.data();
+  in.seq_ids = b_seqs_.data();
+  in.output_rows = b_rows_.data();
+  in.n_kv = n_kv;
+  step_logits_.resize(static_cast<size_t>(n_out * n_vocab));
+  Status s = backend_->execute(program(n, n_out), in, step_logits_.data());
+  if (!s.ok()) {
+    part_row_.assign(parts.size(), -1);
+    return s;
+  }
+  for (const SeqTokens& p : parts) {
+    auto& t = seqs_[static_cast<size_t>(p.seq)];
+    t.insert(t.end(), p.tokens.begin(), p.tokens.end());
+  }
+  return Status();
+}
+
+Result<int64_t> Engine::sync(std::span<const int32_t> tokens) {
+  if (tokens.empty()) return invalid_argument("nothing to decode (empty token list)");
+  size_t common = 0;
+  const auto& cached = seqs_[0];
+  while (common < tokens.size() && common < cached.size() && tokens[common] == cached[common]) ++common;
+  // At least the last token is decoded again so that logits() belongs to it.
+  if (common == tokens.size()) --common;
+  if (static_cast<int64_t>(tokens.size()) > n_ctx_)
+    return resource_exhausted("{} tokens do not fit in the context of {} (raise -c, up to the model's {})",
+                              tokens.size(), n_ctx_, model_.config().n_ctx_train);
+  truncate(static_cast<int64_t>(common));
+  LOOM_RETURN_IF_ERROR(decode(tokens.subspan(common)));
+  return static_cast<int64_t>(common);
+}
+
+}  // namespace loom::llm

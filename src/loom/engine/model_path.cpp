@@ -1,0 +1,31 @@
+// Default model location and the lookup every model-taking command shares.
+#include "loom/engine/model_path.h"
+
+#include <cstdlib>
+
+#include "loom/base/file.h"
+
+namespace loom::llm {
+
+std::string default_model_path() {
+  if (const char* m = std::getenv("LOOM_MODEL"); m && *m) return m;
+  return cache_dir() + "/models/" + std::string(kDefaultModelFile);
+}
+
+Result<std::string> resolve_model_path(std::string_view requested) {
+  if (!requested.empty()) {
+    std::string path(requested);
+    if (!file_exists(path)) return not_found("model file {} does not exist", path);
+    return path;
+  }
+  std::string path = default_model_path();
+  if (file_exists(path)) return path;
+  if (const char* m = std::getenv("LOOM_MODEL"); m && *m)
+    return not_found("model file {} (from $LOOM_MODEL) does not exist", path);
+  return not_found(
+      "no model given (-m) and the default model {} is missing; run tools/setup.sh (or "
+      "python3 tools/fetch_models.py smollm2) to fetch it, or set $LOOM_MODEL",
+      path);
+}
+
+}  // namespace loom::llm

@@ -1,0 +1,128 @@
+// Gemma 3: embeddings scaled by sqrt(n_embd), RMSNorm before and after attention and FFN, q/k
+// RMSNorm per head, NeoX RoPE with a different base on sliding-window layers, GELU-gated FFN.
+#include <cmath>
+
+#include "loom/model/arch_util.h"
+#include "loom/model/model.h"
+
+namespace loom::llm {
+
+Status load_gemma3(Model& m) {
+  ModelConfig& c = m.mutable_config();
+  const GgufFile& g = m.gguf();
+  c.rope_mode = ref::RopeMode::kNeox;
+  LOOM_ASSIGN_OR_RETURN(uint64_t n_swa, g.get_u64_or("gemma3.attention.sliding_window", 0));
+  c.n_swa = static_cast<int>(n_swa);
+  if (c.n_swa > 0) {
+    // Layer il uses the window unless it is the last of each group of `pattern` layers; the
+    // GGUF may also spell the pattern out per layer.
+    const GgufValue* pv = g.find("gemma3.attention.sliding_window_pattern");
+    if (pv && pv->type == GgufType::ARRAY) {
+      LOOM_ASSIGN_OR_RETURN(const GgufArray* arr, pv->as_array());
+      if (static_cast<int64_t>(arr->size()) != c.n_layer)
+        return data_loss("sliding_window_pattern has {} entries for {} layers", arr->size(), c.n_layer);
+      for (size_t il = 0; il < arr->size(); ++il) {
+        LOOM_ASSIGN_OR_RETURN(bool b, arr->at(il).as_bool());
+        c.layer_swa[il] = b;
+      }
+    } else {
+      LOOM_ASSIGN_OR_RETURN(uint64_t pattern, g.get_u64_or("gemma3.attention.sliding_window_pattern", 6));
+      for (int64_t il = 0; il < c.n_layer; ++il)
+        c.layer_swa[static_cast<size_t>(il)] = pattern == 0 || (static_cast<uint64_t>(il) % pattern < pattern - 1);
+    }
+    LOOM_ASSIGN_OR_RETURN(double base_swa, g.get_f64_or("gemma3.rope.freq_base_swa", 10000.0));
+    c.rope_freq_base_swa = static_cast<float>(base_swa);
+    c.rope_freq_scale_swa = 1.0f;
+  }
+  // Gemma 3 27B (62 layers) scales queries by 1/sqrt(n_embd / n_head), the others by
+  // 1/sqrt(head size) (as Google's reference config and llama.cpp do).
+  c.attn_scale = c.n_layer == 62 ? 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head))
+                                 : 1.0f / std::sqrt(static_cast<float>(c.head_dim_k));
+  if (c.n_rot != c.head_dim_k) return unimplemented("gemma3: partial rotary embedding is not supported");
+  LOOM_RETURN_IF_ERROR(bind_globals_checked(m));
+  const int64_t nq = static_cast<int64_t>(c.n_head) * c.head_dim_k;
+  const int64_t nk = static_cast<int64_t>(c.n_head_kv) * c.head_dim_k;
+  const int64_t nv = static_cast<int64_t>(c.n_head_kv) * c.head_dim_v;
+  auto& layers = m.mutable_layers();
+  layers.resize(static_cast<size_t>(c.n_layer));
+  for (int il = 0; il < c.n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    LayerWeights& L = layers[static_cast<size_t>(il)];
+    LOOM_ASSIGN_OR_RETURN(L.attn_norm, m.bind_vector(p + "attn_norm.weight", c.n_embd));
+    LOOM_RETURN_IF_ERROR(bind_matrix_checked(m, p + "attn_q.weight", c.n_embd, nq, &L.wq));
+    LOOM_RETURN_IF_ERROR(bind_matrix_checked(m, p + "attn_k.weight", c.n_embd, nk, &L.wk));
+    LOOM_RETURN_IF_ERROR(bind_matrix_checked(m, p + "attn_v.weight", c.n_embd, nv, &L.wv));
+    LOOM_RETURN_IF_ERROR(bind_matrix_checked(m, p + "attn_output.weight", static_cast<int64_t>(c.n_head) * c.head_dim_v, c.n_embd, &L.wo));
+    LOOM_ASSIGN_OR_RETURN(L.q_norm, m.bind_vector(p + "attn_q_norm.weight", c.head_dim_k));
+    LOOM_ASSIGN_OR_RETURN(L.k_norm, m.bind_vector(p + "attn_k_norm.weight", c.head_dim_k));
+    LOOM_ASSIGN_OR_RETURN(L.attn_post_norm, m.bind_vector(p + "post_attention_norm.weight", c.n_embd));
+    LOOM_ASSIGN_OR_RETURN(L.ffn_norm, m.bind_vector(p + "ffn_norm.weight", c.n_embd));
+    LOOM_RETURN_IF_ERROR(bind_matrix_checked(m, p + "ffn_gate.weight", c.n_embd, c.n_ff, &L.ffn_gate));
+    LOOM_RETURN_IF_ERROR(bind_matrix_checked(m, p + "ffn_up.weight", c.n_embd, c.n_ff, &L.ffn_up));
+    LOOM_RETURN_IF_ERROR(bind_matrix_checked(m, p + "ffn_down.weight", c.n_ff, c.n_embd, &L.ffn_down));
+    LOOM_ASSIGN_OR_RETURN(L.ffn_post_norm, m.bind_vector(p + "post_ffw_norm.weight", c.n_embd));
+  }
+  return Status();
+}
+
+Program build_gemma3(const Model& m, int64_t n_tokens, int64_t n_outputs) {
+  const ModelConfig& c = m.config();
+  Recipe r(m, n_tokens, n_outputs);
+
+  int32_t x = r.get_rows(m.tok_embd());
+  x = r.scale(x, std::sqrt(static_cast<float>(c.n_embd)), "inp_scaled");
+  for (int il = 0; il < c.n_layer; ++il) {
+    const LayerWeights& L = m.layers()[static_cast<size_t>(il)];
+    const bool swa = c.layer_swa[static_cast<size_t>(il)];
+    ref::RopeParams rope;
+    rope.mode = c.rope_mode;
+    rope.n_dims = c.n_rot;
+    rope.freq_base = swa ? c.rope_freq_base_swa : c.rope_freq_base;
+    rope.freq_scale = swa ? c.rope_freq_scale_swa : c.rope_freq_scale;
+    rope.ext_factor = c.yarn_ext_factor;
+    rope.attn_factor = c.yarn_attn_factor;
+    rope.beta_fast = c.yarn_beta_fast;
+    rope.beta_slow = c.yarn_beta_slow;
+    rope.n_ctx_orig = static_cast<int>(c.rope_n_ctx_orig);
+    ref::AttentionParams attn;
+    attn.n_head = c.n_head;
+    attn.n_head_kv = c.n_head_kv;
+    attn.head_dim_k = c.head_dim_k;
+    attn.head_dim_v = c.head_dim_v;
+    attn.scale = 1.0f;  // the queries were scaled already
+    attn.softcap = c.attn_softcap;
+    attn.n_swa = swa ? c.n_swa : 0;
+
+    int32_t h = r.rms_norm(x, L.attn_norm, c.norm_eps, layer_name("attn_norm", il));
+    int32_t q = r.matmul(L.wq, h, layer_name("Qcur", il));
+    int32_t k = r.matmul(L.wk, h, layer_name("Kcur", il));
+    int32_t v = r.matmul(L.wv, h, layer_name("Vcur", il));
+    q = r.rms_norm(q, L.q_norm, c.norm_eps, layer_name("Qcur_normed", il), c.head_dim_k);
+    r.rope(q, c.n_head, c.head_dim_k, rope);
+    k = r.rms_norm(k, L.k_norm, c.norm_eps, layer_name("Kcur_normed", il), c.head_dim_k);
+    r.rope(k, c.n_head_kv, c.head_dim_k, rope);
+    q = r.scale(q, c.attn_scale, layer_name("Qcur_scaled", il));
+    r.kv_store(k, v, il);
+    int32_t a = r.attention(q, il, attn, layer_name("kqv_out", il));
+    int32_t o = r.matmul(L.wo, a, layer_name("attn_out", il));
+    if (il == c.n_layer - 1 && n_outputs < n_tokens) {
+      o = r.gather_outputs(o, "attn_out_sel");
+      x = r.gather_outputs(x, "inp_sel");
+    }
+    o = r.rms_norm(o, L.attn_post_norm, c.norm_eps, layer_name("attn_post_norm", il));
+    int32_t sa = r.add(o, x, layer_name("sa_out", il));
+    h = r.rms_norm(sa, L.ffn_norm, c.norm_eps, layer_name("ffn_norm", il));
+    int32_t gate = r.matmul(L.ffn_gate, h, layer_name("ffn_gate", il));
+    int32_t up = r.matmul(L.ffn_up, h, layer_name("ffn_up", il));
+    int32_t act = r.binary(OpCode::kGeGlu, gate, up, layer_name("ffn_geglu", il));
+    int32_t down = r.matmul(L.ffn_down, act, layer_name("ffn_out", il));
+    down = r.rms_norm(down, L.ffn_post_norm, c.norm_eps, layer_name("ffn_post_norm", il));
+    x = r.add(down, sa, layer_name("l_out", il));
+  }
+  x = r.rms_norm(x, m.output_norm(), c.norm_eps, "result_norm");
+  int32_t logits = r.matmul(m.output(), x, "result_output");
+  if (c.final_softcap > 0.0f) logits = r.unary(OpCode::kSoftcap, logits, c.final_softcap, "result_softcap");
+  return r.finish(logits);
+}
+
+}  // namespace loom::llm
