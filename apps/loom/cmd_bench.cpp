@@ -162,8 +162,8 @@ Status bench(const BenchFlags& f, const std::string& command) {
   std::vector<int32_t> tg_start = tg_prompt;
   for (int64_t i = static_cast<int64_t>(tg_start.size()); i < tg_prompt_len; ++i)  // depth > n_prompt
     tg_start.push_back(static_cast<int32_t>((i * 7919 + 101) % engine->n_vocab()));
-  // One repetition: the pp prompt alone, then tg after its own start (the same run when the
-  // depth is the pp prompt, as before --depth existed).
+  // One repetition: the pp prompt alone, then tg after its own start (one run that serves both
+  // when the depth is the pp prompt).
   const bool one_run = tg_prompt_len == f.n_prompt;
   auto repetition = [&](double* pp, double* tg, bool check) -> Result<std::vector<int32_t>> {
     double unused = 0;
@@ -223,7 +223,7 @@ Status bench(const BenchFlags& f, const std::string& command) {
       j["fraction_of_limit"] = nullptr;
     }
     if (f.profile) {
-      // Per step of this test's kind: each op's time, share and bandwidth (issue 7's breakdown).
+      // Per step of this test's kind: each op's time, share and bandwidth.
       const std::string kind = test.rfind("tg", 0) == 0 ? "decode" : "prompt";
       const double steps = static_cast<double>(std::max<int64_t>(1, exec::profile_steps(kind)));
       double total = 0;

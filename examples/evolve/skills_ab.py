@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 8, must-show 4: do learned skills make a second search faster?
+"""Do learned skills make a second search faster?
 
 A first search on the Q4_0 mat-vec records skills; then, for each seed, the Q4_1 search runs
 twice from copies of that database: with its skills and with --no-skills. For each run we count

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session-5 GPU script for issue 7's launch gaps (programmatic dependent launch, small kernels):
+# GPU script for the gaps between launches (programmatic dependent launch, small kernels):
 # builds on the GPU machine, runs the HRX and op tests on cuda, the dependent-chain launch
 # benchmark, the engine comparison and `loom bench` A/B runs (LOOM_HRX_PDL=0 vs default), each
 # step under its own timeout so the whole fits one device call. Run there from the repository
@@ -47,7 +47,7 @@ for step in "$@"; do
       log test_hrx
       run 60 "$bin/test_hrx" --gtest_brief=1 --gtest_output="json:$out/test_hrx.json"
       ;;
-    ops)  # the ops this helper changed, plus the chains PDL matters most for, on cuda
+    ops)  # the small decode ops, plus the chains PDL matters most for, on cuda
       log test_ops mine
       run 90 "$bin/test_ops" --gtest_brief=1 \
         --gtest_filter='*rms_norm_cuda*:*rope_kv_cuda*:*attention_decode_cuda*:*attention_prompt_cuda*:*add_cuda*:*swiglu_cuda*:*get_rows_cuda*:*argmax_cuda*'

@@ -1,4 +1,4 @@
-// attention_decode with out_q (issue 7: the attention writes the o projection's Q8_0/Q8_1/Q8_K
+// attention_decode with out_q (the attention writes the o projection's Q8_0/Q8_1/Q8_K
 // blocks itself, one quantize_act launch less per layer): the blocks must be exactly
 // llm::ref::quantize_activation of the f32 output of the same launch, and that output exactly the
 // plain op's with the same schedule. Runs on the cpu (CI) and on cuda when there is a device.

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Session 6's small decode kernels on the GPU machine (issue 7, helper smallk), after
+# The decode step's small kernels on the GPU machine, after
 # `bash tools/gpu/remote_build.sh loom test_ops test_exec` staged the binaries: the cuda op tests
-# of the ops it changed (rms_norm_q8, attention_decode + out_q, quantize_act, add_rms_norm),
+# of the small decode ops (rms_norm_q8, attention_decode + out_q, quantize_act, add_rms_norm),
 # the small-kernel latency bench (tests/ops/small_kernel_bench_test.cpp), the engine on cuda
-# against the reference (tests/exec), `loom bench` of the three issue-7 models, an A/B of the same
-# with this session's small-kernel changes off (LOOM_FUSE_ATTN=0 LOOM_FUSE_NORM=q8_0 and the
-# regs form of rms_norm_q8), and the 8B decode profile. Results in $OUT (smallk_*).
+# against the reference (tests/exec), `loom bench` of the three synthetic GPU models, an A/B of
+# the same with the small-kernel forms off (LOOM_FUSE_ATTN=0 LOOM_FUSE_NORM=q8_0 and the regs
+# form of rms_norm_q8), and the 8B decode profile. Results in $OUT (smallk_*).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../../tools/gpu/stage_env.sh"
 rc=0

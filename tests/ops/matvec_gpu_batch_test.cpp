@@ -1,4 +1,4 @@
-// matvec_gpu for several tokens (issue 6's batched decode): token t of a launch of n tokens must
+// matvec_gpu for several tokens (batched decode): token t of a launch of n tokens must
 // get exactly the bits of its one-token launch, for every n and for schedules that differ only in
 // how the work is placed (warps, rows per thread, passes, prefetch), so that a request's greedy
 // tokens do not depend on what else is in the batch. Runs on the cpu (CI) and on cuda when there

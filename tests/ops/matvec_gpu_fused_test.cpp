@@ -1,4 +1,4 @@
-// matvec_gpu over several weight matrices in one launch (issue 7's fused decode step: q|k|v and
+// matvec_gpu over several weight matrices in one launch (the fused decode step: q|k|v and
 // gate|up): each matrix's rows must get exactly the bits of its own launch with the same lanes
 // per row, and the gate|up launch with the SwiGLU fused in exactly llm::ref::swiglu of those
 // rows. Runs on the cpu (CI) and on cuda when there is a CUDA device.

@@ -143,8 +143,8 @@ def loom_greedy(loom_bin, model, ids, n, logits_path=None, extra=()):
     return json.loads(out.stdout)
 
 
-# cpu-ref: the reference ops, every prompt; cpu: Loom IR kernels through HRX's cpu driver
-# (issue 5), on three prompts (prose, code, chat) to keep CI short: tests/exec shows the cpu
+# cpu-ref: the reference ops, every prompt; cpu: Loom IR kernels through HRX's cpu driver,
+# on three prompts (prose, code, chat) to keep CI short: tests/exec shows the cpu
 # kernels bit-identical to the reference at every position, so the other prompts add nothing.
 HRX_PROMPTS = ("prose", "code", "chat")
 CASES = [(p, "cpu-ref") for p in list(PROMPTS) + ["chat"]] + [(p, "cpu") for p in HRX_PROMPTS]

@@ -1,6 +1,6 @@
-"""`loom evolve`: the CI must-shows of issue 8 on the cpu device.
+"""`loom evolve`: what the search must show in CI, on the cpu device.
 
-1. A search on the Q4_0 mat-vec at SmolLM2-135M's FFN shape (the issue's 2 minutes,
+1. A search on the Q4_0 mat-vec at SmolLM2-135M's FFN shape (a 2-minute budget,
    LOOM_EVOLVE_SEARCH_BUDGET) finishes with a winner correct on held-out shapes, >= 1.3x the op's
    default schedule (re-timed interleaved with the baseline), and stores it; `loom bench` loads
    it, says so and generates faster with it; a
@@ -57,7 +57,7 @@ def test_search_q4_0_ffn_two_minutes(loom_bin, tmp_path):
     (base_frac,), = db_rows(db, "SELECT frac_peak FROM candidates WHERE job = ? AND seq = 0", job)
     print(f"baseline {baseline_us:.1f} us at {100 * base_frac:.0f}% of the measured read bandwidth; "
           f"best {best_speedup:.2f}x at {100 * frac:.0f}%; confirmed {confirmed:.2f}x")
-    # Issue 8 asks for 1.3x over the default schedule (confirmed: the job re-times its three best
+    # The gate: 1.3x over the default schedule (confirmed: the job re-times its three best
     # candidates in 5 rounds interleaved with the baseline) and >= 60% of the measured read
     # bandwidth. The AVX2 family's starting point (tables, pairs, two threads over 64-row blocks,
     # prefetch) confirms 1.5-1.6x at 74-90% of the bandwidth on the quiet 2-core EPYC; when other

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 8, must-show 5, on the GPU machine in one command (after tools/gpu/remote_build.sh loom):
+# evolve on the GPU machine in one command (after tools/gpu/remote_build.sh loom):
 #   bash tools/gpu/remote_build.sh loom && bash tools/gpu/evolve_gpu.sh
 # 1. `loom evolve run --op matvec_gpu` on the Llama-3-8B decode shapes the engine launches: the
 #    fused gate|up (4096 -> 2 x 14336, silu * up inside: n_w=2, glu=1) and the down projection

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Issue 7's GPU kernels on the GPU machine (run from the repository root after tools/gpu/build.sh
-# staged loom and test_ops in $LOOM_GPU_STAGE/bin): the op tests of matvec_gpu and matmul_mma on
-# cuda (with the old matvec beside them), then the device-timed benchmark (tests/ops/
-# gpu_bench_test.cpp: graph replay over weight copies larger than the L2, event-timed, a 1 GiB
-# device copy as the ceiling), then `loom ops bench` (host-timed) of old and new side by side.
+# The GPU weight-streaming kernels on the GPU machine (run from the repository root after
+# tools/gpu/build.sh staged loom and test_ops in $LOOM_GPU_STAGE/bin): the op tests of matvec_gpu
+# and matmul_mma on cuda (with the generic matvec beside them), then the device-timed benchmark
+# (tests/ops/gpu_bench_test.cpp: graph replay over weight copies larger than the L2, event-timed,
+# a 1 GiB device copy as the ceiling), then `loom ops bench` (host-timed) of generic and GPU ops
+# side by side.
 # Steps: tests, bench, sweep (bench with a schedule sweep of matvec_gpu), prompt (matmul_mma vs
 # matmul at 512 tokens), batch (matvec_gpu at 1..16 tokens vs matmul_mma at 16, and quantize_act
 # cooperative vs one thread per block), opsbench, planar (matvec_gpu's planar weight layout vs

@@ -40,7 +40,7 @@ Result<IsolatedChild> spawn_worker(const nlohmann::json& request);
 // run_isolated's errors, with the phase; and a worker is kept only after an evaluation that
 // passed (status "ok"): after a rejection (which may have written outside its buffers), an
 // error (a sticky device fault) or anything else, it is ended and the next candidate gets a
-// fresh process. LOOM_EVOLVE_PERSISTENT=0: one process per request, as before.
+// fresh process. LOOM_EVOLVE_PERSISTENT=0: a fresh process for every request.
 bool persistent_workers();
 Result<std::string> run_in_persistent_worker(const std::string& device_spec, const nlohmann::json& request,
                                              double timeout_s);

@@ -1,4 +1,4 @@
-// The "planar" weight layout of matvec_gpu (issue 7): a quantized matrix's 16-byte quant pieces
+// The "planar" weight layout of matvec_gpu: a quantized matrix's 16-byte quant pieces
 // first, then its block headers, so that the lanes of a warp on consecutive blocks read 512
 // contiguous bytes per load instruction (GGUF blocks of 18 or 144 bytes put the lanes' 16-byte
 // loads in 32 different 128-byte lines).

@@ -35,7 +35,7 @@ constexpr double kNoMax = -1e30;  // running max before any key: exp(kNoMax - s)
 // Token t sees cells seq[t]*n_ctx + j for j <= pos[t] (and pos[t] - j < n_swa with a window).
 // Decode with out_q (optional dim, 8: Q8_0, 9: Q8_1, 15: Q8_K; 0: none) also writes each token's
 // output row as the o projection's activation blocks, xq [n_tokens, row bytes] u8 (after out),
-// bit-identical to quantize_act of `out` (issue 7: one launch less per layer). GPUs quantize in
+// bit-identical to quantize_act of `out` (one launch less per layer). GPUs quantize in
 // the combine kernel (always run then, also with one split): one CTA per head (Q8_0/Q8_1, a
 // warp per 32-block) or per 256/head_dim heads (Q8_K, a block per CTA); the cpu appends
 // quantize_act's own kernel.
@@ -276,7 +276,7 @@ Status add_combine_q(Generated& g, const Shape& s, int32_t S, int scratch_arg, i
   Value* M = c.f32(kNoMax);
   for (int32_t sp = 0; sp < S; ++sp) M = c.max(M, m[static_cast<size_t>(sp)]);
   // The per-value work in a one-trip loop over the CTA's values, as attention_combine has it.
-  // Straight-line (25749a1), ptxas gave the kernel 32 registers for the 8B heads' 48 loads (48
+  // Written straight-line, ptxas gave the kernel 32 registers for the 8B heads' 48 loads (48
   // for SmolLM2's 96; the plain combine 64 and 121), so the loads could not all be in flight,
   // and the call measured ~1.1 us (SmolLM2 ~1.7 us) slower than attention_combine on the H200;
   // in this loop ptxas -v reports 64 and 128, as for the plain combine (not yet timed).

@@ -276,7 +276,7 @@ class MatmulMmaOp final : public OpSpec {
     if (t != ir::TargetKind::kPtx) return {{"threads", 64}};
     // The best of a sweep on the H200 (pp512 of the 8B Q4_0 model, f16 activations,
     // bench/results/2026-11-30-h200-mma-sweep.json): 2 x 4 warps (64 rows x 128 tokens),
-    // k_tile 64: 6094 tok/s; 2 x 2 warps at k_tile 128 5437, at k_tile 32 3669 (the old default).
+    // k_tile 64: 6094 tok/s; 2 x 2 warps at k_tile 128 5437, at k_tile 32 3669.
     const int64_t nt = s.at("n_tokens"), n_in = s.at("n_in");
     int64_t kt = 64;
     while (n_in % kt) kt /= 2;

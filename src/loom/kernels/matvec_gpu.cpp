@@ -2,7 +2,7 @@
 // lane reads a contiguous run of weight blocks with the widest loads the layout allows (16-byte
 // vectors through the read-only path), the tokens' activations are staged once per CTA in shared
 // memory in an aligned layout, integer dot products use dot4 (dp4a), each thread serves several
-// rows, and every weight unit it loads is dotted with every token's row (issue 6's batched decode
+// rows, and every weight unit it loads is dotted with every token's row (a batched decode step
 // reads the weights once). A token's result is bit-identical whatever the token count.
 // The same IR runs on the cpu target (threads run in turn; the lane partials meet in shared
 // memory after a top-level barrier), so the cpu op tests check the GPU kernel itself.
@@ -33,7 +33,7 @@ using ir::Value;
 using llm::GgmlType;
 using namespace matvec_gpu_detail;
 
-// Tokens per launch (issue 6: a batched decode step of up to 16 streams), and the shared memory
+// Tokens per launch (a batched decode step of up to 16 streams), and the shared memory
 // the staged rows (and, on the cpp target, the lane partials) may take.
 constexpr int64_t kMaxTokens = 16;
 constexpr int64_t kSharedBudget = 46 * 1024;
@@ -41,7 +41,7 @@ constexpr int64_t kSharedBudget = 46 * 1024;
 // enough (Q6_K's 1680-byte units would spill).
 constexpr int64_t kMaxPrefetchBytes = 640;
 
-// The weight matrices of one launch (issue 7's fused decode step): n_w (1..3) matrices that
+// The weight matrices of one launch (the fused decode step): n_w (1..3) matrices that
 // read the same activations, with the same n_in and type (q|k|v, gate|up), each with its own
 // rows (n_out, n_out1, n_out2) and output; or, with glu, gate and up of the same rows whose
 // silu(gate) * up is the one output (the SwiGLU after them fused in). Shapes of one matrix
@@ -547,13 +547,13 @@ class MatvecGpuOp final : public OpSpec {
     }
     add(2048, 33, GgmlType::Q6_K);    // eight-block units, 16-byte loads
     add(4096, 1024, GgmlType::Q4_0);  // Llama-3-8B k rows
-    // Several tokens (issue 6's batched decode): each weight unit dotted with every token.
+    // Several tokens (batched decode): each weight unit dotted with every token.
     add(576, 200, GgmlType::Q4_0, 2);
     add(1024, 45, GgmlType::Q8_0, 5);
     add(576, 96, GgmlType::Q4_1, 16);
     add(512, 40, GgmlType::Q6_K, 16);
     add(14336, 40, GgmlType::Q4_0, 5);  // Llama-3-8B down rows: 5 tokens do not fit at once (groups)
-    // Several matrices in one launch (issue 7): q|k|v-like rows (CTAs of each matrix, the last
+    // Several matrices in one launch: q|k|v-like rows (CTAs of each matrix, the last
     // one short), gate|up with the SwiGLU fused in, one and several tokens.
     auto multi = [&](int64_t n_in, GgmlType t, int64_t nt, std::vector<int64_t> rows, bool glu) {
       Shape sh{{{"n_in", n_in}, {"n_out", rows[0]}, {"n_tokens", nt}, {"wtype", static_cast<int64_t>(t)},
@@ -566,7 +566,7 @@ class MatvecGpuOp final : public OpSpec {
     multi(1024, GgmlType::Q8_0, 3, {45, 33}, false);
     multi(576, GgmlType::Q4_0, 1, {200, 200}, true);
     multi(1024, GgmlType::Q4_1, 4, {96, 96}, true);
-    // The planar layout (issue 7): every weight type, units of one block, several tokens, fused.
+    // The planar layout: every weight type, units of one block, several tokens, fused.
     auto planar = [&](Shape sh) {
       sh.dims["planar"] = 1;
       out.push_back(sh);

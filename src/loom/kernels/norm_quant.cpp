@@ -92,15 +92,15 @@ class NormQ8Op final : public OpSpec {
 
   // regs (GPU): warp w owns blocks w, w + warps, ...; each lane loads its value of every one of
   // them at once and keeps them in registers for the second pass, so a row costs one memory
-  // round trip (the loop form, regs=0, waits for one load per element in each pass: with it the
-  // fused 8B decode step was slower than rms_norm + quantize_act, 273.9 vs 326.0 tok/s). Taken
+  // round trip (the loop form, regs=0, waits for one load per element in each pass, which made
+  // the fused 8B decode step slower than separate rms_norm and quantize_act launches). Taken
   // only where warps | n/32 with at most kMaxRegBlocks blocks per warp (else the loop form).
   static constexpr int32_t kMaxRegBlocks = 16;
   static bool regs_fit(int64_t n, int64_t warps) {
     const int64_t nb = n / 32;
     return warps <= nb && nb % warps == 0 && nb / warps <= kMaxRegBlocks;
   }
-  // vec (GPU, session 6): thread i of a CTA of T = 32 * warps threads owns the float4s i + j*T
+  // vec (GPU): thread i of a CTA of T = 32 * warps threads owns the float4s i + j*T
   // of the row, j < J = ceil(n / 4T), all loaded at once with one 16-byte load each; every CTA
   // sums the squares of the whole row (the same order in each, so the same sum) and then
   // quantizes its slice: split=1 runs J CTAs per row, CTA c taking the float4s j = c (the
@@ -124,7 +124,7 @@ class NormQ8Op final : public OpSpec {
     // vec with split: the fewest warps, at least 4, that keep each thread at <= 4 float4s
     // (4096: 8 warps x 4 CTAs; 576: 4 warps x 2 CTAs). H200, one call per graph node with
     // dependent launch (tests/ops/small_kernel_bench_test.cpp): 4096 Q8_0 1.54 us (2/4/16 warps
-    // 3.67/2.17/1.69, one CTA of 16 warps 2.19, session 5's regs form 2.99); 576 Q8_0 4 warps
+    // 3.67/2.17/1.69, one CTA of 16 warps 2.19, the regs form 2.99); 576 Q8_0 4 warps
     // 1.01 us (1/2 warps 1.57/1.15, regs form 2.26); 4096 Q8_K 8 warps 1.80 us (add_rms_norm +
     // quantize_act: 1.83 + 1.78). In place, one CTA must hold the row: vec where 16 warps do it
     // in one pass, else (Q8_0/Q8_1) the regs/loop forms below.

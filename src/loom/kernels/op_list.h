@@ -17,7 +17,7 @@ const OpSpec& matmul_op();
 const OpSpec& get_rows_op();
 const OpSpec& argmax_op();
 
-// Element-wise, norm, rope, attention ops (kernels-elt): add lines here.
+// Element-wise, norm, rope, attention ops.
 const OpSpec& add_op();
 const OpSpec& scale_op();
 const OpSpec& softcap_op();
@@ -32,7 +32,7 @@ const OpSpec& attention_decode_op();
 const OpSpec& attention_prompt_op();
 const OpSpec& rms_norm_q8_op();
 
-// GPU kernels at the memory/tensor-core limits (gpufast, issue 7): add lines here.
+// GPU kernels at the memory and tensor-core limits.
 const OpSpec& matvec_gpu_op();
 const OpSpec& matmul_mma_op();
 

@@ -11,7 +11,7 @@ const std::vector<const OpSpec*>& all_ops() {
       &matmul_op(),
       &get_rows_op(),
       &argmax_op(),
-      // kernels-elt: add lines here
+      // Element-wise, norm, rope, attention.
       &add_op(),
       &scale_op(),
       &softcap_op(),
@@ -25,7 +25,7 @@ const std::vector<const OpSpec*>& all_ops() {
       &attention_decode_op(),
       &attention_prompt_op(),
       &rms_norm_q8_op(),
-      // gpufast (issue 7): add lines here
+      // GPU kernels at the memory and tensor-core limits.
       &matvec_gpu_op(),
       &matmul_mma_op(),
   };

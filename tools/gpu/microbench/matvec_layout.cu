@@ -1,8 +1,8 @@
-// Weight-layout microbenchmark for matvec_gpu (issue 7, helper planar): does a warp's 16-byte load
+// Weight-layout microbenchmark for matvec_gpu: does a warp's 16-byte load
 // instruction touching 32 different 128-byte lines (lanes on units 144 B apart) cap the stream?
 // Variants, each with the dp4a arithmetic against int8 activations staged in shared memory:
 //   a: GGUF layout, a lane reads a unit of consecutive blocks (Q4_0: 8 blocks = 144 B; Q4_K: one
-//      block) as nine 16-byte loads (today's loom kernel);
+//      block) as nine 16-byte loads (matvec_gpu on GGUF rows);
 //   b: planar rows: the 16-byte quant pieces of a row first (piece p of block i at (p*nb+i)*16),
 //      then the block headers (Q4_0: f16 d; Q4_K: 16 B), lanes on consecutive blocks;
 //   c: GGUF layout copied coalesced into shared memory per warp, then computed as in a.

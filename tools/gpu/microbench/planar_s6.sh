@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 6 (helper planar) on the GPU machine after `tools/gpu/remote_build.sh loom test_ops
+# Planar weights on the GPU machine, after `tools/gpu/remote_build.sh loom test_ops
 # test_exec`: matvec_gpu/matmul_mma op tests on cuda (planar shapes included), the planar vs GGUF
 # A/B at the 8B shapes with a small planar sweep, loom bench with planar weights (the default)
 # and the 8B Q4_0 model with LOOM_PLANAR=0, then the engine against the reference on cuda.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Session 6 (helper planar), third call: binaries built here by tools/gpu/build.sh into
-# .gpu-planar (carry it). The planar op tests on cuda after c6e3317 (matmul_mma's 16-byte piece
-# loads, planar activation staging, planar defaults), the op-level planar vs GGUF A/B, and the
-# 8B Q4_0 model's tg128/pp512 with and without LOOM_PLANAR=1 in the same binary.
+# Planar weights on the GPU machine, with binaries built here by tools/gpu/build.sh into
+# .gpu-planar (carry it): the planar op tests on cuda (matmul_mma's 16-byte piece loads, planar
+# activation staging, planar defaults), the op-level planar vs GGUF A/B, and the 8B Q4_0 model's
+# tg128/pp512 with and without LOOM_PLANAR=1 in the same binary.
 set -uo pipefail
 export LOOM_GPU_STAGE=.gpu-planar
 export OUT="${OUT:-/tmp/s6b}"  # at most 6 files: they come back even if the call is cut short

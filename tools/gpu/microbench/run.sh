@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds and runs the matvec layout microbenchmark on the GPU machine (helper planar, issue 7):
+# Builds and runs the matvec layout microbenchmark on the GPU machine:
 # timings to $OUT/mvl.jsonl, then ncu's L1/DRAM counters of one launch of each Q4_0 down and
 # Q4_K gate|up variant to $OUT/mvl_ncu.csv. Run from the repository root there.
 set -uo pipefail
