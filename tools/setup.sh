@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything Loom needs on a fresh Debian machine, fetches the models and builds.
 #   tools/setup.sh          runtime deps + build + SmolLM2 (enough for `loom chat`)
-#   tools/setup.sh --dev    + test/oracle deps (llama-cpp-python, gguf, jinja2, clang for fuzzing)
+#   tools/setup.sh --dev    + test/oracle deps (llama-cpp-python, gguf, jinja2, clang for fuzzing,
+#                             graphviz for docs/architecture.svg)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dev=0
@@ -12,7 +13,7 @@ SUDO=""
 pkgs=(cmake ninja-build g++ pkg-config libpcre2-dev libfmt-dev nlohmann-json3-dev libcli11-dev
       libsqlite3-dev libboost1.81-dev libcurl4 python3 python3-pip)
 if [[ $dev -eq 1 ]]; then
-  pkgs+=(libgtest-dev clang-19 llvm-19 lld-19 chromium fonts-dejavu-core)
+  pkgs+=(libgtest-dev clang-19 llvm-19 lld-19 chromium fonts-dejavu-core graphviz)
 fi
 missing=()
 for p in "${pkgs[@]}"; do
