@@ -7,10 +7,11 @@
 #include <fstream>
 
 #include "cli.h"
-#include "loom/evolve/candidate.h"
-#include "loom/evolve/cpp_family.h"
+#include "loom/store/candidate.h"
+#include "loom/store/cpp_family.h"
 #include "loom/evolve/device.h"
-#include "loom/evolve/db.h"
+#include "loom/store/db.h"
+#include "loom/evolve/store_names.h"
 #include "loom/evolve/evaluator.h"
 #include "loom/evolve/job.h"
 #include "loom/evolve/kb.h"

@@ -7,8 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
-#include "loom/evolve/db.h"
-#include "loom/evolve/store.h"
+#include "loom/store/db.h"
+#include "loom/store/store.h"
+#include "loom/evolve/store_names.h"
 #include "loom/ir/ir.h"
 #include "loom/kernels/op_spec.h"
 

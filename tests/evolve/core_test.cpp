@@ -9,16 +9,17 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "loom/evolve/candidate.h"
-#include "loom/evolve/cpp_family.h"
-#include "loom/evolve/db.h"
+#include "loom/store/candidate.h"
+#include "loom/store/cpp_family.h"
+#include "loom/store/db.h"
 #include "loom/evolve/evaluator.h"
 #include "loom/evolve/job.h"
 #include "loom/evolve/kb.h"
 #include "loom/evolve/llm.h"
-#include "loom/evolve/rewrites.h"
+#include "loom/store/rewrites.h"
 #include "loom/evolve/search.h"
-#include "loom/evolve/store.h"
+#include "loom/store/store.h"
+#include "loom/evolve/store_names.h"
 #include "loom/base/version.h"
 #include "loom/ir/verifier.h"
 #include "loom/kernels/op_spec.h"

@@ -9,7 +9,8 @@
 
 #include <gtest/gtest.h>
 
-#include "loom/evolve/candidate.h"
+#include "loom/store/candidate.h"
+#include "loom/evolve/store_names.h"
 #include "loom/evolve/evaluator.h"
 #include "loom/gguf/quant.h"
 #include "loom/kernels/op_spec.h"

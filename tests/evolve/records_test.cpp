@@ -9,12 +9,13 @@
 
 #include <gtest/gtest.h>
 
-#include "loom/evolve/db.h"
+#include "loom/store/db.h"
 #include "loom/evolve/evaluator.h"
 #include "loom/evolve/job.h"
 #include "loom/evolve/lease.h"
 #include "loom/evolve/report.h"
-#include "loom/evolve/store.h"
+#include "loom/store/store.h"
+#include "loom/evolve/store_names.h"
 #include "loom/evolve/winner.h"
 #include "loom/kernels/op_spec.h"
 

@@ -13,8 +13,9 @@
 #include <vector>
 
 #include "loom/base/status.h"
-#include "loom/evolve/candidate.h"
-#include "loom/evolve/store.h"
+#include "loom/store/candidate.h"
+#include "loom/store/store.h"
+#include "loom/evolve/store_names.h"
 #include "loom/hrx/runtime.h"
 
 namespace loom::evolve {

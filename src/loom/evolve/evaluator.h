@@ -22,7 +22,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "loom/evolve/candidate.h"
+#include "loom/store/candidate.h"
+#include "loom/evolve/store_names.h"
 #include "loom/kernels/op_spec.h"
 
 namespace loom::evolve {

@@ -12,12 +12,11 @@
 #include <vector>
 
 #include "loom/base/status.h"
-#include "loom/evolve/candidate.h"
+#include "loom/store/candidate.h"
+#include "loom/evolve/store_names.h"
 #include "loom/evolve/llm.h"
 
 namespace loom::evolve {
-
-class Db;
 
 struct JobConfig {
   std::string op_file;    // a user-defined op (user_op.h); op may then be empty (the file's name)

@@ -9,9 +9,13 @@
 #include "loom/base/status.h"
 #include "loom/evolve/search.h"
 
+namespace loom::store {
+class Db;
+}  // namespace loom::store
+
 namespace loom::evolve {
 
-class Db;
+using store::Db;
 
 // Indexes every *.md under `dir` (replacing documents of the same path). Returns the count.
 Result<int> index_documents(Db& db, const std::string& dir);

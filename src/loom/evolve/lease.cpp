@@ -9,7 +9,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "loom/evolve/db.h"
+#include "loom/store/db.h"
+#include "loom/evolve/store_names.h"
 
 namespace loom::evolve {
 namespace {

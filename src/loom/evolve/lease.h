@@ -10,9 +10,13 @@
 
 #include "loom/base/status.h"
 
+namespace loom::store {
+class Db;
+}  // namespace loom::store
+
 namespace loom::evolve {
 
-class Db;
+using store::Db;
 
 // A process that holds (or held) a job's lease.
 struct Holder {

@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "loom/base/status.h"
-#include "loom/evolve/candidate.h"
+#include "loom/store/candidate.h"
+#include "loom/evolve/store_names.h"
 
 namespace loom::evolve {
 

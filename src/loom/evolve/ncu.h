@@ -5,7 +5,8 @@
 
 #include <string>
 
-#include "loom/evolve/candidate.h"
+#include "loom/store/candidate.h"
+#include "loom/evolve/store_names.h"
 #include "loom/evolve/evaluator.h"
 #include "loom/kernels/op_spec.h"
 

@@ -7,8 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "loom/evolve/candidate.h"
-#include "loom/evolve/db.h"
+#include "loom/store/candidate.h"
+#include "loom/store/db.h"
+#include "loom/evolve/store_names.h"
 #include "loom/evolve/lease.h"
 #include "loom/evolve/user_op.h"
 #include "loom/evolve/winner.h"

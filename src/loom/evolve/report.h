@@ -8,9 +8,13 @@
 
 #include "loom/base/status.h"
 
+namespace loom::store {
+class Db;
+}  // namespace loom::store
+
 namespace loom::evolve {
 
-class Db;
+using store::Db;
 Result<std::string> job_report_html(Db& db, int64_t job);
 
 }  // namespace loom::evolve

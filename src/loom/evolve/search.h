@@ -13,7 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "loom/evolve/candidate.h"
+#include "loom/store/candidate.h"
+#include "loom/evolve/store_names.h"
 
 namespace loom::evolve {
 

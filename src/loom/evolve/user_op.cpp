@@ -17,7 +17,8 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/codegen/cpp/host_compiler.h"
-#include "loom/evolve/candidate.h"
+#include "loom/store/candidate.h"
+#include "loom/evolve/store_names.h"
 #include "loom/gguf/quant.h"
 #include "loom/ir/verifier.h"
 

@@ -4,7 +4,8 @@
 #include <algorithm>
 
 #include "loom/base/version.h"
-#include "loom/evolve/db.h"
+#include "loom/store/db.h"
+#include "loom/evolve/store_names.h"
 
 namespace loom::evolve {
 

@@ -10,12 +10,11 @@
 #include <string>
 
 #include "loom/base/status.h"
-#include "loom/evolve/candidate.h"
-#include "loom/evolve/store.h"
+#include "loom/store/candidate.h"
+#include "loom/store/store.h"
+#include "loom/evolve/store_names.h"
 
 namespace loom::evolve {
-
-class Db;
 
 struct Winner {
   int64_t job = 0;

@@ -22,7 +22,8 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/evolve/device.h"
-#include "loom/evolve/store.h"
+#include "loom/store/store.h"
+#include "loom/evolve/store_names.h"
 #include "loom/evolve/user_op.h"
 
 namespace loom::evolve {

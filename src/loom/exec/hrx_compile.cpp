@@ -8,7 +8,7 @@
 
 #include "loom/base/log.h"
 #include "loom/codegen/cpp/host_compiler.h"
-#include "loom/evolve/store.h"
+#include "loom/store/store.h"
 #include "loom/exec/hrx_plan.h"
 #include "loom/ir/ir.h"
 
@@ -51,7 +51,7 @@ Result<std::unique_ptr<Plan>> compile_plan(const hrx::Device& dev, std::set<std:
   };
   std::vector<Pending> pending;
   std::map<std::string, std::string> renamed;  // op|shape|schedule|kernel -> merged name
-  const std::string arch = evolve::device_arch_of(dev.props());
+  const std::string arch = store::device_arch_of(dev.props());
   for (OpCall& call : calls) {
     Status v = call.op->validate(call.shape);
     if (!v.ok()) return std::move(v).with_context(call.label);
@@ -62,8 +62,8 @@ Result<std::unique_ptr<Plan>> compile_plan(const hrx::Device& dev, std::set<std:
     // The kernel store (loom evolve): its best kernel for this op, shape and device replaces
     // the default schedule; a store that cannot be read, or a kernel that does not build,
     // leaves the default in place (with a warning).
-    std::optional<evolve::Instance> stored;
-    if (auto sk = evolve::best_kernel(call.op->name(), call.shape, arch); !sk.ok()) {
+    std::optional<store::Instance> stored;
+    if (auto sk = store::best_kernel(call.op->name(), call.shape, arch); !sk.ok()) {
       log_warn("kernel store: {}", sk.status().to_string());
     } else if (*sk) {
       auto inst = (*sk)->instantiate(*call.op, call.shape, target);
@@ -92,9 +92,9 @@ Result<std::unique_ptr<Plan>> compile_plan(const hrx::Device& dev, std::set<std:
         return internal_error("{}: op {} argument '{}' is not bound", call.label, call.op->name(), a.name);
       addrs[i] = it->second;
     }
-    if (stored && stored->kind == evolve::CandKind::kCpp) {
+    if (stored && stored->kind == store::CandKind::kCpp) {
       // C++ from the store: its own shared object (compiled once, cached on disk by hash).
-      auto so = codegen::compile_shared_object(evolve::cpp_source_for_cpu(*stored));
+      auto so = codegen::compile_shared_object(store::cpp_source_for_cpu(*stored));
       if (!so.ok()) return std::move(so).status().with_context(call.label + ": stored kernel");
       auto m = hrx::Module::load_shared_object(dev, *so);
       if (!m.ok()) return std::move(m).status().with_context(call.label + ": stored kernel");

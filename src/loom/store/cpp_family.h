@@ -16,7 +16,7 @@
 #include "loom/base/status.h"
 #include "loom/kernels/op_spec.h"
 
-namespace loom::evolve {
+namespace loom::store {
 
 // The family's knobs (ev_family plus cx_*) when it applies to this op, shape and target; empty
 // otherwise. ev_family's first choice is 0 (the op's own generator).
@@ -29,4 +29,4 @@ Result<std::string> family_source(const kernels::OpSpec& op, const kernels::Shap
 // of `space`, the op's default for its own knobs), so equal kernels hash equally.
 void canonicalize(kernels::Schedule& knobs, const std::vector<kernels::Knob>& space, const kernels::Schedule& op_default);
 
-}  // namespace loom::evolve
+}  // namespace loom::store

@@ -2,7 +2,7 @@
 // version), in the evolve database. The engine asks it where it would otherwise take the op's
 // default schedule:
 //
-//   auto sk = evolve::best_kernel(op.name(), shape, evolve::device_arch_of(dev.props()));
+//   auto sk = store::best_kernel(op.name(), shape, store::device_arch_of(dev.props()));
 //   if (sk.ok() && *sk) gen = (*sk)->generate(op, shape, target);   // else default_schedule
 //
 // A stored schedule candidate applies to every shape of its shape class (the op's non-size
@@ -17,10 +17,10 @@
 #include <string>
 
 #include "loom/base/status.h"
-#include "loom/evolve/candidate.h"
+#include "loom/store/candidate.h"
 #include "loom/hrx/runtime.h"
 
-namespace loom::evolve {
+namespace loom::store {
 
 class Db;
 
@@ -56,4 +56,4 @@ std::string cpp_source_for_cpu(const Instance& inst);
 Status put_kernel(Db& db, const StoredKernel& k);
 Result<std::vector<StoredKernel>> list_kernels(Db& db);
 
-}  // namespace loom::evolve
+}  // namespace loom::store

@@ -1,5 +1,5 @@
 // Candidates: canonical bodies, hashes, templates and instantiation (see candidate.h).
-#include "loom/evolve/candidate.h"
+#include "loom/store/candidate.h"
 
 #include <cctype>
 #include <fstream>
@@ -7,12 +7,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "loom/evolve/cpp_family.h"
-#include "loom/evolve/rewrites.h"
+#include "loom/store/cpp_family.h"
+#include "loom/store/rewrites.h"
 #include "loom/ir/parser.h"
 #include "loom/ir/passes/passes.h"
 
-namespace loom::evolve {
+namespace loom::store {
 namespace {
 
 uint64_t fnv1a(std::string_view s) {
@@ -335,4 +335,4 @@ Result<Instance> instantiate(const Candidate& c, const kernels::OpSpec& op, cons
   return inst;
 }
 
-}  // namespace loom::evolve
+}  // namespace loom::store

@@ -1,9 +1,9 @@
 // IR rewrites of evolve's search space (see rewrites.h).
-#include "loom/evolve/rewrites.h"
+#include "loom/store/rewrites.h"
 
 #include "loom/ir/passes/rewrite.h"
 
-namespace loom::evolve {
+namespace loom::store {
 namespace {
 
 using ir::Block;
@@ -129,4 +129,4 @@ int unroll_inner_loops(ir::Kernel& k, int factor) {
 
 int split_vector_fma(ir::Kernel& k, int min_lanes) { return split_block(k, k.body, min_lanes); }
 
-}  // namespace loom::evolve
+}  // namespace loom::store

@@ -6,7 +6,7 @@
 
 #include "loom/ir/ir.h"
 
-namespace loom::evolve {
+namespace loom::store {
 
 // Unrolls every innermost `for` with a constant trip count divisible by `factor` (> 1) by that
 // factor: one iteration of the new loop runs `factor` copies of the body. Returns loops changed.
@@ -16,4 +16,4 @@ int unroll_inner_loops(ir::Kernel& k, int factor);
 // target emits vector fma as a per-lane loop of std::fma, mul and add as vector operators.
 int split_vector_fma(ir::Kernel& k, int min_lanes = 2);
 
-}  // namespace loom::evolve
+}  // namespace loom::store

@@ -1,13 +1,13 @@
 // The kernel store (see store.h).
-#include "loom/evolve/store.h"
+#include "loom/store/store.h"
 
 #include <cstdlib>
 #include <filesystem>
 
 #include "loom/base/version.h"
-#include "loom/evolve/db.h"
+#include "loom/store/db.h"
 
-namespace loom::evolve {
+namespace loom::store {
 
 // What a C++ candidate may use without declaring it: the launch dimensions of cpu_abi.h.
 const std::string_view kCppPrelude = R"(#include <cstdint>
@@ -66,12 +66,12 @@ std::string shape_class(std::string_view op, const kernels::Shape& shape) {
 }
 
 Result<Instance> StoredKernel::instantiate(const kernels::OpSpec& op, const kernels::Shape& shape, ir::TargetKind t) const {
-  return evolve::instantiate(cand, op, shape, t);
+  return store::instantiate(cand, op, shape, t);
 }
 
 Result<kernels::Generated> StoredKernel::generate(const kernels::OpSpec& op, const kernels::Shape& shape,
                                                   ir::TargetKind t) const {
-  LOOM_ASSIGN_OR_RETURN(Instance inst, evolve::instantiate(cand, op, shape, t));
+  LOOM_ASSIGN_OR_RETURN(Instance inst, store::instantiate(cand, op, shape, t));
   if (inst.kind != CandKind::kSchedule && inst.kind != CandKind::kIr)
     return unimplemented("stored kernel {} is {} text, which cannot merge into a Loom IR module", id(),
                          cand_kind_name(inst.kind));
@@ -129,4 +129,4 @@ Result<std::vector<StoredKernel>> list_kernels(Db& db) {
   return out;
 }
 
-}  // namespace loom::evolve
+}  // namespace loom::store

@@ -17,7 +17,7 @@
 #include "loom/base/status.h"
 #include "loom/kernels/op_spec.h"
 
-namespace loom::evolve {
+namespace loom::store {
 
 enum class CandKind { kSchedule, kIr, kCpp, kCuda, kPtx };
 std::string_view cand_kind_name(CandKind k);
@@ -60,4 +60,4 @@ Result<int64_t> eval_expr(std::string_view expr, const kernels::Shape& shape);
 // Replaces every ${expr} in `text`.
 Result<std::string> substitute(std::string_view text, const kernels::Shape& shape);
 
-}  // namespace loom::evolve
+}  // namespace loom::store

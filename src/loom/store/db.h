@@ -16,7 +16,7 @@
 struct sqlite3;
 struct sqlite3_stmt;
 
-namespace loom::evolve {
+namespace loom::store {
 
 class Stmt;
 
@@ -96,4 +96,4 @@ class Transaction {
   Db* db_ = nullptr;  // null once committed or rolled back
 };
 
-}  // namespace loom::evolve
+}  // namespace loom::store

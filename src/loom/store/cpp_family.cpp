@@ -1,9 +1,9 @@
 // The AVX2 mat-vec family (see cpp_family.h).
-#include "loom/evolve/cpp_family.h"
+#include "loom/store/cpp_family.h"
 
 #include <algorithm>
 
-namespace loom::evolve {
+namespace loom::store {
 namespace {
 
 // Block layouts: weight bytes, offset of the quants, activation bytes, offset of its quants.
@@ -295,4 +295,4 @@ void canonicalize(kernels::Schedule& knobs, const std::vector<kernels::Knob>& sp
   }
 }
 
-}  // namespace loom::evolve
+}  // namespace loom::store

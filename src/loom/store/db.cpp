@@ -1,5 +1,5 @@
 // SQLite wrapper and schema (see db.h).
-#include "loom/evolve/db.h"
+#include "loom/store/db.h"
 
 #include <filesystem>
 
@@ -7,7 +7,7 @@
 
 #include "loom/base/file.h"
 
-namespace loom::evolve {
+namespace loom::store {
 namespace {
 
 // Every table evolve uses. Timings are microseconds, bandwidths GB/s, times seconds.
@@ -181,4 +181,4 @@ std::string Stmt::text(int c) const {
 }
 bool Stmt::is_null(int c) const { return sqlite3_column_type(s_, c) == SQLITE_NULL; }
 
-}  // namespace loom::evolve
+}  // namespace loom::store
