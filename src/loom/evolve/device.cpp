@@ -1,8 +1,6 @@
 // HRX device access for the evaluator, cache sizes and peak bandwidth (see device.h).
 #include "loom/evolve/device.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <chrono>
 #include <fstream>
@@ -16,6 +14,7 @@
 #include "loom/codegen/target.h"
 #include "loom/ir/parser.h"
 #include "loom/ir/verifier.h"
+#include "loom/store/load.h"
 
 namespace loom::evolve {
 namespace {
@@ -83,20 +82,10 @@ Result<EvalDevice::Loaded> EvalDevice::load(const Instance& inst) {
       }
       break;
     }
-    case CandKind::kCpp: {
-      LOOM_ASSIGN_OR_RETURN(std::string so, codegen::compile_shared_object(cpp_source_for_cpu(inst)));
-      LOOM_ASSIGN_OR_RETURN(l.module, hrx::Module::load_shared_object(dev_, so));
-      l.scalar_types = inst.scalar_types;
-      break;
-    }
+    case CandKind::kCpp:
     case CandKind::kPtx:
     case CandKind::kCuda: {
-      if (dev_.driver() != hrx::DriverKind::kCuda) return invalid_argument("PTX and CUDA C++ candidates need a cuda device");
-      std::string ptx = inst.source;
-      if (inst.kind == CandKind::kCuda) {
-        LOOM_ASSIGN_OR_RETURN(ptx, nvrtc_compile(inst.source, props().arch));
-      }
-      LOOM_ASSIGN_OR_RETURN(l.module, hrx::Module::load_ptx(dev_, ptx));
+      LOOM_ASSIGN_OR_RETURN(l.module, load_text_module(dev_, inst));
       l.scalar_types = inst.scalar_types;
       break;
     }
@@ -261,50 +250,6 @@ std::string read_gbps_method(EvalDevice& d) {
     return fmt::format("{} worker threads summing 4 MiB per launch through 256 MiB, median of 384 launches",
                        d.props().worker_threads);
   return "a Loom IR kernel reading 1 GiB with 16-byte loads, best of 5";
-}
-
-Result<std::string> nvrtc_compile(const std::string& source, const std::string& arch) {
-  // The NVRTC C API, declared here (the header is not needed at build time).
-  using Prog = void*;
-  using CreateFn = int (*)(Prog*, const char*, const char*, int, const char* const*, const char* const*);
-  using CompileFn = int (*)(Prog, int, const char* const*);
-  using SizeFn = int (*)(Prog, size_t*);
-  using GetFn = int (*)(Prog, char*);
-  using DestroyFn = int (*)(Prog*);
-  static void* lib = [] {
-    for (const char* n : {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2"})
-      if (void* h = dlopen(n, RTLD_NOW | RTLD_LOCAL)) return h;
-    return static_cast<void*>(nullptr);
-  }();
-  if (!lib) return unavailable("NVRTC (libnvrtc.so) is not installed: CUDA C++ candidates cannot be compiled here");
-  auto create = reinterpret_cast<CreateFn>(dlsym(lib, "nvrtcCreateProgram"));
-  auto compile = reinterpret_cast<CompileFn>(dlsym(lib, "nvrtcCompileProgram"));
-  auto log_size = reinterpret_cast<SizeFn>(dlsym(lib, "nvrtcGetProgramLogSize"));
-  auto get_log = reinterpret_cast<GetFn>(dlsym(lib, "nvrtcGetProgramLog"));
-  auto ptx_size = reinterpret_cast<SizeFn>(dlsym(lib, "nvrtcGetPTXSize"));
-  auto get_ptx = reinterpret_cast<GetFn>(dlsym(lib, "nvrtcGetPTX"));
-  auto destroy = reinterpret_cast<DestroyFn>(dlsym(lib, "nvrtcDestroyProgram"));
-  if (!create || !compile || !log_size || !get_log || !ptx_size || !get_ptx || !destroy)
-    return unavailable("libnvrtc lacks the expected entry points");
-  Prog p = nullptr;
-  if (create(&p, source.c_str(), "candidate.cu", 0, nullptr, nullptr) != 0) return internal_error("nvrtcCreateProgram failed");
-  std::string arch_opt = "--gpu-architecture=" + (arch.rfind("sm_", 0) == 0 ? "compute_" + arch.substr(3) : arch);
-  const char* opts[] = {arch_opt.c_str(), "--std=c++17", "-default-device"};
-  int rc = compile(p, 3, opts);
-  size_t n = 0;
-  log_size(p, &n);
-  std::string log(n, '\0');
-  if (n) get_log(p, log.data());
-  if (rc != 0) {
-    destroy(&p);
-    return invalid_argument("NVRTC: {}", log.substr(0, 2000));
-  }
-  ptx_size(p, &n);
-  std::string ptx(n, '\0');
-  get_ptx(p, ptx.data());
-  destroy(&p);
-  while (!ptx.empty() && ptx.back() == '\0') ptx.pop_back();
-  return ptx;
 }
 
 }  // namespace loom::evolve

@@ -71,7 +71,4 @@ Result<double> measure_read_gbps(EvalDevice& d);
 // How measure_read_gbps measures on this device, for results files.
 std::string read_gbps_method(EvalDevice& d);
 
-// CUDA C++ -> PTX through NVRTC (libnvrtc.so loaded with dlopen); unavailable when absent.
-Result<std::string> nvrtc_compile(const std::string& source, const std::string& arch);
-
 }  // namespace loom::evolve

@@ -4,6 +4,7 @@
 
 #include "loom/store/candidate.h"
 #include "loom/store/db.h"
+#include "loom/store/load.h"
 #include "loom/store/store.h"
 
 namespace loom::evolve {

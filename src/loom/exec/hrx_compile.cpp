@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "loom/base/log.h"
-#include "loom/codegen/cpp/host_compiler.h"
+#include "loom/store/load.h"
 #include "loom/store/store.h"
 #include "loom/exec/hrx_plan.h"
 #include "loom/ir/ir.h"
@@ -92,20 +92,25 @@ Result<std::unique_ptr<Plan>> compile_plan(const hrx::Device& dev, std::set<std:
         return internal_error("{}: op {} argument '{}' is not bound", call.label, call.op->name(), a.name);
       addrs[i] = it->second;
     }
-    if (stored && stored->kind == store::CandKind::kCpp) {
-      // C++ from the store: its own shared object (compiled once, cached on disk by hash).
-      auto so = codegen::compile_shared_object(store::cpp_source_for_cpu(*stored));
-      if (!so.ok()) return std::move(so).status().with_context(call.label + ": stored kernel");
-      auto m = hrx::Module::load_shared_object(dev, *so);
+    if (stored && store::is_text_kind(stored->kind)) {
+      // Text from the store (C++, PTX, CUDA C++): a module of its own, loaded the way evolve's
+      // evaluator loaded it when it measured the kernel (store/load.h).
+      auto m = store::load_text_module(dev, *stored);
       if (!m.ok()) return std::move(m).status().with_context(call.label + ": stored kernel");
-      for (const kernels::KernelLaunch& kl : stored->launches) {
+      for (size_t li = 0; li < stored->launches.size(); ++li) {
+        const kernels::KernelLaunch& kl = stored->launches[li];
         Pending pd;
         LOOM_ASSIGN_OR_RETURN(pd.direct, m->kernel(kl.kernel));
         pd.has_direct = true;
         pd.kernel = kl.kernel;
         pd.launch = kl;
         pd.addrs = addrs;
-        pd.params.assign(kl.args.size() + kl.scalars.size(), ir::Type::scalar(ir::Scalar::kI64));
+        // Pointer parameters, then the scalars as the kernel text declares them (i32 unless it says).
+        pd.params.assign(kl.args.size(), ir::Type::scalar(ir::Scalar::kI64));
+        for (size_t j = 0; j < kl.scalars.size(); ++j)
+          pd.params.push_back(li < stored->scalar_types.size() && j < stored->scalar_types[li].size()
+                                  ? stored->scalar_types[li][j]
+                                  : ir::Type::scalar(ir::Scalar::kI32));
         pd.label = call.label;
         pd.op = std::string(call.op->name());
         pending.push_back(std::move(pd));

@@ -92,6 +92,17 @@ Result<Db> Db::open(const std::string& path) {
   return d;
 }
 
+Result<Db> Db::open_readonly(const std::string& path) {
+  Db d;
+  d.path_ = path;
+  if (sqlite3_open_v2(path.c_str(), &d.db_, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    std::string msg = d.db_ ? sqlite3_errmsg(d.db_) : "out of memory";
+    return unavailable("cannot open database {} for reading: {}", path, msg);
+  }
+  sqlite3_busy_timeout(d.db_, 10000);
+  return d;
+}
+
 Status Db::exec(std::string_view sql) {
   char* err = nullptr;
   std::string s(sql);

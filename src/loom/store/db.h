@@ -31,6 +31,9 @@ class Db {
 
   // Opens (creating parent directories and the file) and makes sure the schema exists.
   static Result<Db> open(const std::string& path);
+  // Opens an existing file for reading only: no directories, no file, no schema are created
+  // (a reader such as the engine must not write the database evolve owns).
+  static Result<Db> open_readonly(const std::string& path);
   // ~/.cache/loom/evolve.db (or $LOOM_CACHE_DIR/evolve.db).
   static std::string default_path();
 

@@ -3,21 +3,14 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
 
 #include "loom/base/version.h"
 #include "loom/store/db.h"
 
 namespace loom::store {
-
-// What a C++ candidate may use without declaring it: the launch dimensions of cpu_abi.h.
-const std::string_view kCppPrelude = R"(#include <cstdint>
-#include <cstring>
-#include <cmath>
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-struct LoomLaunchDims { uint32_t grid[3]; uint32_t block[3]; uint64_t block_begin; uint64_t block_end; };
-)";
 
 namespace {
 
@@ -29,21 +22,66 @@ bool is_size_dim(const std::string& name, int64_t v) {
 constexpr std::string_view kCols =
     "op, shape_key, shape_class, device_arch, loom_version, body, speedup, median_us, baseline_us, job, candidate, seq";
 
-Result<StoredKernel> row(Stmt& s) {
-  StoredKernel k;
+// A row with its candidate body still text: the table is read whole, and a body is parsed only
+// when its row is the one a lookup picks.
+struct Row {
+  StoredKernel k;  // cand not yet set
+  std::string body;
+};
+
+Row raw_row(Stmt& s) {
+  Row r;
+  StoredKernel& k = r.k;
   k.op = s.text(0);
   k.shape_key = s.text(1);
   k.shape_class = s.text(2);
   k.device_arch = s.text(3);
   k.loom_version = s.text(4);
-  LOOM_ASSIGN_OR_RETURN(k.cand, Candidate::from_body(s.text(5)));
+  r.body = s.text(5);
   k.speedup = s.f64(6);
   k.median_us = s.f64(7);
   k.baseline_us = s.f64(8);
   k.job = s.i64(9);
   k.candidate = s.i64(10);
   k.seq = s.is_null(11) ? -1 : static_cast<int>(s.i64(11));
-  return k;
+  return r;
+}
+
+Result<StoredKernel> row(Stmt& s) {
+  Row r = raw_row(s);
+  LOOM_ASSIGN_OR_RETURN(r.k.cand, Candidate::from_body(r.body));
+  return std::move(r.k);
+}
+
+// The rows of this Loom version, per database file, as this process first read them.
+using Table = std::vector<Row>;
+std::mutex g_tables_mu;
+std::map<std::string, std::shared_ptr<const Table>> g_tables;
+
+Result<Table> read_table(const std::string& path) {
+  LOOM_ASSIGN_OR_RETURN(Db db, Db::open_readonly(path));
+  LOOM_ASSIGN_OR_RETURN(Stmt s, db.prepare(fmt::format("SELECT {} FROM kernels WHERE loom_version = ?1", kCols)));
+  s.bind(1, loom_version());
+  Table t;
+  while (true) {
+    LOOM_ASSIGN_OR_RETURN(bool has, s.step());
+    if (!has) break;
+    t.push_back(raw_row(s));
+  }
+  return t;
+}
+
+// The table of `path`, read on first use. A file that cannot be read gives its error once and
+// an empty table from then on (the engine warns once, not once per kernel).
+Result<std::shared_ptr<const Table>> table_of(const std::string& path) {
+  std::lock_guard<std::mutex> lock(g_tables_mu);
+  if (auto it = g_tables.find(path); it != g_tables.end()) return it->second;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return g_tables[path] = std::make_shared<const Table>();
+  Result<Table> t = read_table(path);
+  g_tables[path] = std::make_shared<const Table>(t.ok() ? std::move(t).value() : Table());
+  if (!t.ok()) return std::move(t).status().with_context("reading the kernel store " + path);
+  return g_tables[path];
 }
 
 }  // namespace
@@ -78,11 +116,6 @@ Result<kernels::Generated> StoredKernel::generate(const kernels::OpSpec& op, con
   return std::move(inst.gen);
 }
 
-std::string cpp_source_for_cpu(const Instance& inst) {
-  if (inst.source.find("LoomLaunchDims {") != std::string::npos) return inst.source;
-  return std::string(kCppPrelude) + inst.source;
-}
-
 Result<std::optional<StoredKernel>> best_kernel(std::string_view op, const kernels::Shape& shape,
                                                 std::string_view device_arch, const std::string& db_path) {
   if (const char* off = std::getenv("LOOM_NO_KERNEL_STORE"); off && *off && std::string(off) != "0")
@@ -92,17 +125,22 @@ Result<std::optional<StoredKernel>> best_kernel(std::string_view op, const kerne
     const char* env = std::getenv("LOOM_EVOLVE_DB");
     path = env && *env ? env : Db::default_path();
   }
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return std::optional<StoredKernel>();
-  LOOM_ASSIGN_OR_RETURN(Db db, Db::open(path));
-  LOOM_ASSIGN_OR_RETURN(
-      Stmt s, db.prepare(fmt::format("SELECT {} FROM kernels WHERE op = ?1 AND device_arch = ?2 AND loom_version = ?3 "
-                                     "AND (shape_key = ?4 OR shape_class = ?5) ORDER BY (shape_key = ?4) DESC, speedup DESC",
-                                     kCols)));
-  s.bind(1, op).bind(2, device_arch).bind(3, loom_version()).bind(4, shape.key()).bind(5, shape_class(op, shape));
-  LOOM_ASSIGN_OR_RETURN(bool has, s.step());
-  if (!has) return std::optional<StoredKernel>();
-  LOOM_ASSIGN_OR_RETURN(StoredKernel k, row(s));
+  LOOM_ASSIGN_OR_RETURN(std::shared_ptr<const Table> t, table_of(path));
+  // An exact shape match first, then the best speedup in the shape class.
+  const std::string key = shape.key(), cls = shape_class(op, shape);
+  const Row* best = nullptr;
+  for (const Row& r : *t) {
+    if (r.k.op != op || r.k.device_arch != device_arch || (r.k.shape_key != key && r.k.shape_class != cls)) continue;
+    if (!best) {
+      best = &r;
+      continue;
+    }
+    const bool exact = r.k.shape_key == key, best_exact = best->k.shape_key == key;
+    if (exact != best_exact ? exact : r.k.speedup > best->k.speedup) best = &r;
+  }
+  if (!best) return std::optional<StoredKernel>();
+  StoredKernel k = best->k;
+  LOOM_ASSIGN_OR_RETURN(k.cand, Candidate::from_body(best->body));
   return std::optional<StoredKernel>(std::move(k));
 }
 
@@ -114,7 +152,10 @@ Status put_kernel(Db& db, const StoredKernel& k) {
   s.bind(1, k.op).bind(2, k.shape_key).bind(3, k.shape_class).bind(4, k.device_arch).bind(5, k.loom_version);
   s.bind(6, k.cand.body()).bind(7, k.speedup).bind(8, k.median_us).bind(9, k.baseline_us).bind(10, k.job);
   s.bind(11, k.candidate).bind(12, k.seq).bind(13, cand_kind_name(k.cand.kind));
-  return s.run();
+  LOOM_RETURN_IF_ERROR(s.run());
+  std::lock_guard<std::mutex> lock(g_tables_mu);
+  g_tables.clear();  // read again on the next lookup, with this row
+  return Status();
 }
 
 Result<std::vector<StoredKernel>> list_kernels(Db& db) {

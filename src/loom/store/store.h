@@ -3,13 +3,16 @@
 // default schedule:
 //
 //   auto sk = store::best_kernel(op.name(), shape, store::device_arch_of(dev.props()));
-//   if (sk.ok() && *sk) gen = (*sk)->generate(op, shape, target);   // else default_schedule
+//   if (sk.ok() && *sk) inst = (*sk)->instantiate(op, shape, target);   // else default_schedule
 //
 // A stored schedule candidate applies to every shape of its shape class (the op's non-size
 // dimensions, e.g. matvec with wtype=2, n_tokens=1): an exact shape match wins, else the class's
 // best. Text candidates apply to their own shape class too (they are templates), IR text only
-// where the shape instantiates. Reads are cheap (one SQLite query); the database is opened
-// read-only per call and a missing file means "no stored kernel".
+// where the shape instantiates. Lookups are in memory: the first one in a process reads the
+// store's rows for this Loom version from the database file (opened read-only; a missing file
+// means "no stored kernel"), so compiling a step plan makes no SQLite call per kernel. Kernels
+// another process stores later are seen by the next process; put_kernel in this process drops
+// the rows read, so its own later lookups see what it stored.
 #pragma once
 
 #include <cstdint>
@@ -32,8 +35,8 @@ struct StoredKernel {
   int seq = -1;                     // the candidate's #seq in that job (-1: not known)
   std::string id() const { return fmt::format("evolve-{}.{}", job, candidate); }
   // The kernel for `shape`: Loom IR (Instance::gen, to merge into the engine's module) or
-  // C++/PTX text (Instance::source and launches: a module of its own, loaded with
-  // hrx::Module::load_shared_object / load_ptx; see cpp_source_for_cpu below).
+  // C++/PTX/CUDA text (Instance::source and launches: a module of its own, loaded with
+  // load_text_module, load.h).
   Result<Instance> instantiate(const kernels::OpSpec& op, const kernels::Shape& shape, ir::TargetKind t) const;
   // Loom IR only (unimplemented for text kinds).
   Result<kernels::Generated> generate(const kernels::OpSpec& op, const kernels::Shape& shape, ir::TargetKind t) const;
@@ -45,14 +48,12 @@ std::string device_arch_of(const hrx::DeviceProps& p);
 std::string shape_class(std::string_view op, const kernels::Shape& shape);
 
 // The best stored kernel (nullopt: none). db_path empty: $LOOM_EVOLVE_DB, else Db::default_path().
-// LOOM_NO_KERNEL_STORE=1 turns the store off (returns nullopt).
+// LOOM_NO_KERNEL_STORE=1 turns the store off (returns nullopt). A file whose rows cannot be read
+// is an error once per process; later lookups in it find nothing.
 Result<std::optional<StoredKernel>> best_kernel(std::string_view op, const kernels::Shape& shape,
                                                 std::string_view device_arch, const std::string& db_path = "");
 
-// A cpp Instance's source as the host compiler takes it (the launch-dimension struct prepended
-// when the text does not define it): feed it to codegen::compile_shared_object.
-std::string cpp_source_for_cpu(const Instance& inst);
-
+// Writes (replaces) the row of k's op, shape, device architecture and Loom version.
 Status put_kernel(Db& db, const StoredKernel& k);
 Result<std::vector<StoredKernel>> list_kernels(Db& db);
 
