@@ -12,6 +12,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "loom/base/options.h"
+
 namespace loom {
 
 MappedFile::~MappedFile() { reset(); }
@@ -129,10 +131,10 @@ bool file_exists(const std::string& path) {
 }
 
 std::string cache_dir() {
-  if (const char* d = std::getenv("LOOM_CACHE_DIR"); d && *d) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/loom";
-  const char* home = std::getenv("HOME");
-  return std::string(home && *home ? home : "/tmp") + "/.cache/loom";
+  if (std::string d = opt::get_string(opt::Opt::kCacheDir); !d.empty()) return d;
+  if (std::string x = opt::get_string(opt::Opt::kXdgCacheHome); !x.empty()) return x + "/loom";
+  const std::string home = opt::get_string(opt::Opt::kHome);
+  return (home.empty() ? std::string("/tmp") : home) + "/.cache/loom";
 }
 
 }  // namespace loom

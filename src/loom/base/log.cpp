@@ -9,18 +9,21 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
+
+#include "loom/base/options.h"
 
 namespace loom {
 namespace {
-LogLevel level_from_env() {
-  const char* v = std::getenv("LOOM_LOG");
-  if (!v) return LogLevel::kWarn;
-  if (!std::strcmp(v, "error")) return LogLevel::kError;
-  if (!std::strcmp(v, "info")) return LogLevel::kInfo;
-  if (!std::strcmp(v, "debug")) return LogLevel::kDebug;
+LogLevel level_from_option() {
+  const std::string v = opt::get_string(opt::Opt::kLog);
+  if (v == "error") return LogLevel::kError;
+  if (v == "info") return LogLevel::kInfo;
+  if (v == "debug") return LogLevel::kDebug;
   return LogLevel::kWarn;
 }
-std::atomic<int> g_level{static_cast<int>(level_from_env())};
+// -1 until the first log_level(): the option is read then, not during static initialization.
+std::atomic<int> g_level{-1};
 std::mutex g_mutex;
 
 long long now_ms() {
@@ -29,7 +32,15 @@ long long now_ms() {
 }
 }  // namespace
 
-LogLevel log_level() { return static_cast<LogLevel>(g_level.load(std::memory_order_relaxed)); }
+LogLevel log_level() {
+  int l = g_level.load(std::memory_order_relaxed);
+  if (l < 0) {
+    int expected = -1;
+    g_level.compare_exchange_strong(expected, static_cast<int>(level_from_option()));
+    l = g_level.load(std::memory_order_relaxed);
+  }
+  return static_cast<LogLevel>(l);
+}
 void set_log_level(LogLevel level) { g_level.store(static_cast<int>(level)); }
 
 void log_line(LogLevel level, std::string_view message) {
@@ -41,8 +52,8 @@ void log_line(LogLevel level, std::string_view message) {
 
 Progress::Progress(std::string_view label, double total, std::string_view unit)
     : label_(label), unit_(unit), total_(total) {
-  const char* force = std::getenv("LOOM_PROGRESS");
-  enabled_ = force ? std::strcmp(force, "0") != 0 : isatty(STDERR_FILENO) == 1;
+  const std::string mode = opt::get_string(opt::Opt::kProgress);
+  enabled_ = mode == "auto" ? isatty(STDERR_FILENO) == 1 : mode == "1";
 }
 
 Progress::~Progress() { finish(); }

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "loom/base/options.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define LOOM_CPU_RELAX() _mm_pause()
@@ -112,11 +114,7 @@ void set_default_thread_count(int n) { g_thread_override.store(n > 0 ? n : 0, st
 
 int default_thread_count() {
   if (int n = g_thread_override.load(std::memory_order_relaxed); n > 0) return n;
-  if (const char* env = std::getenv("LOOM_THREADS")) {
-    int n = std::atoi(env);
-    if (n > 0) return n;
-  }
-  return 2;
+  return static_cast<int>(opt::get_int(opt::Opt::kThreads));
 }
 
 }  // namespace loom
