@@ -1,14 +1,13 @@
 // Default model location and the lookup every model-taking command shares.
 #include "loom/engine/model_path.h"
 
-#include <cstdlib>
-
 #include "loom/base/file.h"
+#include "loom/base/options.h"
 
 namespace loom::llm {
 
 std::string default_model_path() {
-  if (const char* m = std::getenv("LOOM_MODEL"); m && *m) return m;
+  if (std::string m = opt::get_string(opt::Opt::kModel); !m.empty()) return m;
   return cache_dir() + "/models/" + std::string(kDefaultModelFile);
 }
 
@@ -20,7 +19,7 @@ Result<std::string> resolve_model_path(std::string_view requested) {
   }
   std::string path = default_model_path();
   if (file_exists(path)) return path;
-  if (const char* m = std::getenv("LOOM_MODEL"); m && *m)
+  if (opt::source(opt::Opt::kModel) == opt::Source::kEnv)
     return not_found("model file {} (from $LOOM_MODEL) does not exist", path);
   return not_found(
       "no model given (-m) and the default model {} is missing; run tools/setup.sh (or "

@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include "loom/base/options.h"
+
 namespace loom::kernels {
 
 Result<int64_t> Shape::get(std::string_view name) const {
@@ -95,8 +97,7 @@ struct Overrides {
 
   void load_locked() {
     if (loaded) return;
-    const char* env = std::getenv("LOOM_SCHEDULE");
-    text = env ? env : "";
+    text = opt::get_string(opt::Opt::kSchedule);
     table = parse_overrides(text);
     loaded = true;
   }

@@ -44,12 +44,7 @@ Status matmul(const WeightView& w, const float* x, int64_t n_tok, float* y, Thre
 #if LOOM_REF_DOT_AVX2
   // Several tokens: each weight block is unpacked once for a tile of tokens (the weights are
   // walked once per step, not once per token), with per-element arithmetic identical to vec_dot.
-  // LOOM_REF_TOKEN_AT_A_TIME=1 turns it off (A/B timing against the per-token path).
-  static const bool blocked = [] {
-    const char* e = std::getenv("LOOM_REF_TOKEN_AT_A_TIME");
-    return !(e && *e && *e != '0');
-  }();
-  if (blocked && n_tok > 1 && avx2::gemm_supported(wt)) {
+  if (n_tok > 1 && avx2::gemm_supported(wt)) {
     thread_local avx2::GemmScales tls_scales;  // the caller's; workers read it through xs
     const avx2::GemmScales* xs = &tls_scales;
     avx2::gemm_prepare(wt, xq, xq_row, n_tok, w.n_in, &tls_scales);
