@@ -104,10 +104,8 @@ class DependentLaunchCuda : public ::testing::Test {
   bool supported_ = false;
 };
 
-TEST_F(DependentLaunchCuda, DefaultFollowsDeviceAndEnvironment) {
-  const char* env = std::getenv("LOOM_HRX_PDL");
-  const bool env_off = env && std::strcmp(env, "0") == 0;
-  EXPECT_EQ(stream_.dependent_launch(), supported_ && !env_off);
+TEST_F(DependentLaunchCuda, DefaultFollowsDevice) {
+  EXPECT_EQ(stream_.dependent_launch(), supported_);
   EXPECT_FALSE(stream_.set_dependent_launch(false));
   EXPECT_EQ(stream_.set_dependent_launch(true), supported_);
 }

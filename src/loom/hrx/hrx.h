@@ -158,9 +158,8 @@ hrx_status hrx_launch(hrx_stream* stream, hrx_kernel* kernel, const hrx_launch_c
  * it): that instruction holds the kernel until its predecessor grids have completed and their
  * memory is visible, so a kernel still sees all of its predecessor's writes. Other kernels, and
  * copies and fills, are ordered as always. Captured graphs keep the programmatic edges.
- * On by default where supported; the environment variable LOOM_HRX_PDL=0 turns the default off
- * (for A/B runs). hrx_stream_set_dependent_launch asks for it on or off and writes to
- * `in_effect` (may be NULL) whether it is now on: always 0 on cpu and on devices without it. */
+ * On by default where supported. hrx_stream_set_dependent_launch asks for it on or off and writes
+ * to `in_effect` (may be NULL) whether it is now on: always 0 on cpu and on devices without it. */
 hrx_status hrx_stream_set_dependent_launch(hrx_stream* stream, int enable, int* in_effect);
 /* 1 when launches on the stream use programmatic dependent launch, else 0 (also for NULL). */
 int hrx_stream_dependent_launch(const hrx_stream* stream);

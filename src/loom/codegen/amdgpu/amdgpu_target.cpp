@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "loom/base/file.h"
+#include "loom/base/options.h"
 #include "loom/codegen/amdgpu/amdgpu_emitter.h"
 #include "loom/codegen/target.h"
 #include "loom/codegen/tool_run.h"
@@ -13,8 +14,8 @@
 namespace loom::codegen {
 namespace {
 
-Result<std::string> tool(const char* env, std::vector<std::string> names) {
-  if (const char* e = std::getenv(env); e && *e) names.insert(names.begin(), e);
+Result<std::string> tool(opt::Opt which, std::vector<std::string> names) {
+  if (std::string e = opt::get_string(which); !e.empty()) names.insert(names.begin(), e);
   return find_tool(names).with_context("the amdgpu target needs LLVM's llc and ld.lld (Debian: llvm-19, lld-19)");
 }
 
@@ -39,8 +40,8 @@ class AmdgpuTarget final : public Target {
 }  // namespace
 
 Result<std::vector<uint8_t>> compile_amdgpu_code_object(std::string_view llvm_ir, std::string_view arch) {
-  LOOM_ASSIGN_OR_RETURN(std::string llc, tool("LOOM_LLC", {"llc-19", "llc"}));
-  LOOM_ASSIGN_OR_RETURN(std::string lld, tool("LOOM_LLD", {"ld.lld-19", "ld.lld"}));
+  LOOM_ASSIGN_OR_RETURN(std::string llc, tool(opt::Opt::kLlc, {"llc-19", "llc"}));
+  LOOM_ASSIGN_OR_RETURN(std::string lld, tool(opt::Opt::kLld, {"ld.lld-19", "ld.lld"}));
   std::string key = std::string(llvm_ir) + '\0' + std::string(arch) + '\0' + llc + '\0' + lld;
   std::string dir = cache_dir() + "/kernels/amdgpu";
   std::string out = dir + "/" + content_hash(key) + ".hsaco";

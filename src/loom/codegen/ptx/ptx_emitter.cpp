@@ -421,7 +421,7 @@ Result<std::string> KernelEmitter::run() {
 
 namespace loom::codegen {
 
-Result<std::string> emit_ptx(const ir::Module& module, std::string_view arch) {
+Result<std::string> emit_ptx(const ir::Module& module, std::string_view arch, const PtxOptions& options) {
   // tanh and erf have no accurate PTX instruction: expand them on a copy first.
   ir::Module lowered = ir::clone_module(module);
   for (auto& k : lowered.kernels) ir::lower_tanh_erf(*k);
@@ -432,12 +432,9 @@ Result<std::string> emit_ptx(const ir::Module& module, std::string_view arch) {
   // tail), then lets its own dependents launch. The trigger carries no memory semantics: a
   // dependent's griddepcontrol.wait still waits for this grid's completion and memory flush, so
   // triggering early only lets the dependent's blocks be scheduled sooner. After the wait, it
-  // reaches at most one kernel ahead.
-  // LOOM_PTX_PDL_TRIGGER=0 leaves the trigger out (dependents then launch as this grid's
-  // blocks exit): an A/B switch for measurements.
+  // reaches at most one kernel ahead. PtxOptions::launch_dependents = false leaves the trigger out.
   const bool grid_dependency = arch == "sm_90";
-  const char* trigger_env = std::getenv("LOOM_PTX_PDL_TRIGGER");
-  const bool trigger = !(trigger_env && trigger_env[0] == '0');
+  const bool trigger = options.launch_dependents;
   for (const auto& k : lowered.kernels) {
     ptx::KernelEmitter e(*k);
     if (grid_dependency) {

@@ -17,7 +17,16 @@
 
 namespace loom::codegen {
 
+// Choices of the emitted code that are not in the IR. The output depends only on the module, the
+// arch and these.
+struct PtxOptions {
+  // sm_90: every kernel lets its dependents launch right after its own griddepcontrol.wait
+  // (griddepcontrol.launch_dependents). Without it, dependents launch as this grid's blocks
+  // exit: measured better for prompt-sized steps, worse for decode (docs/performance.md).
+  bool launch_dependents = true;
+};
+
 // `arch` is "sm_80" or "sm_90". Expects a module verified for TargetKind::kPtx.
-Result<std::string> emit_ptx(const ir::Module& module, std::string_view arch);
+Result<std::string> emit_ptx(const ir::Module& module, std::string_view arch, const PtxOptions& options = {});
 
 }  // namespace loom::codegen

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "loom/base/options.h"
 #include "loom/base/thread_pool.h"
 #include "loom/codegen/cpp/host_compiler.h"
 #include "loom/hrx/driver.h"
@@ -104,9 +105,11 @@ class CpuDevice final : public hrx_device {
   // waits for its chunk) costs more than small kernels do. So a launch runs inline on the caller
   // when it has one block, when the pool has one thread, or when its kernel at this grid size
   // proved cheap: the first kSamples launches of each (kernel, grid) run inline and are timed,
-  // and the fastest decides (below LOOM_HRX_CPU_INLINE_US microseconds, default 8: inline from
-  // then on). Each block computes the same values on any thread, so results do not change.
+  // and the fastest decides (below kInlineUs: inline from then on; a pool hand-off and wake-up
+  // costs a few microseconds). Each block computes the same values on any thread, so results do
+  // not change.
   static constexpr int kSamples = 3;
+  static constexpr double kInlineUs = 8.0;
   struct InlineStat {
     int samples = 0;
     double best_us = 1e30;
@@ -116,7 +119,6 @@ class CpuDevice final : public hrx_device {
   // True when this launch should run inline; times it when still sampling (`sample_start` set).
   bool choose_inline(codegen::CpuKernelFn fn, uint64_t blocks, InlineStat** sampling) {
     *sampling = nullptr;
-    if (inline_us_ <= 0) return false;
     std::lock_guard<std::mutex> lock(inline_mu_);
     InlineStat& st = inline_stats_[{reinterpret_cast<uintptr_t>(fn), blocks}];
     if (st.decided) return st.run_inline;
@@ -128,7 +130,7 @@ class CpuDevice final : public hrx_device {
     st->best_us = std::min(st->best_us, us);
     if (++st->samples >= kSamples) {
       st->decided = true;
-      st->run_inline = st->best_us < inline_us_;
+      st->run_inline = st->best_us < kInlineUs;
     }
   }
 
@@ -174,16 +176,9 @@ class CpuDevice final : public hrx_device {
   };
   ThreadPool pool_;
   std::mutex pool_mu_;
-  const double inline_us_ = [] {
-    const char* e = std::getenv("LOOM_HRX_CPU_INLINE_US");
-    return e && *e ? std::atof(e) : 8.0;
-  }();
   std::mutex inline_mu_;
   std::map<std::pair<uintptr_t, uint64_t>, InlineStat> inline_stats_;
-  const bool profile_ = [] {
-    const char* e = std::getenv("LOOM_HRX_PROFILE");
-    return e && *e && std::string(e) != "0";
-  }();
+  const bool profile_ = opt::get_bool(opt::Opt::kHrxProfile);
   std::mutex profile_mu_;
   std::map<std::string, ProfileEntry> profile_by_name_;
 };
@@ -374,7 +369,7 @@ hrx_device* cpu_device() {
   // Process lifetime on purpose (see hrx.h): never destroyed, so no handle outlives its device.
   static CpuDevice* dev = [] {
     auto* d = new CpuDevice();
-    if (const char* e = std::getenv("LOOM_HRX_PROFILE"); e && *e && std::string(e) != "0")
+    if (opt::get_bool(opt::Opt::kHrxProfile))
       std::atexit([] { static_cast<CpuDevice*>(cpu_device())->print_profile(); });
     return d;
   }();

@@ -175,8 +175,7 @@ struct CudaGraph final : hrx_graph {
 class CudaStream final : public hrx_stream {
  public:
   CudaStream(CudaDevice* d, CUstream s) : hrx_stream(d), dev_(d), api_(d->api()), s_(s) {
-    const char* env = std::getenv("LOOM_HRX_PDL");
-    dependent_launch_ = supports_dependent_launch() && !(env && std::strcmp(env, "0") == 0);
+    dependent_launch_ = supports_dependent_launch();
   }
   ~CudaStream() override {
     if (!dev_->use().ok()) return;
