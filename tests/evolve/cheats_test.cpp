@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "loom/base/options.h"
 #include "loom/store/candidate.h"
 #include "loom/evolve/store_names.h"
 #include "loom/evolve/device.h"
@@ -136,7 +137,7 @@ INSTANTIATE_TEST_SUITE_P(Planted, Cheat, ::testing::ValuesIn(files()), [](const 
 // rejections, a crash, a hang and the phase of a held-out shape all come back over its pipe.
 TEST(EvolveWorker, ExecIsolationJudgesLikeFork) {
   ASSERT_TRUE(std::filesystem::exists(kLoomBin)) << "the worker is the loom binary: build the loom target";
-  ASSERT_EQ(setenv("LOOM_EVOLVE_ISOLATION", "exec", 1), 0);
+  ASSERT_TRUE(opt::set_from_flag(opt::Opt::kEvolveIsolation, "exec").ok());
   ASSERT_TRUE(isolate_by_exec("cpu"));
   const kernels::OpSpec* op = kernels::find_op("add");
   ASSERT_NE(op, nullptr);
@@ -159,7 +160,8 @@ TEST(EvolveWorker, ExecIsolationJudgesLikeFork) {
       EXPECT_GT(r.median_us, 0);
     }
   }
-  unsetenv("LOOM_EVOLVE_ISOLATION");
+  opt::clear_flag(opt::Opt::kEvolveIsolation);
+  opt::ScopedFlag by_device(opt::Opt::kEvolveIsolation, "auto");
   EXPECT_FALSE(isolate_by_exec("cpu")) << "the cpu device forks by default";
   EXPECT_TRUE(isolate_by_exec("cuda:0"));
 }

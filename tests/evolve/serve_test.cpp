@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "loom/base/options.h"
 #include "loom/store/candidate.h"
 #include "loom/evolve/store_names.h"
 #include "loom/evolve/evaluator.h"
@@ -43,8 +44,8 @@ Planted planted(const std::string& name) {
 TEST(EvolveServe, OneWorkerForPassingCandidatesAFreshOneAfterAnyFailure) {
   ASSERT_TRUE(std::filesystem::exists(kLoomBin)) << "the worker is the loom binary: build the loom target";
   set_worker_binary(kLoomBin);
-  ASSERT_EQ(setenv("LOOM_EVOLVE_ISOLATION", "exec", 1), 0);
-  unsetenv("LOOM_EVOLVE_PERSISTENT");
+  opt::ScopedFlag exec(opt::Opt::kEvolveIsolation, "exec");
+  opt::ScopedFlag persistent(opt::Opt::kEvolvePersistent, "1");
   ASSERT_TRUE(persistent_workers());
   stop_persistent_workers();
   const kernels::OpSpec* op = kernels::find_op("add");
@@ -101,12 +102,10 @@ TEST(EvolveServe, OneWorkerForPassingCandidatesAFreshOneAfterAnyFailure) {
   stop_persistent_workers();
   EXPECT_EQ(persistent_worker_pid("cpu"), -1);
   // LOOM_EVOLVE_PERSISTENT=0: one process per request again.
-  ASSERT_EQ(setenv("LOOM_EVOLVE_PERSISTENT", "0", 1), 0);
+  opt::ScopedFlag one_per_request(opt::Opt::kEvolvePersistent, "0");
   EvalResult j = eval("cpp_honest.cpp");
   EXPECT_TRUE(j.ok()) << j.status << " " << j.reason;
   EXPECT_EQ(persistent_worker_pid("cpu"), -1);
-  unsetenv("LOOM_EVOLVE_PERSISTENT");
-  unsetenv("LOOM_EVOLVE_ISOLATION");
 }
 
 }  // namespace

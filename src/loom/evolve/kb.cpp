@@ -5,13 +5,14 @@
 #include <fstream>
 #include <sstream>
 
+#include "loom/base/options.h"
 #include "loom/store/db.h"
 #include "loom/evolve/store_names.h"
 
 namespace loom::evolve {
 
 std::string default_kb_dir() {
-  if (const char* e = std::getenv("LOOM_KB_DIR"); e && *e) return e;
+  if (std::string e = opt::get_string(opt::Opt::kKbDir); !e.empty()) return e;
 #ifdef LOOM_SOURCE_DIR_FOR_KB
   return LOOM_SOURCE_DIR_FOR_KB "/kb";
 #else

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loom/base/options.h"
+
 namespace loom::evolve {
 namespace {
 
@@ -85,13 +87,9 @@ bool looks_like(const std::string& text, CandKind k) {
 }  // namespace
 
 void LlmConfig::fill_from_env() {
-  auto env = [](const char* n) -> std::string {
-    const char* v = std::getenv(n);
-    return v ? v : "";
-  };
-  if (url.empty()) url = env("LOOM_LLM_URL");
-  if (model.empty()) model = env("LOOM_LLM_MODEL");
-  if (key.empty()) key = env("LOOM_LLM_KEY");
+  if (url.empty()) url = opt::get_string(opt::Opt::kLlmUrl);
+  if (model.empty()) model = opt::get_string(opt::Opt::kLlmModel);
+  if (key.empty()) key = opt::get_string(opt::Opt::kLlmKey);
 }
 
 Status llm_available() {

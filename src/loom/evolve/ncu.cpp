@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loom/base/options.h"
 #include "loom/codegen/tool_run.h"
 #include "loom/evolve/worker.h"
 
@@ -59,8 +60,7 @@ std::string ncu_diagnosis(const std::string& device_spec, const kernels::OpSpec&
   o.holdout.clear();
   o.time = false;
   o.instrument = false;
-  const char* tmpdir = std::getenv("TMPDIR");
-  std::string path = std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") + "/loom-evolve-ncu-XXXXXX";
+  std::string path = opt::get_string(opt::Opt::kTmpdir) + "/loom-evolve-ncu-XXXXXX";
   int fd = mkstemp(path.data());
   if (fd < 0) return "ncu: failed: cannot create a request file";
   const std::string req = evaluate_request(device_spec, op, shape, c, o).dump();

@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loom/base/options.h"
 #include "loom/evolve/device.h"
 #include "loom/store/store.h"
 #include "loom/evolve/store_names.h"
@@ -247,7 +248,7 @@ void set_worker_binary(std::string path) {
 }
 
 std::string worker_binary() {
-  if (const char* e = std::getenv("LOOM_EVOLVE_WORKER"); e && *e) return e;
+  if (std::string e = opt::get_string(opt::Opt::kEvolveWorker); !e.empty()) return e;
   WorkerName& w = worker_name();
   std::lock_guard<std::mutex> lock(w.mu);
   return w.path;
@@ -255,7 +256,8 @@ std::string worker_binary() {
 
 bool isolate_by_exec(const std::string& device_spec) {
   if (worker_binary().empty()) return false;
-  if (const char* e = std::getenv("LOOM_EVOLVE_ISOLATION"); e && *e) return std::strcmp(e, "exec") == 0;
+  const std::string how = opt::get_string(opt::Opt::kEvolveIsolation);
+  if (how != "auto") return how == "exec";
   return device_spec.rfind("cpu", 0) != 0;
 }
 
@@ -304,8 +306,7 @@ nlohmann::json evaluate_request(const std::string& device_spec, const kernels::O
 Result<IsolatedChild> spawn_worker(const nlohmann::json& request) {
   const std::string bin = worker_binary();
   if (bin.empty()) return failed_precondition("no evolve worker binary (set LOOM_EVOLVE_WORKER to a loom binary)");
-  const char* tmpdir = std::getenv("TMPDIR");
-  std::string path = std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") + "/loom-evolve-req-XXXXXX";
+  std::string path = opt::get_string(opt::Opt::kTmpdir) + "/loom-evolve-req-XXXXXX";
   int tfd = mkstemp(path.data());
   if (tfd < 0) return unavailable("cannot create a request file {}: {}", path, std::strerror(errno));
   const std::string text = request.dump();
@@ -347,8 +348,7 @@ Result<IsolatedChild> spawn_worker(const nlohmann::json& request) {
 }
 
 bool persistent_workers() {
-  const char* e = std::getenv("LOOM_EVOLVE_PERSISTENT");
-  return !(e && std::strcmp(e, "0") == 0);
+  return opt::get_bool(opt::Opt::kEvolvePersistent);
 }
 
 Result<std::string> run_in_persistent_worker(const std::string& device_spec, const nlohmann::json& request,
