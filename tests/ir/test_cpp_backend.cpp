@@ -8,6 +8,7 @@
 
 #include "ir_test_util.h"
 #include "loom/base/file.h"
+#include "loom/base/options.h"
 #include "loom/base/thread_pool.h"
 #include "loom/codegen/cpp/byte_range.h"
 #include "loom/codegen/cpp/cpp_emitter.h"
@@ -77,7 +78,7 @@ TEST(CppBackend, EveryGoldenFileHasACase) {
 TEST(CppBackend, SharedObjectIsCachedByContentHash) {
   REQUIRE_HOST_COMPILER();
   auto dir = std::filesystem::temp_directory_path() / fmt::format("loom_cache_test_{}", test_seed());
-  ::setenv("LOOM_CACHE_DIR", dir.c_str(), 1);
+  opt::ScopedFlag cache(opt::Opt::kCacheDir, dir.string());
   auto m = load_golden("vector_add");
   ASSERT_TRUE(m.ok());
   auto first = codegen::cpp_target().compile(*m, "native");
@@ -94,7 +95,6 @@ TEST(CppBackend, SharedObjectIsCachedByContentHash) {
   auto third = codegen::cpp_target().compile(*other, "native");
   ASSERT_TRUE(third.ok());
   EXPECT_NE(third->path, first->path);
-  ::unsetenv("LOOM_CACHE_DIR");
   std::filesystem::remove_all(dir);
 }
 

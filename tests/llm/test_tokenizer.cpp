@@ -3,6 +3,7 @@
 // GGUF metadata, model path lookup and concurrent use. (Agreement with llama.cpp on the real
 // models is tests/py/test_tokenizer.py.)
 #include <algorithm>
+#include <memory>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -11,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "loom/base/file.h"
+#include "loom/base/options.h"
 #include "loom/engine/model_path.h"
 #include "loom/gguf/gguf.h"
 #include "loom/gguf/gguf_writer.h"
@@ -504,26 +506,22 @@ TEST(TokenizerHostile, MissingByteFallbackIsAnErrorNotACrash) {
 
 // ---- Model path ------------------------------------------------------------------------------
 
-TEST(ModelPath, HonoursEnvironment) {
-  const char* old_model = std::getenv("LOOM_MODEL");
-  const char* old_cache = std::getenv("LOOM_CACHE_DIR");
-  const std::string saved_model = old_model ? old_model : "", saved_cache = old_cache ? old_cache : "";
-  unsetenv("LOOM_MODEL");
-  setenv("LOOM_CACHE_DIR", "/nonexistent-loom-cache", 1);
+TEST(ModelPath, HonoursTheModelAndCacheOptions) {
+  auto no_model = std::make_unique<opt::ScopedFlag>(opt::Opt::kModel, "");
+  opt::ScopedFlag cache(opt::Opt::kCacheDir, "/nonexistent-loom-cache");
   EXPECT_EQ(default_model_path(), "/nonexistent-loom-cache/models/SmolLM2-135M-Instruct-Q4_1.gguf");
   auto missing = resolve_model_path("");
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
   EXPECT_TRUE(contains(missing.status().to_string(), "tools/setup.sh"));
-  setenv("LOOM_MODEL", "/nonexistent/model.gguf", 1);
+  no_model.reset();
+  opt::ScopedFlag model(opt::Opt::kModel, "/nonexistent/model.gguf");
   EXPECT_EQ(default_model_path(), "/nonexistent/model.gguf");
-  EXPECT_TRUE(contains(resolve_model_path("").status().to_string(), "LOOM_MODEL"));
+  EXPECT_TRUE(contains(resolve_model_path("").status().to_string(), "/nonexistent/model.gguf does not exist"));
   const std::string self = std::string(LOOM_SOURCE_DIR) + "/tests/llm/test_tokenizer.cpp";
   auto given = resolve_model_path(self);
   ASSERT_TRUE(given.ok());
   EXPECT_EQ(*given, self);
-  if (old_model) setenv("LOOM_MODEL", saved_model.c_str(), 1); else unsetenv("LOOM_MODEL");
-  if (old_cache) setenv("LOOM_CACHE_DIR", saved_cache.c_str(), 1); else unsetenv("LOOM_CACHE_DIR");
 }
 
 }  // namespace

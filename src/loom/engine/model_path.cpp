@@ -19,8 +19,11 @@ Result<std::string> resolve_model_path(std::string_view requested) {
   }
   std::string path = default_model_path();
   if (file_exists(path)) return path;
-  if (opt::source(opt::Opt::kModel) == opt::Source::kEnv)
-    return not_found("model file {} (from $LOOM_MODEL) does not exist", path);
+  switch (opt::source(opt::Opt::kModel)) {
+    case opt::Source::kEnv: return not_found("model file {} (from $LOOM_MODEL) does not exist", path);
+    case opt::Source::kFlag: return not_found("model file {} does not exist", path);
+    case opt::Source::kDefault: break;
+  }
   return not_found(
       "no model given (-m) and the default model {} is missing; run tools/setup.sh (or "
       "python3 tools/fetch_models.py smollm2) to fetch it, or set $LOOM_MODEL",
