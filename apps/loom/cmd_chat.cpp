@@ -14,6 +14,7 @@
 
 #include "cli.h"
 #include "gen_flags.h"
+#include "loom/base/options.h"
 #include "loom/engine/engine.h"
 #include "loom/engine/model_path.h"
 #include "loom/engine/session.h"
@@ -112,7 +113,7 @@ Status chat(const ChatFlags& f) {
     std::fputc('\n', stdout);
     std::fflush(stdout);
     messages.push_back({"assistant", r.text});
-    if (tty || std::getenv("LOOM_CHAT_STATS"))
+    if (tty || opt::get_bool(opt::Opt::kChatStats))
       std::fprintf(stderr, "[%zu tokens, %.1f tok/s; prompt %lld new + %lld cached]\n", r.tokens.size(), r.gen_tps(),
                    static_cast<long long>(r.n_prompt - r.n_reused), static_cast<long long>(r.n_reused));
     if (r.stop_reason == "context")

@@ -1,12 +1,15 @@
 // `loom info MODEL.gguf`: architecture, hyper-parameters, tokenizer, chat template and the tensor
-// table of a GGUF file, as text or --json.
+// table of a GGUF file, as text or --json. `loom info --flags`: every option of the registry
+// (base/options.h) with its default, current value and where that value came from.
 #include <cstdio>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "loom/base/options.h"
 #include "loom/gguf/gguf.h"
 
 namespace loom::cli {
@@ -119,13 +122,71 @@ int run_info(const std::string& path, bool json_out) {
   return 0;
 }
 
-LOOM_COMMAND(kInfo, "info", "Show a GGUF file's architecture, hyper-parameters, tokenizer and tensors",
+// The option table as it stands in this process. Refused environment values are listed with
+// their reason (and the default in force), which is why main() lets `info` run despite them.
+int run_flags(bool json_out) {
+  const std::vector<opt::Resolved> all = opt::registry().list();
+  if (json_out) {
+    nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+    for (const opt::Resolved& r : all) {
+      const opt::OptionInfo& i = *r.info;
+      nlohmann::ordered_json j = {{"name", i.name},
+                                  {"env", i.env},
+                                  {"flag", i.flag},
+                                  {"type", std::string(opt::type_name(i.type))},
+                                  {"default", i.def},
+                                  {"value", r.value},
+                                  {"source", std::string(opt::source_name(r.source))},
+                                  {"help", i.help}};
+      if (*i.choices) j["choices"] = i.choices;
+      if (i.type == opt::Type::kInt) j["range"] = {i.min, i.max};
+      if (i.system) j["system"] = true;
+      if (i.secret) j["secret"] = true;
+      if (!r.error.empty()) j["error"] = r.error;
+      arr.push_back(std::move(j));
+    }
+    nlohmann::ordered_json out = {{"options", arr}};
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  std::printf("%-22s %-27s %-7s %-10s %-10s %s\n", "option", "environment", "type", "default", "value", "source");
+  int errors = 0;
+  for (const opt::Resolved& r : all) {
+    const opt::OptionInfo& i = *r.info;
+    auto shown = [](const std::string& v) { return v.empty() ? std::string("\"\"") : v; };
+    std::printf("%-22s %-27s %-7s %-10s %-10s %s%s\n", i.name, *i.env ? i.env : "-",
+                std::string(opt::type_name(i.type)).c_str(), shown(i.def).c_str(), shown(r.value).c_str(),
+                std::string(opt::source_name(r.source)).c_str(), i.system ? " (system)" : "");
+    std::string more = i.help;
+    if (*i.flag) more += fmt::format("; flag {}", i.flag);
+    if (*i.choices) more += fmt::format("; one of {}", i.choices);
+    std::printf("    %s\n", more.c_str());
+    if (!r.error.empty()) {
+      std::printf("    refused: %s\n", r.error.c_str());
+      ++errors;
+    }
+  }
+  std::printf("\nvalues come from a flag, else the environment (read once), else the default; an empty\n"
+              "variable counts as unset.%s\n",
+              errors ? " Refused environment values stop every other command." : "");
+  return 0;
+}
+
+LOOM_COMMAND(kInfo, "info", "Show a GGUF file's architecture, hyper-parameters, tokenizer and tensors; --flags: every option",
              [](CLI::App& sub) -> Action {
                auto path = std::make_shared<std::string>();
                auto json_out = std::make_shared<bool>(false);
-               sub.add_option("model", *path, "GGUF file")->required();
+               auto flags = std::make_shared<bool>(false);
+               sub.add_option("model", *path, "GGUF file");
+               sub.add_flag("--flags", *flags,
+                            "list every option: environment variable, type, default, current value and its source");
                sub.add_flag("--json", *json_out, "print JSON");
-               return [=] { return run_info(*path, *json_out); };
+               return [=] {
+                 if (*flags) return run_flags(*json_out);
+                 if (path->empty()) return report(invalid_argument("loom info needs a GGUF file (or --flags)"));
+                 if (Status s = opt::check_environment(); !s.ok()) return report(s);
+                 return run_info(*path, *json_out);
+               };
              });
 
 }  // namespace

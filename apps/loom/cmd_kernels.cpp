@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "option_flags.h"
 #include "loom/store/db.h"
 #include "loom/store/store.h"
 #include "loom/evolve/store_names.h"
@@ -24,10 +25,8 @@ struct KernelsFlags {
 
 Result<Db> open_db(const KernelsFlags& f) {
   std::string path = f.db;
-  if (path.empty()) {
-    const char* env = std::getenv("LOOM_EVOLVE_DB");
-    path = env && *env ? env : Db::default_path();
-  }
+  if (path.empty()) path = opt::get_string(opt::Opt::kEvolveDb);
+  if (path.empty()) path = Db::default_path();
   return Db::open(path);
 }
 
@@ -125,7 +124,8 @@ LOOM_COMMAND(kKernels, "kernels", "The kernel store that evolve fills and the en
                auto f = std::make_shared<KernelsFlags>();
                auto which = std::make_shared<std::string>();
                sub.require_subcommand(1);
-               sub.add_option("--db", f->db, "database (default $LOOM_EVOLVE_DB or ~/.cache/loom/evolve.db)");
+               bind_option(sub.add_option("--db", f->db, "database (default $LOOM_EVOLVE_DB or ~/.cache/loom/evolve.db)"),
+                           opt::Opt::kEvolveDb);
                sub.add_subcommand("list", "stored kernels")->callback([which] { *which = "list"; });
                auto* show = sub.add_subcommand("show", "one stored kernel with its IR");
                show->add_option("id", f->id, "kernel id (evolve-JOB.CANDIDATE)")->required();

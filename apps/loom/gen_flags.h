@@ -13,6 +13,7 @@
 #include "loom/engine/sampler.h"
 #include "loom/engine/session.h"
 #include "loom/exec/hrx_backend.h"
+#include "option_flags.h"
 
 namespace loom::cli {
 
@@ -49,16 +50,19 @@ struct GenFlags {
 };
 
 inline void add_gen_flags(CLI::App& app, GenFlags& f, bool sampling = true) {
-  app.add_option("-m,--model", f.model, "GGUF model file (default: $LOOM_MODEL or SmolLM2-135M-Instruct)");
+  bind_option(app.add_option("-m,--model", f.model, "GGUF model file (default: $LOOM_MODEL or SmolLM2-135M-Instruct)"),
+              opt::Opt::kModel);
   app.add_option("-c,--ctx-size", f.n_ctx, "context length in tokens (capped at the model's; 0: the model's)")
       ->capture_default_str();
-  app.add_option("-t,--threads", f.n_threads, "CPU threads")->capture_default_str()->check(CLI::Range(1, 1024));
-  app.add_option("--device", f.device, "cpu-ref (reference ops) | cpu | cuda[:N] (op-library kernels through HRX); default: $LOOM_DEVICE, else cuda:0 when present, else cpu-ref")
-      ->check([](const std::string& d) {
-        return d.empty() || d == "cpu" || d == "cpu-ref" || d == "cuda" || d.rfind("cuda:", 0) == 0
-                   ? std::string()
-                   : "expected cpu, cpu-ref, cuda or cuda:N";
-      });
+  bind_option(app.add_option("-t,--threads", f.n_threads, "CPU threads")->capture_default_str()->check(CLI::Range(1, 1024)),
+              opt::Opt::kThreads);
+  bind_option(app.add_option("--device", f.device, "cpu-ref (reference ops) | cpu | cuda[:N] (op-library kernels through HRX); default: $LOOM_DEVICE, else cuda:0 when present, else cpu-ref")
+                  ->check([](const std::string& d) {
+                    return d.empty() || d == "cpu" || d == "cpu-ref" || d == "cuda" || d.rfind("cuda:", 0) == 0
+                               ? std::string()
+                               : "expected cpu, cpu-ref, cuda or cuda:N";
+                  }),
+              opt::Opt::kDevice);
   app.add_option("-b,--batch-size", f.n_batch, "prompt tokens per step")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   if (!sampling) return;
   auto& s = f.sampling_params;

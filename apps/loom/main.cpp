@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "cli.h"
+#include "loom/base/options.h"
 #include "loom/base/version.h"
 
 namespace loom::cli {
@@ -55,7 +56,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "run 'loom --help' (or 'loom COMMAND --help') for usage\n");
     return 2;
   }
-  for (auto& [sub, action] : actions)
-    if (sub->parsed()) return action();
+  for (auto& [sub, action] : actions) {
+    if (!sub->parsed()) continue;
+    // A refused environment value stops the command before it runs (rather than a default the
+    // user did not ask for); `loom info` runs anyway, so that `loom info --flags` can show it.
+    if (sub->get_name() != "info")
+      if (loom::Status s = loom::opt::check_environment(); !s.ok()) return loom::cli::report(s);
+    return action();
+  }
   return 2;
 }
