@@ -228,7 +228,7 @@ def main():
                # The machine may be shared: the load average says how much CPU the run really had.
                "load_average_before": load_before[0], "load_average_after": os.getloadavg()[0],
                "command": " ".join([sys.argv[0]] + sys.argv[1:]),
-               # LOOM_* settings change what the server runs (e.g. LOOM_REF_TOKEN_AT_A_TIME=1).
+               # LOOM_* settings change what the server runs (e.g. LOOM_FUSE=0).
                "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("LOOM_")}, "results": summaries[0]}
         if a.baseline:
             doc["baseline"] = {"commit": binary_commit(a.baseline), "binary": a.baseline, "results": summaries[1]}

@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # GPU script for the gaps between launches (programmatic dependent launch, small kernels):
 # builds on the GPU machine, runs the HRX and op tests on cuda, the dependent-chain launch
-# benchmark, the engine comparison and `loom bench` A/B runs (LOOM_HRX_PDL=0 vs default), each
-# step under its own timeout so the whole fits one device call. Run there from the repository
+# benchmark, the engine comparison and `loom bench` runs, each step under its own timeout so the whole fits one device call. Run there from the repository
 # root (carry .gpu-deps, made here by tools/gpu/deps.sh):
 #   bash tests/hrx/gpu_launch_gaps.sh STEP...
-# steps: build hrx ops ops_all launch engine small big ab_small ab_big profile
+# steps: build hrx ops ops_all launch engine small big profile
 # Everything lands in $OUT (log.txt, launch.json, bench.jsonl, tests json).
 set -uo pipefail
 out="${OUT:-/tmp/gpu-out}"
@@ -76,28 +75,17 @@ PY
       log engine on cuda
       run 120 "$bin/test_exec" --gtest_filter='*cuda*' --gtest_output="json:$out/test_exec.json"
       ;;
-    small)  # SmolLM2-135M shape: tg128 A/B, PDL on (default) and off, interleaved
+    small)  # SmolLM2-135M shape: pp512 and tg128, two rounds
       log bench smollm2
       m=$(synth smollm2-135m q4_0)
       for r in 1 2; do
         bench pdl "" "$m" -p 512 -n 128 -r 5
-        bench nopdl "LOOM_HRX_PDL=0" "$m" -p 512 -n 128 -r 5
       done
       ;;
-    big)  # Llama-3-8B shape Q4_0: tg128 A/B
+    big)  # Llama-3-8B shape Q4_0: pp512 and tg128
       log bench llama3-8b
       m=$(synth llama3-8b q4_0)
       bench pdl "" "$m" -p 512 -n 128 -r 3
-      bench nopdl "LOOM_HRX_PDL=0" "$m" -p 512 -n 128 -r 3
-      ;;
-    ab_small|ab_big)  # the A/B switches of programmatic dependent launch, interleaved
-      if [[ $step == ab_small ]]; then m=$(synth smollm2-135m q4_0) reps="1 2" r=5; else m=$(synth llama3-8b q4_0) reps=1 r=3; fi
-      log "$step"
-      for rep in $reps; do
-        for e in "" LOOM_PTX_PDL_TRIGGER=0 LOOM_GPU_PDL_PROMPT=0 LOOM_HRX_PDL=0; do
-          bench "ab" "$e" "$m" -p 512 -n 128 -r $r
-        done
-      done
       ;;
     profile)  # per-op profile of both (eager launches with events); old kernel schedules as A/B
       log profile
