@@ -1,4 +1,5 @@
 // Subprocess execution with posix_spawn (no shell, so paths need no quoting) and the content hash.
+#include "loom/base/hash.h"
 #include "loom/codegen/tool_run.h"
 
 #include <fcntl.h>
@@ -100,16 +101,7 @@ Result<ToolResult> run_tool(const std::vector<std::string>& argv) {
   return result;
 }
 
-std::string content_hash(std::string_view bytes) {
-  // Two FNV-1a passes with different offset bases give a 128-bit key: a collision between two
-  // kernels in one cache is then out of the question in practice (not a security property).
-  uint64_t h1 = 0xcbf29ce484222325ull, h2 = 0x84222325cbf29ce4ull ^ bytes.size();
-  for (unsigned char c : bytes) {
-    h1 = (h1 ^ c) * 0x100000001b3ull;
-    h2 = (h2 ^ c) * 0x100000001b3ull;
-    h2 ^= h2 >> 29;
-  }
-  return fmt::format("{:016x}{:016x}", h1, h2);
-}
+// 128 bits: a collision between two kernels in one cache is out of the question in practice.
+std::string content_hash(std::string_view bytes) { return content_hash128(bytes); }
 
 }  // namespace loom::codegen

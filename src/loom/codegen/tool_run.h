@@ -21,7 +21,7 @@ Result<ToolResult> run_tool(const std::vector<std::string>& argv);
 // The first of `names` found on PATH (or as an absolute path), else not_found naming them all.
 Result<std::string> find_tool(const std::vector<std::string>& names);
 
-// 64-bit FNV-1a over the bytes, as 16 hex digits: the content key of the kernel caches.
+// The content key of the kernel caches: loom::content_hash128 (base/hash.h), 32 hex digits.
 std::string content_hash(std::string_view bytes);
 
 }  // namespace loom::codegen

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "loom/base/hash.h"
 #include "loom/kernels/op_util.h"
 
 namespace loom::evolve {
@@ -31,11 +32,6 @@ bool fast_inputs() {
   return on;
 }
 
-uint64_t fnv1a(std::string_view s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
-  return h;
-}
 
 // A pooled set's file: a header naming op, shape and seed (checked on load: the file name is
 // only a hash), then every argument's input and reference bytes, each as a u64 size and bytes.
@@ -106,7 +102,7 @@ Result<InputSet> input_set(const kernels::OpSpec& op, const Shape& shape, const 
   std::string path, header;
   if (pooled && !opt.pool_dir.empty()) {
     header = set_header(op, shape, seed);
-    path = fmt::format("{}/{:016x}.set", opt.pool_dir, fnv1a(header));
+    path = fmt::format("{}/{:016x}.set", opt.pool_dir, key_hash64(header));
     Lap lap(ph, "inputs");
     InputSet s;
     if (read_set(path, header, specs.size(), s)) {

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loom/base/hash.h"
 #include "loom/base/version.h"
 #include "loom/store/cpp_family.h"
 #include "loom/store/db.h"
@@ -292,8 +293,7 @@ EvalOptions job_eval_options(const std::string& db_path, int64_t job, const JobC
   eo.peak_gbps = peak;
   eo.pool_seed = step_seed(cfg.seed, 1 << 30);
   const char* tmp = std::getenv("TMPDIR");
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char ch : db_path) h = (h ^ ch) * 1099511628211ull;
+  const uint64_t h = key_hash64(db_path);
   std::error_code ec;
   std::filesystem::path dir = std::filesystem::path(tmp && *tmp ? tmp : "/tmp") /
                               fmt::format("loom-evolve-pool-{:016x}-{}", h, job);

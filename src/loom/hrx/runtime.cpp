@@ -7,6 +7,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "loom/base/hash.h"
 #include "loom/codegen/cpp/host_compiler.h"
 #include "loom/codegen/target.h"
 #include "loom/hrx/driver.h"
@@ -62,14 +63,10 @@ DeviceProps to_props(const hrx_device_props& p) {
   return d;
 }
 
-// 64-bit FNV-1a twice with different seeds: a 128-bit key, plenty against accidental collisions.
+// The key of a loaded module in the device's cache (in memory only): target, arch, a 128-bit
+// content hash of the emitted text and its length.
 std::string content_key(std::string_view kind, std::string_view arch, std::string_view text) {
-  auto fnv = [&](uint64_t h) {
-    for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
-    return h;
-  };
-  return fmt::format("{}:{}:{:016x}{:016x}:{}", kind, arch, fnv(0xcbf29ce484222325ull), fnv(0x84222325cbf29ce4ull),
-                     text.size());
+  return fmt::format("{}:{}:{}:{}", kind, arch, content_hash128(text), text.size());
 }
 
 }  // namespace

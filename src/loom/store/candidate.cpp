@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loom/base/hash.h"
 #include "loom/store/cpp_family.h"
 #include "loom/store/rewrites.h"
 #include "loom/ir/parser.h"
@@ -14,15 +15,6 @@
 
 namespace loom::store {
 namespace {
-
-uint64_t fnv1a(std::string_view s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 // Recursive-descent integer expressions (for templates).
 class ExprParser {
@@ -235,7 +227,7 @@ Result<Candidate> Candidate::from_body(std::string_view body) {
   return c;
 }
 
-std::string Candidate::hash() const { return fmt::format("{:016x}", fnv1a(body())); }
+std::string Candidate::hash() const { return hex64(key_hash64(body())); }
 
 std::string Candidate::summary() const {
   if (kind == CandKind::kSchedule) return kernels::schedule_key(knobs);
