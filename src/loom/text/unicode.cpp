@@ -1,5 +1,10 @@
-// UTF-8 helpers for the tokenizer (see unicode.h for the exact leniency rules).
+// UTF-8: the tokenizer's lenient rules and the templates' strict decoding and Python string
+// semantics (see unicode.h).
 #include "loom/text/unicode.h"
+
+#include <clocale>
+#include <cwctype>
+#include <locale.h>
 
 #include <array>
 
@@ -172,25 +177,174 @@ size_t utf8_complete_prefix(std::string_view bytes) {
   return n;
 }
 
-bool is_valid_utf8(std::string_view bytes) {
-  const auto* s = reinterpret_cast<const uint8_t*>(bytes.data());
-  const size_t n = bytes.size();
-  size_t i = 0;
-  while (i < n) {
-    const uint8_t b = s[i];
-    if (b < 0x80) {
-      ++i;
-      continue;
-    }
-    const size_t need = expected_len(b);
-    if (need == 0 || i + need > n) return false;
-    auto [lo, hi] = second_byte_range(b);
-    if (s[i + 1] < lo || s[i + 1] > hi) return false;
-    for (size_t k = 2; k < need; ++k)
-      if ((s[i + k] & 0xC0) != 0x80) return false;
-    i += need;
+namespace {
+
+// One well-formed sequence at s[i]: its code point, with i moved past it. Otherwise U+FFFD, i
+// moved one byte, and *bad set.
+char32_t next_strict(std::string_view s, size_t& i, bool* bad = nullptr) {
+  const auto* p = reinterpret_cast<const uint8_t*>(s.data());
+  const uint8_t b = p[i];
+  if (b < 0x80) {
+    ++i;
+    return b;
   }
+  const size_t need = expected_len(b);
+  bool ok = need != 0 && i + need <= s.size();
+  if (ok) {
+    auto [lo, hi] = second_byte_range(b);
+    ok = p[i + 1] >= lo && p[i + 1] <= hi;
+  }
+  for (size_t k = 2; ok && k < need; ++k) ok = (p[i + k] & 0xC0) == 0x80;
+  if (!ok) {
+    if (bad) *bad = true;
+    ++i;
+    return kReplacementChar;
+  }
+  char32_t cp = b & (0x7F >> need);
+  for (size_t k = 1; k < need; ++k) cp = (cp << 6) | (p[i + k] & 0x3F);
+  i += need;
+  return cp;
+}
+
+// A UTF-8 C locale for the wide-character classification/case functions; null if absent,
+// in which case only ASCII is mapped.
+locale_t utf8_locale() {
+  static locale_t loc = [] {
+    locale_t l = newlocale(LC_CTYPE_MASK, "C.UTF-8", static_cast<locale_t>(0));
+    if (!l) l = newlocale(LC_CTYPE_MASK, "en_US.UTF-8", static_cast<locale_t>(0));
+    return l;
+  }();
+  return loc;
+}
+
+}  // namespace
+
+size_t find_invalid_utf8(std::string_view bytes) {
+  for (size_t i = 0; i < bytes.size();) {
+    const size_t at = i;
+    bool bad = false;
+    next_strict(bytes, i, &bad);
+    if (bad) return at;
+  }
+  return std::string_view::npos;
+}
+
+bool is_valid_utf8(std::string_view bytes) { return find_invalid_utf8(bytes) == std::string_view::npos; }
+
+std::u32string decode_utf8(std::string_view s) {
+  std::u32string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) out.push_back(next_strict(s, i));
+  return out;
+}
+
+std::string encode_utf8(std::u32string_view cps) {
+  std::string out;
+  out.reserve(cps.size());
+  for (char32_t cp : cps) append_utf8(out, cp);
+  return out;
+}
+
+size_t utf8_length(std::string_view s) {
+  size_t n = 0;
+  for (char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
+bool is_ascii(std::string_view s) {
+  for (char c : s)
+    if (static_cast<unsigned char>(c) >= 0x80) return false;
   return true;
+}
+
+bool is_space(char32_t cp) {
+  switch (cp) {
+    case ' ': case '\t': case '\n': case '\v': case '\f': case '\r':
+    case 0x1C: case 0x1D: case 0x1E: case 0x1F: case 0x85: case 0xA0: case 0x1680:
+    case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:
+      return true;
+    default:
+      return cp >= 0x2000 && cp <= 0x200A;
+  }
+}
+
+bool is_line_break(char32_t cp) {
+  switch (cp) {
+    case '\n': case '\r': case '\v': case '\f': case 0x1C: case 0x1D: case 0x1E:
+    case 0x85: case 0x2028: case 0x2029:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_alpha(char32_t cp) {
+  if (cp < 0x80) return (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z');
+  locale_t l = utf8_locale();
+  return l && iswalpha_l(static_cast<wint_t>(cp), l);
+}
+
+bool is_digit(char32_t cp) {
+  if (cp < 0x80) return cp >= '0' && cp <= '9';
+  locale_t l = utf8_locale();
+  return l && iswdigit_l(static_cast<wint_t>(cp), l);
+}
+
+char32_t to_upper(char32_t cp) {
+  if (cp < 0x80) return (cp >= 'a' && cp <= 'z') ? cp - 32 : cp;
+  locale_t l = utf8_locale();
+  return l ? static_cast<char32_t>(towupper_l(static_cast<wint_t>(cp), l)) : cp;
+}
+
+char32_t to_lower(char32_t cp) {
+  if (cp < 0x80) return (cp >= 'A' && cp <= 'Z') ? cp + 32 : cp;
+  locale_t l = utf8_locale();
+  return l ? static_cast<char32_t>(towlower_l(static_cast<wint_t>(cp), l)) : cp;
+}
+
+bool is_upper(char32_t cp) { return to_lower(cp) != cp; }
+bool is_lower(char32_t cp) { return to_upper(cp) != cp || cp == 0xDF; }
+
+std::string upper(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    char32_t cp = next_strict(s, i);
+    if (cp == 0xDF) { out += "SS"; continue; }  // Python's full mapping of ß
+    append_utf8(out, to_upper(cp));
+  }
+  return out;
+}
+
+std::string lower(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) append_utf8(out, to_lower(next_strict(s, i)));
+  return out;
+}
+
+std::string_view strip(std::string_view s, const std::u32string* chars, bool left, bool right) {
+  auto strippable = [&](char32_t cp) {
+    return chars ? chars->find(cp) != std::u32string::npos : is_space(cp);
+  };
+  size_t b = 0, e = s.size();
+  if (left) {
+    while (b < e) {
+      size_t i = b;
+      if (!strippable(next_strict(s, i))) break;
+      b = i;
+    }
+  }
+  if (right) {
+    while (e > b) {
+      size_t start = e - 1;
+      while (start > b && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+      size_t i = start;
+      if (!strippable(next_strict(s.substr(0, e), i))) break;
+      e = start;
+    }
+  }
+  return s.substr(b, e - b);
 }
 
 }  // namespace loom::llm::unicode

@@ -1,5 +1,8 @@
-// UTF-8 helpers for the tokenizer: the lenient decoding llama.cpp applies before pre-tokenizing,
-// GPT-2's byte <-> printable-character mapping, and completeness checks for streaming output.
+// Loom's one UTF-8 module. For the tokenizer: the lenient decoding llama.cpp applies before
+// pre-tokenizing, GPT-2's byte <-> printable-character mapping, and completeness checks for
+// streaming output. For chat templates (Jinja): strict decoding, code point counts, and Python's
+// str semantics (str.isspace(), case mapping, strip), since templates index and slice strings by
+// code point as Python does while Loom stores UTF-8.
 #pragma once
 
 #include <cstddef>
@@ -42,5 +45,33 @@ size_t utf8_complete_prefix(std::string_view bytes);
 
 // True when `bytes` is well-formed UTF-8 (no overlongs, surrogates or values above U+10FFFF).
 bool is_valid_utf8(std::string_view bytes);
+// Byte offset of the first ill-formed sequence, or npos when `bytes` is well-formed UTF-8.
+size_t find_invalid_utf8(std::string_view bytes);
+
+// Strict decoding: well-formed sequences decode, and each byte that does not start one becomes
+// U+FFFD (decoding resumes at the next byte).
+std::u32string decode_utf8(std::string_view s);
+std::string encode_utf8(std::u32string_view cps);
+// Number of code points (bytes that are not continuation bytes).
+size_t utf8_length(std::string_view s);
+bool is_ascii(std::string_view s);
+
+// Python's str.isspace() for one code point.
+bool is_space(char32_t cp);
+// Python's str.splitlines() line boundaries (\n \r \v \f \x1c-\x1e \x85 \u2028 \u2029).
+bool is_line_break(char32_t cp);
+bool is_alpha(char32_t cp);  // letters (ASCII exact; other scripts via the C library)
+bool is_digit(char32_t cp);
+bool is_upper(char32_t cp);
+bool is_lower(char32_t cp);
+
+// Case mapping as Python's str.upper()/lower() for the common cases (including ß -> SS).
+std::string upper(std::string_view s);
+std::string lower(std::string_view s);
+char32_t to_upper(char32_t cp);
+char32_t to_lower(char32_t cp);
+
+// Python's str.strip/lstrip/rstrip: `chars` null means whitespace.
+std::string_view strip(std::string_view s, const std::u32string* chars, bool left, bool right);
 
 }  // namespace loom::llm::unicode

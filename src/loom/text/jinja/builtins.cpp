@@ -7,7 +7,7 @@
 #include <ctime>
 
 #include "loom/text/jinja/interp.h"
-#include "loom/text/jinja/utf8.h"
+#include "loom/text/unicode.h"
 
 namespace loom::llm::jinja {
 
@@ -102,9 +102,9 @@ LOOM_TEST(test_lower) {
   LOOM_RETURN_IF_ERROR(no_args("lower", args));
   std::string s = py_str(v);
   bool cased = false;
-  for (char32_t cp : utf8::decode(s)) {
-    if (utf8::is_upper(cp)) return false;
-    cased |= utf8::is_lower(cp);
+  for (char32_t cp : unicode::decode_utf8(s)) {
+    if (unicode::is_upper(cp)) return false;
+    cased |= unicode::is_lower(cp);
   }
   return cased;
 }
@@ -113,9 +113,9 @@ LOOM_TEST(test_upper) {
   LOOM_RETURN_IF_ERROR(no_args("upper", args));
   std::string s = py_str(v);
   bool cased = false;
-  for (char32_t cp : utf8::decode(s)) {
-    if (utf8::is_lower(cp)) return false;
-    cased |= utf8::is_upper(cp);
+  for (char32_t cp : unicode::decode_utf8(s)) {
+    if (unicode::is_lower(cp)) return false;
+    cased |= unicode::is_upper(cp);
   }
   return cased;
 }

@@ -5,7 +5,7 @@
 
 #include "loom/text/jinja/builtins.h"
 #include "loom/text/jinja/interp.h"
-#include "loom/text/jinja/utf8.h"
+#include "loom/text/unicode.h"
 
 namespace loom::llm::jinja {
 
@@ -125,10 +125,10 @@ Result<Value> get_item(const Value& obj, const Value& key) {
       std::u32string cps;
       int64_t len;
       if (is_str) {
-        if (utf8::is_ascii(obj.str())) {
+        if (unicode::is_ascii(obj.str())) {
           len = static_cast<int64_t>(obj.str().size());
         } else {
-          cps = utf8::decode(obj.str());
+          cps = unicode::decode_utf8(obj.str());
           len = static_cast<int64_t>(cps.size());
         }
       } else {
@@ -139,7 +139,7 @@ Result<Value> get_item(const Value& obj, const Value& key) {
       if (i < 0 || i >= len) return missing_item(obj, key);
       if (!is_str) return obj.items()[static_cast<size_t>(i)];
       if (cps.empty()) return Value(std::string(1, obj.str()[static_cast<size_t>(i)]));
-      return Value(utf8::encode(cps.substr(static_cast<size_t>(i), 1)));
+      return Value(unicode::encode_utf8(cps.substr(static_cast<size_t>(i), 1)));
     }
     case Value::Kind::kDict:
       if (const Value* v = obj.dict().find(key)) return *v;
@@ -661,11 +661,11 @@ Result<Value> Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
       if (!obj.is_sequence() && !obj.is_string())
         return invalid_argument("'{}' object is not subscriptable", type_name(obj));
       if (obj.is_string()) {
-        std::u32string cps = utf8::decode(obj.str());
+        std::u32string cps = unicode::decode_utf8(obj.str());
         LOOM_ASSIGN_OR_RETURN(auto idx, slice_indices(static_cast<int64_t>(cps.size()), bounds[0], bounds[1], bounds[2]));
         std::u32string out;
         for (size_t i : idx) out.push_back(cps[i]);
-        return Value(utf8::encode(out));
+        return Value(unicode::encode_utf8(out));
       }
       const auto& items = obj.items();
       LOOM_ASSIGN_OR_RETURN(auto idx, slice_indices(static_cast<int64_t>(items.size()), bounds[0], bounds[1], bounds[2]));

@@ -7,7 +7,7 @@
 #include "loom/text/jinja/builtins.h"
 #include "loom/text/jinja/interp.h"
 #include "loom/text/jinja/json.h"
-#include "loom/text/jinja/utf8.h"
+#include "loom/text/unicode.h"
 
 namespace loom::llm::jinja {
 namespace {
@@ -32,7 +32,7 @@ Result<int64_t> arg_int(const std::optional<Value>& a, int64_t def, std::string_
 
 // Lowercases strings for the case-insensitive comparisons of sort/unique/min/max/dictsort.
 Value ignore_case(const Value& v, bool case_sensitive) {
-  if (!case_sensitive && v.is_string()) return Value(utf8::lower(v.str()));
+  if (!case_sensitive && v.is_string()) return Value(unicode::lower(v.str()));
   return v;
 }
 
@@ -92,24 +92,24 @@ LOOM_FILTER(f_length) {
 LOOM_FILTER(f_upper) {
   Args a;
   LOOM_RETURN_IF_ERROR(bind_args("upper", args, {}, a));
-  return text_like(v, utf8::upper(soft_str(v)));
+  return text_like(v, unicode::upper(soft_str(v)));
 }
 
 LOOM_FILTER(f_lower) {
   Args a;
   LOOM_RETURN_IF_ERROR(bind_args("lower", args, {}, a));
-  return text_like(v, utf8::lower(soft_str(v)));
+  return text_like(v, unicode::lower(soft_str(v)));
 }
 
 std::string capitalize(std::string_view s) {
-  std::u32string cps = utf8::decode(s);
+  std::u32string cps = unicode::decode_utf8(s);
   std::string out;
   for (size_t i = 0; i < cps.size(); ++i) {
     if (i == 0 && cps[0] == 0xDF) {
       out += "Ss";
       continue;
     }
-    utf8::append(out, i == 0 ? utf8::to_upper(cps[i]) : utf8::to_lower(cps[i]));
+    unicode::append_utf8(out, i == 0 ? unicode::to_upper(cps[i]) : unicode::to_lower(cps[i]));
   }
   return out;
 }
@@ -124,8 +124,8 @@ LOOM_FILTER(f_capitalize) {
 LOOM_FILTER(f_title) {
   Args a;
   LOOM_RETURN_IF_ERROR(bind_args("title", args, {}, a));
-  std::u32string cps = utf8::decode(soft_str(v));
-  auto sep = [](char32_t c) { return utf8::is_space(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<'; };
+  std::u32string cps = unicode::decode_utf8(soft_str(v));
+  auto sep = [](char32_t c) { return unicode::is_space(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<'; };
   std::string out;
   size_t i = 0;
   while (i < cps.size()) {
@@ -138,7 +138,7 @@ LOOM_FILTER(f_title) {
         out += "SS";
         continue;
       }
-      utf8::append(out, k == i ? utf8::to_upper(c) : utf8::to_lower(c));
+      unicode::append_utf8(out, k == i ? unicode::to_upper(c) : unicode::to_lower(c));
     }
     i = j;
   }
@@ -151,10 +151,10 @@ LOOM_FILTER(f_trim) {
   std::string s = soft_str(v);
   if (a[0] && !a[0]->is_none()) {
     if (!a[0]->is_string()) return invalid_argument("strip arg must be None or str");
-    std::u32string chars = utf8::decode(a[0]->str());
-    return text_like(v, std::string(utf8::strip(s, &chars, true, true)));
+    std::u32string chars = unicode::decode_utf8(a[0]->str());
+    return text_like(v, std::string(unicode::strip(s, &chars, true, true)));
   }
-  return text_like(v, std::string(utf8::strip(s, nullptr, true, true)));
+  return text_like(v, std::string(unicode::strip(s, nullptr, true, true)));
 }
 
 LOOM_FILTER(f_string) {
@@ -279,14 +279,14 @@ LOOM_FILTER(f_join) {
 std::string py_replace(const std::string& s, const std::string& old, const std::string& repl, int64_t count) {
   std::string out;
   if (old.empty()) {  // Python inserts `repl` around every code point
-    std::u32string cps = utf8::decode(s);
+    std::u32string cps = unicode::decode_utf8(s);
     int64_t done = 0;
     for (size_t i = 0; i <= cps.size(); ++i) {
       if (count < 0 || done < count) {
         out += repl;
         ++done;
       }
-      if (i < cps.size()) utf8::append(out, cps[i]);
+      if (i < cps.size()) unicode::append_utf8(out, cps[i]);
     }
     return out;
   }
@@ -309,7 +309,7 @@ LOOM_FILTER(f_replace) {
   LOOM_RETURN_IF_ERROR(bind_args("replace", args, {{"old", true}, {"new", true}, {"count"}}, a));
   LOOM_ASSIGN_OR_RETURN(int64_t count, arg_int(a[2], -1, "count"));
   std::string s = soft_str(v), old = py_str(*a[0]), repl = py_str(*a[1]);
-  size_t occurrences = old.empty() ? utf8::length(s) + 1 : 0;
+  size_t occurrences = old.empty() ? unicode::utf8_length(s) + 1 : 0;
   if (!old.empty())
     for (size_t p = s.find(old); p != std::string::npos; p = s.find(old, p + old.size())) ++occurrences;
   if (repl.size() > old.size()) LOOM_RETURN_IF_ERROR(in.charge(s.size() + occurrences * (repl.size() - old.size())));
@@ -469,9 +469,9 @@ LOOM_FILTER(f_reverse) {
   Args a;
   LOOM_RETURN_IF_ERROR(bind_args("reverse", args, {}, a));
   if (v.is_string()) {
-    std::u32string cps = utf8::decode(v.str());
+    std::u32string cps = unicode::decode_utf8(v.str());
     std::reverse(cps.begin(), cps.end());
-    return Value(utf8::encode(cps));
+    return Value(unicode::encode_utf8(cps));
   }
   auto items = py_iterate(v);
   if (!items.ok()) return invalid_argument("argument must be iterable");
@@ -595,20 +595,20 @@ LOOM_FILTER(f_indent) {
   if (v.is_undefined()) return undefined_error(v);
   if (!v.is_string()) return invalid_argument("unsupported operand type(s) for +=: '{}' and 'str'", type_name(v));
   // Python's str.splitlines() of s + "\n".
-  std::u32string cps = utf8::decode(v.str());
+  std::u32string cps = unicode::decode_utf8(v.str());
   cps.push_back('\n');
   std::vector<std::string> lines;
   std::u32string line;
   for (size_t i = 0; i < cps.size(); ++i) {
-    if (utf8::is_line_break(cps[i])) {
+    if (unicode::is_line_break(cps[i])) {
       if (cps[i] == '\r' && i + 1 < cps.size() && cps[i + 1] == '\n') ++i;
-      lines.push_back(utf8::encode(line));
+      lines.push_back(unicode::encode_utf8(line));
       line.clear();
     } else {
       line.push_back(cps[i]);
     }
   }
-  if (!line.empty()) lines.push_back(utf8::encode(line));
+  if (!line.empty()) lines.push_back(unicode::encode_utf8(line));
   std::string out;
   for (size_t i = 0; i < lines.size(); ++i) {
     if (i) out += "\n";
@@ -644,7 +644,7 @@ LOOM_FILTER(f_center) {
   LOOM_RETURN_IF_ERROR(bind_args("center", args, {{"width"}}, a));
   LOOM_ASSIGN_OR_RETURN(int64_t width, arg_int(a[0], 80, "width"));
   std::string s = soft_str(v);
-  int64_t len = static_cast<int64_t>(utf8::length(s));
+  int64_t len = static_cast<int64_t>(unicode::utf8_length(s));
   if (width <= len) return Value(s);
   width = std::min<int64_t>(width, static_cast<int64_t>(in.limits().max_output_bytes));
   int64_t marg = width - len, left = marg / 2 + (marg & width & 1);
@@ -657,19 +657,19 @@ LOOM_FILTER(f_truncate) {
   LOOM_ASSIGN_OR_RETURN(int64_t length, arg_int(a[0], 255, "length"));
   LOOM_ASSIGN_OR_RETURN(int64_t leeway, arg_int(a[3], 5, "leeway"));
   std::string end = a[2] ? py_str(*a[2]) : "...";
-  std::u32string e = utf8::decode(end);
+  std::u32string e = unicode::decode_utf8(end);
   if (length < static_cast<int64_t>(e.size())) return invalid_argument("expected length >= {}, got {}", e.size(), length);
   if (leeway < 0) return invalid_argument("expected leeway >= 0, got {}", leeway);
   LOOM_ASSIGN_OR_RETURN(int64_t len, py_len(v));  // jinja2 takes len() of whatever it is given
   if (len <= length + leeway) return v;
   if (!v.is_string()) return invalid_argument("'{}' object has no attribute 'rsplit'", type_name(v));
-  std::u32string s = utf8::decode(v.str());
+  std::u32string s = unicode::decode_utf8(v.str());
   std::u32string cut = s.substr(0, static_cast<size_t>(length) - e.size());
   if (!arg_bool(a[1], false)) {
     size_t sp = cut.rfind(U' ');
     if (sp != std::u32string::npos) cut = cut.substr(0, sp);
   }
-  return Value(utf8::encode(cut) + end);
+  return Value(unicode::encode_utf8(cut) + end);
 }
 
 LOOM_FILTER(f_wordcount) {
@@ -677,8 +677,8 @@ LOOM_FILTER(f_wordcount) {
   LOOM_RETURN_IF_ERROR(bind_args("wordcount", args, {}, a));
   int64_t n = 0;
   bool in_word = false;
-  for (char32_t c : utf8::decode(soft_str(v))) {
-    bool w = utf8::is_alpha(c) || utf8::is_digit(c) || c == '_';
+  for (char32_t c : unicode::decode_utf8(soft_str(v))) {
+    bool w = unicode::is_alpha(c) || unicode::is_digit(c) || c == '_';
     if (w && !in_word) ++n;
     in_word = w;
   }

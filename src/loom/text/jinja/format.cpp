@@ -7,7 +7,7 @@
 
 #include "loom/text/jinja/builtins.h"
 #include "loom/text/jinja/interp.h"
-#include "loom/text/jinja/utf8.h"
+#include "loom/text/unicode.h"
 
 namespace loom::llm::jinja {
 namespace {
@@ -26,7 +26,7 @@ std::string c_format(const std::string& spec, T value) {
 }
 
 std::string pad_to(std::string s, int64_t width, bool left_align, const std::string& fill = " ") {
-  int64_t len = static_cast<int64_t>(utf8::length(s));
+  int64_t len = static_cast<int64_t>(unicode::utf8_length(s));
   if (width <= len) return s;
   std::string padding;
   for (int64_t i = 0; i < width - len; ++i) padding += fill;
@@ -49,12 +49,12 @@ struct Spec {
 
 Result<Spec> parse_spec(const std::string& text) {
   Spec s;
-  std::u32string cps = utf8::decode(text);
+  std::u32string cps = unicode::decode_utf8(text);
   size_t i = 0;
   auto is_align = [](char32_t c) { return c == '<' || c == '>' || c == '^' || c == '='; };
   if (cps.size() >= 2 && is_align(cps[1])) {
     s.fill.clear();
-    utf8::append(s.fill, cps[0]);
+    unicode::append_utf8(s.fill, cps[0]);
     s.align = static_cast<char>(cps[1]);
     i = 2;
   } else if (!cps.empty() && is_align(cps[0])) {
@@ -109,7 +109,7 @@ std::string align_number(const Spec& s, const std::string& sign, const std::stri
     spec.fill = "0";
   }
   char align = spec.align ? spec.align : '>';
-  int64_t len = static_cast<int64_t>(utf8::length(sign) + utf8::length(body));
+  int64_t len = static_cast<int64_t>(unicode::utf8_length(sign) + unicode::utf8_length(body));
   if (spec.width <= len) return sign + body;
   int64_t pad = spec.width - len;
   std::string fill;
@@ -132,11 +132,11 @@ Result<std::string> format_with_spec(const Value& v, const std::string& spec_tex
   if (v.is_string() || (!v.is_number() && (s.type == 0 || s.type == 's'))) {
     if (!v.is_string()) return invalid_argument("unsupported format string passed to {}.__format__", type_name(v));
     if (s.type && s.type != 's') return invalid_argument("Unknown format code '{}' for object of type 'str'", s.type);
-    std::u32string cps = utf8::decode(v.str());
+    std::u32string cps = unicode::decode_utf8(v.str());
     if (s.precision >= 0 && static_cast<size_t>(s.precision) < cps.size()) cps.resize(static_cast<size_t>(s.precision));
     Spec t = s;
     if (!t.align) t.align = '<';
-    return align_number(t, "", utf8::encode(cps));
+    return align_number(t, "", unicode::encode_utf8(cps));
   }
   if (!v.is_number()) return invalid_argument("unsupported format string passed to {}.__format__", type_name(v));
   bool int_type = s.type == 0 ? v.is_integral() : std::string_view("bcdoxXn").find(s.type) != std::string_view::npos;
@@ -150,7 +150,7 @@ Result<std::string> format_with_spec(const Value& v, const std::string& spec_tex
     char t = s.type ? s.type : 'd';
     if (t == 'c') {
       std::string ch;
-      utf8::append(ch, static_cast<char32_t>(x));
+      unicode::append_utf8(ch, static_cast<char32_t>(x));
       return align_number(s, "", ch);
     }
     int base = t == 'x' || t == 'X' ? 16 : t == 'o' ? 8 : t == 'b' ? 2 : 10;
@@ -192,7 +192,7 @@ Result<std::string> format_with_spec(const Value& v, const std::string& spec_tex
 
 // Python's int(str, base): optional sign, digits with single underscores, spaces around.
 std::optional<int64_t> py_parse_int(std::string_view s, int base) {
-  s = utf8::strip(s, nullptr, true, true);
+  s = unicode::strip(s, nullptr, true, true);
   bool neg = false;
   if (!s.empty() && (s[0] == '+' || s[0] == '-')) {
     neg = s[0] == '-';
@@ -230,11 +230,11 @@ std::optional<int64_t> py_parse_int(std::string_view s, int base) {
 
 // Python's float(str): decimal or exponent notation, inf/nan words, underscores between digits.
 std::optional<double> py_parse_float(std::string_view s) {
-  s = utf8::strip(s, nullptr, true, true);
+  s = unicode::strip(s, nullptr, true, true);
   std::string clean;
   std::string_view body = s;
   if (!body.empty() && (body[0] == '+' || body[0] == '-')) body.remove_prefix(1);
-  std::string lower = utf8::lower(body);
+  std::string lower = unicode::lower(body);
   if (lower == "inf" || lower == "infinity" || lower == "nan") return std::strtod(std::string(s).c_str(), nullptr);
   bool digit = false, dot = false, exp = false;
   for (size_t i = 0; i < s.size(); ++i) {
@@ -425,14 +425,14 @@ Result<Value> percent_format(Interpreter& in, const std::string& format, const V
     if (t == 's' || t == 'r' || t == 'a') {
       std::string s = t == 's' ? py_str(v) : py_repr(v);
       if (precision >= 0) {
-        std::u32string cps = utf8::decode(s);
-        if (static_cast<size_t>(precision) < cps.size()) s = utf8::encode(cps.substr(0, static_cast<size_t>(precision)));
+        std::u32string cps = unicode::decode_utf8(s);
+        if (static_cast<size_t>(precision) < cps.size()) s = unicode::encode_utf8(cps.substr(0, static_cast<size_t>(precision)));
       }
       piece = pad_to(std::move(s), width, left);
     } else if (t == 'c') {
       std::string ch;
-      if (v.is_integral()) utf8::append(ch, static_cast<char32_t>(v.as_int()));
-      else if (v.is_string() && utf8::length(v.str()) == 1) ch = v.str();
+      if (v.is_integral()) unicode::append_utf8(ch, static_cast<char32_t>(v.as_int()));
+      else if (v.is_string() && unicode::utf8_length(v.str()) == 1) ch = v.str();
       else return invalid_argument("%c requires int or char");
       piece = pad_to(std::move(ch), width, left);
     } else if (std::string_view("diuoxX").find(t) != std::string_view::npos) {

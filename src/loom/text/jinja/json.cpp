@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "loom/text/jinja/utf8.h"
+#include "loom/text/unicode.h"
 
 namespace loom::llm::jinja {
 namespace {
@@ -49,7 +49,7 @@ Result<Value> from_json(const nlohmann::ordered_json& j, int depth) {
 
 void escape_string(std::string& out, std::string_view s, bool ensure_ascii) {
   out.push_back('"');
-  for (char32_t cp : utf8::decode(s)) {
+  for (char32_t cp : unicode::decode_utf8(s)) {
     switch (cp) {
       case '"': out += "\\\""; continue;
       case '\\': out += "\\\\"; continue;
@@ -68,7 +68,7 @@ void escape_string(std::string& out, std::string_view s, bool ensure_ascii) {
         out += fmt::format("\\u{:04x}", static_cast<unsigned>(cp));
       }
     } else {
-      utf8::append(out, cp);
+      unicode::append_utf8(out, cp);
     }
   }
   out.push_back('"');

@@ -8,7 +8,7 @@
 #include <charconv>
 #include <cstdlib>
 
-#include "loom/text/jinja/utf8.h"
+#include "loom/text/unicode.h"
 
 namespace loom::llm::jinja {
 
@@ -95,11 +95,11 @@ class Lexer {
   // 0 when not whitespace.
   size_t space_len(size_t i) const {
     unsigned char c = static_cast<unsigned char>(src_[i]);
-    if (c < 0x80) return utf8::is_space(c) ? 1 : 0;
+    if (c < 0x80) return unicode::is_space(c) ? 1 : 0;
     size_t len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
     if (i + len > src_.size()) return 0;
-    std::u32string cp = utf8::decode(std::string_view(src_).substr(i, len));
-    return cp.size() == 1 && utf8::is_space(cp[0]) ? len : 0;
+    std::u32string cp = unicode::decode_utf8(std::string_view(src_).substr(i, len));
+    return cp.size() == 1 && unicode::is_space(cp[0]) ? len : 0;
   }
 
   size_t skip_spaces(size_t i) const {
@@ -119,13 +119,13 @@ class Lexer {
   void emit_controlled_text(size_t b, size_t e, char sign, bool lstrip_allowed) {
     std::string_view text(src_.data() + b, e - b);
     if (sign == '-') {
-      text = utf8::strip(text, nullptr, false, true);
+      text = unicode::strip(text, nullptr, false, true);
     } else if (sign != '+' && o_.lstrip_blocks && lstrip_allowed) {
       size_t nl = text.rfind('\n');
       size_t l_pos = nl == std::string_view::npos ? 0 : nl + 1;
       bool line_starting = l_pos > 0 || b == 0 || src_[b - 1] == '\n';
       if (line_starting && l_pos < text.size() &&
-          utf8::strip(text.substr(l_pos), nullptr, true, false).empty())
+          unicode::strip(text.substr(l_pos), nullptr, true, false).empty())
         text = text.substr(0, l_pos);
     }
     if (!text.empty()) emit_text(b, b + text.size());
@@ -408,7 +408,7 @@ class Lexer {
           char32_t cp;
           if (!hex(i + 1, count, &cp) || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
             return syntax_error(pos, fmt::format("bad \\{} escape in string literal", c));
-          utf8::append(out, cp);
+          unicode::append_utf8(out, cp);
           i += count;
           break;
         }
@@ -419,14 +419,14 @@ class Lexer {
             char32_t cp = 0;
             size_t k = 0;
             while (k < 3 && i + k < s.size() && s[i + k] >= '0' && s[i + k] <= '7') cp = cp * 8 + static_cast<char32_t>(s[i + (k++)] - '0');
-            utf8::append(out, cp);
+            unicode::append_utf8(out, cp);
             i += k - 1;
           } else if (static_cast<unsigned char>(c) >= 0x80) {
             // jinja2 first turns non-ASCII into backslash escapes, so "\" + "é" reads as
             // the text \xe9; reproduce that quirk.
             size_t len = 1;
             while (i + len < s.size() && (static_cast<unsigned char>(s[i + len]) & 0xC0) == 0x80) ++len;
-            char32_t cp = utf8::decode(s.substr(i, len))[0];
+            char32_t cp = unicode::decode_utf8(s.substr(i, len))[0];
             out += cp < 0x100 ? fmt::format("\\x{:02x}", static_cast<unsigned>(cp))
                  : cp < 0x10000 ? fmt::format("\\u{:04x}", static_cast<unsigned>(cp))
                                 : fmt::format("\\U{:08x}", static_cast<unsigned>(cp));
@@ -451,7 +451,7 @@ class Lexer {
     char c = src_[i];
     if (std::string_view("+-/*%~[](){}><=.:|,;").find(c) == std::string_view::npos) {
       std::string shown = static_cast<unsigned char>(c) < 0x80 ? std::string(1, c)
-                          : utf8::encode(utf8::decode(std::string_view(src_).substr(i, 4)).substr(0, 1));
+                          : unicode::encode_utf8(unicode::decode_utf8(std::string_view(src_).substr(i, 4)).substr(0, 1));
       return syntax_error(pos_at(i), fmt::format("unexpected char '{}'", shown));
     }
     if (c == '(' || c == '[' || c == '{') {
@@ -476,7 +476,7 @@ class Lexer {
 }  // namespace
 
 Result<std::vector<Token>> tokenize(std::string_view source, const LexOptions& options) {
-  if (size_t bad = utf8::find_invalid(source); bad != std::string_view::npos)
+  if (size_t bad = unicode::find_invalid_utf8(source); bad != std::string_view::npos)
     return invalid_argument("template is not valid UTF-8 (byte offset {})", bad);
   Lexer lexer(normalize(source, options.keep_trailing_newline), options);
   return lexer.run();

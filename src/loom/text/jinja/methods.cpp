@@ -4,7 +4,7 @@
 
 #include "loom/text/jinja/builtins.h"
 #include "loom/text/jinja/interp.h"
-#include "loom/text/jinja/utf8.h"
+#include "loom/text/unicode.h"
 
 namespace loom::llm::jinja {
 namespace {
@@ -35,12 +35,12 @@ Status need_str(std::string_view method, const Value& v) {
 
 // Code point index of byte offset `off` in `s`.
 int64_t cp_index(const std::string& s, size_t off) {
-  return static_cast<int64_t>(utf8::length(std::string_view(s).substr(0, off)));
+  return static_cast<int64_t>(unicode::utf8_length(std::string_view(s).substr(0, off)));
 }
 
 bool all_chars(const std::string& s, bool (*pred)(char32_t)) {
   if (s.empty()) return false;
-  for (char32_t c : utf8::decode(s))
+  for (char32_t c : unicode::decode_utf8(s))
     if (!pred(c)) return false;
   return true;
 }
@@ -48,13 +48,13 @@ bool all_chars(const std::string& s, bool (*pred)(char32_t)) {
 std::string py_title(const std::string& s) {
   std::string out;
   bool prev_cased = false;
-  for (char32_t c : utf8::decode(s)) {
-    bool cased = utf8::is_upper(c) || utf8::is_lower(c);
+  for (char32_t c : unicode::decode_utf8(s)) {
+    bool cased = unicode::is_upper(c) || unicode::is_lower(c);
     if (cased) {
       if (!prev_cased && c == 0xDF) out += "Ss";
-      else utf8::append(out, prev_cased ? utf8::to_lower(c) : utf8::to_upper(c));
+      else unicode::append_utf8(out, prev_cased ? unicode::to_lower(c) : unicode::to_upper(c));
     } else {
-      utf8::append(out, c);
+      unicode::append_utf8(out, c);
     }
     prev_cased = cased;
   }
@@ -72,23 +72,23 @@ Result<Value> split(const std::string& s, const CallArgs& args, bool from_right)
   }
   std::vector<std::string> parts;
   if (!a[0] || a[0]->is_none()) {
-    std::u32string cps = utf8::decode(s);
+    std::u32string cps = unicode::decode_utf8(s);
     if (from_right) std::reverse(cps.begin(), cps.end());
     size_t i = 0, n = cps.size();
     while (true) {
-      while (i < n && utf8::is_space(cps[i])) ++i;
+      while (i < n && unicode::is_space(cps[i])) ++i;
       if (i >= n) break;
       if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) {
         std::u32string rest = cps.substr(i);
         if (from_right) std::reverse(rest.begin(), rest.end());
-        parts.push_back(utf8::encode(rest));
+        parts.push_back(unicode::encode_utf8(rest));
         break;
       }
       size_t j = i;
-      while (j < n && !utf8::is_space(cps[j])) ++j;
+      while (j < n && !unicode::is_space(cps[j])) ++j;
       std::u32string word = cps.substr(i, j - i);
       if (from_right) std::reverse(word.begin(), word.end());
-      parts.push_back(utf8::encode(word));
+      parts.push_back(unicode::encode_utf8(word));
       i = j;
     }
     if (from_right) std::reverse(parts.begin(), parts.end());
@@ -146,11 +146,11 @@ Result<Value> pad(Interpreter& in, const std::string& s, const CallArgs& args, s
   if (!a[0]->is_integral()) return invalid_argument("{}: width must be an integer", method);
   std::string fill = " ";
   if (a[1]) {
-    if (!a[1]->is_string() || utf8::length(a[1]->str()) != 1)
+    if (!a[1]->is_string() || unicode::utf8_length(a[1]->str()) != 1)
       return invalid_argument("The fill character must be exactly one character long");
     fill = a[1]->str();
   }
-  int64_t len = static_cast<int64_t>(utf8::length(s)), width = a[0]->as_int();
+  int64_t len = static_cast<int64_t>(unicode::utf8_length(s)), width = a[0]->as_int();
   if (width <= len) return Value(s);
   LOOM_RETURN_IF_ERROR(in.charge(static_cast<size_t>(width) * fill.size()));
   int64_t marg = width - len, left;
@@ -172,20 +172,20 @@ Result<Value> str_method(Interpreter& in, const Value& self, const std::string& 
     bool l = m != "rstrip", r = m != "lstrip";
     if (a[0] && !a[0]->is_none()) {
       LOOM_RETURN_IF_ERROR(need_str(m, *a[0]));
-      std::u32string chars = utf8::decode(a[0]->str());
-      return Value(std::string(utf8::strip(s, &chars, l, r)));
+      std::u32string chars = unicode::decode_utf8(a[0]->str());
+      return Value(std::string(unicode::strip(s, &chars, l, r)));
     }
-    return Value(std::string(utf8::strip(s, nullptr, l, r)));
+    return Value(std::string(unicode::strip(s, nullptr, l, r)));
   }
   if (m == "split" || m == "rsplit") return split(s, args, m == "rsplit");
   if (m == "splitlines") {
     LOOM_RETURN_IF_ERROR(bind_args(m, args, {{"keepends"}}, a));
     bool keep = a[0] && truthy(*a[0]);
-    std::u32string cps = utf8::decode(s);
+    std::u32string cps = unicode::decode_utf8(s);
     ValueList out;
     std::u32string line;
     for (size_t i = 0; i < cps.size(); ++i) {
-      if (!utf8::is_line_break(cps[i])) {
+      if (!unicode::is_line_break(cps[i])) {
         line.push_back(cps[i]);
         continue;
       }
@@ -195,23 +195,23 @@ Result<Value> str_method(Interpreter& in, const Value& self, const std::string& 
         if (crlf) line.push_back('\n');
       }
       if (crlf) ++i;
-      out.emplace_back(utf8::encode(line));
+      out.emplace_back(unicode::encode_utf8(line));
       line.clear();
     }
-    if (!line.empty()) out.emplace_back(utf8::encode(line));
+    if (!line.empty()) out.emplace_back(unicode::encode_utf8(line));
     return Value::list(std::move(out));
   }
   if (m == "startswith" || m == "endswith") return affix_test(s, args, m == "startswith");
   if (m == "upper" || m == "lower" || m == "title" || m == "capitalize" || m == "swapcase") {
     LOOM_RETURN_IF_ERROR(bind_args(m, args, {}, a));
-    if (m == "upper") return Value(utf8::upper(s));
-    if (m == "lower") return Value(utf8::lower(s));
+    if (m == "upper") return Value(unicode::upper(s));
+    if (m == "lower") return Value(unicode::lower(s));
     if (m == "title") return Value(py_title(s));
     std::string out;
     bool first = true;
-    for (char32_t c : utf8::decode(s)) {
-      if (m == "capitalize") utf8::append(out, first ? utf8::to_upper(c) : utf8::to_lower(c));
-      else utf8::append(out, utf8::is_upper(c) ? utf8::to_lower(c) : utf8::to_upper(c));
+    for (char32_t c : unicode::decode_utf8(s)) {
+      if (m == "capitalize") unicode::append_utf8(out, first ? unicode::to_upper(c) : unicode::to_lower(c));
+      else unicode::append_utf8(out, unicode::is_upper(c) ? unicode::to_lower(c) : unicode::to_upper(c));
       first = false;
     }
     return Value(std::move(out));
@@ -234,7 +234,7 @@ Result<Value> str_method(Interpreter& in, const Value& self, const std::string& 
     LOOM_RETURN_IF_ERROR(bind_args(m, args, {{"sub", true}}, a));
     LOOM_RETURN_IF_ERROR(need_str(m, *a[0]));
     const std::string& sub = a[0]->str();
-    if (sub.empty()) return Value(static_cast<int64_t>(utf8::length(s)) + 1);
+    if (sub.empty()) return Value(static_cast<int64_t>(unicode::utf8_length(s)) + 1);
     int64_t n = 0;
     for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
     return Value(n);
@@ -255,14 +255,14 @@ Result<Value> str_method(Interpreter& in, const Value& self, const std::string& 
   if (m == "format") return str_format(in, s, args);
   if (m.rfind("is", 0) == 0) {
     LOOM_RETURN_IF_ERROR(bind_args(m, args, {}, a));
-    if (m == "isdigit" || m == "isdecimal" || m == "isnumeric") return Value(all_chars(s, utf8::is_digit));
-    if (m == "isalpha") return Value(all_chars(s, utf8::is_alpha));
-    if (m == "isalnum") return Value(all_chars(s, [](char32_t c) { return utf8::is_alpha(c) || utf8::is_digit(c); }));
-    if (m == "isspace") return Value(all_chars(s, utf8::is_space));
+    if (m == "isdigit" || m == "isdecimal" || m == "isnumeric") return Value(all_chars(s, unicode::is_digit));
+    if (m == "isalpha") return Value(all_chars(s, unicode::is_alpha));
+    if (m == "isalnum") return Value(all_chars(s, [](char32_t c) { return unicode::is_alpha(c) || unicode::is_digit(c); }));
+    if (m == "isspace") return Value(all_chars(s, unicode::is_space));
     bool cased = false, upper = m == "isupper";
-    for (char32_t c : utf8::decode(s)) {
-      if (upper ? utf8::is_lower(c) : utf8::is_upper(c)) return Value(false);
-      cased |= upper ? utf8::is_upper(c) : utf8::is_lower(c);
+    for (char32_t c : unicode::decode_utf8(s)) {
+      if (upper ? unicode::is_lower(c) : unicode::is_upper(c)) return Value(false);
+      cased |= upper ? unicode::is_upper(c) : unicode::is_lower(c);
     }
     return Value(cased);
   }
@@ -279,7 +279,7 @@ Result<Value> str_method(Interpreter& in, const Value& self, const std::string& 
   if (m == "zfill") {
     LOOM_RETURN_IF_ERROR(bind_args(m, args, {{"width", true}}, a));
     if (!a[0]->is_integral()) return invalid_argument("zfill: width must be an integer");
-    int64_t len = static_cast<int64_t>(utf8::length(s)), width = a[0]->as_int();
+    int64_t len = static_cast<int64_t>(unicode::utf8_length(s)), width = a[0]->as_int();
     if (width <= len) return self;
     LOOM_RETURN_IF_ERROR(in.charge(static_cast<size_t>(width)));
     size_t sign = (!s.empty() && (s[0] == '+' || s[0] == '-')) ? 1 : 0;

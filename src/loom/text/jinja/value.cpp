@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "loom/text/jinja/utf8.h"
+#include "loom/text/unicode.h"
 
 namespace loom::llm::jinja {
 
@@ -164,7 +164,7 @@ std::string py_repr_string(std::string_view s) {
   bool has_double = s.find('"') != std::string_view::npos;
   char quote = (has_single && !has_double) ? '"' : '\'';
   std::string out(1, quote);
-  for (char32_t cp : utf8::decode(s)) {
+  for (char32_t cp : unicode::decode_utf8(s)) {
     if (cp == static_cast<char32_t>(quote) || cp == '\\') {
       out.push_back('\\');
       out.push_back(static_cast<char>(cp));
@@ -182,7 +182,7 @@ std::string py_repr_string(std::string_view s) {
       // Separators and format characters: not printable for Python's repr.
       out += fmt::format("\\u{:04x}", static_cast<unsigned>(cp));
     } else {
-      utf8::append(out, cp);
+      unicode::append_utf8(out, cp);
     }
   }
   out.push_back(quote);
@@ -339,9 +339,9 @@ Result<ValueList> py_iterate(const Value& v) {
     case Value::Kind::kString: {
       ValueList chars;
       std::string one;
-      for (char32_t cp : utf8::decode(v.str())) {
+      for (char32_t cp : unicode::decode_utf8(v.str())) {
         one.clear();
-        utf8::append(one, cp);
+        unicode::append_utf8(one, cp);
         chars.emplace_back(one);
       }
       return chars;
@@ -354,7 +354,7 @@ Result<ValueList> py_iterate(const Value& v) {
 Result<int64_t> py_len(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kUndefined: return int64_t{0};
-    case Value::Kind::kString: return static_cast<int64_t>(utf8::length(v.str()));
+    case Value::Kind::kString: return static_cast<int64_t>(unicode::utf8_length(v.str()));
     case Value::Kind::kList: case Value::Kind::kTuple: return static_cast<int64_t>(v.items().size());
     case Value::Kind::kDict: return static_cast<int64_t>(v.dict().size());
     default: return invalid_argument("object of type '{}' has no len()", type_name(v));
