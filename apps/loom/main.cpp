@@ -38,6 +38,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", fmt::format("loom {} ({})", loom::loom_version(), loom::git_commit()));
   loom::cli::g_command_line = "loom";
   for (int i = 1; i < argc; ++i) loom::cli::g_command_line += std::string(" ") + argv[i];
+  // Before the commands' setup, which reads defaults (threads) from the registry.
+  const loom::Status environment = loom::opt::check_environment();
   std::vector<std::pair<CLI::App*, loom::cli::Action>> actions;
   for (auto& cmd : loom::cli::registry()) {
     CLI::App* sub = app.add_subcommand(cmd.name, cmd.help);
@@ -60,8 +62,7 @@ int main(int argc, char** argv) {
     if (!sub->parsed()) continue;
     // A refused environment value stops the command before it runs (rather than a default the
     // user did not ask for); `loom info` runs anyway, so that `loom info --flags` can show it.
-    if (sub->get_name() != "info")
-      if (loom::Status s = loom::opt::check_environment(); !s.ok()) return loom::cli::report(s);
+    if (sub->get_name() != "info" && !environment.ok()) return loom::cli::report(environment);
     return action();
   }
   return 2;

@@ -309,6 +309,7 @@ Status Registry::check_environment() {
     Impl::Slot& s = impl_->slots[static_cast<size_t>(r.id)];
     if (r.system) impl_->read_env(r, s);
     if (s.env_error.empty()) continue;
+    s.warned = true;  // the caller reports it
     errors += (errors.empty() ? "" : "; ") + s.env_error;
   }
   if (errors.empty()) return Status();

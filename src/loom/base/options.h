@@ -125,7 +125,8 @@ class Registry {
   // Back to the environment's value or the default.
   void clear_flag(Opt o);
 
-  // Every environment value that was refused, one line each; OK when none.
+  // Every environment value that was refused, one line each; OK when none. The caller reports
+  // them: later reads of those options give the default without the warning.
   Status check_environment();
   std::vector<Resolved> list();
 
