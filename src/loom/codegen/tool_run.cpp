@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "loom/base/options.h"
+
 extern char** environ;
 
 namespace loom::codegen {
@@ -42,8 +44,7 @@ bool is_executable(const std::string& path) {
 }  // namespace
 
 Result<std::string> find_tool(const std::vector<std::string>& names) {
-  const char* path_env = std::getenv("PATH");
-  std::string path = path_env ? path_env : "/usr/local/bin:/usr/bin:/bin";
+  const std::string path = opt::get_string(opt::Opt::kPath);
   for (const std::string& name : names) {
     if (name.empty()) continue;
     if (name.find('/') != std::string::npos) {

@@ -23,20 +23,11 @@ using kernels::ArgSpec;
 using kernels::HostArg;
 using kernels::Shape;
 
-// LOOM_EVOLVE_FAST_INPUTS=0: quantize random floats as the op library's tests do (to compare).
-bool fast_inputs() {
-  static const bool on = [] {
-    const char* e = std::getenv("LOOM_EVOLVE_FAST_INPUTS");
-    return !(e && std::string_view(e) == "0");
-  }();
-  return on;
-}
-
 
 // A pooled set's file: a header naming op, shape and seed (checked on load: the file name is
 // only a hash), then every argument's input and reference bytes, each as a u64 size and bytes.
 std::string set_header(const kernels::OpSpec& op, const Shape& shape, uint64_t seed) {
-  return fmt::format("loom-evolve-input-set 2 {}\n{}\n{}\n{}\n", fast_inputs() ? "blocks" : "quantized", op.name(), shape.key(), seed);
+  return fmt::format("loom-evolve-input-set 2 blocks\n{}\n{}\n{}\n", op.name(), shape.key(), seed);
 }
 
 bool read_set(const std::string& path, const std::string& header, size_t nargs, InputSet& out) {
@@ -117,8 +108,7 @@ Result<InputSet> input_set(const kernels::OpSpec& op, const Shape& shape, const 
     std::mt19937_64 rng(seed);
     // Quantized weights as random valid block bytes, not quantized random floats: the K
     // quantizers search scales (~5 s for a 14336 x 4096 Q4_K matrix on the build machine).
-    std::optional<kernels::ScopedFastRandomRows> fast;
-    if (fast_inputs()) fast.emplace();
+    kernels::ScopedFastRandomRows fast;
     op.fill_inputs(shape, rng, s.in);
   }
   {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/base/hash.h"
+#include "loom/base/options.h"
 #include "loom/base/version.h"
 #include "loom/store/cpp_family.h"
 #include "loom/store/db.h"
@@ -292,18 +293,11 @@ EvalOptions job_eval_options(const std::string& db_path, int64_t job, const JobC
   eo.time_budget_s = cfg.time_budget_s;
   eo.peak_gbps = peak;
   eo.pool_seed = step_seed(cfg.seed, 1 << 30);
-  const char* tmp = std::getenv("TMPDIR");
   const uint64_t h = key_hash64(db_path);
   std::error_code ec;
-  std::filesystem::path dir = std::filesystem::path(tmp && *tmp ? tmp : "/tmp") /
+  std::filesystem::path dir = std::filesystem::path(opt::get_string(opt::Opt::kTmpdir)) /
                               fmt::format("loom-evolve-pool-{:016x}-{}", h, job);
   if (std::filesystem::create_directories(dir, ec) || std::filesystem::is_directory(dir, ec)) eo.pool_dir = dir.string();
-  // LOOM_EVOLVE_POOL=0: every trial fresh and nothing kept (to see what the pool saves).
-  if (const char* e = std::getenv("LOOM_EVOLVE_POOL"); e && std::string_view(e) == "0") {
-    eo.fresh_trials = eo.trials;
-    std::filesystem::remove_all(eo.pool_dir, ec);
-    eo.pool_dir.clear();
-  }
   return eo;
 }
 
