@@ -13,6 +13,7 @@
 #include "loom/engine/engine.h"
 #include "loom/engine/model_path.h"
 #include "loom/engine/session.h"
+#include "loom/exec/hrx_backend.h"
 #include "loom/model/model.h"
 #include "loom/text/tokenizer.h"
 
@@ -24,6 +25,7 @@ struct RunFlags {
   std::string prompt, prompt_file, prompt_ids;
   int64_t n_predict = 256;
   bool json = false, dump_program = false;
+  int64_t dump_tokens = 1;
   std::string dump_logits;
 };
 
@@ -47,7 +49,8 @@ Status run(const RunFlags& f) {
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<llm::Model> model, llm::Model::load(path, !f.json));
   LOOM_ASSIGN_OR_RETURN(llm::Tokenizer tok, llm::Tokenizer::from_gguf(model->gguf()));
   if (f.dump_program) {
-    std::fputs(model->build_program(1, 1).to_string(model->weight_names()).c_str(), stdout);
+    LOOM_ASSIGN_OR_RETURN(llm::Program p, exec::device_program(*model, f.gen.device, f.dump_tokens, 1));
+    std::fputs(p.to_string(model->weight_names()).c_str(), stdout);
     return Status();
   }
 
@@ -126,7 +129,12 @@ LOOM_COMMAND(kRun, "run", "complete a raw prompt with a model (no chat template)
   app.add_flag("--json", f->json, "print prompt and generated ids, text and speed as JSON")->group("Advanced");
   app.add_option("--dump-logits", f->dump_logits, "write the last prompt token's logits (float32) to FILE")
       ->group("Advanced");
-  app.add_flag("--dump-program", f->dump_program, "print the decode step's Program and exit")->group("Advanced");
+  app.add_flag("--dump-program", f->dump_program,
+               "print the step Program as --device runs it (fused for cpu and cuda; no device needed) and exit")
+      ->group("Advanced");
+  app.add_option("--dump-tokens", f->dump_tokens, "tokens of the step --dump-program prints (default 1: a decode step)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->group("Advanced");
   return [f] {
     Status s = run(*f);
     return s.ok() ? 0 : report(s);

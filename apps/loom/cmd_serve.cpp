@@ -51,7 +51,7 @@ struct ServeFlags {
 // per padded size): decode steps of 1, 2, 4, ... tokens (one per busy slot, each with its
 // logits) up to --parallel, and a prompt step of each power-of-two size up to --batch-size with
 // one row of logits (a lone request reading its prompt). Backends without plans build nothing.
-Status prepare_steps(llm::Backend& backend, const ServeFlags& f, int64_t n_ctx) {
+Status prepare_steps(llm::Engine& engine, const ServeFlags& f, int64_t n_ctx) {
   std::vector<std::pair<int64_t, int64_t>> sizes;
   const int64_t max_tokens = std::min<int64_t>(f.n_batch, n_ctx);
   for (int64_t s = 1; s <= max_tokens; s *= 2) {
@@ -63,7 +63,7 @@ Status prepare_steps(llm::Backend& backend, const ServeFlags& f, int64_t n_ctx) 
   int built = 0;
   for (const auto& [n_tokens, n_outputs] : sizes) {
     const double t1 = serve::now_seconds();
-    LOOM_ASSIGN_OR_RETURN(bool b, backend.prepare(n_tokens, n_outputs));
+    LOOM_ASSIGN_OR_RETURN(bool b, engine.prepare(n_tokens, n_outputs));
     if (!b) continue;
     ++built;
     std::fprintf(stderr, "loom serve: prepared the step plan for %lld tokens, %lld outputs (%.1f s)\n",
@@ -90,14 +90,9 @@ Status serve(const ServeFlags& f) {
   eo.n_threads = f.n_threads;
   eo.n_batch = f.n_batch;
   eo.n_seq = f.parallel;
-  llm::Backend* backend = nullptr;  // owned by the engine
-  eo.make_backend = [&backend, device = f.device, threads = f.n_threads]() -> Result<std::unique_ptr<llm::Backend>> {
-    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<llm::Backend> b, exec::make_backend(device, threads));
-    backend = b.get();
-    return b;
-  };
+  eo.make_backend = [device = f.device, threads = f.n_threads]() { return exec::make_backend(device, threads); };
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<llm::Engine> engine, llm::Engine::create(*model, eo));
-  if (backend && f.prepare) LOOM_RETURN_IF_ERROR(prepare_steps(*backend, f, engine->n_ctx()));
+  if (f.prepare) LOOM_RETURN_IF_ERROR(prepare_steps(*engine, f, engine->n_ctx()));
 
   serve::Metrics metrics;
   serve::SchedulerOptions so;

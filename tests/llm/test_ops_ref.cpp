@@ -418,8 +418,8 @@ TEST(Program, SlotsOfLiveValuesNeverOverlap) {
   EXPECT_NE(slot(z), slot(x));
   EXPECT_NE(slot(z), slot(y));
   EXPECT_NE(slot(w), slot(z));
-  EXPECT_LE(p.slot_floats.size(), 3u);  // x and y are dead once z exists, so w reuses a slot
-  for (size_t s = 0; s < p.slot_floats.size(); ++s) EXPECT_GE(p.slot_floats[s], 32);
+  EXPECT_LE(p.slot_bytes.size(), 3u);  // x and y are dead once z exists, so w reuses a slot
+  for (size_t s = 0; s < p.slot_bytes.size(); ++s) EXPECT_GE(p.slot_bytes[s], 32u * 4);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
-// The fused decode lowering (issue 7: rms_norm_q8 with the residual add, add_rms_norm, the
-// attention writing the o projection's quantized activations) on the
-// HRX cpu driver, whose kernels are bit-identical to the reference: with LOOM_FUSE=1 (the fusions
-// the GPU gets by default) an engine's logits must equal the reference engine's bit for bit, and
+// The fused decode lowering (rms_norm_q8 with the residual add, add_rms_norm, the attention
+// writing the o projection's quantized activations) on the HRX cpu driver, whose kernels are
+// bit-identical to the reference: with the fusions on (as the GPU has them by default) an
+// engine's logits must equal the reference engine's bit for bit, and
 // the profile must show the fused ops in place of the adds and the separate norm + quantize.
 // The matvec_gpu groups are GPU-only in the lowering; tests/ops/matvec_gpu_fused_test.cpp checks
 // their kernels on both targets.
@@ -23,23 +23,6 @@
 
 namespace loom {
 namespace {
-
-// Sets an environment variable for the scope, restoring the old value after.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) ::setenv(name_.c_str(), old_.c_str(), 1);
-    else ::unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
 
 class FusedLowering : public testing::TestWithParam<std::string> {};
 
@@ -69,15 +52,19 @@ TEST_P(FusedLowering, CpuLogitsStayBitIdenticalWithTheFusedOps) {
   auto model = llm::Model::load(path, false);
   ASSERT_TRUE(model.ok()) << model.status().to_string();
 
-  ScopedEnv fuse("LOOM_FUSE", "1");
-  ScopedEnv fuse_attn("LOOM_FUSE_ATTN", "1");  // every row (GPUs default to rows of <= 2048 values)
-  ScopedEnv prof("LOOM_PROFILE", "1");  // read when the backend is made
+  exec::set_profiling(true);  // read when the backend is made
   exec::profile_reset();
   llm::EngineOptions ref_opt;
   ref_opt.n_ctx = 128;
   ref_opt.n_batch = 32;
   llm::EngineOptions hrx_opt = ref_opt;
-  hrx_opt.make_backend = [] { return exec::make_backend("cpu", 2); };
+  hrx_opt.make_backend = [] {
+    exec::HrxBackendOptions o;
+    o.device = "cpu";
+    o.n_threads = 2;
+    o.fuse = exec::FuseOptions{};  // the fusions the GPU gets by default
+    return exec::make_hrx_backend(o);
+  };
   auto ref = llm::Engine::create(**model, ref_opt);
   ASSERT_TRUE(ref.ok()) << ref.status().to_string();
   auto hrx = llm::Engine::create(**model, hrx_opt);
@@ -123,6 +110,7 @@ TEST_P(FusedLowering, CpuLogitsStayBitIdenticalWithTheFusedOps) {
       << "swiglu per layer, and the output norm unless rms_norm_q8 took it";
   EXPECT_LE(per_step["add"], 1.0);
   EXPECT_LE(per_step["rms_norm"], 1.0);
+  exec::set_profiling(false);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, FusedLowering, testing::Values("synth-q4_0", "SmolLM2-135M-Instruct-Q4_1.gguf"),

@@ -39,6 +39,45 @@ const Program& Engine::program(int64_t n_tokens, int64_t n_outputs) {
   return it->second;
 }
 
+Status Engine::run_step(int64_t n, int64_t n_out, const StepInputs& in) {
+  const StepShape shape = backend_->step_shape(n, n_out);
+  const size_t n_vocab = static_cast<size_t>(this->n_vocab());
+  if (shape.n_tokens == n && shape.n_outputs == n_out) {
+    step_logits_.resize(static_cast<size_t>(n_out) * n_vocab);
+    return backend_->execute(program(n, n_out), in, step_logits_.data());
+  }
+  if (shape.n_tokens < n || shape.n_outputs < n_out || shape.n_outputs > shape.n_tokens)
+    return internal_error("backend {} asked for a step of {} tokens, {} outputs for {}, {}", backend_->name(),
+                          shape.n_tokens, shape.n_outputs, n, n_out);
+  const size_t T = static_cast<size_t>(shape.n_tokens);
+  pad_tokens_.assign(in.tokens, in.tokens + n);
+  pad_positions_.assign(in.positions, in.positions + n);
+  if (in.seq_ids) pad_seqs_.assign(in.seq_ids, in.seq_ids + n);
+  else pad_seqs_.assign(static_cast<size_t>(n), 0);
+  pad_tokens_.resize(T, 0);
+  pad_seqs_.resize(T, n_seq());  // the scratch slot (Backend::step_shape)
+  for (size_t t = static_cast<size_t>(n); t < T; ++t) pad_positions_.push_back(static_cast<int32_t>(t - n));
+  pad_rows_.assign(in.output_rows, in.output_rows + n_out);
+  pad_rows_.resize(static_cast<size_t>(shape.n_outputs), in.output_rows[n_out - 1]);
+  StepInputs pin = in;
+  pin.tokens = pad_tokens_.data();
+  pin.positions = pad_positions_.data();
+  pin.seq_ids = pad_seqs_.data();
+  pin.output_rows = pad_rows_.data();
+  pin.n_kv = std::max<int64_t>(in.n_kv, shape.n_tokens - n);
+  step_logits_.resize(static_cast<size_t>(shape.n_outputs) * n_vocab);
+  LOOM_RETURN_IF_ERROR(backend_->execute(program(shape.n_tokens, shape.n_outputs), pin, step_logits_.data()));
+  step_logits_.resize(static_cast<size_t>(n_out) * n_vocab);
+  return Status();
+}
+
+Result<bool> Engine::prepare(int64_t n_tokens, int64_t n_outputs) {
+  if (n_tokens < 1 || n_outputs < 0 || n_outputs > n_tokens || n_tokens > n_ctx_)
+    return invalid_argument("cannot prepare a step of {} tokens with {} outputs (context {})", n_tokens, n_outputs, n_ctx_);
+  const StepShape shape = backend_->step_shape(n_tokens, n_outputs);
+  return backend_->prepare(program(shape.n_tokens, shape.n_outputs));
+}
+
 Status Engine::decode(std::span<const int32_t> tokens, bool all_logits) {
   if (tokens.empty()) return invalid_argument("nothing to decode (empty token list)");
   const int64_t n = static_cast<int64_t>(tokens.size());
@@ -63,8 +102,7 @@ Status Engine::decode(std::span<const int32_t> tokens, bool all_logits) {
     in.positions = positions.data();
     in.output_rows = rows.data();
     in.n_kv = n_past() + m;
-    step_logits_.resize(static_cast<size_t>(n_out * n_vocab));
-    Status s = backend_->execute(program(m, n_out), in, step_logits_.data());
+    Status s = run_step(m, n_out, in);
     if (!s.ok()) return s;
     seqs_[0].insert(seqs_[0].end(), tokens.begin() + done, tokens.begin() + done + m);
     if (all_logits) std::copy(step_logits_.begin(), step_logits_.end(), all_logits_.begin() + done * n_vocab);
@@ -130,8 +168,7 @@ Status Engine::step(std::span<const SeqTokens> parts) {
   in.seq_ids = b_seqs_.data();
   in.output_rows = b_rows_.data();
   in.n_kv = n_kv;
-  step_logits_.resize(static_cast<size_t>(n_out * n_vocab));
-  Status s = backend_->execute(program(n, n_out), in, step_logits_.data());
+  Status s = run_step(n, n_out, in);
   if (!s.ok()) {
     part_row_.assign(parts.size(), -1);
     return s;

@@ -69,6 +69,11 @@ class Engine {
   // caller keeps the step small (about n_batch tokens); it is not split. Validates everything
   // first: on error nothing changes.
   Status step(std::span<const SeqTokens> parts);
+  // Readies the backend for steps of n_tokens tokens with n_outputs rows of logits (HRX:
+  // compiles the plan of that step shape now rather than in the first such step). True if
+  // something was built.
+  Result<bool> prepare(int64_t n_tokens, int64_t n_outputs);
+
   const float* step_logits(size_t part) const {
     return part < part_row_.size() && part_row_[part] >= 0 ? step_logits_.data() + part_row_[part] * n_vocab()
                                                            : nullptr;
@@ -77,6 +82,9 @@ class Engine {
  private:
   Engine(const Model& model) : model_(model) {}
   const Program& program(int64_t n_tokens, int64_t n_outputs);
+  // Runs n tokens with n_out rows of logits (into step_logits_) as the Program shape the
+  // backend asks for, adding the padding tokens and rows it implies.
+  Status run_step(int64_t n, int64_t n_out, const StepInputs& in);
 
   const Model& model_;
   std::unique_ptr<Backend> backend_;
@@ -85,6 +93,7 @@ class Engine {
   std::vector<float> last_logits_, all_logits_, step_logits_;
   std::vector<int64_t> part_row_;
   std::vector<int32_t> b_tokens_, b_positions_, b_seqs_, b_rows_;
+  std::vector<int32_t> pad_tokens_, pad_positions_, pad_seqs_, pad_rows_;
   std::map<std::pair<int64_t, int64_t>, Program> programs_;
 };
 

@@ -11,6 +11,7 @@
 #include "loom/base/status.h"
 #include "loom/exec/lowering_options.h"
 #include "loom/model/backend.h"
+#include "loom/model/program.h"
 
 namespace loom::exec {
 
@@ -18,9 +19,8 @@ struct HrxBackendOptions {
   std::string device = "cpu";  // an HRX device spec: "cpu", "cuda", "cuda:N"
   int n_threads = 0;           // cpu driver worker threads (0: the driver's default)
   bool use_graphs = true;      // replay each step shape as a captured graph after its first run
-  // The lowering's A/B switches; unset: LoweringOptions::from_env() when the backend is made
-  // (a value a switch does not know is logged as a warning).
-  std::optional<LoweringOptions> lowering;
+  // The fusion settings; unset: LOOM_FUSE and LOOM_DECODE_ATTENTION_MAX (base/options.h).
+  std::optional<FuseOptions> fuse;
 };
 
 // A backend on an HRX device. The device is opened here; the model's weights are uploaded and
@@ -37,6 +37,12 @@ std::string default_device();
 // The backend for a --device flag: "cpu-ref" (the reference ops), or an HRX device spec;
 // "" means default_device(). n_threads sizes the cpu thread pools.
 Result<std::unique_ptr<llm::Backend>> make_backend(std::string_view device, int n_threads);
+
+// The Program a device runs for a step of n_tokens tokens with n_outputs rows of logits: the
+// model's own for "cpu-ref", fused for an HRX device's target (PTX for cuda, cpp for cpu). Needs
+// no device, so `loom run --dump-program --device cuda` works on a machine without one.
+Result<llm::Program> device_program(const llm::Model& model, std::string_view device, int64_t n_tokens,
+                                    int64_t n_outputs);
 
 // Per-op profile (LOOM_PROFILE=1, or `loom bench --profile`): HRX backends then run every step
 // eagerly with device events around each launch and add the time, launch count and the op's

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "loom/base/status.h"
+#include "loom/exec/lowering.h"
 #include "loom/hrx/runtime.h"
 #include "loom/kernels/op_spec.h"
 #include "loom/model/program.h"
@@ -20,14 +21,7 @@ using kernels::OpSpec;
 using kernels::Shape;
 using llm::Program;
 
-// One op instance of a plan: the op, its shape, and a device address per op argument.
-struct OpCall {
-  const OpSpec* op = nullptr;
-  Shape shape;
-  std::map<std::string, uint64_t> bind;  // op argument name -> device address
-  std::string label;                     // for errors: "blk.3 matmul attn_q"
-  int32_t out_value = -1;                // the Program value it writes (LOOM_DUMP_VALUES)
-};
+using exec::OpCall;
 
 // A kernel launch with its arguments resolved.
 struct BoundLaunch {
@@ -42,10 +36,10 @@ struct BoundLaunch {
 
 // Everything one step shape needs on the device.
 struct Plan {
-  int64_t n_tokens = 0, n_padded = 0, n_outputs = 0;
-  Program program;                         // built for n_padded tokens
+  int64_t n_padded = 0, n_outputs = 0;    // the Program's step shape (tokens padded by step_shape)
+  Program program;                         // the fused Program the launches run
   std::vector<hrx::Buffer> slots;          // the Program's value slots
-  std::vector<hrx::Buffer> scratch;        // per-op scratch and quantized activations
+  std::vector<hrx::Buffer> scratch;        // per-op scratch
   hrx::Buffer step;                        // tokens | positions | seq ids | output rows (i32)
   std::vector<BoundLaunch> launches;
   hrx::Graph graph;

@@ -98,11 +98,9 @@ Program build_gemma3(const Model& m, int64_t n_tokens, int64_t n_outputs) {
     int32_t k = r.matmul(L.wk, h, layer_name("Kcur", il));
     int32_t v = r.matmul(L.wv, h, layer_name("Vcur", il));
     q = r.rms_norm(q, L.q_norm, c.norm_eps, layer_name("Qcur_normed", il), c.head_dim_k);
-    r.rope(q, c.n_head, c.head_dim_k, rope);
     k = r.rms_norm(k, L.k_norm, c.norm_eps, layer_name("Kcur_normed", il), c.head_dim_k);
-    r.rope(k, c.n_head_kv, c.head_dim_k, rope);
+    r.rope_kv(q, k, v, il, c.n_head, c.n_head_kv, c.head_dim_k, rope);
     q = r.scale(q, c.attn_scale, layer_name("Qcur_scaled", il));
-    r.kv_store(k, v, il);
     int32_t a = r.attention(q, il, attn, layer_name("kqv_out", il));
     int32_t o = r.matmul(L.wo, a, layer_name("attn_out", il));
     if (il == c.n_layer - 1 && n_outputs < n_tokens) {

@@ -78,9 +78,7 @@ Program build_llama(const Model& m, int64_t n_tokens, int64_t n_outputs) {
     int32_t q = r.matmul(L.wq, h, layer_name("Qcur", il));
     int32_t k = r.matmul(L.wk, h, layer_name("Kcur", il));
     int32_t v = r.matmul(L.wv, h, layer_name("Vcur", il));
-    r.rope(q, c.n_head, c.head_dim_k, rope);
-    r.rope(k, c.n_head_kv, c.head_dim_k, rope);
-    r.kv_store(k, v, il);
+    r.rope_kv(q, k, v, il, c.n_head, c.n_head_kv, c.head_dim_k, rope);
     int32_t a = r.attention(q, il, attn, layer_name("kqv_out", il));
     int32_t o = r.matmul(L.wo, a, layer_name("attn_out", il));
     if (il == c.n_layer - 1 && n_outputs < n_tokens) {

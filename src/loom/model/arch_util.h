@@ -54,15 +54,13 @@ class Recipe {
     return out;
   }
   int32_t scale(int32_t x, float s, const std::string& name) { return unary(OpCode::kScale, x, s, name); }
-  // In place: the rotated value replaces x.
-  int32_t rope(int32_t x, int n_head, int head_dim, const ref::RopeParams& p) {
-    Launch l; l.op = OpCode::kRope; l.out = x; l.in0 = x; l.n_head = n_head; l.head_dim = head_dim; l.rope = p;
+  // Rotates q in place and stores the rotated k with v in the layer's cache; returns q.
+  int32_t rope_kv(int32_t q, int32_t k, int32_t v, int layer, int n_head, int n_head_kv, int head_dim,
+                  const ref::RopeParams& p) {
+    Launch l; l.op = OpCode::kRopeKv; l.out = q; l.in0 = q; l.in1 = k; l.in2 = v; l.layer = layer;
+    l.n_head = n_head; l.n_head_kv = n_head_kv; l.head_dim = head_dim; l.rope = p;
     b_.launch(l);
-    return x;
-  }
-  void kv_store(int32_t k, int32_t v, int layer) {
-    Launch l; l.op = OpCode::kKvStore; l.in0 = k; l.in1 = v; l.layer = layer;
-    b_.launch(l);
+    return q;
   }
   int32_t attention(int32_t q, int layer, const ref::AttentionParams& p, const std::string& name) {
     int32_t out = b_.value(rows(q), static_cast<int64_t>(p.n_head) * p.head_dim_v, name);

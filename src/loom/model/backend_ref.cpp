@@ -1,11 +1,13 @@
 // The reference CPU backend: interprets a step Program launch by launch with the ops of
-// ops_ref, on host memory, with the F16 KV cache of kv_cache.h.
+// ops_ref, on host memory, with the F16 KV cache of kv_cache.h. It runs fused Programs too (the
+// forms a backend's fusion pass writes), with each fused op computed as its parts.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <cstring>
 
+#include "loom/base/options.h"
 #include "loom/base/thread_pool.h"
 #include "loom/model/backend.h"
 #include "loom/model/kv_cache.h"
@@ -35,13 +37,15 @@ class RefBackend final : public Backend {
         return out_of_range("sequence {} outside the cache's {} slots", in.seq_ids[t], cache_.n_seq());
     }
     if (in.n_kv > cache_.n_ctx()) return resource_exhausted("{} cells exceed the context of {}", in.n_kv, cache_.n_ctx());
-    if (slots_.size() < p.slot_floats.size()) slots_.resize(p.slot_floats.size());
-    for (size_t s = 0; s < p.slot_floats.size(); ++s)
-      if (slots_[s].size() < static_cast<size_t>(p.slot_floats[s])) slots_[s].resize(static_cast<size_t>(p.slot_floats[s]));
+    if (slots_.size() < p.slot_bytes.size()) slots_.resize(p.slot_bytes.size());
+    for (size_t s = 0; s < p.slot_bytes.size(); ++s)
+      if (slots_[s].size() * 4 < p.slot_bytes[s]) slots_[s].resize((p.slot_bytes[s] + 3) / 4);
     for (const Launch& l : p.launches) {
       Status s = run(p, l, in);
       if (!s.ok()) return std::move(s).with_context(std::string("executing ") + op_name(l.op));
-      if (dump_dir_ && l.out >= 0) dump(p, l.out);
+      if (!dump_dir_.empty())
+        for (int32_t v : l.outputs())
+          if (v >= 0 && p.values[static_cast<size_t>(v)].type == GgmlType::F32) dump(p, v);
     }
     const ValueDesc& out = p.values[static_cast<size_t>(p.logits)];
     std::memcpy(logits, ptr(p, p.logits), static_cast<size_t>(out.rows * out.cols) * sizeof(float));
@@ -53,7 +57,7 @@ class RefBackend final : public Backend {
   // numerics against another implementation's intermediate tensors).
   void dump(const Program& p, int32_t v) {
     const ValueDesc& d = p.values[static_cast<size_t>(v)];
-    std::string path = std::string(dump_dir_) + "/" + d.name + ".f32";
+    std::string path = dump_dir_ + "/" + d.name + ".f32";
     if (FILE* fp = std::fopen(path.c_str(), "wb")) {
       std::fwrite(ptr(p, v), sizeof(float), static_cast<size_t>(d.rows * d.cols), fp);
       std::fclose(fp);
@@ -62,6 +66,35 @@ class RefBackend final : public Backend {
 
   float* ptr(const Program& p, int32_t v) {
     return slots_[static_cast<size_t>(p.values[static_cast<size_t>(v)].slot)].data();
+  }
+
+  uint8_t* bytes(const Program& p, int32_t v) { return reinterpret_cast<uint8_t*>(ptr(p, v)); }
+
+  // Rows of `x` (f32, cols values each) quantized into value v's type.
+  void quantize_into(const Program& p, const float* x, int32_t v) {
+    const ValueDesc& d = p.values[static_cast<size_t>(v)];
+    const size_t row = ref::quantized_row_bytes(d.type, d.cols);
+    for (int64_t t = 0; t < d.rows; ++t) ref::quantize_activation(d.type, x + t * d.cols, bytes(p, v) + t * row, d.cols);
+  }
+
+  Status rms_norm(const Launch& l, const float* x, float* y, int64_t n) {
+    const float* w = l.weight >= 0 ? model_->weight(l.weight).f32() : nullptr;
+    if (w && model_->weight(l.weight).view.n_in != l.group)
+      return internal_error("norm weight of {} for groups of {}", model_->weight(l.weight).view.n_in, l.group);
+    ref::rms_norm(x, w, y, n / l.group, l.group, l.eps);
+    return Status();
+  }
+
+  // weight · in0 into y, from in0 in whatever form the launch's producer wrote it.
+  Status matmul(const Program& p, int32_t weight, int32_t in0, float* y) {
+    const ref::WeightView& w = model_->weight(weight).view;
+    const ValueDesc& x = p.values[static_cast<size_t>(in0)];
+    if (x.type == GgmlType::F32) return ref::matmul(w, ptr(p, in0), x.rows, y, &pool_, &scratch_);
+    LOOM_ASSIGN_OR_RETURN(GgmlType dot, ref::vec_dot_type(w.type));
+    if (x.type == dot) return ref::matmul_quantized(w, bytes(p, in0), x.rows, y, &pool_);
+    if (x.type == GgmlType::F16)
+      return ref::matmul_dequantized(w, reinterpret_cast<const uint16_t*>(bytes(p, in0)), x.rows, y, &pool_);
+    return internal_error("a {} weight cannot read {} activations", ggml_type_name(w.type), ggml_type_name(x.type));
   }
 
   Status run(const Program& p, const Launch& l, const StepInputs& in) {
@@ -74,38 +107,69 @@ class RefBackend final : public Backend {
     switch (l.op) {
       case OpCode::kGetRows:
         return ref::get_rows(model_->weight(l.weight).view, in.tokens, od->rows, out);
-      case OpCode::kRmsNorm: {
-        const float* w = l.weight >= 0 ? model_->weight(l.weight).f32() : nullptr;
-        if (w && model_->weight(l.weight).view.n_in != l.group)
-          return internal_error("norm weight of {} for groups of {}", model_->weight(l.weight).view.n_in, l.group);
-        ref::rms_norm(a, w, out, n / l.group, l.group, l.eps);
+      case OpCode::kRmsNorm:
+        return rms_norm(l, a, out, n);
+      case OpCode::kAddRmsNorm: {
+        float* sum = ptr(p, l.out1);
+        ref::add(a, b, sum, n);
+        return rms_norm(l, sum, out, n);
+      }
+      case OpCode::kRmsNormQ8: {
+        const float* x = a;
+        if (l.in1 >= 0) {
+          float* sum = ptr(p, l.out1);
+          ref::add(a, b, sum, n);
+          x = sum;
+        }
+        norm_.resize(static_cast<size_t>(n));
+        LOOM_RETURN_IF_ERROR(rms_norm(l, x, norm_.data(), n));
+        quantize_into(p, norm_.data(), l.out);
         return Status();
       }
-      case OpCode::kMatMul:
-        return ref::matmul(model_->weight(l.weight).view, a, id->rows, out, &pool_, &scratch_);
+      case OpCode::kQuantize:
+        quantize_into(p, a, l.out);
+        return Status();
+      case OpCode::kMatMul: {
+        if (!l.glu) {
+          LOOM_RETURN_IF_ERROR(matmul(p, l.weight, l.in0, out));
+          if (l.weight1 >= 0) LOOM_RETURN_IF_ERROR(matmul(p, l.weight1, l.in0, ptr(p, l.out1)));
+          if (l.weight2 >= 0) LOOM_RETURN_IF_ERROR(matmul(p, l.weight2, l.in0, ptr(p, l.out2)));
+          return Status();
+        }
+        glu_.resize(static_cast<size_t>(n));
+        LOOM_RETURN_IF_ERROR(matmul(p, l.weight, l.in0, out));
+        LOOM_RETURN_IF_ERROR(matmul(p, l.weight1, l.in0, glu_.data()));
+        ref::swiglu(out, glu_.data(), out, n);
+        return Status();
+      }
       case OpCode::kAdd: ref::add(a, b, out, n); return Status();
       case OpCode::kScale: ref::scale(a, l.f, out, n); return Status();
       case OpCode::kSoftcap: ref::softcap(a, l.f, out, n); return Status();
       case OpCode::kSwiGlu: ref::swiglu(a, b, out, n); return Status();
       case OpCode::kGeGlu: ref::geglu(a, b, out, n); return Status();
-      case OpCode::kRope:
+      case OpCode::kRopeKv: {
+        const ValueDesc& kd = p.values[static_cast<size_t>(l.in1)];
+        const ValueDesc& vd = p.values[static_cast<size_t>(l.in2)];
+        if (kd.cols != cache_.k_row() || vd.cols != cache_.v_row())
+          return internal_error("kv rows {}/{} do not match the cache {}/{}", kd.cols, vd.cols, cache_.k_row(), cache_.v_row());
         if (out != a) std::memcpy(out, a, static_cast<size_t>(n) * sizeof(float));
         ref::rope(out, od->rows, l.n_head, l.head_dim, in.positions, l.rope);
-        return Status();
-      case OpCode::kKvStore: {
-        const ValueDesc& vd = p.values[static_cast<size_t>(l.in1)];
-        if (id->cols != cache_.k_row() || vd.cols != cache_.v_row())
-          return internal_error("kv rows {}/{} do not match the cache {}/{}", id->cols, vd.cols, cache_.k_row(), cache_.v_row());
-        for (int64_t t = 0; t < id->rows; ++t) {
+        // k is rotated on its way into the cache; the value itself stays as it was.
+        rot_k_.assign(b, b + kd.rows * kd.cols);
+        ref::rope(rot_k_.data(), kd.rows, l.n_head_kv, l.head_dim, in.positions, l.rope);
+        const float* v = ptr(p, l.in2);
+        for (int64_t t = 0; t < kd.rows; ++t) {
           const int64_t cell = (in.seq_ids ? in.seq_ids[t] * cache_.n_ctx() : 0) + in.positions[t];
-          ref::to_fp16(a + t * id->cols, cache_.k(l.layer) + cell * cache_.k_row(), id->cols);
-          ref::to_fp16(b + t * vd.cols, cache_.v(l.layer) + cell * cache_.v_row(), vd.cols);
+          ref::to_fp16(rot_k_.data() + t * kd.cols, cache_.k(l.layer) + cell * cache_.k_row(), kd.cols);
+          ref::to_fp16(v + t * vd.cols, cache_.v(l.layer) + cell * cache_.v_row(), vd.cols);
         }
         return Status();
       }
       case OpCode::kAttention:
-        return ref::attention(a, in.positions, id->rows, cache_.k(l.layer), cache_.v(l.layer), in.n_kv, l.attn,
-                              out, &pool_, in.seq_ids, cache_.n_ctx());
+        LOOM_RETURN_IF_ERROR(ref::attention(a, in.positions, id->rows, cache_.k(l.layer), cache_.v(l.layer), in.n_kv,
+                                            l.attn, out, &pool_, in.seq_ids, cache_.n_ctx()));
+        if (l.out1 >= 0) quantize_into(p, out, l.out1);
+        return Status();
       case OpCode::kGatherRows:
         for (int64_t i = 0; i < od->rows; ++i) {
           const int32_t r = in.output_rows[i];
@@ -118,11 +182,12 @@ class RefBackend final : public Backend {
   }
 
   ThreadPool pool_;
-  const char* dump_dir_ = std::getenv("LOOM_DUMP_VALUES");
+  const std::string dump_dir_ = opt::get_string(opt::Opt::kDumpValues);
   const Model* model_ = nullptr;
   KvCache cache_;
   std::vector<std::vector<float>> slots_;
   std::vector<uint8_t> scratch_;
+  std::vector<float> norm_, glu_, rot_k_;  // parts of fused ops
 };
 
 }  // namespace

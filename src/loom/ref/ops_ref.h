@@ -63,6 +63,16 @@ float vec_dot(GgmlType weight_type, const void* w_row, const void* x_q, int64_t 
 Status matmul(const WeightView& w, const float* x, int64_t n_tok, float* y, ThreadPool* pool,
               std::vector<uint8_t>* scratch);
 
+// y[t * n_out + r] = vec_dot(W[r], xq[t]) for activations already quantized to
+// vec_dot_type(W.type) (rows of quantized_row_bytes each, as quantize_activation writes them):
+// what matmul computes after its own quantization, bit for bit.
+Status matmul_quantized(const WeightView& w, const uint8_t* xq, int64_t n_tok, float* y, ThreadPool* pool);
+
+// y[t * n_out + r] = sum_k dequantized W[r][k] * x[t][k] in double, rounded to float, for f16
+// activations: the definition of the tensor-core matmul (matmul_mma), which reads f16
+// activations and dequantized weights instead of llama.cpp's integer block products.
+Status matmul_dequantized(const WeightView& w, const uint16_t* x_f16, int64_t n_tok, float* y, ThreadPool* pool);
+
 // out[i] = dequantized row ids[i] of the table (embedding lookup). ids must be in range.
 Status get_rows(const WeightView& table, const int32_t* ids, int64_t n_ids, float* out);
 

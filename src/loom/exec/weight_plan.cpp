@@ -1,0 +1,94 @@
+// The per-weight plan (see weight_plan.h).
+#include "loom/exec/weight_plan.h"
+
+#include "loom/gguf/planar.h"
+#include "loom/ref/ops_ref.h"
+
+namespace loom::exec {
+namespace {
+
+kernels::Shape matmul_shape(const llm::ref::WeightView& v, int64_t n_tokens) {
+  return kernels::Shape{{{"wtype", static_cast<int64_t>(v.type)}, {"n_in", v.n_in}, {"n_out", v.n_out},
+                         {"n_tokens", n_tokens}}};
+}
+
+}  // namespace
+
+WeightPlan WeightPlan::make(const llm::Model& model, ir::TargetKind target) {
+  WeightPlan p;
+  p.model_ = &model;
+  p.target_ = target;
+  p.entries_.assign(model.weights().size(), Entry{});
+  p.planar_.assign(model.weights().size(), false);
+  if (target != ir::TargetKind::kPtx) return p;
+  const kernels::OpSpec* mvg = kernels::find_op("matvec_gpu");
+  const kernels::OpSpec* mma = kernels::find_op("matmul_mma");
+  for (size_t i = 0; i < model.weights().size(); ++i) {
+    const llm::ref::WeightView& v = model.weights()[i].view;
+    kernels::Shape s = matmul_shape(v, 1);
+    Entry& e = p.entries_[i];
+    e.fast_matvec = mvg && mvg->validate(s).ok();
+    s.dims["n_tokens"] = 512;
+    s.dims["xtype"] = 1;
+    e.mma = mma && mma->validate(s).ok();
+  }
+  // The planar layout where only matvec_gpu and matmul_mma read the weight, in every step size.
+  auto consider = [&](int32_t id) {
+    if (id < 0) return;
+    Entry& e = p.entries_[static_cast<size_t>(id)];
+    const llm::ref::WeightView& v = model.weight(id).view;
+    llm::PlanarGeometry g;
+    if (!e.fast_matvec || !e.mma || !llm::planar_geometry(v.type, &g)) return;
+    if (v.row_stride != llm::ref::quantized_row_bytes(v.type, v.n_in)) return;
+    kernels::Shape s = matmul_shape(v, 1);
+    s.dims["planar"] = 1;
+    if (!mvg->validate(s).ok()) return;
+    s.dims["n_tokens"] = 512;
+    s.dims["xtype"] = 1;
+    if (!mma->validate(s).ok()) return;
+    e.planar = true;
+    p.planar_[static_cast<size_t>(id)] = true;
+  };
+  for (const llm::LayerWeights& l : model.layers())
+    for (int32_t id : {l.wq, l.wk, l.wv, l.wo, l.ffn_gate, l.ffn_up, l.ffn_down}) consider(id);
+  if (model.output() != model.tok_embd()) consider(model.output());
+  return p;
+}
+
+Result<MatmulKernel> WeightPlan::matmul(int32_t weight, int64_t n_tokens) const {
+  if (!model_ || weight < 0 || static_cast<size_t>(weight) >= entries_.size())
+    return internal_error("no weight plan for weight {}", weight);
+  const llm::ref::WeightView& w = model_->weight(weight).view;
+  const Entry& e = entry(weight);
+  MatmulKernel k;
+  k.shape = matmul_shape(w, n_tokens);
+  LOOM_ASSIGN_OR_RETURN(k.xtype, llm::ref::vec_dot_type(w.type));
+  if (e.fast_matvec) {
+    const kernels::OpSpec* mvg = kernels::find_op("matvec_gpu");
+    if (mvg->validate(k.shape).ok()) {
+      k.op = mvg;
+      k.fast_matvec = true;
+    }
+  }
+  if (!k.op && e.mma && n_tokens >= 16) {
+    const kernels::OpSpec* mma = kernels::find_op("matmul_mma");
+    kernels::Shape s = k.shape;
+    s.dims["xtype"] = 1;
+    if (mma->validate(s).ok()) {
+      k.op = mma;
+      k.xtype = llm::GgmlType::F16;
+      k.shape = s;
+    }
+  }
+  if (e.planar) {
+    if (!k.op)
+      return internal_error("planar weight {} has no kernel for a step of {} tokens", model_->weight(weight).name, n_tokens);
+    k.shape.dims["planar"] = 1;
+    return k;
+  }
+  if (!k.op) k.op = kernels::find_op(n_tokens == 1 ? "matvec" : "matmul");
+  if (!k.op) return internal_error("the op library has no matvec/matmul");
+  return k;
+}
+
+}  // namespace loom::exec

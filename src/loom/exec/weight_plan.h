@@ -1,0 +1,53 @@
+// The per-weight plan of an HRX device: the layout each matrix lives in on the device and the
+// op that multiplies by it for a step of n tokens. Decided once, when the backend binds the
+// model, and read by both the fusion pass and the lowering, so that layout and kernel cannot
+// disagree.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "loom/base/status.h"
+#include "loom/gguf/ggml_types.h"
+#include "loom/ir/ir.h"
+#include "loom/kernels/op_spec.h"
+#include "loom/model/model.h"
+
+namespace loom::exec {
+
+// The op computing weight · x for one step size, with the activation format it reads.
+struct MatmulKernel {
+  const kernels::OpSpec* op = nullptr;  // matvec, matmul, matvec_gpu or matmul_mma
+  llm::GgmlType xtype = llm::GgmlType::F32;
+  kernels::Shape shape;                 // wtype, n_in, n_out, n_tokens (+ xtype, planar)
+  bool fast_matvec = false;             // matvec_gpu: up to 3 weights of one input per launch
+};
+
+class WeightPlan {
+ public:
+  WeightPlan() = default;
+  // PTX targets: 1..16-token steps through matvec_gpu (reads each weight once for all tokens
+  // and gives every token the bits it gets alone, so a batched decode step does not change a
+  // request's tokens); longer steps on the tensor cores (matmul_mma, f16 activations); weights
+  // whose type or shape those refuse keep the generic matvec/matmul. Projection weights (q, k,
+  // v, o, gate, up, down, an untied output) that only those two ops read are kept in the planar
+  // layout (coalesced loads). Other targets: the generic ops, GGUF rows.
+  static WeightPlan make(const llm::Model& model, ir::TargetKind target);
+
+  bool planar(int32_t weight) const { return entry(weight).planar; }
+  const std::vector<bool>& planar_flags() const { return planar_; }
+  Result<MatmulKernel> matmul(int32_t weight, int64_t n_tokens) const;
+
+ private:
+  struct Entry {
+    bool fast_matvec = false, mma = false, planar = false;
+  };
+  const Entry& entry(int32_t w) const { return entries_[static_cast<size_t>(w)]; }
+
+  const llm::Model* model_ = nullptr;
+  ir::TargetKind target_ = ir::TargetKind::kCpp;
+  std::vector<Entry> entries_;
+  std::vector<bool> planar_;
+};
+
+}  // namespace loom::exec
