@@ -19,10 +19,10 @@ Result<std::string> resolve_model_path(std::string_view requested) {
   }
   std::string path = default_model_path();
   if (file_exists(path)) return path;
-  switch (opt::source(opt::Opt::kModel)) {
-    case opt::Source::kEnv: return not_found("model file {} (from $LOOM_MODEL) does not exist", path);
-    case opt::Source::kFlag: return not_found("model file {} does not exist", path);
-    case opt::Source::kDefault: break;
+  if (!opt::get_string(opt::Opt::kModel).empty()) {
+    if (opt::source(opt::Opt::kModel) == opt::Source::kEnv)
+      return not_found("model file {} (from $LOOM_MODEL) does not exist", path);
+    return not_found("model file {} does not exist", path);
   }
   return not_found(
       "no model given (-m) and the default model {} is missing; run tools/setup.sh (or "
