@@ -307,8 +307,9 @@ LOOM_COMMAND(kBench, "bench", "measure prompt and generation speed (tokens/s) ag
   app.add_option("-r,--reps", f->reps, "timed repetitions after one warm-up")->capture_default_str();
   app.add_flag("--json", f->json, "print one JSON object per test (one per line)");
   app.add_option("-o,--out", f->out, "also append the JSON objects to this file (JSON lines)");
-  app.add_flag("--profile", f->profile,
-               "per-op breakdown of a step: time, share, GB/s and fraction of the bandwidth (HRX devices; eager launches)");
+  bind_option(app.add_flag("--profile", f->profile,
+                           "per-op breakdown of a step: time, share, GB/s and fraction of the bandwidth (HRX devices; eager launches)"),
+              opt::Opt::kProfile);
   return [f] {
     Status s = bench(*f, command_line());
     return s.ok() ? 0 : report(s);

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "cli.h"
+#include "option_flags.h"
 #include "loom/store/candidate.h"
 #include "loom/store/cpp_family.h"
 #include "loom/evolve/device.h"
@@ -201,9 +202,11 @@ LOOM_COMMAND(kEvolve, "evolve", "Search for faster kernels (jobs in an SQLite fi
                run->add_option("--compile-jobs", f->cfg.compile_jobs,
                                "candidates proposed and compiled in parallel per batch (default: cores, at most 8)");
                run->add_flag("--no-store", [f](int64_t) { f->cfg.store = false; }, "do not put the winner into the kernel store");
-               run->add_option("--llm-url", f->llm_url, "OpenAI-compatible endpoint (or LOOM_LLM_URL)");
-               run->add_option("--llm-model", f->llm_model, "model name (or LOOM_LLM_MODEL)");
-               run->add_option("--llm-key", f->llm_key, "API key (or LOOM_LLM_KEY; never stored)");
+               bind_option(run->add_option("--llm-url", f->llm_url, "OpenAI-compatible endpoint (or LOOM_LLM_URL)"),
+                           opt::Opt::kLlmUrl);
+               bind_option(run->add_option("--llm-model", f->llm_model, "model name (or LOOM_LLM_MODEL)"), opt::Opt::kLlmModel);
+               bind_option(run->add_option("--llm-key", f->llm_key, "API key (or LOOM_LLM_KEY; never stored)"),
+                           opt::Opt::kLlmKey);
                run->add_option("--llm-max-tokens", f->cfg.llm.max_tokens, "reply length limit (default 768)");
                run->add_option("--llm-memory", f->cfg.llm_memory,
                                "what a prompt carries of the tree: parent (its code, default), siblings (its other children's results), both, none");

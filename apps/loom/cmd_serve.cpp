@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "option_flags.h"
 #include "loom/base/thread_pool.h"
 #include "loom/engine/engine.h"
 #include "loom/engine/model_path.h"
@@ -109,7 +110,7 @@ Status serve(const ServeFlags& f) {
   serve::ServerOptions opt;
   opt.host = f.host;
   opt.port = f.port;
-  opt.api_key = f.api_key.empty() && std::getenv("LOOM_API_KEY") ? std::getenv("LOOM_API_KEY") : f.api_key;
+  opt.api_key = f.api_key.empty() ? loom::opt::get_string(loom::opt::Opt::kApiKey) : f.api_key;
   opt.limits = f.limits;
   opt.drain_seconds = f.drain_seconds;
   opt.log_requests = !f.quiet;
@@ -133,18 +134,22 @@ Status serve(const ServeFlags& f) {
 
 LOOM_COMMAND(kServe, "serve", "OpenAI-compatible HTTP server with continuous batching and a chat page", [](CLI::App& app) -> Action {
   auto f = std::make_shared<ServeFlags>();
-  app.add_option("-m,--model", f->model, "GGUF model file (default: $LOOM_MODEL or SmolLM2-135M-Instruct)");
+  bind_option(app.add_option("-m,--model", f->model, "GGUF model file (default: $LOOM_MODEL or SmolLM2-135M-Instruct)"),
+              opt::Opt::kModel);
   app.add_option("--host", f->host, "address to listen on")->capture_default_str();
   app.add_option("--port", f->port, "port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
   app.add_option("--parallel", f->parallel, "sequence slots: requests decoded together in one batched step")
       ->capture_default_str()->check(CLI::Range(1, 256));
   app.add_option("-c,--ctx,--ctx-size", f->n_ctx, "context per slot in tokens (capped at the model's; 0: the model's)")
       ->capture_default_str();
-  app.add_option("-t,--threads", f->n_threads, "CPU threads")->capture_default_str()->check(CLI::Range(1, 1024));
-  app.add_option("--device", f->device, "cpu-ref (reference ops) | cpu | cuda[:N] (op-library kernels through HRX); default: $LOOM_DEVICE, else cuda:0 when present, else cpu-ref");
+  bind_option(app.add_option("-t,--threads", f->n_threads, "CPU threads")->capture_default_str()->check(CLI::Range(1, 1024)),
+              opt::Opt::kThreads);
+  bind_option(app.add_option("--device", f->device, "cpu-ref (reference ops) | cpu | cuda[:N] (op-library kernels through HRX); default: $LOOM_DEVICE, else cuda:0 when present, else cpu-ref"),
+              opt::Opt::kDevice);
   app.add_option("-b,--batch-size", f->n_batch, "tokens per batched step (decode tokens + prompt chunks)")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  app.add_option("--api-key", f->api_key, "require 'Authorization: Bearer KEY' on /v1/* (default: $LOOM_API_KEY)");
+  bind_option(app.add_option("--api-key", f->api_key, "require 'Authorization: Bearer KEY' on /v1/* (default: $LOOM_API_KEY)"),
+              opt::Opt::kApiKey);
   app.add_option("--max-queue", f->max_queue, "requests that may wait for a slot; more get 503")->capture_default_str();
   app.add_option("--max-body", f->limits.max_body_bytes, "largest request body in bytes, however it is framed; larger get 413")
       ->capture_default_str()->check(CLI::Range(size_t{1}, size_t{1} << 34));
