@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 
+#include "loom/base/options.h"
 #include "loom/base/version.h"
 #include "loom/store/db.h"
 
@@ -118,13 +119,10 @@ Result<kernels::Generated> StoredKernel::generate(const kernels::OpSpec& op, con
 
 Result<std::optional<StoredKernel>> best_kernel(std::string_view op, const kernels::Shape& shape,
                                                 std::string_view device_arch, const std::string& db_path) {
-  if (const char* off = std::getenv("LOOM_NO_KERNEL_STORE"); off && *off && std::string(off) != "0")
-    return std::optional<StoredKernel>();
+  if (opt::get_bool(opt::Opt::kNoKernelStore)) return std::optional<StoredKernel>();
   std::string path = db_path;
-  if (path.empty()) {
-    const char* env = std::getenv("LOOM_EVOLVE_DB");
-    path = env && *env ? env : Db::default_path();
-  }
+  if (path.empty()) path = opt::get_string(opt::Opt::kEvolveDb);
+  if (path.empty()) path = Db::default_path();
   LOOM_ASSIGN_OR_RETURN(std::shared_ptr<const Table> t, table_of(path));
   // An exact shape match first, then the best speedup in the shape class.
   const std::string key = shape.key(), cls = shape_class(op, shape);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "loom/base/file.h"
+#include "loom/base/options.h"
 #include "loom/base/thread_pool.h"
 #include "loom/codegen/cpp/cpp_emitter.h"
 #include "loom/codegen/tool_run.h"
@@ -27,8 +28,7 @@ const std::vector<std::string>& compile_flags() {
 }
 
 std::string compiler_name() {
-  const char* cxx = std::getenv("LOOM_CXX");
-  return cxx && *cxx ? cxx : "c++";
+  return opt::get_string(opt::Opt::kCxx);
 }
 
 // "<path>\n<first line of --version>": part of the cache key, computed once per process.
