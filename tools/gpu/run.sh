@@ -107,7 +107,7 @@ PY
       done
       ;;
     ab)
-      # The bench of LOOM_BENCH_SHAPES again with LOOM_AB_ENV set (e.g. "LOOM_FUSE_ATTN=1"): the
+      # The bench of LOOM_BENCH_SHAPES again with LOOM_AB_ENV set (e.g. "LOOM_FUSE=0"): the
       # other arm of an A/B whose first arm is the bench step of the same call (same binary, same
       # models); one JSON line per test in $out/bench_ab.jsonl, with the setting in "ab_env".
       mkdir -p /tmp/models
