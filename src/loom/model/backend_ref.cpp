@@ -97,6 +97,29 @@ class RefBackend final : public Backend {
     return internal_error("a {} weight cannot read {} activations", ggml_type_name(w.type), ggml_type_name(x.type));
   }
 
+  // q rotated in place; k rotated on its way into the cache (the value itself stays as it
+  // was) and stored with v at each token's (sequence, position) cell.
+  Status rope_kv(const Program& p, const Launch& l, const StepInputs& in) {
+    const ValueDesc& qd = p.values[static_cast<size_t>(l.in0)];
+    const ValueDesc& kd = p.values[static_cast<size_t>(l.in1)];
+    const ValueDesc& vd = p.values[static_cast<size_t>(l.in2)];
+    if (kd.cols != cache_.k_row() || vd.cols != cache_.v_row())
+      return internal_error("kv rows {}/{} do not match the cache {}/{}", kd.cols, vd.cols, cache_.k_row(), cache_.v_row());
+    float* q = ptr(p, l.out);
+    if (l.out != l.in0) std::memcpy(q, ptr(p, l.in0), static_cast<size_t>(qd.rows * qd.cols) * sizeof(float));
+    ref::rope(q, qd.rows, l.n_head, l.head_dim, in.positions, l.rope);
+    const float* k = ptr(p, l.in1);
+    rot_k_.assign(k, k + kd.rows * kd.cols);
+    ref::rope(rot_k_.data(), kd.rows, l.n_head_kv, l.head_dim, in.positions, l.rope);
+    const float* v = ptr(p, l.in2);
+    for (int64_t t = 0; t < kd.rows; ++t) {
+      const int64_t cell = (in.seq_ids ? in.seq_ids[t] * cache_.n_ctx() : 0) + in.positions[t];
+      ref::to_fp16(rot_k_.data() + t * kd.cols, cache_.k(l.layer) + cell * cache_.k_row(), kd.cols);
+      ref::to_fp16(v + t * vd.cols, cache_.v(l.layer) + cell * cache_.v_row(), vd.cols);
+    }
+    return Status();
+  }
+
   Status run(const Program& p, const Launch& l, const StepInputs& in) {
     const ValueDesc* od = l.out >= 0 ? &p.values[static_cast<size_t>(l.out)] : nullptr;
     const ValueDesc* id = l.in0 >= 0 ? &p.values[static_cast<size_t>(l.in0)] : nullptr;
@@ -147,24 +170,8 @@ class RefBackend final : public Backend {
       case OpCode::kSoftcap: ref::softcap(a, l.f, out, n); return Status();
       case OpCode::kSwiGlu: ref::swiglu(a, b, out, n); return Status();
       case OpCode::kGeGlu: ref::geglu(a, b, out, n); return Status();
-      case OpCode::kRopeKv: {
-        const ValueDesc& kd = p.values[static_cast<size_t>(l.in1)];
-        const ValueDesc& vd = p.values[static_cast<size_t>(l.in2)];
-        if (kd.cols != cache_.k_row() || vd.cols != cache_.v_row())
-          return internal_error("kv rows {}/{} do not match the cache {}/{}", kd.cols, vd.cols, cache_.k_row(), cache_.v_row());
-        if (out != a) std::memcpy(out, a, static_cast<size_t>(n) * sizeof(float));
-        ref::rope(out, od->rows, l.n_head, l.head_dim, in.positions, l.rope);
-        // k is rotated on its way into the cache; the value itself stays as it was.
-        rot_k_.assign(b, b + kd.rows * kd.cols);
-        ref::rope(rot_k_.data(), kd.rows, l.n_head_kv, l.head_dim, in.positions, l.rope);
-        const float* v = ptr(p, l.in2);
-        for (int64_t t = 0; t < kd.rows; ++t) {
-          const int64_t cell = (in.seq_ids ? in.seq_ids[t] * cache_.n_ctx() : 0) + in.positions[t];
-          ref::to_fp16(rot_k_.data() + t * kd.cols, cache_.k(l.layer) + cell * cache_.k_row(), kd.cols);
-          ref::to_fp16(v + t * vd.cols, cache_.v(l.layer) + cell * cache_.v_row(), vd.cols);
-        }
-        return Status();
-      }
+      case OpCode::kRopeKv:
+        return rope_kv(p, l, in);
       case OpCode::kAttention:
         LOOM_RETURN_IF_ERROR(ref::attention(a, in.positions, id->rows, cache_.k(l.layer), cache_.v(l.layer), in.n_kv,
                                             l.attn, out, &pool_, in.seq_ids, cache_.n_ctx()));
