@@ -25,7 +25,7 @@
 #include "loom/engine/engine.h"
 #include "loom/engine/model_path.h"
 #include "loom/exec/hrx_backend.h"
-#include "loom/exec/peak.h"
+#include "loom/evolve/peak.h"
 #include "loom/gguf/ggml_types.h"
 #include "loom/model/model.h"
 #include "loom/ref/ops_ref.h"
@@ -152,7 +152,7 @@ Status bench(const BenchFlags& f, const std::string& command) {
     return invalid_argument("-p {} / --depth {} + -n {} exceeds the model's context of {}", f.n_prompt, f.depth,
                             f.n_gen, engine->n_ctx());
   const std::string device = f.gen.device.empty() ? exec::default_device() : f.gen.device;
-  LOOM_ASSIGN_OR_RETURN(exec::DeviceLimits lim, exec::measure_limits(device, f.gen.n_threads));
+  LOOM_ASSIGN_OR_RETURN(evolve::DeviceLimits lim, evolve::measure_limits(device, f.gen.n_threads));
   // A fixed pseudo-text prompt: speed does not depend on the token values.
   std::vector<int32_t> prompt(static_cast<size_t>(f.n_prompt));
   for (int64_t i = 0; i < f.n_prompt; ++i)

@@ -66,7 +66,7 @@ uint64_t host_llc_bytes();
 // Measured peak read bandwidth in GB/s: cpu, a C++ kernel on the device summing 4 MiB per launch,
 // launches rotating through 256 MiB, median of the launches (timed like candidates); cuda, a Loom
 // IR kernel reading 1 GiB with wide loads (best of 5).
-// Used by evolve's roofline and by `loom bench` (exec::measure_limits): one figure for both.
+// Used by evolve's roofline and by `loom bench` (evolve::measure_limits): one figure for both.
 Result<double> measure_read_gbps(EvalDevice& d);
 // How measure_read_gbps measures on this device, for results files.
 std::string read_gbps_method(EvalDevice& d);

@@ -7,7 +7,7 @@
 
 #include "loom/base/status.h"
 
-namespace loom::exec {
+namespace loom::evolve {
 
 struct DeviceLimits {
   std::string name;            // "NVIDIA H200", or the CPU's model name
@@ -18,11 +18,11 @@ struct DeviceLimits {
 };
 
 // Measures the device of a `--device` string ("cpu-ref", "cpu", "cuda", "cuda:N") with the read
-// kernel evolve's roofline uses (evolve::measure_read_gbps), so `loom bench` and `loom evolve`
+// kernel evolve's roofline uses (measure_read_gbps), so `loom bench` and `loom evolve`
 // divide by the same figure: cpu, the HRX cpu device's n_threads worker threads summing 4 MiB per
 // launch through 256 MiB, median of the launches; cuda, a kernel reading 1 GiB with 16-byte
 // loads, best of 5 (read bytes only: a mat-vec reads its weights, it writes almost nothing).
 // cpu-ref is measured on the HRX cpu device with n_threads threads (LOOM_THREADS, when unset).
 Result<DeviceLimits> measure_limits(std::string_view device, int n_threads);
 
-}  // namespace loom::exec
+}  // namespace loom::evolve

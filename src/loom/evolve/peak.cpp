@@ -1,5 +1,5 @@
-// Measuring a device's memory bandwidth for `loom bench` (see peak.h): evolve's read kernel.
-#include "loom/exec/peak.h"
+// Measuring a device's memory bandwidth for `loom bench` (see peak.h) with the read kernel of evolve's roofline.
+#include "loom/evolve/peak.h"
 
 #include <cstdlib>
 #include <fstream>
@@ -12,7 +12,7 @@
 #include "loom/evolve/device.h"
 #include "loom/hrx/runtime.h"
 
-namespace loom::exec {
+namespace loom::evolve {
 namespace {
 
 std::string cpu_model_name() {
@@ -42,14 +42,14 @@ Result<DeviceLimits> measure_limits(std::string_view device, int n_threads) {
   if (device == "cpu-ref" || device.empty()) spec = "cpu";
   // The cpu device reads its thread count when first opened (as the engine's backend does).
   if (spec == "cpu" && n_threads > 0) set_default_thread_count(n_threads);
-  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<evolve::EvalDevice> dev, evolve::EvalDevice::open(spec));
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<EvalDevice> dev, EvalDevice::open(spec));
   l.name = dev->props().driver == hrx::DriverKind::kCpu ? cpu_model_name() : std::string(dev->props().name);
   l.spec = dev->props().spec;
   l.peak_flops = datasheet_flops(l.name);
-  // One measurement for `loom bench` and evolve's roofline (evolve::measure_read_gbps).
-  LOOM_ASSIGN_OR_RETURN(l.bandwidth_gbs, evolve::measure_read_gbps(*dev));
-  l.bandwidth_how = evolve::read_gbps_method(*dev);
+  // One measurement for `loom bench` and evolve's roofline (measure_read_gbps).
+  LOOM_ASSIGN_OR_RETURN(l.bandwidth_gbs, measure_read_gbps(*dev));
+  l.bandwidth_how = read_gbps_method(*dev);
   return l;
 }
 
-}  // namespace loom::exec
+}  // namespace loom::evolve
