@@ -14,6 +14,7 @@
 #include "loom/codegen/target.h"
 #include "loom/ir/parser.h"
 #include "loom/ir/verifier.h"
+#include "loom/kernels/launch_args.h"
 #include "loom/store/load.h"
 
 namespace loom::evolve {
@@ -71,13 +72,7 @@ Result<EvalDevice::Loaded> EvalDevice::load(const Instance& inst) {
       LOOM_RETURN_IF_ERROR(ir::verify(inst.gen.module, target()));
       LOOM_ASSIGN_OR_RETURN(l.module, hrx::Module::compile(dev_, inst.gen.module));
       for (const kernels::KernelLaunch& kl : inst.launches) {
-        std::vector<ir::Type> types;
-        const ir::Kernel* ik = inst.gen.module.find(kl.kernel);
-        if (!ik) return invalid_argument("launch names kernel '{}', which the module lacks", kl.kernel);
-        if (ik->params.size() != kl.args.size() + kl.scalars.size())
-          return invalid_argument("kernel '{}' has {} parameters, the launch passes {}", kl.kernel, ik->params.size(),
-                                  kl.args.size() + kl.scalars.size());
-        for (size_t p = kl.args.size(); p < ik->params.size(); ++p) types.push_back(ik->params[p]->type);
+        LOOM_ASSIGN_OR_RETURN(std::vector<ir::Type> types, kernels::scalar_param_types(inst.gen.module, kl));
         l.scalar_types.push_back(std::move(types));
       }
       break;
@@ -100,19 +95,9 @@ Result<EvalDevice::Loaded> EvalDevice::load(const Instance& inst) {
 Status EvalDevice::run(const Loaded& l, const std::vector<uint64_t>& addrs) {
   for (size_t i = 0; i < l.launches.size(); ++i) {
     const kernels::KernelLaunch& kl = l.launches[i];
-    hrx::KernelArgs ka;
-    for (int a : kl.args) {
-      if (a < 0 || static_cast<size_t>(a) >= addrs.size())
-        return invalid_argument("launch {} names argument {} of {}", kl.kernel, a, addrs.size());
-      ka.address(addrs[static_cast<size_t>(a)]);
-    }
-    for (size_t j = 0; j < kl.scalars.size(); ++j) {
-      ir::Type t = i < l.scalar_types.size() && j < l.scalar_types[i].size() ? l.scalar_types[i][j]
-                                                                             : ir::Type::scalar(ir::Scalar::kI32);
-      if (t.is_float()) ka.f32(static_cast<float>(kl.scalars[j]));
-      else if (t.elem_bytes() == 8) ka.i64(kl.scalars[j]);
-      else ka.i32(static_cast<int32_t>(kl.scalars[j]));
-    }
+    LOOM_ASSIGN_OR_RETURN(hrx::KernelArgs ka,
+                          kernels::bind_launch_args(kl, addrs, i < l.scalar_types.size() ? l.scalar_types[i]
+                                                                                          : std::vector<ir::Type>()));
     LOOM_RETURN_IF_ERROR(stream_.launch(l.kernels[i], hrx::Dim3(kl.grid[0], kl.grid[1], kl.grid[2]),
                                         hrx::Dim3(kl.block[0], kl.block[1], kl.block[2]), ka)
                              .with_context("launching " + kl.kernel));

@@ -7,10 +7,11 @@
 #include <fmt/format.h>
 
 #include "loom/base/log.h"
-#include "loom/store/load.h"
-#include "loom/store/store.h"
 #include "loom/exec/hrx_plan.h"
 #include "loom/ir/ir.h"
+#include "loom/kernels/launch_args.h"
+#include "loom/store/load.h"
+#include "loom/store/store.h"
 
 namespace loom::exec::hrx_detail {
 namespace {
@@ -39,11 +40,11 @@ Result<std::unique_ptr<Plan>> compile_plan(const hrx::Device& dev, std::set<std:
   merged.source_name = fmt::format("step of {} tokens", plan->n_padded);
   struct Pending {
     std::string kernel;
-    hrx::Kernel direct;  // a stored C++ kernel, loaded as a module of its own
+    hrx::Kernel direct;  // a stored text kernel, loaded as a module of its own
     bool has_direct = false;
     kernels::KernelLaunch launch;
     std::vector<uint64_t> addrs;  // per op argument
-    std::vector<ir::Type> params;
+    std::vector<ir::Type> scalar_types;
     std::string label;
     int32_t dump_value = -1;
     std::string op;
@@ -105,12 +106,7 @@ Result<std::unique_ptr<Plan>> compile_plan(const hrx::Device& dev, std::set<std:
         pd.kernel = kl.kernel;
         pd.launch = kl;
         pd.addrs = addrs;
-        // Pointer parameters, then the scalars as the kernel text declares them (i32 unless it says).
-        pd.params.assign(kl.args.size(), ir::Type::scalar(ir::Scalar::kI64));
-        for (size_t j = 0; j < kl.scalars.size(); ++j)
-          pd.params.push_back(li < stored->scalar_types.size() && j < stored->scalar_types[li].size()
-                                  ? stored->scalar_types[li][j]
-                                  : ir::Type::scalar(ir::Scalar::kI32));
+        if (li < stored->scalar_types.size()) pd.scalar_types = stored->scalar_types[li];  // as the text declares them
         pd.label = call.label;
         pd.op = std::string(call.op->name());
         pending.push_back(std::move(pd));
@@ -145,7 +141,9 @@ Result<std::unique_ptr<Plan>> compile_plan(const hrx::Device& dev, std::set<std:
       pd.kernel = r->second;
       pd.launch = kl;
       pd.addrs = addrs;
-      for (const auto& prm : k->params) pd.params.push_back(prm->type);
+      auto types = kernels::scalar_param_types(*k, kl);
+      if (!types.ok()) return std::move(types).status().with_context(call.label);
+      pd.scalar_types = std::move(types).value();
       pd.label = call.label;
       pd.op = std::string(call.op->name());
       pending.push_back(std::move(pd));
@@ -168,21 +166,9 @@ Result<std::unique_ptr<Plan>> compile_plan(const hrx::Device& dev, std::set<std:
     }
     bl.grid = hrx::Dim3(pd.launch.grid[0], pd.launch.grid[1], pd.launch.grid[2]);
     bl.block = hrx::Dim3(pd.launch.block[0], pd.launch.block[1], pd.launch.block[2]);
-    size_t pi = 0;
-    for (int a : pd.launch.args) {
-      if (a < 0 || static_cast<size_t>(a) >= pd.addrs.size()) return internal_error("{}: bad argument index {}", pd.label, a);
-      bl.args.address(pd.addrs[static_cast<size_t>(a)]);
-      ++pi;
-    }
-    for (int64_t s : pd.launch.scalars) {
-      if (pi >= pd.params.size()) return internal_error("{}: more arguments than kernel parameters", pd.label);
-      const ir::Type t = pd.params[pi++];
-      if (t.is_float()) bl.args.f32(static_cast<float>(s));
-      else if (t.elem_bytes() == 8) bl.args.i64(s);
-      else bl.args.i32(static_cast<int32_t>(s));
-    }
-    if (pi != pd.params.size())
-      return internal_error("{}: {} arguments for {} parameters of {}", pd.label, pi, pd.params.size(), pd.kernel);
+    auto args = kernels::bind_launch_args(pd.launch, pd.addrs, pd.scalar_types);
+    if (!args.ok()) return std::move(args).status().with_context(pd.label);
+    bl.args = std::move(args).value();
     bl.label = std::move(pd.label);
     bl.dump_value = pd.dump_value;
     bl.op = pd.op;

@@ -15,9 +15,18 @@
 #include "loom/gguf/quant.h"
 #include "loom/hrx/runtime.h"
 #include "loom/ir/verifier.h"
+#include "loom/kernels/launch_args.h"
 
 namespace loom::kernels {
 namespace {
+
+// What a Program's `buffers` hold (host pointers or device addresses), as bind_launch_args takes them.
+std::vector<uint64_t> addresses(const std::vector<void*>& buffers) {
+  std::vector<uint64_t> a;
+  a.reserve(buffers.size());
+  for (void* p : buffers) a.push_back(reinterpret_cast<uint64_t>(p));
+  return a;
+}
 
 class CpuDevice final : public OpDevice {
  public:
@@ -28,20 +37,17 @@ class CpuDevice final : public OpDevice {
   class CpuProgram final : public Program {
    public:
     CpuProgram(codegen::CpuModule m, std::vector<KernelLaunch> launches, std::vector<codegen::CpuKernelFn> fns,
-               std::vector<ArgSpec> args, ThreadPool* pool)
-        : module_(std::move(m)), launches_(std::move(launches)), fns_(std::move(fns)), args_(std::move(args)), pool_(pool) {}
+               std::vector<std::vector<ir::Type>> scalar_types, ThreadPool* pool)
+        : module_(std::move(m)), launches_(std::move(launches)), fns_(std::move(fns)),
+          scalar_types_(std::move(scalar_types)), pool_(pool) {}
+    // `buffers` hold host pointers; the cpu ABI takes each argument through a pointer to its
+    // slot, which is what KernelArgs::data() gives.
     Status run(const std::vector<void*>& buffers) override {
+      const std::vector<uint64_t> addrs = addresses(buffers);
       for (size_t i = 0; i < launches_.size(); ++i) {
         const KernelLaunch& l = launches_[i];
-        std::vector<int64_t> scal(l.scalars);
-        std::vector<void*> argv;
-        for (int a : l.args) {
-          if (a < 0 || static_cast<size_t>(a) >= buffers.size())
-            return internal_error("launch {} names argument {} of {}", l.kernel, a, buffers.size());
-          argv.push_back(const_cast<void**>(&buffers[static_cast<size_t>(a)]));
-        }
-        for (int64_t& s : scal) argv.push_back(&s);  // i64 slots: little-endian, i32 reads the low half
-        LOOM_RETURN_IF_ERROR(codegen::launch_cpu(fns_[i], argv.data(), l.grid, l.block, *pool_));
+        LOOM_ASSIGN_OR_RETURN(hrx::KernelArgs ka, bind_launch_args(l, addrs, scalar_types_[i]));
+        LOOM_RETURN_IF_ERROR(codegen::launch_cpu(fns_[i], ka.data(), l.grid, l.block, *pool_));
       }
       return Status();
     }
@@ -50,19 +56,22 @@ class CpuDevice final : public OpDevice {
     codegen::CpuModule module_;
     std::vector<KernelLaunch> launches_;
     std::vector<codegen::CpuKernelFn> fns_;
-    std::vector<ArgSpec> args_;
+    std::vector<std::vector<ir::Type>> scalar_types_;
     ThreadPool* pool_;
   };
 
-  Result<std::unique_ptr<Program>> compile(const Generated& g, const std::vector<ArgSpec>& args) override {
+  Result<std::unique_ptr<Program>> compile(const Generated& g, const std::vector<ArgSpec>&) override {
     LOOM_RETURN_IF_ERROR(ir::verify(g.module, ir::TargetKind::kCpp));
     LOOM_ASSIGN_OR_RETURN(codegen::CpuModule m, codegen::compile_cpu_module(g.module));
     std::vector<codegen::CpuKernelFn> fns;
+    std::vector<std::vector<ir::Type>> st;
     for (const KernelLaunch& l : g.launches) {
       LOOM_ASSIGN_OR_RETURN(codegen::CpuKernelFn fn, m.kernel(l.kernel));
       fns.push_back(fn);
+      LOOM_ASSIGN_OR_RETURN(std::vector<ir::Type> types, scalar_param_types(g.module, l));
+      st.push_back(std::move(types));
     }
-    return std::unique_ptr<Program>(new CpuProgram(std::move(m), g.launches, std::move(fns), args, &pool_));
+    return std::unique_ptr<Program>(new CpuProgram(std::move(m), g.launches, std::move(fns), std::move(st), &pool_));
   }
 
  private:
@@ -87,19 +96,10 @@ class HrxDevice final : public OpDevice {
           scalar_types_(std::move(scalar_types)) {}
     // `buffers` hold device addresses (as pointers) for this device.
     Status run(const std::vector<void*>& buffers) override {
+      const std::vector<uint64_t> addrs = addresses(buffers);
       for (size_t i = 0; i < launches_.size(); ++i) {
         const KernelLaunch& l = launches_[i];
-        hrx::KernelArgs ka;
-        for (int a : l.args) {
-          if (a < 0 || static_cast<size_t>(a) >= buffers.size())
-            return internal_error("launch {} names argument {} of {}", l.kernel, a, buffers.size());
-          ka.address(reinterpret_cast<uint64_t>(buffers[static_cast<size_t>(a)]));
-        }
-        for (size_t j = 0; j < l.scalars.size(); ++j) {
-          ir::Type t = j < scalar_types_[i].size() ? scalar_types_[i][j] : ir::Type::scalar(ir::Scalar::kI32);
-          if (ir::scalar_bits(t.elem()) == 64) ka.i64(l.scalars[j]);
-          else ka.i32(static_cast<int32_t>(l.scalars[j]));
-        }
+        LOOM_ASSIGN_OR_RETURN(hrx::KernelArgs ka, bind_launch_args(l, addrs, scalar_types_[i]));
         LOOM_RETURN_IF_ERROR(d_->stream().launch(kernels_[i], hrx::Dim3(l.grid[0], l.grid[1], l.grid[2]),
                                                  hrx::Dim3(l.block[0], l.block[1], l.block[2]), ka)
                                  .with_context(fmt::format("launching {}", l.kernel)));
@@ -123,9 +123,7 @@ class HrxDevice final : public OpDevice {
     for (const KernelLaunch& l : g.launches) {
       LOOM_ASSIGN_OR_RETURN(hrx::Kernel k, m.kernel(l.kernel));
       ks.push_back(std::move(k));
-      std::vector<ir::Type> types;
-      if (const ir::Kernel* ik = g.module.find(l.kernel))
-        for (size_t p = l.args.size(); p < ik->params.size(); ++p) types.push_back(ik->params[p]->type);
+      LOOM_ASSIGN_OR_RETURN(std::vector<ir::Type> types, scalar_param_types(g.module, l));
       st.push_back(std::move(types));
     }
     return std::unique_ptr<Program>(new HrxProgram(this, std::move(m), g.launches, std::move(ks), std::move(st)));
