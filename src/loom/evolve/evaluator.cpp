@@ -21,8 +21,8 @@
 #include "loom/evolve/device.h"
 #include "loom/evolve/input_sets.h"
 #include "loom/evolve/worker.h"
-#include "loom/gguf/quant.h"
 #include "loom/ir/passes/instrument.h"
+#include "loom/kernels/output_compare.h"
 
 namespace loom::evolve {
 namespace {
@@ -43,19 +43,6 @@ uint8_t poison(int trial, size_t i) {
     case 1: return 0x7E;
     default: return static_cast<uint8_t>(0x40 + (i * 7) % 64);
   }
-}
-
-double elem_value(const uint8_t* p, ir::Scalar e) {
-  switch (e) {
-    case ir::Scalar::kF32: { float f; std::memcpy(&f, p, 4); return f; }
-    case ir::Scalar::kI32: { int32_t v; std::memcpy(&v, p, 4); return v; }
-    case ir::Scalar::kF16: { uint16_t h; std::memcpy(&h, p, 2); return llm::fp16_to_fp32(h); }
-    case ir::Scalar::kBF16: { uint16_t h; std::memcpy(&h, p, 2); return llm::bf16_to_fp32(h); }
-    default: return *p;
-  }
-}
-bool is_float_scalar(ir::Scalar e) {
-  return e == ir::Scalar::kF32 || e == ir::Scalar::kF16 || e == ir::Scalar::kBF16 || e == ir::Scalar::kF64;
 }
 
 // Guarded device images of every argument of one shape.
@@ -120,60 +107,36 @@ class Guarded {
   std::vector<std::vector<uint8_t>> img_;
 };
 
-// Compares outputs with the reference; empty when within tolerance, else "<tag>: detail".
-// `prev` (the previous trial's reference outputs, may be empty) names cached results.
+// Compares outputs with the reference (kernels::compare_outputs, as the op harness does); empty
+// when within tolerance, else "<tag>: detail". `prev` (the previous trial's reference outputs,
+// may be empty) names cached results.
 std::string compare(const std::vector<ArgSpec>& specs, const Guarded& g, const std::vector<HostArg>& in,
                     const std::vector<HostArg>& want, const std::vector<HostArg>* prev, int trial,
                     const kernels::Tolerance& tol) {
-  for (size_t i = 0; i < specs.size(); ++i) {
-    if (specs[i].kind != ArgKind::kBuffer) continue;
-    const uint8_t* got = g.data(i);
-    const size_t n = static_cast<size_t>(specs[i].bytes);
-    if (specs[i].role == ArgRole::kInput) {
-      if (in[i].bytes.size() == n && std::memcmp(got, in[i].bytes.data(), n) != 0)
-        for (size_t j = 0; j < n; ++j)
-          if (got[j] != in[i].bytes[j])
-            return fmt::format("input: modified input '{}' at byte {} (0x{:02x} -> 0x{:02x})", specs[i].name, j,
-                               in[i].bytes[j], got[j]);
-      continue;
-    }
-    if (specs[i].role == ArgRole::kScratch) continue;
-    const std::vector<uint8_t>& exp = want[i].bytes;
-    if (exp.size() != n) return fmt::format("wrong: reference gave {} bytes for '{}'", exp.size(), specs[i].name);
-    const ir::Scalar e = specs[i].elem;
-    const bool bytewise = tol.exact || !is_float_scalar(e);
-    const size_t es = bytewise ? 1 : static_cast<size_t>(ir::scalar_bits(e) / 8);
-    for (size_t j = 0; j + es <= n; j += es) {
-      bool bad;
-      double gv = 0, wv = 0;
-      if (bytewise) {
-        bad = got[j] != exp[j];
-      } else {
-        gv = elem_value(got + j, e);
-        wv = elem_value(exp.data() + j, e);
-        bad = !(std::fabs(gv - wv) <= tol.atol + tol.rtol * std::fabs(wv)) && !(std::isnan(wv) && std::isnan(gv));
-      }
-      if (!bad) continue;
-      // Why: poison left in place, or an earlier launch's answer, or just wrong.
-      size_t same_poison = 0, same_prev = 0, total = 0;
-      for (size_t k = j; k + es <= n && total < 64; k += es, ++total) {
-        bool p = true;
-        for (size_t b = 0; b < es; ++b) p = p && got[k + b] == poison(trial, k + b);
-        same_poison += p;
-        if (prev && (*prev)[i].bytes.size() == n) same_prev += std::memcmp(got + k, (*prev)[i].bytes.data() + k, es) == 0;
-      }
-      if (same_poison * 2 > total)
-        return fmt::format("stale: output '{}' element {} still holds the poison written before the launch (not computed)",
-                           specs[i].name, j / es);
-      if (same_prev * 2 > total)
-        return fmt::format("cached: output '{}' element {} holds the previous launch's answer, not this input's",
-                           specs[i].name, j / es);
-      if (bytewise) return fmt::format("wrong: '{}' byte {} is 0x{:02x}, reference 0x{:02x}", specs[i].name, j, got[j], exp[j]);
-      return fmt::format("wrong: '{}'[{}] = {}, reference {} (|diff| {:.3g} > {:.3g} + {:.3g} rel)", specs[i].name, j / es,
-                         gv, wv, std::fabs(gv - wv), tol.atol, tol.rtol);
-    }
+  std::vector<const uint8_t*> got(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) got[i] = g.data(i);
+  const kernels::OutputComparison c = kernels::compare_outputs(specs, got, in, want, tol);
+  using Kind = kernels::OutputComparison::Kind;
+  if (c.kind == Kind::kOk) return {};
+  if (c.kind == Kind::kInputModified) return "input: " + c.message;
+  if (c.kind == Kind::kBadReference) return "wrong: " + c.message;
+  // Why the element is wrong: poison left in place, or an earlier launch's answer, or just wrong.
+  const size_t i = c.arg, es = c.elem_bytes, n = static_cast<size_t>(specs[i].bytes);
+  const uint8_t* out = got[i];
+  size_t same_poison = 0, same_prev = 0, total = 0;
+  for (size_t k = c.offset; k + es <= n && total < 64; k += es, ++total) {
+    bool p = true;
+    for (size_t b = 0; b < es; ++b) p = p && out[k + b] == poison(trial, k + b);
+    same_poison += p;
+    if (prev && (*prev)[i].bytes.size() == n) same_prev += std::memcmp(out + k, (*prev)[i].bytes.data() + k, es) == 0;
   }
-  return {};
+  if (same_poison * 2 > total)
+    return fmt::format("stale: output '{}' element {} still holds the poison written before the launch (not computed)",
+                       specs[i].name, c.offset / es);
+  if (same_prev * 2 > total)
+    return fmt::format("cached: output '{}' element {} holds the previous launch's answer, not this input's",
+                       specs[i].name, c.offset / es);
+  return "wrong: " + c.message;
 }
 
 uint64_t mix(uint64_t a, uint64_t b) {

@@ -12,10 +12,10 @@
 #include "loom/base/stats.h"
 #include "loom/base/thread_pool.h"
 #include "loom/codegen/cpp/host_compiler.h"
-#include "loom/gguf/quant.h"
 #include "loom/hrx/runtime.h"
 #include "loom/ir/verifier.h"
 #include "loom/kernels/launch_args.h"
+#include "loom/kernels/output_compare.h"
 
 namespace loom::kernels {
 namespace {
@@ -137,17 +137,6 @@ class HrxDevice final : public OpDevice {
 constexpr size_t kGuard = 256;  // bytes of canary before and after each buffer
 uint8_t canary(size_t i) { return static_cast<uint8_t>(0xA5 ^ (i * 37)); }
 
-double elem_value(const uint8_t* p, ir::Scalar e) {
-  switch (e) {
-    case ir::Scalar::kF32: { float f; std::memcpy(&f, p, 4); return f; }
-    case ir::Scalar::kI32: { int32_t v; std::memcpy(&v, p, 4); return v; }
-    case ir::Scalar::kF64: { double d; std::memcpy(&d, p, 8); return d; }
-    case ir::Scalar::kF16: { uint16_t h; std::memcpy(&h, p, 2); return llm::fp16_to_fp32(h); }
-    case ir::Scalar::kBF16: { uint16_t h; std::memcpy(&h, p, 2); return llm::bf16_to_fp32(h); }
-    default: return *p;
-  }
-}
-
 // Buffers with guards: host images (canary, data, canary) that are the device memory itself on
 // the direct cpu device, or copied to and from HRX device buffers.
 struct GuardedBuffers {
@@ -267,34 +256,12 @@ CheckResult check_op(const OpSpec& op, const Shape& shape, const Schedule& sched
   if (Status s = (*prog)->run(dbuf.ptrs); !s.ok()) return fail("run: " + s.to_string());
   if (Status s = dbuf.fetch(); !s.ok()) return fail("copy back: " + s.to_string());
   if (std::string g = dbuf.guard_damage(specs); !g.empty()) return fail(g);
-  Tolerance tol = op.tolerance(shape);
-  for (size_t i = 0; i < specs.size(); ++i) {
-    if (specs[i].kind != ArgKind::kBuffer || specs[i].role == ArgRole::kInput || specs[i].role == ArgRole::kScratch)
-      continue;
-    const uint8_t* got = dbuf.data(i);
-    const std::vector<uint8_t>& exp = want[i].bytes;
-    if (exp.size() != static_cast<size_t>(specs[i].bytes))
-      return fail(fmt::format("reference gave {} bytes for '{}', args() says {}", exp.size(), specs[i].name, specs[i].bytes));
-    const ir::Scalar e = specs[i].elem;
-    const bool is_float = e == ir::Scalar::kF32 || e == ir::Scalar::kF64 || e == ir::Scalar::kF16 || e == ir::Scalar::kBF16;
-    const bool bytewise = tol.exact || !is_float;
-    if (bytewise) {
-      for (size_t j = 0; j < exp.size(); ++j)
-        if (got[j] != exp[j])
-          return fail(fmt::format("'{}' byte {} is 0x{:02x}, reference 0x{:02x}", specs[i].name, j, got[j], exp[j]));
-      continue;
-    }
-    const size_t es = static_cast<size_t>(ir::scalar_bits(e) / 8);
-    for (size_t j = 0; j + es <= exp.size(); j += es) {
-      double g = elem_value(got + j, e), w = elem_value(exp.data() + j, e);
-      double err = std::fabs(g - w);
-      if (!(err <= tol.atol + tol.rtol * std::fabs(w)) && !(std::isnan(w) && std::isnan(g)))
-        return fail(fmt::format("'{}'[{}] = {}, reference {} (|diff| {:.3g} > atol {:.3g} + rtol {:.3g})", specs[i].name,
-                                j / es, g, w, err, tol.atol, tol.rtol));
-      r.max_abs_err = std::max(r.max_abs_err, err);
-      if (w != 0) r.max_rel_err = std::max(r.max_rel_err, err / std::fabs(w));
-    }
-  }
+  std::vector<const uint8_t*> got(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) got[i] = dbuf.data(i);
+  const OutputComparison cmp = compare_outputs(specs, got, host, want, op.tolerance(shape));
+  r.max_abs_err = cmp.max_abs_err;
+  r.max_rel_err = cmp.max_rel_err;
+  if (!cmp.ok()) return fail(cmp.message);
   r.passed = true;
   r.message = where() + fmt::format(": ok (max |diff| {:.3g})", r.max_abs_err);
   return r;
