@@ -6,6 +6,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <system_error>
 #include <thread>
@@ -165,32 +167,41 @@ Status launch_cpu(CpuKernelFn fn, void* const* args, Dim3 grid, Dim3 block, Thre
   return Status();
 }
 
+namespace {
+
+// The pools of the thread-count overload: one per count, made on first use and never destroyed
+// (no exit-time join, and a launch from a static destructor still finds its pool), so a launch
+// hands its blocks to standing workers instead of starting OS threads. A pool takes one caller
+// at a time (ThreadPool's contract): launches with one count take turns on `mu`.
+struct SharedPool {
+  explicit SharedPool(int n) : pool(n) {}
+  std::mutex mu;
+  ThreadPool pool;
+};
+
+SharedPool& shared_pool(unsigned threads) {
+  static std::mutex mu;
+  static std::map<unsigned, std::unique_ptr<SharedPool>>* pools = new std::map<unsigned, std::unique_ptr<SharedPool>>();
+  std::lock_guard<std::mutex> lock(mu);
+  std::unique_ptr<SharedPool>& p = (*pools)[threads];
+  if (!p) p = std::make_unique<SharedPool>(static_cast<int>(threads));
+  return *p;
+}
+
+}  // namespace
+
 Status launch_cpu(CpuKernelFn fn, void* const* args, Dim3 grid, Dim3 block, unsigned threads) {
   uint64_t blocks = 0;
   LOOM_RETURN_IF_ERROR(check_launch(grid, block, &blocks));
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  if (threads > blocks) threads = static_cast<unsigned>(blocks);
-  if (threads == 1) {
+  if (threads == 1 || blocks == 1) {
     LaunchDims d = dims_for(grid, block, 0, blocks);
     fn(args, &d);
     return Status();
   }
-  std::vector<std::thread> pool;
-  pool.reserve(threads);
-  for (unsigned t = 0; t < threads; ++t) {
-    uint64_t begin = blocks * t / threads, end = blocks * (t + 1) / threads;
-    auto work = [=] {
-      LaunchDims d = dims_for(grid, block, begin, end);
-      fn(args, &d);
-    };
-    try {
-      pool.emplace_back(work);
-    } catch (const std::system_error&) {
-      work();  // no thread available: run this range here
-    }
-  }
-  for (auto& th : pool) th.join();
-  return Status();
+  SharedPool& sp = shared_pool(threads);
+  std::lock_guard<std::mutex> lock(sp.mu);
+  return launch_cpu(fn, args, grid, block, sp.pool);
 }
 
 }  // namespace loom::codegen

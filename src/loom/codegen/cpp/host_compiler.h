@@ -58,11 +58,14 @@ Result<CpuModule> compile_cpu_module(const ir::Module& module);
 
 using Dim3 = std::array<uint32_t, 3>;
 
-// Runs `fn` over grid x block: blocks are split into contiguous ranges over `threads` OS threads
-// (0: std::thread::hardware_concurrency()). Blocks must not depend on each other (as on a GPU).
-// Rejects empty grids or blocks of more than kMaxBlockThreads threads.
-Status launch_cpu(CpuKernelFn fn, void* const* args, Dim3 grid, Dim3 block, unsigned threads = 0);
-// The same on an existing pool (one caller at a time, as ThreadPool requires).
+// Runs `fn` over grid x block on `pool`: blocks are split into contiguous ranges over its
+// threads (one caller at a time, as ThreadPool requires). Blocks must not depend on each other
+// (as on a GPU). Rejects empty grids or blocks of more than kMaxBlockThreads threads. The one CPU
+// launcher: the HRX cpu driver, the op harness's direct device and the overload below run here.
 Status launch_cpu(CpuKernelFn fn, void* const* args, Dim3 grid, Dim3 block, ThreadPool& pool);
+// The same over `threads` threads (0: std::thread::hardware_concurrency()), on a pool of that
+// size that the process keeps (made at the first launch with that count; concurrent launches
+// with one count take turns). One thread, or one block, runs on the caller.
+Status launch_cpu(CpuKernelFn fn, void* const* args, Dim3 grid, Dim3 block, unsigned threads = 0);
 
 }  // namespace loom::codegen

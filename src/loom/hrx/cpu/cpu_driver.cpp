@@ -70,16 +70,17 @@ class CpuDevice final : public hrx_device {
   Status synchronize() override { return Status(); }
 
   // Runs blocks [0, n) of a launch (`name`: the kernel's, for LOOM_HRX_PROFILE).
-  void run(codegen::CpuKernelFn fn, void* const* args, const hrx_launch_config& c, const std::string& name) {
+  Status run(codegen::CpuKernelFn fn, void* const* args, const hrx_launch_config& c, const std::string& name) {
     if (!profile_) return run_blocks(fn, args, c);
     const auto t0 = Clock::now();
-    run_blocks(fn, args, c);
+    Status st = run_blocks(fn, args, c);
     const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
     std::lock_guard<std::mutex> lock(profile_mu_);
     ProfileEntry& e = profile_by_name_[name];
     e.launches += 1;
     e.us += us;
     e.blocks += uint64_t{c.grid[0]} * c.grid[1] * c.grid[2];
+    return st;
   }
 
   // LOOM_HRX_PROFILE=1: launches, blocks and wall time per kernel name, printed to stderr at
@@ -134,40 +135,29 @@ class CpuDevice final : public hrx_device {
     }
   }
 
-  void run_blocks(codegen::CpuKernelFn fn, void* const* args, const hrx_launch_config& c) {
+  Status run_blocks(codegen::CpuKernelFn fn, void* const* args, const hrx_launch_config& c) {
     codegen::LaunchDims d{{c.grid[0], c.grid[1], c.grid[2]}, {c.block[0], c.block[1], c.block[2]}, 0, 0};
     const uint64_t blocks = uint64_t{c.grid[0]} * c.grid[1] * c.grid[2];
     if (blocks == 1 || pool_.n_threads() == 1) {
       d.block_end = blocks;
       fn(args, &d);
-      return;
+      return Status();
     }
     InlineStat* sampling = nullptr;
     if (choose_inline(fn, blocks, &sampling)) {
       d.block_end = blocks;
       if (!sampling) {
         fn(args, &d);
-        return;
+        return Status();
       }
       const auto t0 = Clock::now();
       fn(args, &d);
       record_inline(sampling, std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-      return;
+      return Status();
     }
-    struct Job {
-      codegen::CpuKernelFn fn;
-      void* const* args;
-      codegen::LaunchDims dims;
-    } job{fn, args, d};
     // The pool takes one caller at a time; streams on several threads share it.
     std::lock_guard<std::mutex> lock(pool_mu_);
-    const Job* j = &job;
-    pool_.parallel_for(static_cast<int64_t>(blocks), [j](int64_t begin, int64_t end, int) {
-      codegen::LaunchDims dims = j->dims;
-      dims.block_begin = static_cast<uint64_t>(begin);
-      dims.block_end = static_cast<uint64_t>(end);
-      j->fn(j->args, &dims);
-    });
+    return codegen::launch_cpu(fn, args, {c.grid[0], c.grid[1], c.grid[2]}, {c.block[0], c.block[1], c.block[2]}, pool_);
   }
 
   struct ProfileEntry {
@@ -259,10 +249,7 @@ class CpuStream final : public hrx_stream {
       return invalid_argument("launch of {}: the cpu driver has no dynamic shared memory ({} bytes asked)",
                               r.kernel->name, r.config.shared_bytes);
     auto fn = static_cast<CpuKernel*>(r.kernel)->fn;
-    if (!capturing_) {
-      dev_->run(fn, r.args, r.config, r.kernel->name);
-      return Status();
-    }
+    if (!capturing_) return dev_->run(fn, r.args, r.config, r.kernel->name);
     // Captured: keep copies of the argument values (at most 8 bytes each, like every Loom IR
     // parameter), zero-extended into 8-byte slots of a node the graph shares; the pointer array
     // into them is built once, so a replay is one indirect call per launch.
@@ -284,10 +271,7 @@ class CpuStream final : public hrx_stream {
       std::memcpy(&node->values[i], r.args[i], size);
     }
     for (uint64_t& v : node->values) node->ptrs.push_back(&v);
-    ops_.push_back([node] {
-      node->dev->run(node->fn, node->ptrs.data(), node->config, node->name);
-      return Status();
-    });
+    ops_.push_back([node] { return node->dev->run(node->fn, node->ptrs.data(), node->config, node->name); });
     return Status();
   }
 
