@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# The test command: installs what the tests need, builds, then runs the C++ unit tests (ctest),
-# the oracle comparisons against llama.cpp / gguf / jinja2 (pytest) and bounded fuzz runs.
+# The test command: installs what the tests need, builds, checks the include graph against the
+# parts' declared layers, then runs the C++ unit tests (ctest), bounded fuzz runs and the oracle
+# comparisons against llama.cpp / gguf / jinja2 (pytest).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/tools/setup.sh" --dev
 build="${LOOM_BUILD_DIR:-$root/build}"
 export LOOM_BIN="$build/loom"
+
+# Under a second. The build cannot catch an include that crosses a layer: every part compiles
+# against the same src/ include root and the CLI links all of them.
+echo "== layers (tools/check_layers.py)"
+python3 "$root/tools/check_layers.py"
 
 echo "== unit tests (ctest)"
 if ! ctest --test-dir "$build" --output-on-failure -j"$(nproc)"; then
