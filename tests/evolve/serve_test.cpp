@@ -68,7 +68,8 @@ TEST(EvolveServe, OneWorkerForPassingCandidatesAFreshOneAfterAnyFailure) {
   EXPECT_EQ(persistent_worker_pid("cpu"), pid1) << "the same worker serves the next candidate";
   EXPECT_EQ(b.phases.rfind("open 0.00s (kept)", 0), 0u) << b.phases;
 
-  // A crash: judged as before, the worker is gone, the next candidate gets a fresh one.
+  // A crash: judged as in a one-shot worker (tag crash), the worker is gone, the next candidate
+  // gets a fresh one.
   EvalResult c = eval("cpp_crash.cpp");
   EXPECT_EQ(c.tag(), "crash") << c.reason;
   EXPECT_EQ(persistent_worker_pid("cpu"), -1);

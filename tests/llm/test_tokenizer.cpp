@@ -472,7 +472,7 @@ TEST(TokenizerHostile, UnknownPreTokenizerTypeIsRefused) {
   GgufWriter unknown = bpe;
   unknown.set_string("tokenizer.ggml.pre", "no-such-pre");
   expect_error(from_writer(unknown), StatusCode::kUnimplemented, "unknown pre-tokenizer type 'no-such-pre'");
-  // Absent or empty: llama.cpp's "default" cascade (with a warning), as before.
+  // Absent or empty: llama.cpp's "default" cascade (with a warning), as llama.cpp falls back.
   auto absent = from_writer(bpe);
   ASSERT_TRUE(absent.ok()) << absent.status().to_string();
   EXPECT_EQ(absent->pre_name(), "default");
