@@ -80,7 +80,7 @@ TEST_P(HrxEngine, LogitsMatchReferenceAtEveryPosition) {
     if (!cuda.ok()) GTEST_SKIP() << "no CUDA device: " << cuda.message();
     if (!hrx::Device::open(c.device).ok()) GTEST_SKIP() << "no CUDA device " << c.device;
   }
-  // Issue 7's bar on the Llama-3-8B shape: its CPU reference over 64 tokens needs minutes on a
+  // The Llama-3-8B shape: its CPU reference over 64 tokens needs minutes on a
   // 2-core machine, so it runs where the GPU is (whose host has the cores).
   if (c.name.rfind("synth:llama3-8b", 0) == 0 && c.device == "cpu")
     GTEST_SKIP() << "the 8B-shape model runs against the reference on cuda only (its CPU reference is too slow for CI)";
@@ -121,7 +121,7 @@ TEST_P(HrxEngine, LogitsMatchReferenceAtEveryPosition) {
     want.emplace_back((*ref)->logits(), (*ref)->logits() + V);
     got.emplace_back((*hrx)->logits(), (*hrx)->logits() + V);
   }
-  // Issue 5's (and 7's) bar, for the synthetic SmolLM2- and 8B-shape Q4_0 models on every device: cosine > 0.999 at
+  // The bar for the synthetic SmolLM2- and 8B-shape Q4_0 models on every device: cosine > 0.999 at
   // every position and the same top-1 wherever the reference's top two are more than 0.05
   // apart. On the cpu driver every model is held to bit-identity below. Elsewhere the GPU
   // kernels' other float orders (above all attention's probabilities, which the reference rounds

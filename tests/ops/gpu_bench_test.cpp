@@ -1,4 +1,4 @@
-// Device-timed benchmark of the weight-streaming ops on a CUDA device (issue 7): each op is first
+// Device-timed benchmark of the weight-streaming ops on a CUDA device: each op is first
 // checked against its reference (check_op), then launched from a captured graph that rotates
 // over enough copies of the weights to defeat the L2 cache, timed with events. Results go to
 // the JSON-lines file named by LOOM_GPU_BENCH (one object per op, shape and schedule), with a
@@ -327,7 +327,7 @@ TEST(GpuBench, PromptMatmulAtLlamaShapes) {
              [](const std::string&, const Shape& s, ShapeBuffers& sb) { return vec_dot_ref(s, sb); }, false);
 }
 
-// Batched decode (issue 6): matvec_gpu for 1..16 tokens (each weight read once for all of them)
+// Batched decode: matvec_gpu for 1..16 tokens (each weight read once for all of them)
 // against matmul_mma at 16 tokens, at SmolLM2's and Llama-3-8B's rows.
 TEST(GpuBench, SmallBatchMatvec) {
   const char* path = std::getenv("LOOM_GPU_BENCH");

@@ -1,4 +1,4 @@
-// The planar weight layout of matvec_gpu (issue 7, gguf/planar.h): the repacking round-trips and
+// The planar weight layout of matvec_gpu (gguf/planar.h): the repacking round-trips and
 // puts each piece where the layout says; on a CUDA device (LOOM_GPU_BENCH_PLANAR=FILE), the
 // planar kernels at the Llama-3-8B shapes agree with the GGUF ones on the same weights and are
 // timed against them (events around launches rotating over weight copies larger than the L2).

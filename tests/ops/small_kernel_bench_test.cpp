@@ -1,4 +1,4 @@
-// Latency of the decode step's small kernels on a CUDA device (issue 7, session 6): each op call
+// Latency of the decode step's small kernels on a CUDA device: each op call
 // (all launches of one op) is checked against its reference (check_op), then replayed from a
 // captured graph of 200 calls with programmatic dependent launch on, as the decode step runs
 // them; microseconds per call are the median of 15 replays. Schedules side by side: the
@@ -70,21 +70,21 @@ std::vector<Case> cases() {
   auto norm = [](int64_t n, int64_t dtype) {
     return make_shape({{"n_rows", 1}, {"n", n}, {"has_weight", 1}, {"dtype", dtype}, {"add", 1}}, {{"eps_f32", 1e-5f}});
   };
-  // Llama-3-8B row, Q8_0: session 5's regs form (16 warps), then the vec form.
-  out.push_back({"8B norm q8_0 regs w16 (session 5)", "rms_norm_q8", norm(4096, 8), sch_norm(16, 1, 0, 0)});
+  // Llama-3-8B row, Q8_0: the regs form (16 warps), then the vec form.
+  out.push_back({"8B norm q8_0 regs w16", "rms_norm_q8", norm(4096, 8), sch_norm(16, 1, 0, 0)});
   for (int64_t w : {2, 4, 8, 16})
     out.push_back({fmt::format("8B norm q8_0 vec w{} split", w), "rms_norm_q8", norm(4096, 8), sch_norm(w, 0, 1, 1)});
   out.push_back({"8B norm q8_0 vec w16 one CTA", "rms_norm_q8", norm(4096, 8), sch_norm(16, 0, 1, 0)});
-  // Q8_K (the Q4_K_M-like model): the vec form vs add_rms_norm + quantize_act (session 5).
+  // Q8_K (the Q4_K_M-like model): the vec form vs add_rms_norm + quantize_act.
   for (int64_t w : {2, 4, 8, 16})
     out.push_back({fmt::format("8B norm q8_K vec w{} split", w), "rms_norm_q8", norm(4096, 15), sch_norm(w, 0, 1, 1)});
-  out.push_back({"8B add_rms_norm (session 5 Q8_K path, part 1)", "add_rms_norm",
+  out.push_back({"8B add_rms_norm (unfused Q8_K path, part 1)", "add_rms_norm",
                  make_shape({{"n_rows", 1}, {"n", 4096}, {"has_weight", 1}}, {{"eps_f32", 1e-5f}}), {}});
-  out.push_back({"8B quantize_act q8_K (session 5 Q8_K path, part 2)", "quantize_act",
+  out.push_back({"8B quantize_act q8_K (unfused Q8_K path, part 2)", "quantize_act",
                  {{{"n_in", 4096}, {"n_tokens", 1}, {"dtype", 15}}}, {}});
   out.push_back({"8B quantize_act q8_0", "quantize_act", {{{"n_in", 4096}, {"n_tokens", 1}, {"dtype", 8}}}, {}});
   // SmolLM2 row (576).
-  out.push_back({"SmolLM2 norm q8_0 regs w2 (session 5)", "rms_norm_q8", norm(576, 8), sch_norm(2, 1, 0, 0)});
+  out.push_back({"SmolLM2 norm q8_0 regs w2", "rms_norm_q8", norm(576, 8), sch_norm(2, 1, 0, 0)});
   for (int64_t w : {1, 2, 4})
     out.push_back({fmt::format("SmolLM2 norm q8_0 vec w{} split", w), "rms_norm_q8", norm(576, 8), sch_norm(w, 0, 1, 1)});
   out.push_back({"SmolLM2 norm q8_0 vec w8 one CTA", "rms_norm_q8", norm(576, 8), sch_norm(8, 0, 1, 0)});

@@ -1,4 +1,4 @@
-// The session-6 small-kernel forms must assemble with ptxas (sm_90) in every schedule that
+// The small decode kernels' forms must assemble with ptxas (sm_90) in every schedule that
 // matters, not only the default and one random one of OpPtx: rms_norm_q8's vec form for every
 // warps x split on every test shape, and attention_decode with out_q (not in its test shapes:
 // attention_quant_test.cpp checks those on devices) for every split count.
