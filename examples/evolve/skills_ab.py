@@ -100,7 +100,7 @@ def main():
         for k in summary[arm]:
             s = summary[arm][k]
             print(f"{arm:9s} {k}: median {s['median']} (range {s['min']}..{s['max']}) {s['values']}")
-    out = {"what": "issue 8 must-show 4: Q4_1 mat-vec search after a Q4_0 one, with and without skills",
+    out = {"what": "Q4_1 mat-vec search after a Q4_0 one, with and without skills",
            "command": "python3 examples/evolve/skills_ab.py " + " ".join(
                f"--{k.replace('_', '-')} {v if not isinstance(v, list) else ' '.join(map(str, v))}"
                for k, v in vars(a).items() if k not in ("loom", "output")),
