@@ -59,9 +59,22 @@ using Table = std::vector<Row>;
 std::mutex g_tables_mu;
 std::map<std::string, std::shared_ptr<const Table>> g_tables;
 
+// Read-only, so an older file is read as it is (Db::open would add what it lacks): a file without
+// the kernels table has no stored kernel, and one whose rows predate `seq` gives -1 for it.
 Result<Table> read_table(const std::string& path) {
   LOOM_ASSIGN_OR_RETURN(Db db, Db::open_readonly(path));
-  LOOM_ASSIGN_OR_RETURN(Stmt s, db.prepare(fmt::format("SELECT {} FROM kernels WHERE loom_version = ?1", kCols)));
+  LOOM_ASSIGN_OR_RETURN(Stmt cols, db.prepare("SELECT name FROM pragma_table_info('kernels')"));
+  bool any = false, has_seq = false;
+  while (true) {
+    LOOM_ASSIGN_OR_RETURN(bool has, cols.step());
+    if (!has) break;
+    any = true;
+    has_seq = has_seq || cols.text(0) == "seq";
+  }
+  if (!any) return Table();
+  std::string sel(kCols);
+  if (!has_seq) sel = sel.substr(0, sel.rfind("seq")) + "-1";
+  LOOM_ASSIGN_OR_RETURN(Stmt s, db.prepare(fmt::format("SELECT {} FROM kernels WHERE loom_version = ?1", sel)));
   s.bind(1, loom_version());
   Table t;
   while (true) {
