@@ -99,17 +99,12 @@ Status chat(const ChatFlags& f) {
     }
     llm::GenerateOptions opts = f.gen.generate_options();
     opts.max_tokens = f.n_predict;
-    llm::StreamDecoder detok(tok, /*render_special=*/false);
-    llm::TextHooks hooks;
-    hooks.piece = [&](int32_t id) { return detok.push(id); };
-    hooks.flush = [&] { return detok.finish(); };
-    hooks.is_eog = [&](int32_t id) { return tok.is_eog(id); };
     auto on_text = [](std::string_view t) {
       std::fwrite(t.data(), 1, t.size(), stdout);
       std::fflush(stdout);
       return true;
     };
-    LOOM_ASSIGN_OR_RETURN(llm::GenerateResult r, llm::generate(*engine, sampler, prompt, opts, hooks, on_text, &g_interrupted));
+    LOOM_ASSIGN_OR_RETURN(llm::GenerateResult r, llm::generate(*engine, tok, sampler, prompt, opts, on_text, &g_interrupted));
     std::fputc('\n', stdout);
     std::fflush(stdout);
     messages.push_back({"assistant", r.text});

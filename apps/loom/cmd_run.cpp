@@ -78,6 +78,7 @@ Status run(const RunFlags& f) {
   llm::Sampler sampler(f.gen.sampling(), model->config().n_vocab);
   llm::GenerateOptions opts = f.gen.generate_options();
   opts.max_tokens = f.n_predict;
+  opts.render_special = true;  // a raw completion shows control tokens (with --ignore-eos, the EOS text)
   Status dump_status;
   if (!f.dump_logits.empty()) {
     opts.after_prompt = [&](const llm::Engine& e) {
@@ -85,11 +86,6 @@ Status run(const RunFlags& f) {
       dump_status = write_file(f.dump_logits, bytes);
     };
   }
-  llm::StreamDecoder detok(tok);
-  llm::TextHooks hooks;
-  hooks.piece = [&](int32_t id) { return detok.push(id); };
-  hooks.flush = [&] { return detok.finish(); };
-  hooks.is_eog = [&](int32_t id) { return tok.is_eog(id); };
   auto on_text = [&](std::string_view text) {
     if (!f.json) {
       std::fwrite(text.data(), 1, text.size(), stdout);
@@ -97,7 +93,7 @@ Status run(const RunFlags& f) {
     }
     return true;
   };
-  LOOM_ASSIGN_OR_RETURN(llm::GenerateResult r, llm::generate(*engine, sampler, prompt, opts, hooks, on_text));
+  LOOM_ASSIGN_OR_RETURN(llm::GenerateResult r, llm::generate(*engine, tok, sampler, prompt, opts, on_text));
   LOOM_RETURN_IF_ERROR(dump_status);
   if (f.json) {
     nlohmann::json j;

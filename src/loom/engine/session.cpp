@@ -1,7 +1,6 @@
 // The generation loop (see session.h).
 #include "loom/engine/session.h"
 
-#include <algorithm>
 #include <chrono>
 
 namespace loom::llm {
@@ -19,46 +18,8 @@ double GenerateResult::gen_tps() const {
   return gen_seconds > 0 ? static_cast<double>(tokens.size()) / gen_seconds : 0.0;
 }
 
-std::string StopMatcher::feed(std::string_view text) {
-  if (stopped_) return {};
-  pending_.append(text);
-  // A complete stop string ends generation; text before it is released.
-  size_t hit = std::string::npos;
-  for (const auto& s : stops_) {
-    if (s.empty()) continue;
-    size_t at = pending_.find(s);
-    if (at != std::string::npos) hit = std::min(hit, at);
-  }
-  if (hit != std::string::npos) {
-    stopped_ = true;
-    std::string out = pending_.substr(0, hit);
-    pending_.clear();
-    return out;
-  }
-  // Keep the longest suffix that is a prefix of some stop string.
-  size_t keep = 0;
-  for (const auto& s : stops_) {
-    for (size_t k = std::min(s.size() - (s.empty() ? 0 : 1), pending_.size()); k > keep; --k) {
-      if (pending_.compare(pending_.size() - k, k, s, 0, k) == 0) {
-        keep = k;
-        break;
-      }
-    }
-  }
-  std::string out = pending_.substr(0, pending_.size() - keep);
-  pending_.erase(0, pending_.size() - keep);
-  return out;
-}
-
-std::string StopMatcher::flush() {
-  if (stopped_) return {};
-  std::string out;
-  out.swap(pending_);
-  return out;
-}
-
-Result<GenerateResult> generate(Engine& engine, Sampler& sampler, std::span<const int32_t> prompt,
-                                const GenerateOptions& options, const TextHooks& hooks,
+Result<GenerateResult> generate(Engine& engine, const Tokenizer& tokenizer, Sampler& sampler,
+                                std::span<const int32_t> prompt, const GenerateOptions& options,
                                 const std::function<bool(std::string_view)>& on_text,
                                 const std::atomic<bool>* cancel) {
   GenerateResult r;
@@ -67,42 +28,31 @@ Result<GenerateResult> generate(Engine& engine, Sampler& sampler, std::span<cons
   LOOM_ASSIGN_OR_RETURN(r.n_reused, engine.sync(prompt));
   r.prompt_seconds = now_seconds() - t0;
   if (options.after_prompt) options.after_prompt(engine);
-  for (int32_t t : prompt) sampler.accept(t);
 
-  StopMatcher stop(options.stop);
-  bool cancelled = false;
+  Generation gen(tokenizer, sampler, options);
+  gen.accept_prompt(prompt);
+  bool listening = true;  // false once on_text declined: it is not called again
   auto emit = [&](const std::string& text) {
-    if (text.empty() || cancelled) return;
+    if (text.empty() || !listening) return;
     r.text += text;
-    if (on_text && !on_text(text)) cancelled = true;
+    if (on_text && !on_text(text)) listening = false;
   };
   t0 = now_seconds();
-  for (;;) {
-    if (cancel && cancel->load()) { r.stop_reason = "cancelled"; break; }
-    if (cancelled) { r.stop_reason = "cancelled"; break; }
-    if (options.max_tokens >= 0 && static_cast<int64_t>(r.tokens.size()) >= options.max_tokens) {
-      r.stop_reason = "length";
+  while (!gen.done()) {
+    if (cancel && cancel->load()) {
+      gen.cancel();
       break;
     }
-    const int32_t id = sampler.sample(engine.logits());
-    sampler.accept(id);
-    if (!options.ignore_eos && hooks.is_eog && hooks.is_eog(id)) { r.stop_reason = "eos"; break; }
-    r.tokens.push_back(id);
-    if (hooks.piece) emit(stop.feed(hooks.piece(id)));
-    if (stop.stopped()) { r.stop_reason = "stop"; break; }
-    if (options.max_tokens >= 0 && static_cast<int64_t>(r.tokens.size()) >= options.max_tokens) {
-      r.stop_reason = "length";
-      break;
-    }
-    if (engine.n_past() >= engine.n_ctx()) { r.stop_reason = "context"; break; }
-    const int32_t one[1] = {id};
+    const Generation::Step step = gen.next(engine.logits(), engine.n_past() >= engine.n_ctx());
+    emit(step.text);
+    if (!listening) gen.cancel();
+    if (gen.done()) break;
+    const int32_t one[1] = {step.token};
     LOOM_RETURN_IF_ERROR(engine.decode(one));
   }
-  if (r.stop_reason != "stop") {
-    std::string tail = hooks.flush ? hooks.flush() : std::string();
-    emit(stop.feed(tail));
-    emit(stop.flush());
-  }
+  emit(gen.finish());
+  r.tokens = gen.tokens();
+  r.stop_reason = std::string(gen.reason());
   r.gen_seconds = now_seconds() - t0;
   return r;
 }

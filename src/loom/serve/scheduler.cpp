@@ -1,10 +1,10 @@
-// The scheduler thread: admission with prefix reuse, batched steps, sampling, stop handling.
+// The scheduler thread: admission with prefix reuse, batched steps, one llm::Generation per slot.
 #include "loom/serve/scheduler.h"
 
 #include <algorithm>
 
 #include "loom/base/log.h"
-#include "loom/engine/session.h"
+#include "loom/engine/generation.h"
 
 namespace loom::serve {
 
@@ -87,9 +87,7 @@ struct Scheduler::Slot {
   size_t fed = 0;             // prompt tokens in the cache
   bool decoding = false;      // prompt done, generating
   int32_t last = 0;           // token to feed next while decoding
-  std::unique_ptr<llm::Sampler> sampler;
-  std::unique_ptr<llm::StreamDecoder> detok;
-  std::unique_ptr<llm::StopMatcher> stop;
+  std::unique_ptr<llm::Generation> gen;  // sampler, detokenizer, stop strings, end rule
   uint64_t admitted = 0;      // admission order (older prompts get the chunk budget first)
 };
 
@@ -186,10 +184,13 @@ void Scheduler::admit_locked() {
     best->params = params;
     best->fed = common;
     best->decoding = false;
-    best->sampler = std::make_unique<llm::Sampler>(params->sampling, engine_.n_vocab());
-    for (int32_t t : params->prompt) best->sampler->accept(t);
-    best->detok = std::make_unique<llm::StreamDecoder>(tok_, /*render_special=*/false);
-    best->stop = std::make_unique<llm::StopMatcher>(params->stop);
+    llm::GenerationOptions gen;
+    gen.max_tokens = params->max_tokens;
+    gen.stop = params->stop;
+    gen.ignore_eos = params->ignore_eos;
+    gen.render_special = false;
+    best->gen = std::make_unique<llm::Generation>(tok_, params->sampling, engine_.n_vocab(), std::move(gen));
+    best->gen->accept_prompt(params->prompt);
     best->admitted = ++counter;
     job->n_reused = static_cast<int64_t>(common);
     job->slot = best->seq;
@@ -201,18 +202,17 @@ void Scheduler::admit_locked() {
 }
 
 void Scheduler::finish_slot(Slot& s, const std::string& reason, Status error) {
-  if (reason != "stop" && reason != "cancelled" && reason != "error" && s.detok && s.stop) {
-    // The tail held back by the detokenizer and the stop matcher belongs to the text.
-    s.job->append(s.stop->feed(s.detok->finish()));
-    s.job->append(s.stop->flush());
+  if (s.gen) {
+    if (reason == "cancelled") s.gen->cancel();
+    // What the detokenizer and the stop matcher hold back belongs to the text (Generation::finish
+    // knows when); after a failed step the request ends with the error alone.
+    if (reason != "error") s.job->append(s.gen->finish());
   }
   if (reason == "cancelled") metrics_.cancelled.fetch_add(1);
   s.job->finish(reason, std::move(error));
   s.job.reset();
   s.params.reset();
-  s.sampler.reset();
-  s.detok.reset();
-  s.stop.reset();
+  s.gen.reset();
   {
     std::lock_guard<std::mutex> lk(mu_);
     --n_busy_;
@@ -220,38 +220,27 @@ void Scheduler::finish_slot(Slot& s, const std::string& reason, Status error) {
   idle_cv_.notify_all();
 }
 
-// One sampled token for a slot, with the stop rules of llm::generate (session.cpp), so a
-// request gets what `loom run` would give for the same prompt and sampling.
+// One sampled token for a slot; the rules are llm::generate's (the same Generation), so a request
+// gets what `loom run` would give for the same prompt and sampling.
 void Scheduler::advance(Slot& s, const float* logits) {
   Job& job = *s.job;
-  const GenParams& p = *s.params;
-  const int32_t id = s.sampler->sample(logits);
-  s.sampler->accept(id);
   if (job.n_generated.load() == 0) {
     job.first_token = now_seconds();
     metrics_.observe_ttft(job.first_token - job.arrival);
   }
-  if (!p.ignore_eos && tok_.is_eog(id)) {
-    finish_slot(s, "eos");
+  const llm::Generation::Step step = s.gen->next(logits, engine_.n_past(s.seq) >= engine_.n_ctx());
+  if (step.token != llm::kNoToken) {
+    job.tokens.push_back(step.token);
+    job.n_generated.fetch_add(1);
+    metrics_.generated_tokens.fetch_add(1);
+  }
+  job.append(step.text);
+  if (step.done) {
+    // OpenAI's finish reasons have no "context": a full context is a length limit there.
+    finish_slot(s, step.reason == "context" ? std::string("length") : std::string(step.reason));
     return;
   }
-  job.tokens.push_back(id);
-  job.n_generated.fetch_add(1);
-  metrics_.generated_tokens.fetch_add(1);
-  job.append(s.stop->feed(s.detok->push(id)));
-  if (s.stop->stopped()) {
-    finish_slot(s, "stop");
-    return;
-  }
-  if (p.max_tokens >= 0 && job.n_generated.load() >= p.max_tokens) {
-    finish_slot(s, "length");
-    return;
-  }
-  if (engine_.n_past(s.seq) >= engine_.n_ctx()) {
-    finish_slot(s, "length");
-    return;
-  }
-  s.last = id;
+  s.last = step.token;
   s.decoding = true;
 }
 
