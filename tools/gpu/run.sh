@@ -149,22 +149,28 @@ for l in open("/tmp/sweep_one.jsonl"):
       # back in) against the staged one on the same synthetic models, in the same session: the
       # rounds alternate old and new so that clock or thermal drift hits both. One JSON line per
       # test in $out/compare.jsonl (with "binary", "round" and the binary's commit), and a table
-      # of medians with new/old ratios.
+      # of medians with new/old ratios. LOOM_COMPARE_DEVICES (default cuda:0) lists the devices
+      # (e.g. "cpu cpu-ref" for the CPU paths); LOOM_COMPARE_PIN pins every run to those CPUs
+      # (taskset -c), so a CPU comparison with -t 2 runs on two quiet cores.
       old="${LOOM_OLD_BIN:?set LOOM_OLD_BIN to the other binary}"
       old_commit="$(cat "$(dirname "$old")/commit" 2>/dev/null || echo unknown)"
       mkdir -p /tmp/models
       for sq in ${LOOM_BENCH_SHAPES:-smollm2-135m:q4_0 llama3-8b:q4_0 llama3-8b:q4_k}; do
         shape="${sq%%:*}" quant="${sq##*:}" f="/tmp/models/synth-${sq/:/-}.gguf"
         [[ -f "$f" ]] || "$bin/loom" model synth --arch llama --shape "$shape" --quant "$quant" -o "$f" 2>&1 | tail -1
-        for round in $(seq "${LOOM_COMPARE_ROUNDS:-2}"); do
-          for which in old new; do
-            if [[ $which == old ]]; then b="$old" c="$old_commit"; else b="$bin/loom" c="$commit"; fi
-            echo "compare: $sq round $round $which ($c)"
-            "$b" bench -m "$f" --device cuda:0 ${LOOM_BENCH_FLAGS:-} --json > /tmp/cmp_one.jsonl || rc=1
-            python3 -c 'import json,sys
+        pin=()
+        [[ -n "${LOOM_COMPARE_PIN:-}" ]] && pin=(taskset -c "$LOOM_COMPARE_PIN")
+        for dev in ${LOOM_COMPARE_DEVICES:-cuda:0}; do
+          for round in $(seq "${LOOM_COMPARE_ROUNDS:-2}"); do
+            for which in old new; do
+              if [[ $which == old ]]; then b="$old" c="$old_commit"; else b="$bin/loom" c="$commit"; fi
+              echo "compare: $sq $dev round $round $which ($c)"
+              "${pin[@]}" "$b" bench -m "$f" --device "$dev" ${LOOM_BENCH_FLAGS:-} --json > /tmp/cmp_one.jsonl || rc=1
+              python3 -c 'import json,sys
 for l in open("/tmp/cmp_one.jsonl"):
-    o=json.loads(l); o.update(binary=sys.argv[1], round=int(sys.argv[2]), binary_commit=sys.argv[3], model=sys.argv[4]); print(json.dumps(o))' \
-              "$which" "$round" "$c" "$sq" >> "$out/compare.jsonl"
+    o=json.loads(l); o.update(binary=sys.argv[1], round=int(sys.argv[2]), binary_commit=sys.argv[3], model=sys.argv[4] + " " + sys.argv[5]); print(json.dumps(o))' \
+                "$which" "$round" "$c" "$sq" "$dev" >> "$out/compare.jsonl"
+            done
           done
         done
       done
@@ -172,11 +178,11 @@ for l in open("/tmp/cmp_one.jsonl"):
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 keys = sorted({(r["model"], r["test"]) for r in rows})
-print(f"{'model':<22} {'test':<8} {'old tok/s':>11} {'new tok/s':>11} {'new/old':>8}")
+print(f"{'model':<30} {'test':<8} {'old tok/s':>11} {'new tok/s':>11} {'new/old':>8}")
 for m, t in keys:
     med = {b: statistics.median([r["tokens_per_s"] for r in rows if r["model"] == m and r["test"] == t and r["binary"] == b] or [0])
            for b in ("old", "new")}
-    print(f"{m:<22} {t:<8} {med['old']:>11.1f} {med['new']:>11.1f} {med['new'] / med['old'] if med['old'] else 0:>8.3f}")
+    print(f"{m:<30} {t:<8} {med['old']:>11.1f} {med['new']:>11.1f} {med['new'] / med['old'] if med['old'] else 0:>8.3f}")
 PY
       ;;
     *) echo "unknown step $step"; rc=2 ;;
