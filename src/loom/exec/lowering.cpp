@@ -219,6 +219,16 @@ Result<OpCall> lower_gather_rows(const Site& s) {
   return call;
 }
 
+// The bias vector is a model weight, added to every row of in0.
+Result<OpCall> lower_add_bias(const Site& s) {
+  OpCall call = named(s, fmt::format("add_bias -> {}", s.name(s.l.out)));
+  LOOM_ASSIGN_OR_RETURN(call.op, op("add_bias"));
+  const llm::ValueDesc& x = s.v(s.l.in0);
+  call.shape.dims = {{"n_rows", x.rows}, {"n", x.cols}};
+  call.bind = {{"x", s.at(s.l.in0)}, {"b", s.c.at.weight(s.l.weight)}, {"y", s.at(s.l.out)}};
+  return call;
+}
+
 struct Rule {
   OpCode code;
   std::string_view op;  // the op-library op (matmul, attention: chosen per step)
@@ -226,7 +236,7 @@ struct Rule {
 };
 
 // The table: one entry per Program op, in OpCode order.
-constexpr std::array<Rule, 14> kRules = {{
+constexpr std::array<Rule, 15> kRules = {{
     {OpCode::kGetRows, "get_rows", lower_get_rows},
     {OpCode::kRmsNorm, "rms_norm", lower_norm},
     {OpCode::kMatMul, "matvec | matmul | matvec_gpu | matmul_mma", lower_matmul},
@@ -241,6 +251,7 @@ constexpr std::array<Rule, 14> kRules = {{
     {OpCode::kQuantize, "quantize_act", lower_quantize},
     {OpCode::kAddRmsNorm, "add_rms_norm", lower_norm},
     {OpCode::kRmsNormQ8, "rms_norm_q8", lower_norm_q8},
+    {OpCode::kAddBias, "add_bias", lower_add_bias},
 }};
 
 constexpr bool table_in_order() {

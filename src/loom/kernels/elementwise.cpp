@@ -1,4 +1,4 @@
-// Element-wise ops (add, scale, softcap) on the MapOp kernel shape, and gather_rows.
+// Element-wise ops (add, scale, softcap) on the MapOp kernel shape, add_bias and gather_rows.
 #include "loom/kernels/elementwise.h"
 
 #include <algorithm>
@@ -198,6 +198,103 @@ class SoftcapOp final : public MapOp {
   }
 };
 
+// ---- add_bias ---------------------------------------------------------------------------------
+// y[r, :] = x[r, :] + b: a bias vector (attention q/k/v biases) added to every row. A 2-D grid,
+// one row per block row, as gather_rows; each thread adds `vec` floats. The same float add as
+// ggml's broadcast add, so the result is exact on every target.
+class AddBiasOp final : public OpSpec {
+ public:
+  std::string_view name() const override { return "add_bias"; }
+  std::string_view description() const override {
+    return "y[r] = x[r] + b (f32 rows of n values, one bias vector of n added to each)";
+  }
+  Status validate(const Shape& s) const override {
+    LOOM_RETURN_IF_ERROR(elt::require_dim(name(), s, "n_rows", 1, int64_t{1} << 24));
+    LOOM_RETURN_IF_ERROR(elt::require_dim(name(), s, "n", 1, int64_t{1} << 24));
+    if (s.dims.at("n_rows") * s.dims.at("n") > (int64_t{1} << 30))
+      return invalid_argument("add_bias: more than 2^30 elements");
+    return Status();
+  }
+  std::vector<ArgSpec> args(const Shape& s) const override {
+    const int64_t r = dim_or(s, "n_rows", 0), n = dim_or(s, "n", 0);
+    return {elt::buffer_arg("x", ArgRole::kInput, r * n, Scalar::kF32),
+            elt::buffer_arg("b", ArgRole::kInput, n, Scalar::kF32),
+            elt::buffer_arg("y", ArgRole::kOutput, r * n, Scalar::kF32)};
+  }
+  Cost cost(const Shape& s) const override {
+    const double r = static_cast<double>(dim_or(s, "n_rows", 0)), n = static_cast<double>(dim_or(s, "n", 0));
+    return {(2.0 * r + 1.0) * n * 4.0, r * n};
+  }
+  Tolerance tolerance(const Shape&) const override { return {0, 0, true}; }
+  std::vector<Knob> schedule_space(const Shape& s, ir::TargetKind t) const override {
+    const int64_t n = dim_or(s, "n", 1);
+    if (!elt::gpu_target(t)) return {{"threads", {1}}, {"vec", elt::dividing(n, {4, 8})}};
+    return {{"threads", {64, 128, 256}}, {"vec", elt::dividing(n, {2, 4})}};
+  }
+  Schedule default_schedule(const Shape& s, ir::TargetKind t) const override {
+    auto space = schedule_space(s, t);
+    return {{"threads", elt::gpu_target(t) ? 128 : 1}, {"vec", space[1].choices.back()}};
+  }
+  Result<Generated> generate(const Shape& s, const Schedule& sch, ir::TargetKind t) const override {
+    LOOM_RETURN_IF_ERROR(validate(s));
+    LOOM_RETURN_IF_ERROR(elt::check_schedule(name(), schedule_space(s, t), sch));
+    const int64_t n = s.dims.at("n"), n_rows = s.dims.at("n_rows");
+    const int threads = static_cast<int>(sch.at("threads")), vec = static_cast<int>(sch.at("vec"));
+    const int64_t n_vec = n / vec;
+    Generated g;
+    ir::Kernel* k = g.module.add_kernel("add_bias");
+    ir::Builder b(*k);
+    Value* x = b.param(elt::global_ptr(Scalar::kF32), "x");
+    Value* bias = b.param(elt::global_ptr(Scalar::kF32), "b");
+    Value* y = b.param(elt::global_ptr(Scalar::kF32), "y");
+    Value* base = b.mul(b.block_id(ir::Mode::kY), b.i32(static_cast<int32_t>(n)));
+    Value* tid = b.thread_id(ir::Mode::kX);
+    Value* c0 = b.mul(b.block_id(ir::Mode::kX), b.i32(threads));
+    // On the cpu (one thread per block) a block walks its whole row.
+    const int64_t per_thread = elt::gpu_target(t) ? 1 : n_vec;
+    const Type vt = elt::f32_type(vec);
+    b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(per_thread)), b.i32(1), {},
+               [&](Value* it, std::span<Value* const>) {
+                 Value* v = b.add(b.add(c0, tid), b.mul(it, b.i32(threads)));
+                 b.if_then_else(b.cmp(ir::Mode::kLt, v, b.i32(static_cast<int32_t>(n_vec))), {}, [&] {
+                   Value* e = b.mul(v, b.i32(vec));
+                   Value* sum = b.add(b.load(x, b.add(base, e), vt, 4 * vec), b.load(bias, e, vt, 4 * vec));
+                   b.store(y, b.add(base, e), sum, 4 * vec);
+                   return std::vector<Value*>{};
+                 });
+                 return std::vector<Value*>{};
+               });
+    KernelLaunch l;
+    l.kernel = "add_bias";
+    l.grid = {elt::gpu_target(t) ? static_cast<uint32_t>((n_vec + threads - 1) / threads) : 1u,
+              static_cast<uint32_t>(n_rows), 1};
+    l.block = {static_cast<uint32_t>(threads), 1, 1};
+    l.args = {0, 1, 2};
+    g.launches.push_back(l);
+    LOOM_RETURN_IF_ERROR(elt::verify_generated(name(), g, t));
+    return g;
+  }
+  void fill_inputs(const Shape& s, std::mt19937_64& rng, std::span<HostArg> args) const override {
+    elt::size_buffers(this->args(s), args);
+    elt::fill_uniform(rng, elt::f32s(args[0]), -4.0f, 4.0f);
+    elt::fill_uniform(rng, elt::f32s(args[1]), -1.0f, 1.0f);
+  }
+  Status reference(const Shape& s, std::span<HostArg> args) const override {
+    const int64_t rows = s.dims.at("n_rows"), n = s.dims.at("n");
+    const float* x = elt::f32s(args[0]).data();
+    const float* bias = elt::f32s(args[1]).data();
+    float* y = elt::f32s(args[2]).data();
+    for (int64_t r = 0; r < rows; ++r) llm::ref::add(x + r * n, bias, y + r * n, n);
+    return Status();
+  }
+  std::vector<Shape> test_shapes() const override {
+    // One decode row of Qwen2.5-0.5B's q (896), a prompt of its k/v rows (128), Qwen2.5-7B's q
+    // (3584) over 5 tokens, and a row no vector width divides.
+    return {elt::make_shape({{"n_rows", 1}, {"n", 896}}), elt::make_shape({{"n_rows", 33}, {"n", 128}}),
+            elt::make_shape({{"n_rows", 5}, {"n", 3584}}), elt::make_shape({{"n_rows", 3}, {"n", 13}})};
+  }
+};
+
 // ---- gather_rows ------------------------------------------------------------------------------
 // out[i, :] = x[rows[i], :]: keeps the rows whose logits the step wants. Row indices come from a
 // device buffer; each thread copies `vec` floats.
@@ -314,13 +411,17 @@ const OpSpec& softcap_op() {
   static const SoftcapOp op;
   return op;
 }
+const OpSpec& add_bias_op() {
+  static const AddBiasOp op;
+  return op;
+}
 const OpSpec& gather_rows_op() {
   static const GatherRowsOp op;
   return op;
 }
 
 std::vector<const OpSpec*> elementwise_family_ops() {
-  return {&add_op(),     &scale_op(),        &softcap_op(),      &swiglu_op(),
+  return {&add_op(),     &add_bias_op(),     &scale_op(),        &softcap_op(),      &swiglu_op(),
           &geglu_op(),   &gather_rows_op(),  &rms_norm_op(),     &add_rms_norm_op(),
           &softmax_op(), &rope_kv_op(),      &attention_decode_op(), &attention_prompt_op(), &rms_norm_q8_op()};
 }

@@ -13,6 +13,7 @@ const std::vector<const OpSpec*>& all_ops() {
       &argmax_op(),
       // Element-wise, norm, rope, attention.
       &add_op(),
+      &add_bias_op(),
       &scale_op(),
       &softcap_op(),
       &swiglu_op(),

@@ -166,6 +166,13 @@ class RefBackend final : public Backend {
         return Status();
       }
       case OpCode::kAdd: ref::add(a, b, out, n); return Status();
+      case OpCode::kAddBias: {
+        const Weight& w = model_->weight(l.weight);
+        if (w.view.type != GgmlType::F32 || w.view.n_in != od->cols || w.view.n_out != 1)
+          return internal_error("bias {} does not fit rows of {}", w.name, od->cols);
+        for (int64_t r = 0; r < od->rows; ++r) ref::add(a + r * od->cols, w.f32(), out + r * od->cols, od->cols);
+        return Status();
+      }
       case OpCode::kScale: ref::scale(a, l.f, out, n); return Status();
       case OpCode::kSoftcap: ref::softcap(a, l.f, out, n); return Status();
       case OpCode::kSwiGlu: ref::swiglu(a, b, out, n); return Status();

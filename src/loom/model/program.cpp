@@ -24,6 +24,7 @@ const char* op_name(OpCode op) {
     case OpCode::kQuantize: return "quantize";
     case OpCode::kAddRmsNorm: return "add_rms_norm";
     case OpCode::kRmsNormQ8: return "rms_norm_q8";
+    case OpCode::kAddBias: return "add_bias";
   }
   return "?";
 }

@@ -42,6 +42,8 @@ enum class OpCode : uint8_t {
   kAddRmsNorm,  // out1 = in0 + in1; out = rms_norm(out1) * weight                [add_rms_norm]
   kRmsNormQ8,   // out = rms_norm(in0 [+ in1, written to out1]) * weight, quantized to out's
                 //   type (Q8_0/Q8_1/Q8_K); the f32 norm is never written         [rms_norm_q8]
+  kAddBias,     // out[t] = in0[t] + weight (an f32 vector of in0's cols: a projection's bias)
+                //                                                                [add_bias]
 };
 const char* op_name(OpCode op);
 
@@ -60,7 +62,7 @@ struct Launch {
   int32_t out = -1;                   // value id (-1: none)
   int32_t out1 = -1, out2 = -1;       // second/third outputs (see OpCode)
   int32_t in0 = -1, in1 = -1, in2 = -1;  // value ids
-  int32_t weight = -1;                // Model weight id (matrix, table or norm vector)
+  int32_t weight = -1;                // Model weight id (matrix, table, norm or bias vector)
   int32_t weight1 = -1, weight2 = -1;  // kMatMul: more matrices read with the same input
   bool glu = false;                   // kMatMul: out = silu(weight · in0) * (weight1 · in0)
   int32_t layer = -1;                 // KV cache layer
