@@ -1,45 +1,40 @@
-// Gemma 3: embeddings scaled by sqrt(n_embd), RMSNorm before and after attention and FFN, q/k
-// RMSNorm per head, NeoX RoPE with a different base on sliding-window layers, GELU-gated FFN.
+// Gemma 2 and Gemma 3: embeddings scaled by sqrt(n_embd), RMSNorm before and after attention and
+// FFN, NeoX RoPE, alternating sliding-window and global layers, queries scaled before attention,
+// GELU-gated FFN. Gemma 3 adds q/k RMSNorm per head and its own RoPE base on sliding-window
+// layers; Gemma 2 soft-caps the attention scores and the final logits instead.
 #include <cmath>
 
 #include "loom/model/arch_util.h"
 #include "loom/model/model.h"
 
 namespace loom::llm {
+namespace {
 
-Status load_gemma3(Model& m) {
+// Which layers use the sliding window: all but the last of each group of `pattern` layers (the
+// default pattern is the architecture's), or the per-layer array the GGUF may hold instead.
+Status read_swa_layers(Model& m, uint64_t default_pattern) {
   ModelConfig& c = m.mutable_config();
   const GgufFile& g = m.gguf();
-  c.rope_mode = ref::RopeMode::kNeox;
-  LOOM_ASSIGN_OR_RETURN(uint64_t n_swa, g.get_u64_or("gemma3.attention.sliding_window", 0));
-  c.n_swa = static_cast<int>(n_swa);
-  if (c.n_swa > 0) {
-    // Layer il uses the window unless it is the last of each group of `pattern` layers; the
-    // GGUF may also spell the pattern out per layer.
-    const GgufValue* pv = g.find("gemma3.attention.sliding_window_pattern");
-    if (pv && pv->type == GgufType::ARRAY) {
-      LOOM_ASSIGN_OR_RETURN(const GgufArray* arr, pv->as_array());
-      if (static_cast<int64_t>(arr->size()) != c.n_layer)
-        return data_loss("sliding_window_pattern has {} entries for {} layers", arr->size(), c.n_layer);
-      for (size_t il = 0; il < arr->size(); ++il) {
-        LOOM_ASSIGN_OR_RETURN(bool b, arr->at(il).as_bool());
-        c.layer_swa[il] = b;
-      }
-    } else {
-      LOOM_ASSIGN_OR_RETURN(uint64_t pattern, g.get_u64_or("gemma3.attention.sliding_window_pattern", 6));
-      for (int64_t il = 0; il < c.n_layer; ++il)
-        c.layer_swa[static_cast<size_t>(il)] = pattern == 0 || (static_cast<uint64_t>(il) % pattern < pattern - 1);
+  const std::string key = c.arch_name + ".attention.sliding_window_pattern";
+  const GgufValue* pv = g.find(key);
+  if (pv && pv->type == GgufType::ARRAY) {
+    LOOM_ASSIGN_OR_RETURN(const GgufArray* arr, pv->as_array());
+    if (static_cast<int64_t>(arr->size()) != c.n_layer)
+      return data_loss("{} has {} entries for {} layers", key, arr->size(), c.n_layer);
+    for (size_t il = 0; il < arr->size(); ++il) {
+      LOOM_ASSIGN_OR_RETURN(bool b, arr->at(il).as_bool());
+      c.layer_swa[il] = b;
     }
-    LOOM_ASSIGN_OR_RETURN(double base_swa, g.get_f64_or("gemma3.rope.freq_base_swa", 10000.0));
-    c.rope_freq_base_swa = static_cast<float>(base_swa);
-    c.rope_freq_scale_swa = 1.0f;
+    return Status();
   }
-  // Gemma 3 27B (62 layers) scales queries by 1/sqrt(n_embd / n_head), the others by
-  // 1/sqrt(head size) (as Google's reference config and llama.cpp do).
-  c.attn_scale = c.n_layer == 62 ? 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head))
-                                 : 1.0f / std::sqrt(static_cast<float>(c.head_dim_k));
-  if (c.n_rot != c.head_dim_k) return unimplemented("gemma3: partial rotary embedding is not supported");
-  LOOM_RETURN_IF_ERROR(bind_globals_checked(m));
+  LOOM_ASSIGN_OR_RETURN(uint64_t pattern, g.get_u64_or(key, default_pattern));
+  for (int64_t il = 0; il < c.n_layer; ++il)
+    c.layer_swa[static_cast<size_t>(il)] = pattern == 0 || (static_cast<uint64_t>(il) % pattern < pattern - 1);
+  return Status();
+}
+
+Status bind_gemma_layers(Model& m, bool qk_norm) {
+  const ModelConfig& c = m.config();
   const int64_t nq = static_cast<int64_t>(c.n_head) * c.head_dim_k;
   const int64_t nk = static_cast<int64_t>(c.n_head_kv) * c.head_dim_k;
   const int64_t nv = static_cast<int64_t>(c.n_head_kv) * c.head_dim_v;
@@ -53,8 +48,10 @@ Status load_gemma3(Model& m) {
     LOOM_RETURN_IF_ERROR(bind_matrix_checked(m, p + "attn_k.weight", c.n_embd, nk, &L.wk));
     LOOM_RETURN_IF_ERROR(bind_matrix_checked(m, p + "attn_v.weight", c.n_embd, nv, &L.wv));
     LOOM_RETURN_IF_ERROR(bind_matrix_checked(m, p + "attn_output.weight", static_cast<int64_t>(c.n_head) * c.head_dim_v, c.n_embd, &L.wo));
-    LOOM_ASSIGN_OR_RETURN(L.q_norm, m.bind_vector(p + "attn_q_norm.weight", c.head_dim_k));
-    LOOM_ASSIGN_OR_RETURN(L.k_norm, m.bind_vector(p + "attn_k_norm.weight", c.head_dim_k));
+    if (qk_norm) {
+      LOOM_ASSIGN_OR_RETURN(L.q_norm, m.bind_vector(p + "attn_q_norm.weight", c.head_dim_k));
+      LOOM_ASSIGN_OR_RETURN(L.k_norm, m.bind_vector(p + "attn_k_norm.weight", c.head_dim_k));
+    }
     LOOM_ASSIGN_OR_RETURN(L.attn_post_norm, m.bind_vector(p + "post_attention_norm.weight", c.n_embd));
     LOOM_ASSIGN_OR_RETURN(L.ffn_norm, m.bind_vector(p + "ffn_norm.weight", c.n_embd));
     LOOM_RETURN_IF_ERROR(bind_matrix_checked(m, p + "ffn_gate.weight", c.n_embd, c.n_ff, &L.ffn_gate));
@@ -65,7 +62,59 @@ Status load_gemma3(Model& m) {
   return Status();
 }
 
-Program build_gemma3(const Model& m, int64_t n_tokens, int64_t n_outputs) {
+// Queries are scaled by 1/sqrt(n_embd / n_head) in the 27B models (Gemma 2: 46 layers, Gemma 3:
+// 62), by 1/sqrt(head size) in the others, as Google's reference configs and llama.cpp do.
+float query_scale(const ModelConfig& c, int64_t layers_27b) {
+  return c.n_layer == layers_27b ? 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head))
+                                 : 1.0f / std::sqrt(static_cast<float>(c.head_dim_k));
+}
+
+}  // namespace
+
+// Gemma 2: every other layer (the even ones) has a window of 4096 unless the metadata says
+// otherwise; RoPE is the same on every layer; scores capped at 50 and logits at 30 where the
+// metadata has no caps (llama.cpp's defaults, from Google's configs). The output matrix is the
+// embedding table, whatever else the file holds.
+Status load_gemma2(Model& m) {
+  ModelConfig& c = m.mutable_config();
+  const GgufFile& g = m.gguf();
+  const std::string& a = c.arch_name;
+  c.rope_mode = ref::RopeMode::kNeox;
+  LOOM_ASSIGN_OR_RETURN(uint64_t n_swa, g.get_u64_or(a + ".attention.sliding_window", 4096));
+  c.n_swa = static_cast<int>(n_swa);
+  if (c.n_swa > 0) LOOM_RETURN_IF_ERROR(read_swa_layers(m, 2));
+  LOOM_ASSIGN_OR_RETURN(double base_swa, g.get_f64_or(a + ".rope.freq_base_swa", c.rope_freq_base));
+  c.rope_freq_base_swa = static_cast<float>(base_swa);
+  c.rope_freq_scale_swa = c.rope_freq_scale;
+  if (!g.has(a + ".attn_logit_softcapping")) c.attn_softcap = 50.0f;
+  if (!g.has(a + ".final_logit_softcapping")) c.final_softcap = 30.0f;
+  c.attn_scale = query_scale(c, 46);
+  if (c.n_rot != c.head_dim_k) return unimplemented("gemma2: partial rotary embedding is not supported");
+  if (c.head_dim_k != c.head_dim_v) return unimplemented("gemma2: key and value heads of different sizes are not supported");
+  LOOM_RETURN_IF_ERROR(bind_globals_checked(m));
+  m.set_globals(m.tok_embd(), m.output_norm(), m.tok_embd());
+  return bind_gemma_layers(m, /*qk_norm=*/false);
+}
+
+Status load_gemma3(Model& m) {
+  ModelConfig& c = m.mutable_config();
+  const GgufFile& g = m.gguf();
+  c.rope_mode = ref::RopeMode::kNeox;
+  LOOM_ASSIGN_OR_RETURN(uint64_t n_swa, g.get_u64_or("gemma3.attention.sliding_window", 0));
+  c.n_swa = static_cast<int>(n_swa);
+  if (c.n_swa > 0) {
+    LOOM_RETURN_IF_ERROR(read_swa_layers(m, 6));
+    LOOM_ASSIGN_OR_RETURN(double base_swa, g.get_f64_or("gemma3.rope.freq_base_swa", 10000.0));
+    c.rope_freq_base_swa = static_cast<float>(base_swa);
+    c.rope_freq_scale_swa = 1.0f;
+  }
+  c.attn_scale = query_scale(c, 62);
+  if (c.n_rot != c.head_dim_k) return unimplemented("gemma3: partial rotary embedding is not supported");
+  LOOM_RETURN_IF_ERROR(bind_globals_checked(m));
+  return bind_gemma_layers(m, /*qk_norm=*/true);
+}
+
+Program build_gemma(const Model& m, int64_t n_tokens, int64_t n_outputs) {
   const ModelConfig& c = m.config();
   Recipe r(m, n_tokens, n_outputs);
 
@@ -97,8 +146,8 @@ Program build_gemma3(const Model& m, int64_t n_tokens, int64_t n_outputs) {
     int32_t q = r.matmul(L.wq, h, layer_name("Qcur", il));
     int32_t k = r.matmul(L.wk, h, layer_name("Kcur", il));
     int32_t v = r.matmul(L.wv, h, layer_name("Vcur", il));
-    q = r.rms_norm(q, L.q_norm, c.norm_eps, layer_name("Qcur_normed", il), c.head_dim_k);
-    k = r.rms_norm(k, L.k_norm, c.norm_eps, layer_name("Kcur_normed", il), c.head_dim_k);
+    if (L.q_norm >= 0) q = r.rms_norm(q, L.q_norm, c.norm_eps, layer_name("Qcur_normed", il), c.head_dim_k);
+    if (L.k_norm >= 0) k = r.rms_norm(k, L.k_norm, c.norm_eps, layer_name("Kcur_normed", il), c.head_dim_k);
     r.rope_kv(q, k, v, il, c.n_head, c.n_head_kv, c.head_dim_k, rope);
     q = r.scale(q, c.attn_scale, layer_name("Qcur_scaled", il));
     int32_t a = r.attention(q, il, attn, layer_name("kqv_out", il));

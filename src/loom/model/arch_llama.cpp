@@ -1,49 +1,113 @@
-// The Llama family (Llama 2/3, SmolLM2, TinyLlama, Mistral 7B): RMSNorm, RoPE on adjacent
-// pairs, grouped-query attention, SwiGLU FFN, tied or separate output matrix.
+// The Llama-like decoders: Llama 2/3 (SmolLM2, TinyLlama, Mistral 7B), Qwen 2/2.5, Qwen 3 and
+// Phi-3/Phi-4. RMSNorm, RoPE, grouped-query attention, SwiGLU FFN, tied or separate output
+// matrix. Per architecture: Qwen 2's q/k/v biases, Qwen 3's per-head q/k RMSNorm, Phi-3's fused
+// QKV and gate|up tensors (bound as row views, so every later stage sees plain matrices) and its
+// queries scaled before attention; NeoX RoPE for Qwen and Phi, adjacent pairs for Llama. Each
+// computes what llama.cpp's graph for the architecture computes, op for op.
 #include <cmath>
 
 #include "loom/model/arch_util.h"
 #include "loom/model/model.h"
 
 namespace loom::llm {
+namespace {
+
+// The q, k, v projections: three tensors, or the row ranges q | k | v of a fused attn_qkv.
+Status bind_qkv(Model& m, const std::string& p, int64_t nq, int64_t nk, int64_t nv, LayerWeights& L) {
+  const ModelConfig& c = m.config();
+  const GgufFile& g = m.gguf();
+  const std::string fused = p + "attn_qkv.weight";
+  if (!g.tensor(fused)) {
+    LOOM_RETURN_IF_ERROR(bind_matrix_checked(m, p + "attn_q.weight", c.n_embd, nq, &L.wq));
+    LOOM_RETURN_IF_ERROR(bind_matrix_checked(m, p + "attn_k.weight", c.n_embd, nk, &L.wk));
+    return bind_matrix_checked(m, p + "attn_v.weight", c.n_embd, nv, &L.wv);
+  }
+  if (g.tensor(p + "attn_q.weight"))
+    return data_loss("layer '{}' has both a fused attn_qkv.weight and attn_q.weight", p);
+  if (g.tensor(p + "attn_qkv.bias")) return unimplemented("tensor '{}attn_qkv.bias' (a fused QKV bias) is not supported", p);
+  const int64_t total = nq + nk + nv;
+  LOOM_RETURN_IF_ERROR(bind_rows_checked(m, fused, c.n_embd, total, 0, nq, &L.wq));
+  LOOM_RETURN_IF_ERROR(bind_rows_checked(m, fused, c.n_embd, total, nq, nk, &L.wk));
+  return bind_rows_checked(m, fused, c.n_embd, total, nq + nk, nv, &L.wv);
+}
+
+// gate and up: two tensors, or (Phi-3) one ffn_up of 2 * n_ff rows, gate first (ggml_swiglu of
+// the fused product applies SiLU to its first half).
+Status bind_gate_up(Model& m, const std::string& p, LayerWeights& L) {
+  const ModelConfig& c = m.config();
+  if (c.arch == Arch::kPhi3 && !m.gguf().tensor(p + "ffn_gate.weight")) {
+    const std::string up = p + "ffn_up.weight";
+    LOOM_RETURN_IF_ERROR(bind_rows_checked(m, up, c.n_embd, 2 * c.n_ff, 0, c.n_ff, &L.ffn_gate));
+    return bind_rows_checked(m, up, c.n_embd, 2 * c.n_ff, c.n_ff, c.n_ff, &L.ffn_up);
+  }
+  LOOM_RETURN_IF_ERROR(bind_matrix_checked(m, p + "ffn_gate.weight", c.n_embd, c.n_ff, &L.ffn_gate));
+  return bind_matrix_checked(m, p + "ffn_up.weight", c.n_embd, c.n_ff, &L.ffn_up);
+}
+
+Status check_architecture(const Model& m) {
+  const ModelConfig& c = m.config();
+  const GgufFile& g = m.gguf();
+  const std::string& a = c.arch_name;
+  if (g.has(a + ".expert_count")) {
+    LOOM_ASSIGN_OR_RETURN(uint64_t n_expert, g.get_u64(a + ".expert_count"));
+    if (n_expert > 0) return unimplemented("mixture-of-experts models ({} experts) are not supported yet", n_expert);
+  }
+  if (c.head_dim_k != c.head_dim_v)
+    return unimplemented("{}: key and value heads of {} and {} values are not supported", a, c.head_dim_k, c.head_dim_v);
+  // Phi-3 may rotate part of each head (Phi-4-mini); the others rotate all of it, as llama.cpp
+  // requires for them.
+  if (c.arch != Arch::kPhi3 && c.n_rot != c.head_dim_k)
+    return unimplemented("{}: head size {} with {} rotated dims is not supported", a, c.head_dim_k, c.n_rot);
+  for (const char* t : {"rope_factors_long.weight", "rope_factors_short.weight"})
+    if (g.tensor(t)) return unimplemented("tensor '{}': long-context RoPE factors (LongRoPE) are not supported yet", t);
+  return Status();
+}
+
+}  // namespace
 
 Status load_llama(Model& m) {
   ModelConfig& c = m.mutable_config();
   const GgufFile& g = m.gguf();
   const std::string a = c.arch_name;
-  c.rope_mode = ref::RopeMode::kNormal;
-  LOOM_ASSIGN_OR_RETURN(double attn_scale, g.get_f64_or(a + ".attention.scale", 0.0));
-  c.attn_scale = static_cast<float>(attn_scale);
-  if (g.has(a + ".expert_count")) {
-    LOOM_ASSIGN_OR_RETURN(uint64_t n_expert, g.get_u64(a + ".expert_count"));
-    if (n_expert > 0) return unimplemented("mixture-of-experts models ({} experts) are not supported yet", n_expert);
+  c.rope_mode = c.arch == Arch::kLlama ? ref::RopeMode::kNormal : ref::RopeMode::kNeox;
+  if (c.arch == Arch::kLlama) {
+    // Only Llama's recipe reads attention.scale (llama.cpp's Qwen and Phi graphs ignore it).
+    LOOM_ASSIGN_OR_RETURN(double attn_scale, g.get_f64_or(a + ".attention.scale", 0.0));
+    c.attn_scale = static_cast<float>(attn_scale);
   }
-  if (c.head_dim_k != c.n_rot || c.head_dim_k != c.head_dim_v)
-    return unimplemented("llama: head size {}/{} with {} rotated dims is not supported", c.head_dim_k, c.head_dim_v, c.n_rot);
+  // Phi-3's sliding_window is ignored, as llama.cpp ignores it: its converters write the window
+  // without the per-layer pattern the checkpoints use, and the outputs should agree.
+  LOOM_RETURN_IF_ERROR(check_architecture(m));
   LOOM_RETURN_IF_ERROR(bind_globals_checked(m));
-  if (const GgufTensor* rf = g.tensor("rope_freqs.weight")) {
+  if (g.tensor("rope_freqs.weight")) {
+    // Llama 3.1+ "llama3" RoPE scaling: the converter stores the per-frequency divisors.
     LOOM_ASSIGN_OR_RETURN(int32_t id, m.bind_vector("rope_freqs.weight", c.n_rot / 2));
-    (void)rf;
     m.set_rope_freqs(m.weight(id).f32());
   }
   const int64_t nq = static_cast<int64_t>(c.n_head) * c.head_dim_k;
   const int64_t nk = static_cast<int64_t>(c.n_head_kv) * c.head_dim_k;
   const int64_t nv = static_cast<int64_t>(c.n_head_kv) * c.head_dim_v;
+  const bool qkv_bias_required = c.arch == Arch::kQwen2;
   auto& layers = m.mutable_layers();
   layers.resize(static_cast<size_t>(c.n_layer));
   for (int il = 0; il < c.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
-    for (const char* bias : {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias", "attn_qkv.weight"})
-      if (g.tensor(p + bias)) return unimplemented("tensor '{}{}' (biases / fused QKV) is not supported for llama yet", p, bias);
+    for (const char* bias : {"ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"})
+      if (g.tensor(p + bias)) return unimplemented("tensor '{}{}' (FFN biases) is not supported", p, bias);
     LayerWeights& L = layers[static_cast<size_t>(il)];
     LOOM_ASSIGN_OR_RETURN(L.attn_norm, m.bind_vector(p + "attn_norm.weight", c.n_embd));
-    LOOM_RETURN_IF_ERROR(bind_matrix_checked(m, p + "attn_q.weight", c.n_embd, nq, &L.wq));
-    LOOM_RETURN_IF_ERROR(bind_matrix_checked(m, p + "attn_k.weight", c.n_embd, nk, &L.wk));
-    LOOM_RETURN_IF_ERROR(bind_matrix_checked(m, p + "attn_v.weight", c.n_embd, nv, &L.wv));
-    LOOM_RETURN_IF_ERROR(bind_matrix_checked(m, p + "attn_output.weight", static_cast<int64_t>(c.n_head) * c.head_dim_v, c.n_embd, &L.wo));
+    LOOM_RETURN_IF_ERROR(bind_qkv(m, p, nq, nk, nv, L));
+    LOOM_ASSIGN_OR_RETURN(L.bq, m.bind_vector(p + "attn_q.bias", nq, qkv_bias_required));
+    LOOM_ASSIGN_OR_RETURN(L.bk, m.bind_vector(p + "attn_k.bias", nk, qkv_bias_required));
+    LOOM_ASSIGN_OR_RETURN(L.bv, m.bind_vector(p + "attn_v.bias", nv, qkv_bias_required));
+    if (c.arch == Arch::kQwen3) {
+      LOOM_ASSIGN_OR_RETURN(L.q_norm, m.bind_vector(p + "attn_q_norm.weight", c.head_dim_k));
+      LOOM_ASSIGN_OR_RETURN(L.k_norm, m.bind_vector(p + "attn_k_norm.weight", c.head_dim_k));
+    }
+    LOOM_RETURN_IF_ERROR(bind_matrix_checked(m, p + "attn_output.weight", nq, c.n_embd, &L.wo));
+    LOOM_ASSIGN_OR_RETURN(L.bo, m.bind_vector(p + "attn_output.bias", c.n_embd, /*required=*/false));
     LOOM_ASSIGN_OR_RETURN(L.ffn_norm, m.bind_vector(p + "ffn_norm.weight", c.n_embd));
-    LOOM_RETURN_IF_ERROR(bind_matrix_checked(m, p + "ffn_gate.weight", c.n_embd, c.n_ff, &L.ffn_gate));
-    LOOM_RETURN_IF_ERROR(bind_matrix_checked(m, p + "ffn_up.weight", c.n_embd, c.n_ff, &L.ffn_up));
+    LOOM_RETURN_IF_ERROR(bind_gate_up(m, p, L));
     LOOM_RETURN_IF_ERROR(bind_matrix_checked(m, p + "ffn_down.weight", c.n_ff, c.n_embd, &L.ffn_down));
   }
   return Status();
@@ -63,24 +127,45 @@ Program build_llama(const Model& m, int64_t n_tokens, int64_t n_outputs) {
   rope.beta_slow = c.yarn_beta_slow;
   rope.n_ctx_orig = static_cast<int>(c.rope_n_ctx_orig);
   rope.freq_factors = m.rope_freqs();
+  const float head_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim_k));
+  // Phi-3 scales the rotated queries and attends with scale 1 (llama.cpp's phi3 graph), which
+  // rounds differently from scaling the scores.
+  const bool scale_q = c.arch == Arch::kPhi3;
   ref::AttentionParams attn;
   attn.n_head = c.n_head;
   attn.n_head_kv = c.n_head_kv;
   attn.head_dim_k = c.head_dim_k;
   attn.head_dim_v = c.head_dim_v;
-  attn.scale = c.attn_scale != 0.0f ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim_k));
+  attn.scale = scale_q ? 1.0f : c.attn_scale != 0.0f ? c.attn_scale : head_scale;
   attn.softcap = c.attn_softcap;
+
+  // A projection, plus its bias where the layer has one.
+  auto project = [&](int32_t w, int32_t bias, int32_t x, const char* name, int il) {
+    if (bias < 0) return r.matmul(w, x, layer_name(name, il));
+    return r.matmul(w, x, layer_name(name, il) + ".nobias");
+  };
+  auto add_bias = [&](int32_t x, int32_t bias, const char* name, int il) {
+    return bias < 0 ? x : r.add_bias(x, bias, layer_name(name, il));
+  };
 
   int32_t x = r.get_rows(m.tok_embd());
   for (int il = 0; il < c.n_layer; ++il) {
     const LayerWeights& L = m.layers()[static_cast<size_t>(il)];
     int32_t h = r.rms_norm(x, L.attn_norm, c.norm_eps, layer_name("attn_norm", il));
-    int32_t q = r.matmul(L.wq, h, layer_name("Qcur", il));
-    int32_t k = r.matmul(L.wk, h, layer_name("Kcur", il));
-    int32_t v = r.matmul(L.wv, h, layer_name("Vcur", il));
+    // The three matmuls first, so a backend can run them as one launch of h.
+    int32_t q = project(L.wq, L.bq, h, "Qcur", il);
+    int32_t k = project(L.wk, L.bk, h, "Kcur", il);
+    int32_t v = project(L.wv, L.bv, h, "Vcur", il);
+    q = add_bias(q, L.bq, "Qcur", il);
+    k = add_bias(k, L.bk, "Kcur", il);
+    v = add_bias(v, L.bv, "Vcur", il);
+    if (L.q_norm >= 0) q = r.rms_norm(q, L.q_norm, c.norm_eps, layer_name("Qcur_normed", il), c.head_dim_k);
+    if (L.k_norm >= 0) k = r.rms_norm(k, L.k_norm, c.norm_eps, layer_name("Kcur_normed", il), c.head_dim_k);
     r.rope_kv(q, k, v, il, c.n_head, c.n_head_kv, c.head_dim_k, rope);
+    if (scale_q) q = r.scale(q, head_scale, layer_name("Qcur_scaled", il));
     int32_t a = r.attention(q, il, attn, layer_name("kqv_out", il));
-    int32_t o = r.matmul(L.wo, a, layer_name("attn_out", il));
+    int32_t o = project(L.wo, L.bo, a, "attn_out", il);
+    o = add_bias(o, L.bo, "attn_out", il);
     if (il == c.n_layer - 1 && n_outputs < n_tokens) {
       // Only the rows whose logits are wanted go on (as llama.cpp does in its last layer).
       o = r.gather_outputs(o, "attn_out_sel");

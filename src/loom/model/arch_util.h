@@ -47,6 +47,13 @@ class Recipe {
     return out;
   }
   int32_t add(int32_t a, int32_t b, const std::string& name) { return binary(OpCode::kAdd, a, b, name); }
+  // x + bias in every row (bias: an f32 vector weight of x's cols).
+  int32_t add_bias(int32_t x, int32_t bias, const std::string& name) {
+    int32_t out = b_.value(rows(x), cols(x), name);
+    Launch l; l.op = OpCode::kAddBias; l.out = out; l.in0 = x; l.weight = bias;
+    b_.launch(l);
+    return out;
+  }
   int32_t unary(OpCode op, int32_t x, float f, const std::string& name) {
     int32_t out = b_.value(rows(x), cols(x), name);
     Launch l; l.op = op; l.out = out; l.in0 = x; l.f = f;
@@ -83,6 +90,9 @@ class Recipe {
 
 // Binds a matrix and checks the reference backend can multiply by it (model.cpp).
 Status bind_matrix_checked(Model& m, const std::string& name, int64_t n_in, int64_t n_out, int32_t* id);
+// The same for rows [row0, row0 + n_rows) of a fused [n_in, n_total] tensor (Model::bind_rows).
+Status bind_rows_checked(Model& m, const std::string& name, int64_t n_in, int64_t n_total, int64_t row0,
+                         int64_t n_rows, int32_t* id);
 // Binds token_embd / output_norm / output (tied to token_embd when absent); sets n_vocab.
 Status bind_globals_checked(Model& m);
 

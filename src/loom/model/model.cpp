@@ -5,6 +5,8 @@
 #include <cmath>
 #include <optional>
 
+#include <fmt/format.h>
+
 #include "loom/base/log.h"
 #include "loom/gguf/quant.h"
 #include "loom/model/arch_util.h"
@@ -17,10 +19,15 @@ struct ArchEntry {
   Arch arch;
   Status (*load)(Model&);
 };
-// Llama-family checkpoints (Llama 2/3, SmolLM2, TinyLlama, Mistral 7B) are stored as "llama".
+// Llama-family checkpoints (Llama 2/3, SmolLM2, TinyLlama, Mistral 7B) are stored as "llama";
+// Qwen 2/2.5 as "qwen2", Qwen 3 (dense) as "qwen3", Phi-3/Phi-4 as "phi3".
 constexpr ArchEntry kArchs[] = {
     {"llama", Arch::kLlama, &load_llama},
     {"mistral", Arch::kLlama, &load_llama},
+    {"qwen2", Arch::kQwen2, &load_llama},
+    {"qwen3", Arch::kQwen3, &load_llama},
+    {"phi3", Arch::kPhi3, &load_llama},
+    {"gemma2", Arch::kGemma2, &load_gemma2},
     {"gemma3", Arch::kGemma3, &load_gemma3},
 };
 
@@ -171,10 +178,23 @@ Result<int32_t> Model::bind(const std::string& name, int64_t n_in, int64_t n_out
   return static_cast<int32_t>(weights_.size() - 1);
 }
 
+Result<int32_t> Model::bind_rows(const std::string& name, int64_t n_in, int64_t n_total, int64_t row0,
+                                 int64_t n_rows) {
+  if (row0 < 0 || n_rows <= 0 || row0 + n_rows > n_total)
+    return internal_error("rows [{}, {}) outside the {} rows of '{}'", row0, row0 + n_rows, n_total, name);
+  LOOM_ASSIGN_OR_RETURN(int32_t id, bind(name, n_in, n_total));
+  Weight& w = weights_[static_cast<size_t>(id)];
+  w.view.data += w.view.row_stride * static_cast<uint64_t>(row0);
+  w.view.n_out = n_rows;
+  w.shape = {n_in, n_rows};
+  w.name = fmt::format("{}[{}:{}]", name, row0, row0 + n_rows);
+  return id;
+}
+
 Result<int32_t> Model::bind_vector(const std::string& name, int64_t n, bool required) {
   LOOM_ASSIGN_OR_RETURN(int32_t id, bind(name, n, 1, required));
   if (id >= 0 && weights_[static_cast<size_t>(id)].view.type != GgmlType::F32)
-    return unimplemented("tensor '{}' is {}; norm weights must be f32", name,
+    return unimplemented("tensor '{}' is {}; norm weights and biases must be f32", name,
                          ggml_type_name(weights_[static_cast<size_t>(id)].view.type));
   return id;
 }
@@ -252,6 +272,13 @@ Status bind_matrix_checked(Model& m, const std::string& name, int64_t n_in, int6
   return Status();
 }
 
+Status bind_rows_checked(Model& m, const std::string& name, int64_t n_in, int64_t n_total, int64_t row0,
+                         int64_t n_rows, int32_t* id) {
+  LOOM_ASSIGN_OR_RETURN(*id, m.bind_rows(name, n_in, n_total, row0, n_rows));
+  LOOM_RETURN_IF_ERROR(ref::vec_dot_type(m.weight(*id).view.type).status().with_context("tensor '" + name + "'"));
+  return Status();
+}
+
 Status bind_globals_checked(Model& m) {
   LOOM_RETURN_IF_ERROR(bind_globals(m));
   LOOM_RETURN_IF_ERROR(ref::vec_dot_type(m.weight(m.output()).view.type).status().with_context("output matrix"));
@@ -260,8 +287,12 @@ Status bind_globals_checked(Model& m) {
 
 Program Model::build_program(int64_t n_tokens, int64_t n_outputs) const {
   switch (config_.arch) {
-    case Arch::kGemma3: return build_gemma3(*this, n_tokens, n_outputs);
-    case Arch::kLlama: break;
+    case Arch::kGemma2:
+    case Arch::kGemma3: return build_gemma(*this, n_tokens, n_outputs);
+    case Arch::kLlama:
+    case Arch::kQwen2:
+    case Arch::kQwen3:
+    case Arch::kPhi3: break;
   }
   return build_llama(*this, n_tokens, n_outputs);
 }

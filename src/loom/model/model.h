@@ -16,7 +16,9 @@
 
 namespace loom::llm {
 
-enum class Arch { kLlama, kGemma3 };
+// Recipes: kLlama, kQwen2, kQwen3 and kPhi3 share build_llama (its variants: biases, q/k norms,
+// fused tensors bound as row views), kGemma2 and kGemma3 share build_gemma.
+enum class Arch { kLlama, kQwen2, kQwen3, kPhi3, kGemma2, kGemma3 };
 
 // Hyper-parameters, all from GGUF metadata (defaults as llama.cpp applies them).
 struct ModelConfig {
@@ -55,6 +57,7 @@ struct Weight {
 // Weight ids per layer (-1: absent).
 struct LayerWeights {
   int32_t attn_norm = -1, wq = -1, wk = -1, wv = -1, wo = -1;
+  int32_t bq = -1, bk = -1, bv = -1, bo = -1;  // projection biases (f32 vectors)
   int32_t q_norm = -1, k_norm = -1, attn_post_norm = -1;
   int32_t ffn_norm = -1, ffn_gate = -1, ffn_up = -1, ffn_down = -1, ffn_post_norm = -1;
 };
@@ -87,6 +90,10 @@ class Model {
   // Used by the architecture files while loading.
   Result<int32_t> bind(const std::string& name, int64_t n_in, int64_t n_out, bool required = true);
   Result<int32_t> bind_vector(const std::string& name, int64_t n, bool required = true);
+  // Rows [row0, row0 + n_rows) of the 2-D tensor `name` of shape [n_in, n_total] as a matrix of
+  // its own (a view into the mapping, no copy): the parts of a fused tensor (Phi-3's attn_qkv,
+  // its gate|up ffn_up). The weight is named "name[row0:row_end]".
+  Result<int32_t> bind_rows(const std::string& name, int64_t n_in, int64_t n_total, int64_t row0, int64_t n_rows);
   ModelConfig& mutable_config() { return config_; }
   std::vector<LayerWeights>& mutable_layers() { return layers_; }
   void set_globals(int32_t tok_embd, int32_t output_norm, int32_t output) {
@@ -105,10 +112,11 @@ class Model {
 };
 
 // Per-architecture entry points (arch_*.cpp).
-Status load_llama(Model& model);
+Status load_llama(Model& model);   // llama, mistral, qwen2, qwen3, phi3
+Status load_gemma2(Model& model);
 Status load_gemma3(Model& model);
 Program build_llama(const Model& model, int64_t n_tokens, int64_t n_outputs);
-Program build_gemma3(const Model& model, int64_t n_tokens, int64_t n_outputs);
+Program build_gemma(const Model& model, int64_t n_tokens, int64_t n_outputs);  // gemma2, gemma3
 
 // Helpers shared by the architecture files (model.cpp).
 Status read_common_hparams(const GgufFile& gguf, const std::string& arch, ModelConfig* c);

@@ -1,0 +1,315 @@
+"""Oracle tests of the architectures beyond the two reference models, with no weights from
+anywhere: for each architecture a small GGUF with random weights in that architecture's real
+tensor layout and metadata (written with the PyPI `gguf` package, the tokenizer copied from the
+fetched SmolLM2 file), and llama.cpp (llama-cpp-python) as the oracle, configured as in
+test_engine.py (one token per micro-batch, no repacking, no flash attention).
+
+What is compared, per architecture:
+  1. cpu-ref: the logits at every position of a 10-token prompt (cosine > 0.9999, same top-1
+     unless llama.cpp's best two are within 0.05) and 16 greedy tokens after it (identical up to
+     a near-tie).
+  2. cpu (the op-library kernels on HRX's cpu driver): the last prompt token's logits and the
+     same 16 greedy tokens.
+  3. `loom run --dump-program --device cuda` (no GPU needed) shows the architecture's own steps in
+     the fused form: the biases after the one q|k|v launch, the row views of a fused tensor, the
+     per-head norms, the soft-caps.
+  4. malformed variants (a missing metadata key, a missing or contradictory tensor) end in one
+     clear message and exit code 1.
+"""
+import functools
+import json
+import math
+import zlib
+
+import gguf
+import numpy as np
+import pytest
+
+import llama_cpp as L  # the oracle; a missing package is an error, not a skip
+
+from conftest import model_path, run_loom
+from test_engine import Oracle
+
+N_GEN = 16
+NEAR_TIE = 0.05
+Q = gguf.GGMLQuantizationType
+PROMPT = [1, 4093, 734, 12000, 58, 2210, 9011, 333, 17777, 640]
+
+
+def arch_specs():
+    """name -> spec: shapes, metadata and which tensors the layout has."""
+    base = dict(n_embd=128, n_layer=2, n_head=4, n_head_kv=2, head_dim=32, n_ff=256, tied=False,
+                mtype=Q.Q8_0, eps=1e-6, rope_base=10000.0, meta={}, layout="llama", emb_std=0.25)
+    return {
+        # Qwen3: head size 64 (q is wider than the embedding), per-head q/k norms, tied output.
+        "qwen3": dict(base, arch="qwen3", head_dim=64, tied=True, rope_base=1e6, qk_norm=True),
+        # Qwen2.5: q/k/v biases, separate output matrix, Q4_0 layers.
+        "qwen2": dict(base, arch="qwen2", n_ff=320, mtype=Q.Q4_0, rope_base=1e6, qkv_bias=True),
+        # Llama 3.2: llama3 RoPE scaling (rope_freqs) and tied embeddings.
+        "llama3": dict(base, arch="llama", tied=True, rope_base=500000.0, rope_freqs=True),
+        # Phi-3: fused attn_qkv and gate|up ffn_up.
+        "phi3": dict(base, arch="phi3", layout="phi3", eps=1e-5),
+        # Gemma 2: 3 layers (sliding window of 4 on layers 0 and 2), both soft-caps, its norms.
+        # Caps low enough to bend these random models' scores and logits; a small embedding,
+        # since Gemma scales it by sqrt(n_embd) and a dominant one makes greedy repeat a token.
+        "gemma2": dict(base, arch="gemma2", n_layer=3, head_dim=64, layout="gemma2", tied=True, emb_std=0.03,
+                       meta={"attention.sliding_window": ("u32", 4), "attn_logit_softcapping": ("f32", 2.0),
+                             "final_logit_softcapping": ("f32", 3.0)}),
+    }
+
+
+def llama3_rope_freqs(head_dim, base, factor=8.0, low=1.0, high=4.0, orig=8192):
+    """The divisors the converter writes for Llama 3.1+ "llama3" RoPE scaling."""
+    out = []
+    for i in range(0, head_dim, 2):
+        freq = 1.0 / base ** (i / head_dim)
+        wavelen = 2 * math.pi / freq
+        if wavelen < orig / high:
+            out.append(1.0)
+        elif wavelen > orig / low:
+            out.append(factor)
+        else:
+            smooth = (orig / wavelen - low) / (high - low)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+@functools.lru_cache(maxsize=1)
+def smollm2_tokenizer():
+    """The tokenizer keys of the fetched SmolLM2 file (read once: its 49152 tokens take seconds)."""
+    f = gguf.GGUFReader(str(model_path("smollm2"))).fields
+    return {k: f[k].contents() for k in f if k.startswith("tokenizer.ggml.")}
+
+
+def copy_tokenizer(w):
+    t = smollm2_tokenizer()
+    w.add_tokenizer_model(t["tokenizer.ggml.model"])
+    w.add_tokenizer_pre(t["tokenizer.ggml.pre"])
+    w.add_token_list(t["tokenizer.ggml.tokens"])
+    w.add_token_types(t["tokenizer.ggml.token_type"])
+    w.add_token_merges(t["tokenizer.ggml.merges"])
+    w.add_bos_token_id(t["tokenizer.ggml.bos_token_id"])
+    w.add_eos_token_id(t["tokenizer.ggml.eos_token_id"])
+    w.add_unk_token_id(t["tokenizer.ggml.unknown_token_id"])
+    w.add_pad_token_id(t["tokenizer.ggml.padding_token_id"])
+    w.add_add_bos_token(False)
+    return len(t["tokenizer.ggml.tokens"])
+
+
+def write_model(path, s, drop_keys=(), drop_tensors=(), extra_tensors=()):
+    """Writes spec `s` to path; drop_keys / drop_tensors leave metadata keys (without the arch
+    prefix) or tensors out, extra_tensors adds (name, f32 array) pairs."""
+    rng = np.random.default_rng(zlib.crc32((s["arch"] + s["layout"]).encode()))
+    a = s["arch"]
+    w = gguf.GGUFWriter(str(path), a)
+    meta = {"context_length": ("u32", 4096), "embedding_length": ("u32", s["n_embd"]),
+            "block_count": ("u32", s["n_layer"]), "feed_forward_length": ("u32", s["n_ff"]),
+            "attention.head_count": ("u32", s["n_head"]), "attention.head_count_kv": ("u32", s["n_head_kv"]),
+            "attention.key_length": ("u32", s["head_dim"]), "attention.value_length": ("u32", s["head_dim"]),
+            "rope.dimension_count": ("u32", s["head_dim"]), "rope.freq_base": ("f32", s["rope_base"]),
+            "attention.layer_norm_rms_epsilon": ("f32", s["eps"])}
+    meta.update(s["meta"])
+    for k, (t, v) in meta.items():
+        if k in drop_keys:
+            continue
+        (w.add_uint32 if t == "u32" else w.add_float32)(f"{a}.{k}", v)
+    n_vocab = copy_tokenizer(w)
+    n_embd, n_ff, hd = s["n_embd"], s["n_ff"], s["head_dim"]
+    nq, nkv = s["n_head"] * hd, s["n_head_kv"] * hd
+
+    def add(name, arr, qtype=None, extra=False):
+        if name in drop_tensors and not extra:
+            return
+        if qtype is None or qtype == Q.F32:
+            w.add_tensor(name, arr.astype(np.float32))
+        else:
+            w.add_tensor(name, gguf.quants.quantize(arr.astype(np.float32), qtype), raw_dtype=qtype)
+
+    def mat(name, n_in, n_out, std=0.1, qtype=None):
+        add(name, rng.normal(0.0, std, size=(n_out, n_in)), qtype or s["mtype"])
+
+    def norm(name, n):
+        add(name, rng.uniform(0.5, 1.5, size=n))
+
+    def bias(name, n):
+        add(name, rng.uniform(-0.5, 0.5, size=n))
+
+    mat("token_embd.weight", n_embd, n_vocab, std=s["emb_std"], qtype=Q.Q8_0)
+    norm("output_norm.weight", n_embd)
+    if not s["tied"]:
+        mat("output.weight", n_embd, n_vocab, std=0.25, qtype=Q.Q8_0)
+    if s.get("rope_freqs"):
+        add("rope_freqs.weight", llama3_rope_freqs(hd, s["rope_base"]))
+    for il in range(s["n_layer"]):
+        p = f"blk.{il}."
+        norm(p + "attn_norm.weight", n_embd)
+        if s["layout"] == "phi3":
+            mat(p + "attn_qkv.weight", n_embd, nq + 2 * nkv)
+        else:
+            mat(p + "attn_q.weight", n_embd, nq)
+            mat(p + "attn_k.weight", n_embd, nkv)
+            mat(p + "attn_v.weight", n_embd, nkv)
+        if s.get("qkv_bias"):
+            bias(p + "attn_q.bias", nq)
+            bias(p + "attn_k.bias", nkv)
+            bias(p + "attn_v.bias", nkv)
+        if s.get("qk_norm"):
+            norm(p + "attn_q_norm.weight", hd)
+            norm(p + "attn_k_norm.weight", hd)
+        mat(p + "attn_output.weight", nq, n_embd)
+        norm(p + "ffn_norm.weight", n_embd)
+        if s["layout"] == "phi3":
+            mat(p + "ffn_up.weight", n_embd, 2 * n_ff)
+        else:
+            mat(p + "ffn_gate.weight", n_embd, n_ff)
+            mat(p + "ffn_up.weight", n_embd, n_ff)
+        mat(p + "ffn_down.weight", n_ff, n_embd)
+        if s["layout"] == "gemma2":
+            norm(p + "post_attention_norm.weight", n_embd)
+            norm(p + "post_ffw_norm.weight", n_embd)
+    for name, arr in extra_tensors:
+        add(name, arr, extra=True)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+SPECS = arch_specs()
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("archs")
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            cache[name] = write_model(d / f"{name}.gguf", SPECS[name])
+        return cache[name]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def oracle_runs(models):
+    """Per architecture: llama.cpp's logits at every prompt position, its greedy tokens and gaps."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            o = Oracle(models(name))
+            L.llama_memory_clear(L.llama_get_memory(o.ctx), True)
+            per_pos = [o._decode(t) for t in PROMPT]
+            _, tokens, gaps = o.greedy(PROMPT, N_GEN)
+            cache[name] = (np.stack(per_pos), tokens, gaps)
+        return cache[name]
+
+    return get
+
+
+def cosine(a, b):
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def loom_run(loom_bin, path, ids, n, device, logits_path=None):
+    args = ["run", "-m", path, "--prompt-ids", json.dumps(ids), "-n", n, "--temp", "0", "--ignore-eos", "--json",
+            "--device", device]
+    if logits_path:
+        args += ["--dump-logits", logits_path]
+    return json.loads(run_loom(loom_bin, *args).stdout)
+
+
+def check_logits(mine, ref, what):
+    cos = cosine(mine, ref)
+    assert cos > 0.9999, f"{what}: logits cosine {cos}"
+    best, ref_best = int(np.argmax(mine)), int(np.argmax(ref))
+    if best != ref_best:
+        top2 = np.sort(ref)[-2:]
+        assert top2[1] - top2[0] < NEAR_TIE, f"{what}: top-1 {best} vs llama.cpp {ref_best} (gap {top2[1] - top2[0]:.4f})"
+    return cos, float(np.max(np.abs(mine - ref)))
+
+
+def check_greedy(got, ref_tokens, gaps, what):
+    assert len(got) == N_GEN
+    first = next((i for i, (a, b) in enumerate(zip(got, ref_tokens)) if a != b), None)
+    if first is not None:
+        assert gaps[first] < NEAR_TIE, (f"{what}: token {first} differs (loom {got[first]}, llama.cpp "
+                                        f"{ref_tokens[first]}), llama.cpp's top-2 gap {gaps[first]:.4f}")
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_every_prompt_position_matches_llama_cpp_on_cpu_ref(loom_bin, models, oracle_runs, name, tmp_path):
+    per_pos, ref_tokens, gaps = oracle_runs(name)
+    worst, worst_diff = 1.0, 0.0
+    for n in range(1, len(PROMPT) + 1):
+        f = tmp_path / f"logits{n}.f32"
+        out = loom_run(loom_bin, models(name), PROMPT[:n], N_GEN if n == len(PROMPT) else 0, "cpu-ref", f)
+        cos, diff = check_logits(np.fromfile(f, dtype=np.float32), per_pos[n - 1], f"{name} position {n - 1}")
+        worst, worst_diff = min(worst, cos), max(worst_diff, diff)
+    check_greedy(out["tokens"], ref_tokens, gaps, name)
+    print(f"\n[{name}/cpu-ref] {len(PROMPT)} positions: worst cosine {worst:.7f}, max|diff| {worst_diff:.3g}; "
+          f"{N_GEN} greedy tokens checked")
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_cpu_kernels_match_llama_cpp(loom_bin, models, oracle_runs, name, tmp_path):
+    per_pos, ref_tokens, gaps = oracle_runs(name)
+    f = tmp_path / "logits.f32"
+    out = loom_run(loom_bin, models(name), PROMPT, N_GEN, "cpu", f)
+    cos, diff = check_logits(np.fromfile(f, dtype=np.float32), per_pos[-1], f"{name} on cpu")
+    check_greedy(out["tokens"], ref_tokens, gaps, f"{name} on cpu")
+    print(f"\n[{name}/cpu] last prompt token cosine {cos:.7f}, max|diff| {diff:.3g}")
+
+
+# What the fused decode step of each architecture must contain (as `--dump-program` prints it:
+# values by number, weights by name).
+DUMP_EXPECT = {
+    "qwen3": ["blk.0.attn_q.weight, blk.0.attn_k.weight, blk.0.attn_v.weight", "<- %2[1x256], blk.0.attn_q_norm.weight",
+              "<- %3[1x128], blk.0.attn_k_norm.weight"],
+    "qwen2": ["add_bias     %5[1x128] <- %2[1x128], blk.0.attn_q.bias", "add_bias     %6[1x64] <- %3[1x64], blk.0.attn_k.bias",
+              "add_bias     %7[1x64] <- %4[1x64], blk.0.attn_v.bias"],
+    "llama3": ["blk.0.attn_q.weight, blk.0.attn_k.weight, blk.0.attn_v.weight", "rope_kv"],
+    "phi3": ["blk.0.attn_qkv.weight[0:128], blk.0.attn_qkv.weight[128:192], blk.0.attn_qkv.weight[192:256]",
+             "blk.0.ffn_up.weight[0:256], blk.0.ffn_up.weight[256:512], glu", "scale        %5[1x128] <- %2[1x128], 0.17677669"],
+    "gemma2": ["blk.0.post_attention_norm.weight", "blk.0.post_ffw_norm.weight", "scale        %6[1x256] <- %3[1x256], 0.125",
+               "softcap      %52[1x49152] <- %51[1x49152], 3"],
+}
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_dump_program_shows_the_fused_cuda_step(loom_bin, models, name):
+    text = run_loom(loom_bin, "run", "--dump-program", "--device", "cuda", "-m", models(name)).stdout
+    for needle in DUMP_EXPECT[name]:
+        assert needle in text, f"{name}: '{needle}' not in\n{text}"
+    # q, k and v (or the fused tensor's three views) are one launch of the normed input, and so
+    # are gate and up with their activation.
+    matmuls = [l for l in text.splitlines() if l.strip().startswith("matmul") and "blk.0." in l]
+    assert any(l.count("blk.0.attn_") == 3 for l in matmuls), text
+    assert any("blk.0.ffn_" in l and (l.endswith(", glu") or l.count("blk.0.ffn_") == 2) for l in matmuls), text
+
+
+# Malformed variants: (spec, keys dropped, tensors dropped, extra tensors, expected text).
+BAD = {
+    "qwen3-no-head-count": ("qwen3", ["attention.head_count"], [], [], "metadata key 'qwen3.attention.head_count' is missing"),
+    "qwen3-no-q-norm": ("qwen3", [], ["blk.1.attn_q_norm.weight"], [], "tensor 'blk.1.attn_q_norm.weight' is missing"),
+    "qwen2-no-bias": ("qwen2", [], ["blk.0.attn_k.bias"], [], "tensor 'blk.0.attn_k.bias' is missing"),
+    "qwen2-no-embedding-length": ("qwen2", ["embedding_length"], [], [], "qwen2.embedding_length"),
+    "phi3-no-block-count": ("phi3", ["block_count"], [], [], "metadata key 'phi3.block_count' is missing"),
+    "phi3-both-qkv-forms": ("phi3", [], [], [("blk.0.attn_q.weight", np.zeros((128, 128)))],
+                            "has both a fused attn_qkv.weight and attn_q.weight"),
+    "gemma2-no-ff-length": ("gemma2", ["feed_forward_length"], [], [], "metadata key 'gemma2.feed_forward_length' is missing"),
+    "llama3-short-rope-freqs": ("llama3", [], ["rope_freqs.weight"], [("rope_freqs.weight", np.ones(8))],
+                                "tensor 'rope_freqs.weight' has shape [8], expected [16, 1]"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_malformed_variant_fails_with_a_clear_message(loom_bin, tmp_path, case):
+    name, keys, tensors, extra, needle = BAD[case]
+    path = write_model(tmp_path / f"{case}.gguf", SPECS[name], keys, tensors, extra)
+    r = run_loom(loom_bin, "run", "-m", path, "--device", "cpu-ref", "--prompt-ids", "[1, 2]", "-n", "1", check=False)
+    assert r.returncode == 1, r.stderr
+    assert needle in r.stderr, r.stderr
+    assert str(path) in r.stderr and r.stderr.count("\n") == 1, r.stderr
