@@ -9,6 +9,8 @@ through them. A part that uses a header of another part then says so in its CMak
 build graph is the include graph (the diagram in docs/architecture.md is drawn from it), and a
 part cannot lose headers it relies on when one of its dependencies drops a dependency of its own.
 tests/ and fuzz/ may include any part; there the check only refuses parts that do not exist.
+src/ggml_hrx/ (the ggml backend, not a part: it is built only against a fetched llama.cpp) may
+include the parts that the `set(LOOM_GGML_HRX_DEPS ...)` line of CMakeLists.txt names.
 
 Fails (exit 1) with one line per offending include, and when the CMake graph has a cycle, a
 source directory under src/loom/ that no loom_part() declares, or a DEPS entry naming no part.
@@ -49,6 +51,7 @@ class Graph:
         self.root = root
         self.deps = {}        # part -> set of parts it declares
         self.apps = set()     # parts the `loom` executable links
+        self.ggml_hrx = set()  # parts src/ggml_hrx/ may include (LOOM_GGML_HRX_DEPS)
         self.errors = []
         self.declared = []    # (part, dep, CMake file) for each DEPS entry, checked in validate()
         files = [root / "CMakeLists.txt"] + sorted((root / "src" / "loom").glob("*/CMakeLists.txt"))
@@ -75,6 +78,7 @@ class Graph:
                     self.deps[target[5:]].update(self._parts(libs))
         for part, deps in self.deps.items():
             deps.discard(part)
+        self.ggml_hrx = self._parts(variables.get("LOOM_GGML_HRX_DEPS", []))
 
     @staticmethod
     def _expand(args, variables):
@@ -95,6 +99,9 @@ class Graph:
             if dep not in self.deps:
                 self.errors.append(f"{cmake_file.relative_to(self.root)}: loom_part({owner}) "
                                    f"depends on loom_{dep}, which no loom_part() declares")
+        for dep in sorted(self.ggml_hrx - set(self.deps)):
+            self.errors.append(f"CMakeLists.txt: LOOM_GGML_HRX_DEPS names loom_{dep}, "
+                               f"which no loom_part() declares")
         for d in sorted(p.name for p in (self.root / "src" / "loom").iterdir() if p.is_dir()):
             if d not in self.deps:
                 self.errors.append(f"src/loom/{d}/: a directory of sources that no loom_part() "
@@ -159,8 +166,11 @@ class Graph:
 
 
 def part_of(path, root):
-    """'ir' for src/loom/ir/..., 'apps' for apps/..., 'tests' for tests/ and fuzz/, else None."""
+    """'ir' for src/loom/ir/..., 'apps' for apps/..., 'ggml_hrx' for src/ggml_hrx/..., 'tests'
+    for tests/ and fuzz/, else None."""
     rel = path.relative_to(root).parts
+    if len(rel) >= 3 and rel[0] == "src" and rel[1] == "ggml_hrx":
+        return "ggml_hrx"
     if len(rel) >= 4 and rel[0] == "src" and rel[1] == "loom":
         return rel[2]
     if rel and rel[0] == "apps":
@@ -188,7 +198,7 @@ def included_part(kind, target, including_file, root):
 
 
 def source_files(root):
-    for top in ("src/loom", "apps", "tests", "fuzz"):
+    for top in ("src/loom", "src/ggml_hrx", "apps", "tests", "fuzz"):
         base = root / top
         if base.is_dir():
             for f in sorted(base.rglob("*")):
@@ -206,6 +216,8 @@ def check_includes(graph, root):
             continue
         if owner == "apps":
             allowed = graph.apps
+        elif owner == "ggml_hrx":
+            allowed = graph.ggml_hrx
         elif owner == "tests":
             allowed = None
         else:
@@ -218,7 +230,7 @@ def check_includes(graph, root):
             if to is None:
                 continue
             loc = f"{f.relative_to(root)}:{lineno}"
-            if owner not in ("apps", "tests"):
+            if owner not in ("apps", "tests", "ggml_hrx"):
                 used.add((owner, to))
             if to not in graph.deps:
                 violations.append(f"{loc}: {owner} -> {to}: no part '{to}' "
@@ -306,6 +318,7 @@ def main():
             for n, parts in enumerate(order):
                 print(f"  {n}: {parts}")
             print(f"  apps: may include {', '.join(sorted(graph.apps))}")
+            print(f"  ggml_hrx: may include {', '.join(sorted(graph.ggml_hrx))}")
         if args.dot:
             write_dot(graph, args.dot)
     violations, used = check_includes(graph, root)

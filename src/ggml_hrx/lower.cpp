@@ -1,0 +1,225 @@
+// ggml nodes -> op-library calls (see lower.h). One small function per ggml op; each refuses,
+// with the reason, the types and layouts its op-library op does not take, so that supports_op
+// claims exactly what a tested kernel computes and the rest stays on ggml's CPU backend.
+#include "ggml_hrx/lower.h"
+
+#include <cstring>
+#include <initializer_list>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "loom/gguf/ggml_types.h"
+#include "loom/kernels/elementwise_util.h"
+#include "loom/kernels/op_spec.h"
+#include "loom/ref/ops_ref.h"
+
+namespace loom::ggml_hrx {
+namespace {
+
+using exec::OpCall;
+using kernels::ArgRole;
+using llm::GgmlType;
+
+// ggml's type numbers are GGUF's, which llm::GgmlType spells.
+static_assert(GGML_TYPE_F32 == static_cast<int>(GgmlType::F32) && GGML_TYPE_F16 == static_cast<int>(GgmlType::F16) &&
+              GGML_TYPE_Q4_0 == static_cast<int>(GgmlType::Q4_0) && GGML_TYPE_Q8_0 == static_cast<int>(GgmlType::Q8_0) &&
+              GGML_TYPE_Q4_K == static_cast<int>(GgmlType::Q4_K) && GGML_TYPE_Q6_K == static_cast<int>(GgmlType::Q6_K) &&
+              GGML_TYPE_BF16 == static_cast<int>(GgmlType::BF16) && GGML_TYPE_I32 == static_cast<int>(GgmlType::I32));
+
+GgmlType type_of(const ggml_tensor* t) { return static_cast<GgmlType>(t->type); }
+uint64_t addr(const ggml_tensor* t) { return reinterpret_cast<uint64_t>(t->data); }
+float f32_param(const ggml_tensor* t, int i) {
+  float f;
+  std::memcpy(&f, &t->op_params[i], sizeof f);
+  return f;
+}
+
+// What every call needs of a tensor it reads or writes: rows one after another (the op
+// library's buffers are dense) and, for a view, an offset that keeps vector loads aligned.
+Status dense(const ggml_tensor* t, const char* role) {
+  if (!ggml_is_contiguous(t)) return unimplemented("{} {} is not contiguous", role, t->name);
+  if (t->view_src && t->view_offs % 16 != 0)
+    return unimplemented("{} {} is a view at offset {} (not a multiple of 16)", role, t->name, t->view_offs);
+  return Status();
+}
+
+Status of_type(const ggml_tensor* t, ggml_type type, const char* role) {
+  if (t->type != type) return unimplemented("{} {} is {}, not {}", role, t->name, ggml_type_name(t->type), ggml_type_name(type));
+  return dense(t, role);
+}
+
+std::string label_of(const ggml_tensor* node, std::string_view op) {
+  return fmt::format("{} -> {} ({})", ggml_op_desc(node), node->name, op);
+}
+
+// A call of op `name` on `shape`, checked by the op's validate(); arguments bound by name.
+Result<OpCall> make_call(const ggml_tensor* node, std::string_view name, kernels::Shape shape,
+                         std::map<std::string, uint64_t> bind) {
+  OpCall call;
+  call.op = kernels::find_op(name);
+  if (!call.op) return internal_error("the op library has no op '{}'", name);
+  call.shape = std::move(shape);
+  call.label = label_of(node, name);
+  Status v = call.op->validate(call.shape);
+  if (!v.ok()) return unimplemented("{}: {}", call.label, v.message());
+  call.bind = std::move(bind);
+  return call;
+}
+
+// Element-wise ops name their arguments themselves: inputs in the op's order, then the output.
+Result<OpCall> make_elementwise(const ggml_tensor* node, std::string_view name, kernels::Shape shape,
+                                std::initializer_list<const ggml_tensor*> inputs) {
+  LOOM_ASSIGN_OR_RETURN(OpCall call, make_call(node, name, std::move(shape), {}));
+  auto in = inputs.begin();
+  for (const kernels::ArgSpec& a : call.op->args(call.shape)) {
+    if (a.role == ArgRole::kInput) {
+      if (in == inputs.end()) return internal_error("{}: the op takes more inputs than the node has", call.label);
+      call.bind[a.name] = addr(*in++);
+    } else if (a.role == ArgRole::kOutput) {
+      call.bind[a.name] = addr(node);
+    }
+  }
+  return call;
+}
+
+using Calls = std::vector<OpCall>;
+
+// ggml's batched forms (a table or a weight matrix per batch) become one call per batch on the
+// batch's rows, all of one shape (one kernel); past this many batches a node is not covered
+// (the op library has no batched op, and thousands of launches would not pay).
+constexpr int64_t kMaxBatches = 64;
+
+Result<Calls> lower_add(const ggml_tensor* n) {
+  const ggml_tensor *a = n->src[0], *b = n->src[1];
+  LOOM_RETURN_IF_ERROR(of_type(a, GGML_TYPE_F32, "src0"));
+  LOOM_RETURN_IF_ERROR(of_type(b, GGML_TYPE_F32, "src1"));
+  LOOM_RETURN_IF_ERROR(of_type(n, GGML_TYPE_F32, "dst"));
+  if (!ggml_are_same_shape(a, b)) return unimplemented("ADD with a broadcast src1 ({})", b->name);
+  LOOM_ASSIGN_OR_RETURN(OpCall c, make_elementwise(n, "add", kernels::Shape{{{"n", ggml_nelements(n)}}}, {a, b}));
+  return Calls{std::move(c)};
+}
+
+Result<Calls> lower_scale(const ggml_tensor* n) {
+  const ggml_tensor* x = n->src[0];
+  LOOM_RETURN_IF_ERROR(of_type(x, GGML_TYPE_F32, "src0"));
+  LOOM_RETURN_IF_ERROR(of_type(n, GGML_TYPE_F32, "dst"));
+  const float s = f32_param(n, 0), bias = f32_param(n, 1);
+  if (bias != 0.0f) return unimplemented("SCALE with a bias ({})", bias);
+  kernels::Shape shape = kernels::elt::make_shape({{"n", ggml_nelements(n)}}, {{"s_f32", s}});
+  LOOM_ASSIGN_OR_RETURN(OpCall c, make_elementwise(n, "scale", std::move(shape), {x}));
+  return Calls{std::move(c)};
+}
+
+Result<Calls> lower_rms_norm(const ggml_tensor* n) {
+  const ggml_tensor* x = n->src[0];
+  LOOM_RETURN_IF_ERROR(of_type(x, GGML_TYPE_F32, "src0"));
+  LOOM_RETURN_IF_ERROR(of_type(n, GGML_TYPE_F32, "dst"));
+  kernels::Shape shape = kernels::elt::make_shape({{"n_rows", ggml_nrows(n)}, {"n", n->ne[0]}, {"has_weight", 0}},
+                                                  {{"eps_f32", f32_param(n, 0)}});
+  LOOM_ASSIGN_OR_RETURN(OpCall c, make_call(n, "rms_norm", std::move(shape), {{"x", addr(x)}, {"y", addr(n)}}));
+  return Calls{std::move(c)};
+}
+
+// out[:, i, b1, b2] = table[:, ids[i, b1, b2], b1, b2]: one get_rows per batch (b1, b2).
+Result<Calls> lower_get_rows(const ggml_tensor* n) {
+  const ggml_tensor *table = n->src[0], *ids = n->src[1];
+  LOOM_RETURN_IF_ERROR(dense(table, "src0"));
+  LOOM_RETURN_IF_ERROR(of_type(ids, GGML_TYPE_I32, "src1"));
+  LOOM_RETURN_IF_ERROR(of_type(n, GGML_TYPE_F32, "dst"));
+  const int64_t b1 = table->ne[2], b2 = table->ne[3];
+  if (b1 * b2 > kMaxBatches) return unimplemented("GET_ROWS over {} batches of tables", b1 * b2);
+  kernels::Shape shape{{{"wtype", static_cast<int64_t>(table->type)}, {"n_in", table->ne[0]},
+                        {"n_vocab", table->ne[1]}, {"n_ids", ids->ne[0]}}};
+  // Dense tensors: batch b starts b whole batches in (ggml's strides of size-1 dimensions are
+  // arbitrary, so they are not used).
+  const uint64_t t_batch = ggml_row_size(table->type, table->ne[0]) * table->ne[1];
+  const uint64_t id_batch = sizeof(int32_t) * ids->ne[0], out_batch = sizeof(float) * n->ne[0] * n->ne[1];
+  Calls calls;
+  for (int64_t b = 0; b < b1 * b2; ++b) {
+    const uint64_t i = static_cast<uint64_t>(b);
+    LOOM_ASSIGN_OR_RETURN(OpCall c, make_call(n, "get_rows", shape,
+                                              {{"table", addr(table) + i * t_batch}, {"ids", addr(ids) + i * id_batch},
+                                               {"out", addr(n) + i * out_batch}}));
+    calls.push_back(std::move(c));
+  }
+  return calls;
+}
+
+// dst[m][r] = dot(weight row r, activation row m): the engine's two steps, the activations
+// quantized to the weight's vec_dot_type (quantize_act; f32 weights read them as they are),
+// then matvec for one row or matmul for more. One weight matrix serves all activation rows
+// at once; batched weights (src0 ne2, ne3 > 1, broadcast over src1's batches as ggml does)
+// take one matvec/matmul per activation batch.
+Result<Calls> lower_mul_mat(const ggml_tensor* n, const ScratchAlloc& scratch) {
+  const ggml_tensor *w = n->src[0], *x = n->src[1];
+  LOOM_RETURN_IF_ERROR(dense(w, "src0"));
+  LOOM_RETURN_IF_ERROR(of_type(x, GGML_TYPE_F32, "src1"));
+  LOOM_RETURN_IF_ERROR(of_type(n, GGML_TYPE_F32, "dst"));
+  const GgmlType wt = type_of(w);
+  auto xt = llm::ref::vec_dot_type(wt);
+  if (!xt.ok()) return unimplemented("MUL_MAT with {} weights", ggml_type_name(w->type));
+  const bool batched = w->ne[2] != 1 || w->ne[3] != 1;
+  const int64_t n_batches = batched ? x->ne[2] * x->ne[3] : 1;
+  if (n_batches > kMaxBatches) return unimplemented("MUL_MAT over {} batches of weights", n_batches);
+  const int64_t n_in = w->ne[0], n_out = w->ne[1], rows = ggml_nrows(x), batch_rows = rows / n_batches;
+  Calls calls;
+  // Dense rows throughout (ggml's strides of size-1 dimensions are arbitrary: not used).
+  uint64_t xq = addr(x), xq_row = sizeof(float) * static_cast<uint64_t>(n_in);
+  if (*xt != GgmlType::F32) {
+    kernels::Shape qs{{{"dtype", static_cast<int64_t>(*xt)}, {"n_in", n_in}, {"n_tokens", rows}}};
+    LOOM_ASSIGN_OR_RETURN(OpCall q, make_call(n, "quantize_act", std::move(qs), {{"x", addr(x)}}));
+    uint64_t bytes = 0;
+    for (const kernels::ArgSpec& a : q.op->args(q.shape))
+      if (a.name == "xq") bytes = static_cast<uint64_t>(a.bytes);
+    LOOM_ASSIGN_OR_RETURN(xq, scratch(bytes));
+    xq_row = bytes / static_cast<uint64_t>(rows);
+    q.bind["xq"] = xq;
+    calls.push_back(std::move(q));
+  }
+  kernels::Shape ms{{{"wtype", static_cast<int64_t>(wt)}, {"n_in", n_in}, {"n_out", n_out}, {"n_tokens", batch_rows}}};
+  const std::string_view mat = batch_rows == 1 ? "matvec" : "matmul";
+  const int64_t r2 = x->ne[2] / w->ne[2], r3 = x->ne[3] / w->ne[3];  // ggml's broadcast ratios
+  const uint64_t w_matrix = ggml_row_size(w->type, n_in) * static_cast<uint64_t>(n_out);
+  for (int64_t b = 0; b < n_batches; ++b) {
+    const int64_t i2 = b % x->ne[2], i3 = b / x->ne[2];
+    const uint64_t wb = addr(w) + static_cast<uint64_t>(i2 / r2 + (i3 / r3) * w->ne[2]) * w_matrix;
+    const uint64_t row = static_cast<uint64_t>(b * batch_rows);
+    LOOM_ASSIGN_OR_RETURN(OpCall m, make_call(n, mat, ms, {{"w", wb}, {"xq", xq + row * xq_row},
+                                                           {"y", addr(n) + row * sizeof(float) * static_cast<uint64_t>(n_out)}}));
+    calls.push_back(std::move(m));
+  }
+  return calls;
+}
+
+}  // namespace
+
+bool is_noop(const ggml_tensor* node) {
+  switch (node->op) {
+    case GGML_OP_NONE: case GGML_OP_VIEW: case GGML_OP_RESHAPE: case GGML_OP_PERMUTE: case GGML_OP_TRANSPOSE:
+      return true;
+    default:
+      return false;
+  }
+}
+
+Result<std::vector<OpCall>> lower_node(const ggml_tensor* node, ir::TargetKind target, const ScratchAlloc& scratch) {
+  (void)target;  // the generic ops run on every target; the GPU fast paths come with their tests
+  if (is_noop(node)) return Calls{};
+  switch (node->op) {
+    case GGML_OP_ADD: return lower_add(node);
+    case GGML_OP_SCALE: return lower_scale(node);
+    case GGML_OP_RMS_NORM: return lower_rms_norm(node);
+    case GGML_OP_GET_ROWS: return lower_get_rows(node);
+    case GGML_OP_MUL_MAT: return lower_mul_mat(node, scratch);
+    default: return unimplemented("{} has no lowering", ggml_op_desc(node));
+  }
+}
+
+Status check_node(const ggml_tensor* node, ir::TargetKind target) {
+  // Addresses do not matter to the decision; the scratch need not exist.
+  auto no_memory = [](uint64_t) -> Result<uint64_t> { return uint64_t{0}; };
+  return lower_node(node, target, no_memory).status();
+}
+
+}  // namespace loom::ggml_hrx
