@@ -13,7 +13,8 @@ What is compared, per architecture:
   3. `loom run --dump-program --device cuda` (no GPU needed) shows the architecture's own steps in
      the fused form: the biases after the one q|k|v launch, the row views of a fused tensor, the
      per-head norms, the soft-caps.
-  4. malformed variants (a missing metadata key, a missing or contradictory tensor) end in one
+  4. `loom info` describes each file.
+  5. malformed variants (a missing metadata key, a missing or contradictory tensor) end in one
      clear message and exit code 1.
 """
 import functools
@@ -288,6 +289,14 @@ def test_dump_program_shows_the_fused_cuda_step(loom_bin, models, name):
     matmuls = [l for l in text.splitlines() if l.strip().startswith("matmul") and "blk.0." in l]
     assert any(l.count("blk.0.attn_") == 3 for l in matmuls), text
     assert any("blk.0.ffn_" in l and (l.endswith(", glu") or l.count("blk.0.ffn_") == 2) for l in matmuls), text
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_info_describes_the_model(loom_bin, models, name):
+    arch = SPECS[name]["arch"]
+    out = run_loom(loom_bin, "info", models(name)).stdout
+    assert f"architecture:  {arch}" in out, out
+    assert f"{arch}.attention.head_count_kv" in out and "token_embd.weight" in out, out
 
 
 # Malformed variants: (spec, keys dropped, tensors dropped, extra tensors, expected text).
