@@ -2,7 +2,8 @@
 # Installs everything Loom needs on a fresh Debian machine, fetches the models and builds.
 #   tools/setup.sh          runtime deps + build + SmolLM2 (enough for `loom chat`)
 #   tools/setup.sh --dev    + test/oracle deps (llama-cpp-python, gguf, jinja2, clang for fuzzing,
-#                             graphviz for docs/architecture.svg)
+#                             graphviz for docs/architecture.svg), stock llama.cpp and
+#                             libggml-hrx.so (tools/llama_cpp.sh)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dev=0
@@ -53,3 +54,7 @@ $py "$root/tools/fetch_models.py" smollm2 >/dev/null
 [[ $dev -eq 1 ]] && $py "$root/tools/fetch_models.py" gemma3 >/dev/null
 
 "$root/tools/build.sh"
+# Stock llama.cpp and libggml-hrx.so, for the ggml-hrx tests (tests/py/test_ggml_hrx.py).
+if [[ $dev -eq 1 ]]; then
+  "$root/tools/llama_cpp.sh"
+fi

@@ -1,6 +1,7 @@
 // graph_compute of ggml-hrx (see graph.h).
 #include "ggml_hrx/graph.h"
 
+#include <algorithm>
 #include <cstring>
 #include <initializer_list>
 
@@ -53,10 +54,16 @@ Result<std::unique_ptr<GraphRunner>> GraphRunner::create(DeviceContext& dc) {
   return r;
 }
 
-Result<std::unique_ptr<Plan>> GraphRunner::build(ggml_cgraph* g) {
-  auto plan = std::make_unique<Plan>();
+Result<std::vector<exec::OpCall>> GraphRunner::lower(ggml_cgraph* g, uint64_t* scratch_bytes) {
   std::vector<exec::OpCall> calls;
-  auto scratch = [&](uint64_t bytes) { return exec::hrx_detail::plan_scratch(dc_.dev, *plan, bytes); };
+  // Scratch is carved from the arena in order; past its end the addresses are placeholders,
+  // and the caller grows the arena and lowers again.
+  *scratch_bytes = 0;
+  auto scratch = [&](uint64_t bytes) -> Result<uint64_t> {
+    const uint64_t at = *scratch_bytes;
+    *scratch_bytes += (bytes + 255) / 256 * 256;
+    return arena_.address() + at;
+  };
   for (int i = 0; i < ggml_graph_n_nodes(g); ++i) {
     const ggml_tensor* n = ggml_graph_node(g, i);
     if (!computes(n)) continue;
@@ -70,6 +77,21 @@ Result<std::unique_ptr<Plan>> GraphRunner::build(ggml_cgraph* g) {
     if (!lowered.ok()) return std::move(lowered).status().with_context(fmt::format("node {} ({})", i, n->name));
     for (exec::OpCall& c : *lowered) calls.push_back(std::move(c));
   }
+  return calls;
+}
+
+Result<std::unique_ptr<Plan>> GraphRunner::build(ggml_cgraph* g) {
+  uint64_t need = 0;
+  LOOM_ASSIGN_OR_RETURN(std::vector<exec::OpCall> calls, lower(g, &need));
+  if (need > arena_.size()) {
+    // Every kept plan points into the old arena: they go with it.
+    plans_.clear();
+    arena_.reset();
+    LOOM_ASSIGN_OR_RETURN(arena_, hrx::Buffer::alloc(dc_.dev, std::max(need, 2 * arena_size_)));
+    arena_size_ = arena_.size();
+    LOOM_ASSIGN_OR_RETURN(calls, lower(g, &need));
+  }
+  auto plan = std::make_unique<Plan>();
   if (calls.empty()) return plan;
   return exec::hrx_detail::compile_plan(dc_.dev, stored_used_, std::move(plan), std::move(calls));
 }
