@@ -136,7 +136,7 @@ if [[ ! -f "$loom_build/build.ninja" ]]; then
   exit 1
 fi
 cached="$(sed -n 's/^LOOM_GGML_DIR:[A-Z]*=//p' "$loom_build/CMakeCache.txt")"
-if [[ "$cached" != "$src" ]]; then
+if [[ "$cached" != "$src" ]] || ! grep -q 'libggml-hrx\.so' "$loom_build/build.ninja"; then
   step "configuring Loom's build with LOOM_GGML_DIR=$src"
   take_build_lock
   run_logged cmake "$loom_build" -DLOOM_GGML_DIR="$src" -DLOOM_GGML_BUILD_DIR="$bld"
