@@ -160,9 +160,16 @@ LaunchDims dims_for(Dim3 grid, Dim3 block, uint64_t begin, uint64_t end) {
 Status launch_cpu(CpuKernelFn fn, void* const* args, Dim3 grid, Dim3 block, ThreadPool& pool) {
   uint64_t blocks = 0;
   LOOM_RETURN_IF_ERROR(check_launch(grid, block, &blocks));
-  pool.parallel_for(static_cast<int64_t>(blocks), [&](int64_t begin, int64_t end, int) {
-    LaunchDims d = dims_for(grid, block, static_cast<uint64_t>(begin), static_cast<uint64_t>(end));
-    fn(args, &d);
+  // One pointer captured, so the task fits std::function's inline buffer: no allocation per launch.
+  struct Job {
+    CpuKernelFn fn;
+    void* const* args;
+    Dim3 grid, block;
+  } job{fn, args, grid, block};
+  const Job* j = &job;
+  pool.parallel_for(static_cast<int64_t>(blocks), [j](int64_t begin, int64_t end, int) {
+    LaunchDims d = dims_for(j->grid, j->block, static_cast<uint64_t>(begin), static_cast<uint64_t>(end));
+    j->fn(j->args, &d);
   });
   return Status();
 }
