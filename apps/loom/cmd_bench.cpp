@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
@@ -135,13 +136,26 @@ std::string utc_now() {
   return buf;
 }
 
+// One line per step on stderr, whether or not it is a terminal, so that a piped or logged run
+// shows where it is (stdout keeps only the results).
+template <typename... Args>
+void step_line(fmt::format_string<Args...> format, Args&&... args) {
+  const std::string line = "loom bench: " + fmt::format(format, std::forward<Args>(args)...) + "\n";
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+}
+
 Status bench(const BenchFlags& f, const std::string& command) {
   if (f.n_prompt < 1 || f.n_gen < 1 || f.reps < 1) return invalid_argument("-p, -n and -r must be >= 1");
   if (f.depth < 0) return invalid_argument("--depth must be >= 0");
   // Profiling is read when a backend is made: set before the engine exists.
   if (f.profile) exec::set_profiling(true);
   LOOM_ASSIGN_OR_RETURN(std::string path, llm::resolve_model_path(f.gen.model));
+  double t_step = now_s();
+  step_line("loading {}", path);
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<llm::Model> model, llm::Model::load(path, !f.json));
+  step_line("model loaded: {:.0f} MiB in {:.1f} s", static_cast<double>(model->weight_bytes()) / (1 << 20),
+            now_s() - t_step);
   llm::EngineOptions opts = f.gen.engine();
   // tg starts from a prompt of `depth` tokens (at least one: the token the first step reads).
   const int64_t tg_prompt_len = std::max<int64_t>(1, f.depth);
@@ -152,7 +166,10 @@ Status bench(const BenchFlags& f, const std::string& command) {
     return invalid_argument("-p {} / --depth {} + -n {} exceeds the model's context of {}", f.n_prompt, f.depth,
                             f.n_gen, engine->n_ctx());
   const std::string device = f.gen.device.empty() ? exec::default_device() : f.gen.device;
+  step_line("engine ready on {} ({}); measuring the device's bandwidth", device, engine->backend_name());
+  t_step = now_s();
   LOOM_ASSIGN_OR_RETURN(evolve::DeviceLimits lim, evolve::measure_limits(device, f.gen.n_threads));
+  step_line("bandwidth {:.1f} GB/s ({:.1f} s)", lim.bandwidth_gbs, now_s() - t_step);
   // A fixed pseudo-text prompt: speed does not depend on the token values.
   std::vector<int32_t> prompt(static_cast<size_t>(f.n_prompt));
   for (int64_t i = 0; i < f.n_prompt; ++i)
@@ -173,7 +190,11 @@ Status bench(const BenchFlags& f, const std::string& command) {
   };
   // Warm-up, which is also the validation: finite logits, and identical tokens in every run.
   double pp, tg;
+  const std::string tg_name = f.depth > 0 ? fmt::format("tg{}@d{}", f.n_gen, f.depth) : fmt::format("tg{}", f.n_gen);
+  step_line("warm-up and validation: pp{} + {}", f.n_prompt, tg_name);
+  t_step = now_s();
   LOOM_ASSIGN_OR_RETURN(std::vector<int32_t> expected, repetition(&pp, &tg, true));
+  step_line("warm-up done in {:.1f} s (finite logits)", now_s() - t_step);
   std::vector<double> pp_tps, tg_tps;
   exec::profile_reset();  // the warm-up compiled the kernels: profile only the timed runs
   for (int r = 0; r < f.reps; ++r) {
@@ -181,6 +202,8 @@ Status bench(const BenchFlags& f, const std::string& command) {
     if (got != expected) return internal_error("repetition {} generated different tokens: not deterministic", r);
     pp_tps.push_back(static_cast<double>(f.n_prompt) / pp);
     tg_tps.push_back(static_cast<double>(f.n_gen) / tg);
+    step_line("repetition {}/{}: pp{} {:.1f} tok/s, {} {:.1f} tok/s (same tokens as the warm-up)", r + 1, f.reps,
+              f.n_prompt, pp_tps.back(), tg_name, tg_tps.back());
   }
 
   const TokenCost c = token_cost(*model);
@@ -311,6 +334,7 @@ LOOM_COMMAND(kBench, "bench", "measure prompt and generation speed (tokens/s) ag
                            "per-op breakdown of a step: time, share, GB/s and fraction of the bandwidth (HRX devices; eager launches)"),
               opt::Opt::kProfile);
   return [f] {
+    f->gen.resolve_device();
     Status s = bench(*f, command_line());
     return s.ok() ? 0 : report(s);
   };

@@ -75,7 +75,7 @@ Status run(const RunFlags& f) {
                               "allows up to {})", prompt.size(), std::max<int64_t>(f.n_predict, 0), engine->n_ctx(),
                               model->config().n_ctx_train);
 
-  llm::Sampler sampler(f.gen.sampling(), model->config().n_vocab);
+  llm::Sampler sampler(f.gen.sampling(engine->n_ctx()), model->config().n_vocab);
   llm::GenerateOptions opts = f.gen.generate_options();
   opts.max_tokens = f.n_predict;
   opts.render_special = true;  // a raw completion shows control tokens (with --ignore-eos, the EOS text)
@@ -120,7 +120,7 @@ LOOM_COMMAND(kRun, "run", "complete a raw prompt with a model (no chat template)
   app.add_option("-p,--prompt", f->prompt, "prompt text");
   app.add_option("-f,--file", f->prompt_file, "read the prompt from a file");
   app.add_option("-n,--n-predict", f->n_predict, "tokens to generate (-1: until end of text or full context)")
-      ->capture_default_str();
+      ->capture_default_str()->check(int_at_least(-1, " (-1: no limit)"));
   app.add_option("--prompt-ids", f->prompt_ids, "prompt as a JSON array of token ids (testing)")->group("Advanced");
   app.add_flag("--json", f->json, "print prompt and generated ids, text and speed as JSON")->group("Advanced");
   app.add_option("--dump-logits", f->dump_logits, "write the last prompt token's logits (float32) to FILE")
@@ -132,6 +132,7 @@ LOOM_COMMAND(kRun, "run", "complete a raw prompt with a model (no chat template)
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->group("Advanced");
   return [f] {
+    f->gen.resolve_device();
     Status s = run(*f);
     return s.ok() ? 0 : report(s);
   };

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "device_flags.h"
 #include "option_flags.h"
 #include "loom/base/thread_pool.h"
 #include "loom/engine/engine.h"
@@ -38,7 +39,8 @@ struct ServeFlags {
   int parallel = 4;
   int64_t n_ctx = 4096;
   int n_threads = default_thread_count();
-  std::string device;  // "": exec::default_device()
+  DeviceFlags placement;  // --device and -ngl as given
+  std::string device;     // what they resolve to; "": exec::default_device()
   int64_t n_batch = 512;
   std::string api_key;
   size_t max_queue = 64;
@@ -138,14 +140,21 @@ LOOM_COMMAND(kServe, "serve", "OpenAI-compatible HTTP server with continuous bat
               opt::Opt::kModel);
   app.add_option("--host", f->host, "address to listen on")->capture_default_str();
   app.add_option("--port", f->port, "port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
+  // CLI11 takes one letter after a single dash: main() rewrites llama-server's "-np" to "--parallel".
   app.add_option("--parallel", f->parallel, "sequence slots: requests decoded together in one batched step")
       ->capture_default_str()->check(CLI::Range(1, 256));
   app.add_option("-c,--ctx,--ctx-size", f->n_ctx, "context per slot in tokens (capped at the model's; 0: the model's)")
-      ->capture_default_str();
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  // What llama-server launchers pass: Loom always renders the model's own Jinja chat template and
+  // always serves /metrics, so both flags are accepted and change nothing.
+  app.add_flag("--jinja")
+      ->description("accepted for llama-server launchers: the model's Jinja chat template is always used")
+      ->group("llama-server compatibility");
+  app.add_flag("--metrics")->description("accepted for llama-server launchers: /metrics is always served")
+      ->group("llama-server compatibility");
   bind_option(app.add_option("-t,--threads", f->n_threads, "CPU threads")->capture_default_str()->check(CLI::Range(1, 1024)),
               opt::Opt::kThreads);
-  bind_option(app.add_option("--device", f->device, "cpu-ref (reference ops) | cpu | cuda[:N] (op-library kernels through HRX); default: $LOOM_DEVICE, else cuda:0 when present, else cpu-ref"),
-              opt::Opt::kDevice);
+  add_device_flags(app, f->placement);
   app.add_option("-b,--batch-size", f->n_batch, "tokens per batched step (decode tokens + prompt chunks)")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
   bind_option(app.add_option("--api-key", f->api_key, "require 'Authorization: Bearer KEY' on /v1/* (default: $LOOM_API_KEY)"),
@@ -169,6 +178,7 @@ LOOM_COMMAND(kServe, "serve", "OpenAI-compatible HTTP server with continuous bat
   app.add_flag("!--no-prepare", f->prepare,
                "do not build the step plans of likely batch sizes before listening (HRX devices then compile each on first use)");
   return [f] {
+    f->device = f->placement.resolve();
     Status s = serve(*f);
     return s.ok() ? 0 : report(s);
   };

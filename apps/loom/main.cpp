@@ -1,6 +1,7 @@
 // Entry point of the `loom` CLI: builds subcommands from the registry and runs the chosen one.
 #include <cstdio>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
@@ -30,6 +31,26 @@ int report(const Status& status) {
   return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
 }
 
+// llama.cpp spells some flags with one dash and several letters ("-ngl 99", "-np 4"), which
+// CLI11 would read as a one-letter flag with a value ("-n gl"). The commands that take them get
+// the long names instead; "--" ends the rewriting.
+std::vector<std::string> rewrite_llama_flags(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  const std::string cmd = argc > 1 ? args[1] : "";
+  const bool places = cmd == "run" || cmd == "chat" || cmd == "bench" || cmd == "serve";
+  for (size_t i = 2; i < args.size(); ++i) {
+    std::string& a = args[i];
+    if (a == "--") break;
+    auto swap = [&](const std::string& from, const std::string& to) {
+      if (a == from) a = to;
+      else if (a.rfind(from + "=", 0) == 0) a = to + a.substr(from.size());
+    };
+    if (places) swap("-ngl", "--n-gpu-layers");
+    if (cmd == "serve") swap("-np", "--parallel");
+  }
+  return args;
+}
+
 }  // namespace loom::cli
 
 int main(int argc, char** argv) {
@@ -46,7 +67,10 @@ int main(int argc, char** argv) {
     actions.emplace_back(sub, cmd.setup(*sub));
   }
   try {
-    app.parse(argc, argv);
+    std::vector<std::string> args = loom::cli::rewrite_llama_flags(argc, argv);
+    std::vector<char*> ptrs;
+    for (std::string& a : args) ptrs.push_back(a.data());
+    app.parse(static_cast<int>(ptrs.size()), ptrs.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
