@@ -2,7 +2,8 @@
 # Installs everything Loom needs on a fresh Debian machine, fetches the models and builds.
 #   tools/setup.sh          runtime deps + build + SmolLM2 (enough for `loom chat`)
 #   tools/setup.sh --dev    + test/oracle deps (llama-cpp-python, gguf, jinja2, clang for fuzzing,
-#                             graphviz for docs/architecture.svg), stock llama.cpp and
+#                             graphviz for docs/architecture.svg, tmux for the terminal chat
+#                             test), stock llama.cpp and
 #                             libggml-hrx.so (tools/llama_cpp.sh)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -12,9 +13,9 @@ dev=0
 SUDO=""
 [[ $(id -u) -ne 0 ]] && SUDO="sudo"
 pkgs=(cmake ninja-build g++ pkg-config libpcre2-dev libfmt-dev nlohmann-json3-dev libcli11-dev
-      libsqlite3-dev libboost1.81-dev libcurl4 python3 python3-pip)
+      libsqlite3-dev libboost1.81-dev libedit-dev libcurl4 python3 python3-pip)
 if [[ $dev -eq 1 ]]; then
-  pkgs+=(libgtest-dev clang-19 llvm-19 lld-19 chromium fonts-dejavu-core graphviz)
+  pkgs+=(libgtest-dev clang-19 llvm-19 lld-19 chromium fonts-dejavu-core graphviz tmux)
 fi
 missing=()
 for p in "${pkgs[@]}"; do
