@@ -136,7 +136,7 @@ Status serve(const ServeFlags& f) {
 
 LOOM_COMMAND(kServe, "serve", "OpenAI-compatible HTTP server with continuous batching and a chat page", [](CLI::App& app) -> Action {
   auto f = std::make_shared<ServeFlags>();
-  bind_option(app.add_option("-m,--model", f->model, "GGUF model file (default: $LOOM_MODEL or SmolLM2-135M-Instruct)"),
+  bind_option(app.add_option("-m,--model", f->model, "GGUF file or a known model name (smollm2, gemma3: see loom pull); default: $LOOM_MODEL or SmolLM2-135M-Instruct"),
               opt::Opt::kModel);
   app.add_option("--host", f->host, "address to listen on")->capture_default_str();
   app.add_option("--port", f->port, "port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));

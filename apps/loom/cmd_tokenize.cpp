@@ -168,7 +168,7 @@ LOOM_COMMAND(kTokenize, "tokenize",
              "Print the token ids of stdin as a JSON array (BOS/EOS as the model says, special tokens parsed)",
              [](CLI::App& sub) -> Action {
                auto a = std::make_shared<TokenizeArgs>();
-               bind_option(sub.add_option("-m,--model", a->model, "GGUF model (default: $LOOM_MODEL or the SmolLM2 model in the cache)"),
+               bind_option(sub.add_option("-m,--model", a->model, "GGUF file or a known model name (smollm2, gemma3); default: $LOOM_MODEL or the SmolLM2 model in the cache"),
                            opt::Opt::kModel);
                sub.add_flag("--no-bos", a->no_bos, "do not add the BOS/EOS tokens the model asks for");
                sub.add_flag("--no-special", a->no_special, "treat control tokens written in the text as plain text");
@@ -182,7 +182,7 @@ LOOM_COMMAND(kTokenize, "tokenize",
 LOOM_COMMAND(kDetokenize, "detokenize", "Read a JSON array of token ids on stdin and write the exact bytes they stand for",
              [](CLI::App& sub) -> Action {
                auto a = std::make_shared<DetokenizeArgs>();
-               bind_option(sub.add_option("-m,--model", a->model, "GGUF model (default: $LOOM_MODEL or the SmolLM2 model in the cache)"),
+               bind_option(sub.add_option("-m,--model", a->model, "GGUF file or a known model name (smollm2, gemma3); default: $LOOM_MODEL or the SmolLM2 model in the cache"),
                            opt::Opt::kModel);
                sub.add_flag("--no-special", a->no_special, "render control tokens as nothing");
                sub.add_flag("--keep-special", a->keep_special, "keep a leading BOS / trailing EOS that the model adds by itself");

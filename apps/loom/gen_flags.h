@@ -95,7 +95,7 @@ inline CLI::Validator int_at_least(int64_t lo, std::string meaning = "") {
 }
 
 inline void add_gen_flags(CLI::App& app, GenFlags& f, bool sampling = true) {
-  bind_option(app.add_option("-m,--model", f.model, "GGUF model file (default: $LOOM_MODEL or SmolLM2-135M-Instruct)"),
+  bind_option(app.add_option("-m,--model", f.model, "GGUF file or a known model name (smollm2, gemma3: see loom pull); default: $LOOM_MODEL or SmolLM2-135M-Instruct"),
               opt::Opt::kModel);
   app.add_option("-c,--ctx-size", f.n_ctx, "context length in tokens (capped at the model's; 0: the model's)")
       ->capture_default_str()->check(int_at_least(0, " (0: the model's)"));
