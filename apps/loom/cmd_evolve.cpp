@@ -122,16 +122,21 @@ Status check_cmd(const EvolveFlags& f) {
     std::string shape_text = header_value(c.source, "shape");
     if (shape_text.empty()) shape_text = f.cfg.shape;
     LOOM_ASSIGN_OR_RETURN(kernels::Shape shape, kernels::Shape::parse(shape_text));
+    // A file's '// op-file:' line (a path from the working directory) names its own op.
+    const kernels::OpSpec* file_op = op;
+    if (const std::string of = header_value(c.source, "op-file"); !of.empty())
+      LOOM_ASSIGN_OR_RETURN(file_op, resolve_op("", of).with_context(file));
     EvalOptions o;
+    if (const std::string ts = header_value(c.source, "timing-sets"); !ts.empty()) o.timing_sets = std::atoi(ts.c_str());
     o.trials = f.cfg.trials;
     const ir::TargetKind target = f.cfg.device.rfind("cuda", 0) == 0 ? ir::TargetKind::kPtx : ir::TargetKind::kCpp;
-    o.holdout = search_holdout_shapes(*op, shape, target, f.cfg.holdout);  // as a job holds out
+    o.holdout = search_holdout_shapes(*file_op, shape, target, f.cfg.holdout);  // as a job holds out
     o.peak_gbps = peak;
     o.time_budget_s = f.cfg.time_budget_s;
     o.ws_factor = f.ws_factor;
     o.seed = static_cast<uint64_t>(bad + 1);
     o.instrument = f.instrument;
-    EvalResult r = evaluate_isolated(f.cfg.device, *op, shape, c, o, f.cfg.timeout_s);
+    EvalResult r = evaluate_isolated(f.cfg.device, *file_op, shape, c, o, f.cfg.timeout_s);
     const std::string expect = header_value(c.source, "expect");
     bool match = expect.empty();
     for (size_t p = 0; !expect.empty() && p <= expect.size();) {
@@ -148,7 +153,7 @@ Status check_cmd(const EvolveFlags& f) {
     if (r.ok())
       std::printf("     median %.1f us (p10 %.1f, p90 %.1f, %d reps)\n", r.median_us, r.p10_us, r.p90_us, r.reps);
     if (r.ok() && !r.regions.empty()) std::printf("     regions: %s\n", r.regions.c_str());
-    if (r.ok() && f.ncu) std::printf("     %s\n", ncu_diagnosis(f.cfg.device, *op, shape, c, o).c_str());
+    if (r.ok() && f.ncu) std::printf("     %s\n", ncu_diagnosis(f.cfg.device, *file_op, shape, c, o).c_str());
     std::fflush(stdout);
   }
   std::printf("%zu candidates, %d not as expected\n", items.size(), bad);

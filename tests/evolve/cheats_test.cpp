@@ -15,6 +15,7 @@
 #include "loom/evolve/store_names.h"
 #include "loom/evolve/device.h"
 #include "loom/evolve/evaluator.h"
+#include "loom/evolve/user_op.h"
 #include "loom/evolve/worker.h"
 #include "loom/hrx/runtime.h"
 #include "loom/kernels/op_spec.h"
@@ -106,13 +107,18 @@ TEST_P(Cheat, JudgedAsExpected) {
   std::string shape_text = header(c->source, "shape");
   auto shape = kernels::Shape::parse(shape_text.empty() ? "n=1000" : shape_text);
   ASSERT_TRUE(shape.ok());
-  const kernels::OpSpec* op = kernels::find_op("add");
-  ASSERT_NE(op, nullptr);
+  // The op: `add`, or the one a `// op-file:` line names (relative to the source tree).
+  const std::string op_file = header(c->source, "op-file");
+  auto op_or = resolve_op(op_file.empty() ? "add" : "", op_file.empty() ? "" : std::string(LOOM_SOURCE_DIR) + "/" + op_file);
+  ASSERT_TRUE(op_or.ok()) << op_or.status().to_string();
+  const kernels::OpSpec* op = *op_or;
   EvalOptions o;
   o.holdout = holdout_shapes(*op, *shape, 2);
   o.peak_gbps = cpu_peak();
   ASSERT_GT(o.peak_gbps, 0) << "measured peak read bandwidth";
   o.time_budget_s = 0.2;
+  // A file may narrow the timing's input sets, to reach the rule behind the ones it would meet first.
+  if (std::string ts = header(c->source, "timing-sets"); !ts.empty()) o.timing_sets = std::stoi(ts);
   // As in a job: one fresh trial, the other trials and held-out shapes from a pool that the
   // planted files share (the cheats must be caught with pooled sets too).
   o.pool_dir = shared_pool_dir();
@@ -175,7 +181,7 @@ TEST(CheatSuite, CoversEveryRule) {
     tags.insert(header(ss.str(), "expect"));
   }
   for (const char* t : {"ok", "guard", "input", "stale", "cached", "order", "holdout", "wrong", "floor", "crash", "timeout",
-                        "compile_error"})
+                        "compile_error", "special", "timed", "async"})
     EXPECT_TRUE(tags.count(t)) << "no planted file expects " << t;
 }
 

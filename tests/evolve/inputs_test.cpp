@@ -4,6 +4,7 @@
 // the scope, and the op's kernels pass their tolerance on them.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -106,6 +107,60 @@ TEST(EvolveInputs, DefaultKernelsPassOnBlockBytes) {
     EXPECT_TRUE(r.ok()) << r.status << " " << r.reason;
     EXPECT_NE(r.phases.find("(input sets: 5 made"), std::string::npos) << r.phases;
   }
+}
+
+// Special values go only where the op's reference defines them, every kind appears in a short
+// buffer, the two inputs of `add` combine different ones, and the reference is IEEE there.
+TEST(EvolveInputs, SpecialValuesWhereTheReferenceDefinesThem) {
+  const kernels::OpSpec* add = kernels::find_op("add");
+  ASSERT_NE(add, nullptr);
+  auto shape = kernels::Shape::parse("n=1000");
+  ASSERT_TRUE(shape.ok());
+  const auto specs = add->args(*shape);
+  std::vector<kernels::HostArg> args(specs.size());
+  std::mt19937_64 rng(3);
+  add->fill_inputs(*shape, rng, args);
+  const auto before = args;
+  EXPECT_EQ(kernels::mix_special_values(*add, *shape, specs, rng, args), 2);
+  auto floats = [](const kernels::HostArg& a) {
+    std::vector<float> v(a.bytes.size() / 4);
+    std::memcpy(v.data(), a.bytes.data(), a.bytes.size());
+    return v;
+  };
+  const std::vector<float> a = floats(args[0]), b = floats(args[1]);
+  int inf = 0, nan = 0, negzero = 0, denormal = 0, big = 0, same_kind = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    inf += std::isinf(a[i]);
+    nan += std::isnan(a[i]);
+    negzero += a[i] == 0 && std::signbit(a[i]);
+    denormal += std::fpclassify(a[i]) == FP_SUBNORMAL;
+    big += std::fabs(a[i]) > 1e38f && std::isfinite(a[i]);
+    if (i < 225) same_kind += std::memcmp(&a[i], &b[i], 4) == 0;
+  }
+  EXPECT_GT(inf, 2);
+  EXPECT_GT(nan, 2);
+  EXPECT_GT(negzero, 0);
+  EXPECT_GT(denormal, 2);
+  EXPECT_GT(big, 2);
+  EXPECT_EQ(same_kind, 15) << "the first 225 elements of a and b meet in every pair of the 15 kinds once";
+  EXPECT_NE(args[0].bytes, before[0].bytes);
+  // The reference on them: one IEEE add per element.
+  ASSERT_TRUE(add->reference(*shape, args).ok());
+  const std::vector<float> y = floats(args[2]);
+  for (size_t i = 0; i < y.size(); ++i) {
+    const float want = a[i] + b[i];
+    EXPECT_TRUE((std::isnan(want) && std::isnan(y[i])) || std::memcmp(&want, &y[i], 4) == 0) << i;
+  }
+  // An op whose reference does not define them is left alone.
+  const kernels::OpSpec* norm = kernels::find_op("rms_norm");
+  ASSERT_NE(norm, nullptr);
+  const kernels::Shape ns = norm->test_shapes().front();
+  const auto nspecs = norm->args(ns);
+  std::vector<kernels::HostArg> nargs(nspecs.size());
+  norm->fill_inputs(ns, rng, nargs);
+  const auto nbefore = nargs;
+  EXPECT_EQ(kernels::mix_special_values(*norm, ns, nspecs, rng, nargs), 0);
+  for (size_t i = 0; i < nargs.size(); ++i) EXPECT_EQ(nargs[i].bytes, nbefore[i].bytes);
 }
 
 }  // namespace

@@ -66,6 +66,10 @@ TEST(EvolvePool, SetsAreMadeOnceThenRead) {
   // 1 fresh trial + 2 pooled trials + 2 held-out shapes; the pooled ones (4) are written.
   EXPECT_EQ(sets_of(a.phases), std::make_pair(5, 0)) << a.phases;
   EXPECT_EQ(count_files(dir), 4u);
+  // The timing images hold sets of their own, counted apart (small ones: one per image, not pooled).
+  EXPECT_GT(a.timing_sets, 8) << a.phases;
+  EXPECT_NE(a.phases.find(fmt::format("(timing: {} input sets)", a.timing_sets)), std::string::npos) << a.phases;
+  EXPECT_GT(a.timed_checks, 0);
   for (const char* p : {"compile ", "inputs ", "reference ", "launch ", "check ", "timing "})
     EXPECT_NE(a.phases.find(p), std::string::npos) << p << " missing from: " << a.phases;
   // Another candidate's evaluation: its own fresh trial, the rest from the pool.

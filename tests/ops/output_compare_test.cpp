@@ -63,11 +63,34 @@ TEST(OutputCompare, NanMatchesOnlyNan) {
   EXPECT_EQ(run({NAN, 1.0f}, {1.0f, 1.0f}, {0.1, 0.1, false}).kind, Kind::kMismatch);
 }
 
-TEST(OutputCompare, ExactToleranceComparesBytes) {
+TEST(OutputCompare, ExactToleranceComparesBits) {
   auto r = run({1.0f, 2.0f}, {1.0f, std::nextafter(2.0f, 3.0f)}, {1.0, 1.0, true});
   ASSERT_EQ(r.kind, Kind::kMismatch);
-  EXPECT_EQ(r.elem_bytes, 1u);
-  EXPECT_NE(r.message.find("'y' byte"), std::string::npos) << r.message;
+  EXPECT_EQ(r.offset, 4u);
+  EXPECT_EQ(r.elem_bytes, 4u);
+  EXPECT_NE(r.message.find("'y'[1]"), std::string::npos) << r.message;
+  EXPECT_NE(r.message.find("bit for bit"), std::string::npos) << r.message;
+  // -0.0 is not 0.0 for an exact op, in either direction.
+  EXPECT_EQ(run({-0.0f, 1.0f}, {0.0f, 1.0f}, {0, 0, true}).kind, Kind::kMismatch);
+  EXPECT_EQ(run({0.0f, 1.0f}, {-0.0f, 1.0f}, {0, 0, true}).kind, Kind::kMismatch);
+  EXPECT_TRUE(run({-0.0f, 1.0f}, {-0.0f, 1.0f}, {0, 0, true}).ok());
+}
+
+TEST(OutputCompare, AnyNanMatchesAnyNanEvenWhenExact) {
+  uint32_t quiet = 0x7fc00000, payload = 0x7fc00123, negative = 0xffc00000;
+  float q, p, n;
+  std::memcpy(&q, &quiet, 4);
+  std::memcpy(&p, &payload, 4);
+  std::memcpy(&n, &negative, 4);
+  EXPECT_TRUE(run({q, p}, {p, n}, {0, 0, true}).ok());
+  EXPECT_EQ(run({q, 1.0f}, {INFINITY, 1.0f}, {0, 0, true}).kind, Kind::kMismatch);
+}
+
+TEST(OutputCompare, InfinitiesMatchOnlyTheSameInfinity) {
+  EXPECT_TRUE(run({INFINITY, -INFINITY}, {INFINITY, -INFINITY}, {0.1, 0.1, false}).ok());
+  EXPECT_EQ(run({INFINITY, 1.0f}, {-INFINITY, 1.0f}, {0.1, 0.1, false}).kind, Kind::kMismatch);
+  EXPECT_EQ(run({INFINITY, 1.0f}, {3.4e38f, 1.0f}, {0.1, 0.1, false}).kind, Kind::kMismatch);
+  EXPECT_EQ(run({3.4e38f, 1.0f}, {INFINITY, 1.0f}, {0.1, 0.1, false}).kind, Kind::kMismatch);
 }
 
 TEST(OutputCompare, AModifiedInputFails) {

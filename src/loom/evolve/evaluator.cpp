@@ -2,6 +2,7 @@
 // roofline diagnosis, and isolation of a candidate in a forked process.
 #include "loom/evolve/evaluator.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <random>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -22,6 +24,7 @@
 #include "loom/evolve/input_sets.h"
 #include "loom/evolve/worker.h"
 #include "loom/ir/passes/instrument.h"
+#include "loom/kernels/op_util.h"
 #include "loom/kernels/output_compare.h"
 
 namespace loom::evolve {
@@ -161,9 +164,40 @@ Result<ShapeRun> prepare(EvalDevice& dev, const kernels::OpSpec& op, const Shape
   return r;
 }
 
+// Threads of this process (the entries of /proc/self/task); 0 when it cannot be read.
+int live_threads() {
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return 0;
+  int n = 0;
+  while (const dirent* e = readdir(d))
+    if (e->d_name[0] != '.') ++n;
+  closedir(d);
+  return n;
+}
+
+// Resident bytes of this process (/proc/self/statm); 0 when it cannot be read.
+uint64_t resident_bytes() {
+  std::ifstream f("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  if (!(f >> size >> resident)) return 0;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+// Kernels whose code runs in this process (the cpu driver) must finish their work inside the
+// launch: a thread still alive after the launch returned is work the timer did not see.
+// `baseline`: the process's threads before any candidate code ran (0: not checked).
+std::string leftover_threads(int baseline) {
+  if (baseline <= 0) return {};
+  const int now = live_threads();
+  if (now <= baseline) return {};
+  return fmt::format("async: {} thread(s) still running after the launch returned ({} before the first launch): work "
+                     "outside the launch is not timed, so a kernel must finish it before returning",
+                     now - baseline, baseline);
+}
+
 // One trial: the set's inputs, poisoned outputs, launch, checks. Returns "" or "<tag>: ...".
 Result<std::string> trial(EvalDevice& dev, const kernels::OpSpec& op, const Shape& shape, ShapeRun& r,
-                          const InputSet& set, int t, const std::vector<HostArg>* prev_ref, Phases& ph) {
+                          const InputSet& set, int t, const std::vector<HostArg>* prev_ref, Phases& ph, int threads0) {
   {
     Lap lap(ph, "upload");
     LOOM_RETURN_IF_ERROR(r.g.upload(set.in, t));
@@ -172,6 +206,7 @@ Result<std::string> trial(EvalDevice& dev, const kernels::OpSpec& op, const Shap
     Lap lap(ph, "launch");
     LOOM_RETURN_IF_ERROR(dev.run(r.loaded, r.g.addrs()).with_context("run"));
   }
+  if (std::string a = leftover_threads(threads0); !a.empty()) return a;
   Lap lap(ph, "check");
   LOOM_RETURN_IF_ERROR(r.g.download());
   if (std::string gd = r.g.guard_damage(); !gd.empty()) return gd;
@@ -235,7 +270,7 @@ std::string measure_regions(EvalDevice& dev, const kernels::OpSpec& op, const Sh
 
 std::string EvalResult::to_json() const {
   nlohmann::json j = {{"status", status}, {"reason", reason}, {"median_us", median_us}, {"p10_us", p10_us},
-                      {"p90_us", p90_us}, {"reps", reps}, {"gbps", gbps}, {"frac_peak", frac_peak},
+                      {"p90_us", p90_us}, {"reps", reps}, {"timed_checks", timed_checks}, {"timing_sets", timing_sets}, {"gbps", gbps}, {"frac_peak", frac_peak},
                       {"diagnosis", diagnosis}, {"eval_s", eval_s}, {"ws_bytes", ws_bytes}, {"regions", regions}, {"phases", phases}};
   return j.dump();
 }
@@ -254,6 +289,8 @@ EvalResult EvalResult::from_json(std::string_view text) {
   r.p10_us = j.value("p10_us", 0.0);
   r.p90_us = j.value("p90_us", 0.0);
   r.reps = j.value("reps", 0);
+  r.timed_checks = j.value("timed_checks", 0);
+  r.timing_sets = j.value("timing_sets", 0);
   r.gbps = j.value("gbps", 0.0);
   r.frac_peak = j.value("frac_peak", 0.0);
   r.diagnosis = j.value("diagnosis", "");
@@ -329,6 +366,7 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
     r.reason = s.to_string();
     return done(r);
   }
+  const int threads0 = dev.props().driver == hrx::DriverKind::kCpu ? live_threads() : 0;
   phase("compile");
   auto prep = [&] {
     Lap lap(ph, "compile");
@@ -340,6 +378,16 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
     return done(r);
   }
   ShapeRun& run = *prep;
+  // A kernel that left threads running is never unloaded: its threads run its code, and its
+  // static objects' destructors (a condition variable they wait on) could hang the unload.
+  // The evaluation's process ends soon after (an isolated child, a worker that restarts).
+  auto abandon = [&](EvalResult x, ShapeRun* other = nullptr) {
+    if (x.tag() == "async") {
+      new ShapeRun(std::move(run));  // deliberately leaked
+      if (other) new ShapeRun(std::move(*other));
+    }
+    return done(std::move(x));
+  };
   InputSet first;
   std::vector<HostArg> prev_ref;
   phase("trials");
@@ -352,24 +400,47 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
       r.reason = set.status().to_string();
       return done(r);
     }
-    auto bad = trial(dev, op, shape, run, *set, t, t ? &prev_ref : nullptr, ph);
+    auto bad = trial(dev, op, shape, run, *set, t, t ? &prev_ref : nullptr, ph, threads0);
     if (!bad.ok()) {
       r.reason = bad.status().to_string();
       return done(r);
     }
-    if (!bad->empty()) return done(reject(r, *bad));
+    if (!bad->empty()) return abandon(reject(r, *bad));
     prev_ref = set->ref;
     if (t == 0) first = std::move(*set);
   }
   // Launch order and history: the first inputs again, twice, after the others.
   for (int again = 0; again < 2; ++again) {
-    auto bad = trial(dev, op, shape, run, first, 3 + again, nullptr, ph);
+    auto bad = trial(dev, op, shape, run, first, 3 + again, nullptr, ph, threads0);
     if (!bad.ok()) {
       r.reason = bad.status().to_string();
       return done(r);
     }
+    if (!bad->empty() && bad->rfind("async:", 0) == 0) return abandon(reject(r, *bad));
     if (!bad->empty())
       return done(reject(r, fmt::format("order: repeating the first launch gave another answer ({})", *bad)));
+  }
+  // Special values, where the op's reference defines them: infinities, NaNs, -0.0, denormals
+  // and extremes mixed into the inputs (a fresh set: never one the earlier trials showed).
+  bool any_special = false;
+  for (size_t i = 0; i < run.specs.size(); ++i) any_special = any_special || op.special_values(shape, i);
+  if (any_special) {
+    phase("special values");
+    auto set = input_set(op, shape, run.specs, mix(opt.seed, 0x5BEC), false, opt, ph, /*specials=*/true);
+    if (!set.ok()) {
+      r.reason = set.status().to_string();
+      return done(r);
+    }
+    auto bad = trial(dev, op, shape, run, *set, 5, nullptr, ph, threads0);
+    if (!bad.ok()) {
+      r.reason = bad.status().to_string();
+      return done(r);
+    }
+    if (!bad->empty() && bad->rfind("async:", 0) == 0) return abandon(reject(r, *bad));
+    if (!bad->empty())
+      return done(reject(r, fmt::format("special: wrong where the inputs hold special values (inf, NaN, -0.0, denormals, "
+                                        "extremes), which this op's reference defines ({})",
+                                        *bad)));
   }
   for (size_t h = 0; h < opt.holdout.size(); ++h) {
     const Shape& hs = opt.holdout[h];
@@ -384,9 +455,10 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
     auto set = input_set(op, hs, hp->specs, mix(opt.pool_seed, 100 + h), true, opt, ph);
     if (!set.ok())
       return done(reject(r, fmt::format("holdout: fails on held-out shape {{{}}}: {}", hs.key(), set.status().to_string())));
-    auto bad = trial(dev, op, hs, *hp, *set, static_cast<int>(h), nullptr, ph);
+    auto bad = trial(dev, op, hs, *hp, *set, static_cast<int>(h), nullptr, ph, threads0);
     if (!bad.ok())
       return done(reject(r, fmt::format("holdout: fails on held-out shape {{{}}}: {}", hs.key(), bad.status().to_string())));
+    if (!bad->empty() && bad->rfind("async:", 0) == 0) return abandon(reject(r, *bad), &*hp);
     if (!bad->empty()) return done(reject(r, fmt::format("holdout: wrong on held-out shape {{{}}} ({})", hs.key(), *bad)));
   }
   if (!opt.time) {
@@ -394,41 +466,94 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
     return done(r);
   }
   phase("timing");
-  // Timing over a working set larger than the last-level cache, of copies of the first
-  // trial's inputs (what a kernel computes from does not change what it costs to read).
+  // Timing over a working set larger than the last-level cache: `copies` images of every
+  // buffer argument, launches rotating through them so that every launch streams its inputs
+  // from memory and writes outputs that nothing else touched. The inputs of the images are
+  // sets that the trials never showed, in turn, and each pass over the working set moves
+  // every image on to the next set (copied from pristine device images, outside the timed
+  // launches): no launch sees the inputs its image held the last time, so an answer kept from
+  // an earlier launch is wrong, and answers kept per set need memory that the judge measures.
+  // After a launch returns the judge decides, at random, whether to check that launch's outputs
+  // right away (before any further launch), and it always checks the last one: a kernel cannot
+  // know which of its timed launches are verified, or do less work once the trials are over.
   std::optional<Lap> setup_lap(std::in_place, ph, "timing setup");
-  const std::vector<HostArg>& host = first.in;
-  uint64_t in_bytes = 0;
-  for (const ArgSpec& s : run.specs)
-    if (s.kind == ArgKind::kBuffer && (s.role == ArgRole::kInput || s.role == ArgRole::kInOut))
-      in_bytes += static_cast<uint64_t>(s.bytes);
+  uint64_t in_bytes = 0, all_bytes = 0;
+  for (const ArgSpec& s : run.specs) {
+    if (s.kind != ArgKind::kBuffer) continue;
+    all_bytes += static_cast<uint64_t>(s.bytes);
+    if (s.role == ArgRole::kInput || s.role == ArgRole::kInOut) in_bytes += static_cast<uint64_t>(s.bytes);
+  }
   const uint64_t cap = dev.props().driver == hrx::DriverKind::kCuda ? (8ull << 30) : (1ull << 30);
   uint64_t copies = in_bytes ? static_cast<uint64_t>(std::ceil(opt.ws_factor * static_cast<double>(dev.llc_bytes()) /
                                                                static_cast<double>(in_bytes)))
                              : 1;
-  copies = std::clamp<uint64_t>(copies, 1, std::max<uint64_t>(1, std::min<uint64_t>(4096, cap / std::max<uint64_t>(1, in_bytes))));
+  copies = std::clamp<uint64_t>(copies, 1, std::max<uint64_t>(1, std::min<uint64_t>(4096, cap / std::max<uint64_t>(1, all_bytes))));
   r.ws_bytes = copies * in_bytes;
-  std::vector<hrx::Buffer> bufs;  // per argument: `copies` images (inputs) or one (outputs)
+  auto fail = [&](const Status& st) {
+    r.reason = st.to_string();
+    return done(r);
+  };
+  // As many sets as the working set has images (every image its own inputs, so answers kept
+  // per set need as much memory as the images' outputs), within 512 MiB of host copies and
+  // about a second of making them, at least 3 (opt.timing_sets overrides). Few sets come
+  // from the job's pool; many small ones are made here, from the candidate's seed.
+  const uint64_t want_sets =
+      opt.timing_sets > 0 ? static_cast<uint64_t>(opt.timing_sets)
+                          : std::clamp<uint64_t>(std::min<uint64_t>(copies, (512ull << 20) / std::max<uint64_t>(1, all_bytes + in_bytes)), 3, 4096);
+  const bool pool_sets = want_sets <= 8;
+  std::vector<InputSet> sets;
+  const auto sets_t0 = clock_type::now();
+  const int made0 = ph.made, pooled0 = ph.pooled;
+  for (uint64_t j = 0; j < want_sets; ++j) {
+    if (j >= 3 && opt.timing_sets <= 0 && std::chrono::duration<double>(clock_type::now() - sets_t0).count() > 1.0) break;
+    auto set = input_set(op, shape, run.specs, mix(pool_sets ? opt.pool_seed : opt.seed, 0x71AE + j), pool_sets, opt, ph);
+    if (!set.ok()) return fail(set.status());
+    sets.push_back(std::move(*set));
+  }
+  const uint64_t n_sets = sets.size();
+  r.timing_sets = static_cast<int>(n_sets);
+  ph.made = made0;
+  ph.pooled = pooled0;
+  ph.timing = static_cast<int>(n_sets);
+  std::vector<hrx::Buffer> bufs, pristine;  // per argument: `copies` images; the sets' inputs
   std::vector<uint64_t> stride;
+  std::vector<bool> fed;  // arguments whose images hold a set's inputs
   for (size_t i = 0; i < run.specs.size(); ++i) {
     const ArgSpec& s = run.specs[i];
-    const bool rot = s.kind == ArgKind::kBuffer && (s.role == ArgRole::kInput || s.role == ArgRole::kInOut);
     const uint64_t st = (static_cast<uint64_t>(std::max<int64_t>(s.bytes, 1)) + 255) / 256 * 256;
-    auto b = hrx::Buffer::alloc(dev.device(), st * (rot ? copies : 1));
-    if (!b.ok()) {
-      r.reason = b.status().to_string();
-      return done(r);
+    auto b = hrx::Buffer::alloc(dev.device(), st * copies);
+    if (!b.ok()) return fail(b.status());
+    const bool input = s.kind == ArgKind::kBuffer && (s.role == ArgRole::kInput || s.role == ArgRole::kInOut) &&
+                       s.bytes > 0 && sets[0].in[i].bytes.size() == static_cast<size_t>(s.bytes);
+    hrx::Buffer p;
+    if (input) {
+      auto pb = hrx::Buffer::alloc(dev.device(), st * n_sets);
+      if (!pb.ok()) return fail(pb.status());
+      for (uint64_t k = 0; k < n_sets; ++k)
+        if (Status st2 = dev.stream().copy_h2d(*pb, k * st, sets[k].in[i].bytes.data(), sets[k].in[i].bytes.size());
+            !st2.ok())
+          return fail(st2);
+      p = std::move(*pb);
+    } else if (s.kind == ArgKind::kBuffer) {
+      if (Status st2 = dev.stream().memset(*b, 0, 0xFF, st * copies); !st2.ok()) return fail(st2);  // NaN poison
     }
-    if (host[i].bytes.size() == static_cast<size_t>(s.bytes) && s.bytes > 0)
-      for (uint64_t k = 0; k < (rot ? copies : 1); ++k)
-        if (Status st2 = dev.stream().copy_h2d(*b, k * st, host[i].bytes.data(), host[i].bytes.size()); !st2.ok()) {
-          r.reason = st2.to_string();
-          return done(r);
-        }
     bufs.push_back(std::move(*b));
-    stride.push_back(rot ? st : 0);
+    pristine.push_back(std::move(p));
+    stride.push_back(st);
+    fed.push_back(input);
   }
-  (void)dev.stream().synchronize();
+  std::vector<uint64_t> held(copies);  // the set each image holds now
+  auto refresh = [&](uint64_t pass) -> Status {
+    for (uint64_t k = 0; k < copies; ++k) {
+      held[k] = (k + pass) % n_sets;
+      for (size_t i = 0; i < run.specs.size(); ++i)
+        if (fed[i])
+          LOOM_RETURN_IF_ERROR(dev.stream().copy_d2d(bufs[i], k * stride[i], pristine[i], held[k] * stride[i],
+                                                     static_cast<uint64_t>(run.specs[i].bytes)));
+    }
+    return dev.stream().synchronize();
+  };
+  if (Status st = refresh(0); !st.ok()) return fail(st);
   auto addrs_of = [&](uint64_t k) {
     std::vector<uint64_t> a;
     for (size_t i = 0; i < bufs.size(); ++i) a.push_back(bufs[i].address() + stride[i] * k);
@@ -436,29 +561,96 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
   };
   std::vector<std::vector<uint64_t>> all_addrs;
   for (uint64_t k = 0; k < copies; ++k) all_addrs.push_back(addrs_of(k));
+  // Checks image k's outputs (and in/out buffers) against the reference of the set it holds.
+  // Pure inputs are not read back (the trials checked that they stay untouched; the next pass
+  // overwrites them anyway), which keeps a check cheap next to an 8B-shape weight matrix.
+  std::vector<std::vector<uint8_t>> host_img(run.specs.size());
+  for (size_t i = 0; i < run.specs.size(); ++i)
+    if (run.specs[i].kind == ArgKind::kBuffer && run.specs[i].role != ArgRole::kScratch &&
+        run.specs[i].role != ArgRole::kInput)
+      host_img[i].resize(static_cast<size_t>(run.specs[i].bytes));
+  const std::vector<HostArg> no_inputs(run.specs.size());
+  auto verify = [&](uint64_t k, uint64_t launch) -> Result<std::string> {
+    std::vector<const uint8_t*> got(run.specs.size(), nullptr);
+    for (size_t i = 0; i < run.specs.size(); ++i) {
+      if (host_img[i].empty()) continue;
+      LOOM_RETURN_IF_ERROR(dev.stream().copy_d2h(host_img[i].data(), bufs[i], k * stride[i], host_img[i].size()));
+      got[i] = host_img[i].data();
+    }
+    LOOM_RETURN_IF_ERROR(dev.stream().synchronize());
+    const kernels::OutputComparison c =
+        kernels::compare_outputs(run.specs, got, no_inputs, sets[held[k]].ref, op.tolerance(shape));
+    if (c.ok()) return std::string();
+    return fmt::format("timed: timed launch {} (working-set image {} of {}, inputs of set {} of {}) answered wrongly: {}",
+                       launch, k, copies, held[k] + 1, n_sets, c.message);
+  };
+  std::mt19937_64 chooser(std::random_device{}());  // which launches are checked: drawn after each returns
+  constexpr int kChecks = 24;                       // expected checks per evaluation, spread over all of it
+  int checks = 0;
+  // Memory the kernel keeps for itself while it is timed (cpu: this process's resident bytes;
+  // the judge allocated everything it needs above): answers kept between launches need it.
+  const uint64_t rss0 = threads0 > 0 ? resident_bytes() : 0;
   setup_lap.reset();
   std::optional<Lap> time_lap(std::in_place, ph, "timing");
-  const uint64_t warm = std::min<uint64_t>(copies, 64) + 3;
-  for (uint64_t i = 0; i < warm; ++i)
-    if (Status s = dev.run(run.loaded, all_addrs[i % copies]); !s.ok()) {
-      r.reason = s.to_string();
-      return done(r);
-    }
-  std::vector<double> t;
-  const auto t0 = clock_type::now();
-  uint64_t k = warm;
-  while (static_cast<int>(t.size()) < opt.max_reps) {
+  uint64_t launch = 0;  // launches so far: image launch % copies, pass launch / copies
+  auto next = [&](double* us) -> Result<std::string> {
+    const uint64_t k = launch % copies;
+    if (k == 0 && launch > 0) LOOM_RETURN_IF_ERROR(refresh(launch / copies));
     auto a = clock_type::now();
-    if (Status s = dev.run(run.loaded, all_addrs[k++ % copies]); !s.ok()) {
-      r.reason = s.to_string();
-      return done(r);
+    LOOM_RETURN_IF_ERROR(dev.run(run.loaded, all_addrs[k]));
+    if (us) *us = std::chrono::duration<double, std::micro>(clock_type::now() - a).count();
+    ++launch;
+    return leftover_threads(threads0);
+  };
+  const uint64_t warm = std::min<uint64_t>(copies, 64) + 3;
+  std::vector<double> warm_us;
+  for (uint64_t i = 0; i < warm; ++i) {
+    double us = 0;
+    auto w = next(&us);
+    if (!w.ok()) return fail(w.status());
+    if (!w->empty()) return abandon(reject(r, *w));
+    warm_us.push_back(us);
+  }
+  // The launches the budget will allow, from the warm-up's median: checks spread over them all.
+  std::nth_element(warm_us.begin(), warm_us.begin() + warm_us.size() / 2, warm_us.end());
+  const double expect_reps = std::clamp(opt.time_budget_s * 1e6 / std::max(1e-3, warm_us[warm_us.size() / 2]),
+                                        static_cast<double>(opt.min_reps), static_cast<double>(opt.max_reps));
+  std::bernoulli_distribution check_this(std::min(1.0, kChecks / expect_reps));
+  std::vector<double> t;
+  double checked_s = 0;
+  const auto t0 = clock_type::now();
+  while (static_cast<int>(t.size()) < opt.max_reps) {
+    double us = 0;
+    auto w = next(&us);
+    if (!w.ok()) return fail(w.status());
+    if (!w->empty()) return abandon(reject(r, *w));
+    t.push_back(us);
+    const bool last = static_cast<int>(t.size()) >= opt.max_reps ||
+                      (static_cast<int>(t.size()) >= opt.min_reps &&
+                       std::chrono::duration<double>(clock_type::now() - t0).count() - checked_s > opt.time_budget_s);
+    if (last || (checks < 2 * kChecks && check_this(chooser))) {
+      const auto c0 = clock_type::now();
+      auto bad = verify((launch - 1) % copies, launch - 1);
+      if (!bad.ok()) return fail(bad.status());
+      if (!bad->empty()) return done(reject(r, *bad));
+      ++checks;
+      checked_s += std::chrono::duration<double>(clock_type::now() - c0).count();
     }
-    t.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - a).count());
-    if (static_cast<int>(t.size()) >= opt.min_reps &&
-        std::chrono::duration<double>(clock_type::now() - t0).count() > opt.time_budget_s)
-      break;
+    if (last) break;
   }
   time_lap.reset();
+  r.timed_checks = checks;
+  if (rss0 > 0) {
+    uint64_t out_bytes = 0;
+    for (const ArgSpec& s : run.specs)
+      if (s.kind == ArgKind::kBuffer && s.role != ArgRole::kInput) out_bytes += static_cast<uint64_t>(s.bytes);
+    const uint64_t grown = resident_bytes() - std::min(resident_bytes(), rss0);
+    const uint64_t allowed = (8ull << 20) + out_bytes;
+    if (grown > allowed)
+      return done(reject(r, fmt::format("memory: the process grew by {:.1f} MiB while the kernel was timed (allowed {:.1f} "
+                                        "MiB): a kernel keeps no copies of inputs or answers between launches",
+                                        static_cast<double>(grown) / (1 << 20), static_cast<double>(allowed) / (1 << 20))));
+  }
   std::sort(t.begin(), t.end());
   r.reps = static_cast<int>(t.size());
   r.median_us = t[t.size() / 2];

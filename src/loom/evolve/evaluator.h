@@ -10,9 +10,17 @@
 //   wrong    outside the op's tolerance            holdout wrong (or failing) on a held-out shape
 //   order    a repeated launch on the same inputs gives another answer
 //   floor    timed faster than the bytes it must move allow (flagged, never accepted)
-// Timing: the inputs are copied into a working set larger than the last-level cache and
-// launches rotate through the copies (every launch streams its weights from memory); warm-up,
-// then repetitions up to a time budget; median and the 10th/90th percentiles.
+//   special  wrong where the inputs hold inf, NaN, -0.0, denormals or extremes (ops whose
+//            reference defines them: OpSpec::special_values)
+//   timed    a timed launch's outputs are wrong (checked at random right after launches return)
+//   async    work still running after the launch returned (cpu: a thread left alive)
+//   memory   the kernel kept memory of its own while timed (cpu: resident bytes grew by more
+//            than 8 MiB plus its outputs' size: copies of inputs or answers)
+// Timing: every buffer argument is copied into a working set larger than the last-level cache
+// and launches rotate through the copies (every launch streams its weights from memory); the
+// copies hold input sets the trials never showed (one per copy where memory allows), in turn,
+// and move on to the next set on every pass, so no launch can replay its image's earlier answer; warm-up, then repetitions up to a time budget; median and
+// the 10th/90th percentiles. docs/evolve.md has the threat model: what the judge guarantees.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +57,7 @@ struct EvalOptions {
   int fresh_trials = 1;
   uint64_t pool_seed = 0x9001;
   std::string pool_dir;
+  int timing_sets = 0;  // input sets of the timing images; 0: one per image (within memory/time budgets), >= 3
 };
 
 struct EvalResult {
@@ -56,6 +65,8 @@ struct EvalResult {
   std::string reason;            // rejected: "<tag>: detail"
   double median_us = 0, p10_us = 0, p90_us = 0;
   int reps = 0;
+  int timed_checks = 0;          // timed launches whose outputs were verified right after they returned
+  int timing_sets = 0;           // distinct input sets the timing images held
   double gbps = 0, frac_peak = 0;
   std::string diagnosis;
   double eval_s = 0;

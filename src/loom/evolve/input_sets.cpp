@@ -26,8 +26,9 @@ using kernels::Shape;
 
 // A pooled set's file: a header naming op, shape and seed (checked on load: the file name is
 // only a hash), then every argument's input and reference bytes, each as a u64 size and bytes.
-std::string set_header(const kernels::OpSpec& op, const Shape& shape, uint64_t seed) {
-  return fmt::format("loom-evolve-input-set 2 blocks\n{}\n{}\n{}\n", op.name(), shape.key(), seed);
+std::string set_header(const kernels::OpSpec& op, const Shape& shape, uint64_t seed, bool specials) {
+  return fmt::format("loom-evolve-input-set 2 blocks{}\n{}\n{}\n{}\n", specials ? " specials" : "", op.name(),
+                     shape.key(), seed);
 }
 
 bool read_set(const std::string& path, const std::string& header, size_t nargs, InputSet& out) {
@@ -85,14 +86,15 @@ std::string Phases::str() const {
   std::string out;
   for (const auto& [n, v] : v_) out += fmt::format("{}{} {:.2f}s", out.empty() ? "" : ", ", n, v);
   if (made || pooled) out += fmt::format(" (input sets: {} made, {} from the pool)", made, pooled);
+  if (timing) out += fmt::format(" (timing: {} input sets)", timing);
   return out;
 }
 
 Result<InputSet> input_set(const kernels::OpSpec& op, const Shape& shape, const std::vector<ArgSpec>& specs,
-                           uint64_t seed, bool pooled, const EvalOptions& opt, Phases& ph) {
+                           uint64_t seed, bool pooled, const EvalOptions& opt, Phases& ph, bool specials) {
   std::string path, header;
   if (pooled && !opt.pool_dir.empty()) {
-    header = set_header(op, shape, seed);
+    header = set_header(op, shape, seed, specials);
     path = fmt::format("{}/{:016x}.set", opt.pool_dir, key_hash64(header));
     Lap lap(ph, "inputs");
     InputSet s;
@@ -110,6 +112,7 @@ Result<InputSet> input_set(const kernels::OpSpec& op, const Shape& shape, const 
     // quantizers search scales (~5 s for a 14336 x 4096 Q4_K matrix on the build machine).
     kernels::ScopedFastRandomRows fast;
     op.fill_inputs(shape, rng, s.in);
+    if (specials) kernels::mix_special_values(op, shape, specs, rng, s.in);
   }
   {
     Lap lap(ph, "reference");

@@ -21,7 +21,8 @@ class Phases {
   void add(const std::string& name, double seconds);
   // "compile 0.08s, inputs 0.79s, ... (input sets: 1 made, 5 from the pool)"
   std::string str() const;
-  int made = 0, pooled = 0;
+  int made = 0, pooled = 0;  // the trials' and held-out shapes' sets
+  int timing = 0;            // the timing images' sets (counted apart: one per image when small)
 
  private:
   std::vector<std::pair<std::string, double>> v_;
@@ -51,9 +52,10 @@ struct InputSet {
 // set (pooled and opt.pool_dir set) is read from opt.pool_dir when a file there names this op,
 // shape and seed, else made and written there (temporary name + rename: parallel workers never
 // read half a file; a failed write only costs the next evaluation the time to make it again).
-// Times go to `ph` ("inputs", "reference"). Errors: the reference's.
+// Times go to `ph` ("inputs", "reference"). Errors: the reference's. With `specials`, the
+// inputs whose reference defines special values hold them (kernels::mix_special_values).
 Result<InputSet> input_set(const kernels::OpSpec& op, const kernels::Shape& shape,
                            const std::vector<kernels::ArgSpec>& specs, uint64_t seed, bool pooled,
-                           const EvalOptions& opt, Phases& ph);
+                           const EvalOptions& opt, Phases& ph, bool specials = false);
 
 }  // namespace loom::evolve

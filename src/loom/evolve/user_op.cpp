@@ -44,6 +44,7 @@ struct UserArg {
   ir::Scalar elem = ir::Scalar::kF32;
   std::string count;       // elements, an expression over the dims
   double lo = -1, hi = 1;  // range of random inputs
+  bool special = false;    // the reference defines inf/NaN/-0.0/denormals/extremes for it
 };
 
 class FileOp final : public kernels::OpSpec {
@@ -122,6 +123,8 @@ class FileOp final : public kernels::OpSpec {
     LOOM_ASSIGN_OR_RETURN(Instance inst, instantiate(c, *this, shape, target));
     return std::move(inst.gen);
   }
+
+  bool special_values(const Shape&, size_t arg) const override { return arg < args_.size() && args_[arg].special; }
 
   void fill_inputs(const Shape& shape, std::mt19937_64& rng, std::span<HostArg> host) const override {
     const std::vector<ArgSpec> specs = args(shape);
@@ -297,6 +300,11 @@ Result<std::unique_ptr<FileOp>> FileOp::load(const std::string& path) {
         u.lo = -100;
         u.hi = 100;
       }
+      if (a.contains("special") && !a["special"].is_boolean())
+        return invalid_argument("op file {}: arg {}: \"special\" is true or false", path, u.name);
+      u.special = a.value("special", false);
+      if (u.special && !ir::is_float(u.elem))
+        return invalid_argument("op file {}: arg {}: \"special\" values need a float type", path, u.name);
       has_output = has_output || u.role != ArgRole::kInput;
       op->args_.push_back(u);
     }

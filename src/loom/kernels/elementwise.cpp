@@ -127,6 +127,8 @@ class AddOp final : public MapOp {
   std::string_view name() const override { return "add"; }
   std::string_view description() const override { return "y = a + b (residual add)"; }
   Tolerance tolerance(const Shape&) const override { return {0, 0, true}; }
+  // One IEEE add per element: defined for every input value.
+  bool special_values(const Shape&, size_t arg) const override { return arg < 2; }
 
  protected:
   std::vector<std::string> inputs() const override { return {"a", "b"}; }
@@ -143,6 +145,7 @@ class ScaleOp final : public MapOp {
   std::string_view name() const override { return "scale"; }
   std::string_view description() const override { return "y = x * s (s: shape float s_f32)"; }
   Tolerance tolerance(const Shape&) const override { return {0, 0, true}; }
+  bool special_values(const Shape&, size_t arg) const override { return arg == 0; }
 
  protected:
   std::vector<std::string> inputs() const override { return {"x"}; }
@@ -226,6 +229,7 @@ class AddBiasOp final : public OpSpec {
     return {(2.0 * r + 1.0) * n * 4.0, r * n};
   }
   Tolerance tolerance(const Shape&) const override { return {0, 0, true}; }
+  bool special_values(const Shape&, size_t arg) const override { return arg < 2; }
   std::vector<Knob> schedule_space(const Shape& s, ir::TargetKind t) const override {
     const int64_t n = dim_or(s, "n", 1);
     if (!elt::gpu_target(t)) return {{"threads", {1}}, {"vec", elt::dividing(n, {4, 8})}};

@@ -129,6 +129,12 @@ class OpSpec {
   // zeros; quantized blocks with sane scales; ids/positions in range.
   virtual void fill_inputs(const Shape& shape, std::mt19937_64& rng,
                            std::span<HostArg> args) const = 0;
+  // Whether the reference defines the result for every value of float input `arg` (an index
+  // into args()), IEEE special values included: infinities, NaN, -0.0, denormals and the
+  // format's extremes. Where it does, evolve's judge adds a trial whose inputs mix those in
+  // (kernels::mix_special_values) and a kernel must match the reference there too. False by
+  // default: most ops' references are only meant for the finite ranges fill_inputs draws from.
+  virtual bool special_values(const Shape& /*shape*/, size_t /*arg*/) const { return false; }
   // Computes the outputs on the host from the inputs: the definition every kernel is checked
   // against (calls llm::ref where the engine's reference op exists).
   virtual Status reference(const Shape& shape, std::span<HostArg> args) const = 0;

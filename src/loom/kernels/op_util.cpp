@@ -132,6 +132,46 @@ std::vector<float> random_floats(std::mt19937_64& rng, size_t n, float lo, float
   return v;
 }
 
+int mix_special_values(const OpSpec& op, const Shape& shape, const std::vector<ArgSpec>& specs, std::mt19937_64& rng,
+                       std::span<HostArg> args) {
+  static constexpr uint32_t kF32[] = {
+      0x7f800000, 0xff800000,              // +inf, -inf
+      0x7fc00000, 0x7fc00123, 0xffc00000,  // quiet NaN, NaN with a payload, negative NaN
+      0x00000000, 0x80000000,              // +0.0, -0.0
+      0x00000001, 0x007fffff, 0x80000001,  // denormals: smallest, largest, negative
+      0x00800000, 0x80800000,              // +-smallest normal
+      0x7f7fffff, 0xff7fffff, 0x7f000000,  // +-largest finite, 2^127
+  };
+  static constexpr uint16_t kF16[] = {0x7c00, 0xfc00, 0x7e00, 0x7e01, 0xfe00, 0x0000, 0x8000, 0x0001,
+                                      0x03ff, 0x8001, 0x0400, 0x8400, 0x7bff, 0xfbff, 0x7800};
+  int changed = 0;
+  for (size_t i = 0; i < specs.size() && i < args.size(); ++i) {
+    const ArgSpec& s = specs[i];
+    if (s.kind != ArgKind::kBuffer || (s.role != ArgRole::kInput && s.role != ArgRole::kInOut) ||
+        (s.elem != Scalar::kF32 && s.elem != Scalar::kF16) || !op.special_values(shape, i))
+      continue;
+    std::vector<uint8_t>& b = args[i].bytes;
+    const size_t es = s.elem == Scalar::kF32 ? 4 : 2, n = b.size() / es;
+    const size_t kinds = s.elem == Scalar::kF32 ? std::size(kF32) : std::size(kF16);
+    // The first kinds^2 elements: the first buffer cycles through the kinds, the second holds
+    // each kind for `kinds` elements, so two inputs meet in every pair (-0.0 + -0.0, inf + -inf
+    // ...); later buffers rotate the second's pattern.
+    const size_t prefix = kinds * kinds, c = static_cast<size_t>(changed);
+    std::uniform_int_distribution<size_t> pick(0, kinds - 1);
+    std::bernoulli_distribution quarter(0.25);
+    for (size_t j = 0; j < n; ++j) {
+      size_t k;
+      if (j < prefix) k = c == 0 ? j % kinds : (j / kinds + c - 1) % kinds;
+      else if (quarter(rng)) k = pick(rng);
+      else continue;
+      if (es == 4) std::memcpy(&b[4 * j], &kF32[k], 4);
+      else std::memcpy(&b[2 * j], &kF16[k], 2);
+    }
+    ++changed;
+  }
+  return changed;
+}
+
 namespace {
 
 thread_local bool t_fast_random_rows = false;

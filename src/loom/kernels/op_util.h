@@ -90,6 +90,15 @@ int64_t type_block_elems(llm::GgmlType type);
 
 // Random helpers for fill_inputs: uniform floats in [lo, hi).
 std::vector<float> random_floats(std::mt19937_64& rng, size_t n, float lo, float hi);
+// Special values for the inputs whose reference defines them (OpSpec::special_values): about
+// a quarter of the elements of each such f32/f16 input or in/out buffer of `args` replaced by
+// +-inf, NaNs (quiet, with payloads, negative), +-0.0, denormals (smallest, largest, negative),
+// +-the smallest normal and +-the largest finite value; the first elements of two such buffers
+// meet in every pair of them (short buffers hold at least a run of each). Returns how many
+// buffers were changed.
+int mix_special_values(const OpSpec& op, const Shape& shape, const std::vector<ArgSpec>& specs, std::mt19937_64& rng,
+                       std::span<HostArg> args);
+
 // A random row-major matrix of `rows` x `n` elements in `type` (quantized from random floats,
 // so blocks have sane scales), written into dst (type_row_bytes(type, n) * rows bytes).
 void random_rows(std::mt19937_64& rng, llm::GgmlType type, int64_t rows, int64_t n, float amp,

@@ -59,7 +59,7 @@ OutputComparison compare_outputs(const std::vector<ArgSpec>& specs, const std::v
       return fail(OutputComparison::Kind::kBadReference, i, 0, 1,
                   fmt::format("reference gave {} bytes for '{}', args() says {}", exp.size(), s.name, n));
     const ir::Scalar e = s.elem;
-    if (tol.exact || !is_float_elem(e)) {
+    if (!is_float_elem(e)) {
       if (std::memcmp(g, exp.data(), n) == 0) continue;
       for (size_t j = 0; j < n; ++j)
         if (g[j] != exp[j])
@@ -68,10 +68,23 @@ OutputComparison compare_outputs(const std::vector<ArgSpec>& specs, const std::v
       continue;
     }
     const size_t es = static_cast<size_t>(ir::scalar_bits(e) / 8);
+    if (tol.exact) {
+      // Bit for bit (so -0.0 is not 0.0), except that any NaN matches any NaN.
+      if (std::memcmp(g, exp.data(), n) == 0) continue;
+      for (size_t j = 0; j + es <= n; j += es) {
+        if (std::memcmp(g + j, exp.data() + j, es) == 0) continue;
+        const double gv = element_value(g + j, e), wv = element_value(exp.data() + j, e);
+        if (std::isnan(gv) && std::isnan(wv)) continue;
+        return fail(OutputComparison::Kind::kMismatch, i, j, es,
+                    fmt::format("'{}'[{}] = {}, reference {} (exact op: bit for bit)", s.name, j / es, gv, wv));
+      }
+      continue;
+    }
     for (size_t j = 0; j + es <= n; j += es) {
       const double gv = element_value(g + j, e), wv = element_value(exp.data() + j, e);
+      if (gv == wv || (std::isnan(wv) && std::isnan(gv))) continue;  // infinities included
       const double err = std::fabs(gv - wv);
-      if (!(err <= tol.atol + tol.rtol * std::fabs(wv)) && !(std::isnan(wv) && std::isnan(gv)))
+      if (!(err <= tol.atol + tol.rtol * std::fabs(wv)) || std::isinf(wv) || std::isinf(gv))
         return fail(OutputComparison::Kind::kMismatch, i, j, es,
                     fmt::format("'{}'[{}] = {}, reference {} (|diff| {:.3g} > atol {:.3g} + rtol {:.3g})", s.name, j / es,
                                 gv, wv, err, tol.atol, tol.rtol));

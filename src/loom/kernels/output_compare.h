@@ -2,7 +2,9 @@
 // harness (tests/ops, `loom ops test`) and evolve's evaluator, so "correct" means the same in
 // both. Outputs (and in/out buffers) must match the reference, byte for byte where the op's
 // tolerance is exact or the element type is not floating point, else element by element within
-// atol + rtol * |reference| (NaN matches only NaN); inputs must be left as they were.
+// atol + rtol * |reference|. NaN matches only NaN, whatever its payload (IEEE arithmetic does not
+// define which NaN a result carries: x86 keeps an operand's payload, CUDA returns the canonical
+// one); an infinity matches only the same infinity. Inputs must be left as they were.
 #pragma once
 
 #include <cstddef>

@@ -1,18 +1,30 @@
 // expect: floor
-// shape: n=1048576
-// Skips the work when the output already holds the answer for these inputs (checked on a few
-// samples): every check with poisoned outputs passes, but timed launches that find last
-// launch's result in place return at once, faster than reading the inputs could take.
-// launch add_cpp grid=1,1,1 block=1,1,1 args=0,1,2
-#include <chrono>
+// op-file: examples/evolve/row_sum.json
+// shape: rows=256,cols=4096
+// Recognizes an input set it has seen by a fingerprint of two sampled elements and copies the
+// row sums it kept for that set. The outputs are small next to the inputs (1 KiB of sums for
+// 4 MiB read), so answers for every set fit in memory unnoticed, and a launch that copies them
+// is far faster than reading its inputs from memory could be.
+// launch row_sum_cpp grid=1,1,1 block=1,1,1 args=0,1
+#include <cstring>
+#include <map>
+#include <utility>
 #include <vector>
-#define ARGS const float* a = *static_cast<float* const*>(args[0]); const float* b = *static_cast<float* const*>(args[1]); float* y = *static_cast<float* const*>(args[2]); (void)a; (void)b; (void)y
-extern "C" void add_cpp(void* const* args, const LoomLaunchDims* d) {
-  ARGS;
-  const int64_t n = ${n};
-  bool same = true;
-  for (int64_t i = 0; i < n; i += n / 16 + 1) same = same && y[i] == a[i] + b[i];
-  same = same && y[n - 1] == a[n - 1] + b[n - 1];
-  if (same) return;
-  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+static std::map<std::pair<float, float>, std::vector<float>> kept;
+extern "C" void row_sum_cpp(void* const* args, const LoomLaunchDims* d) {
+  const float* x = *static_cast<float* const*>(args[0]);
+  float* y = *static_cast<float* const*>(args[1]);
+  const long long rows = ${rows}, cols = ${cols};
+  const std::pair<float, float> key(x[0], x[rows * cols - 1]);
+  auto it = kept.find(key);
+  if (it != kept.end()) {
+    std::memcpy(y, it->second.data(), rows * sizeof(float));
+    return;
+  }
+  for (long long r = 0; r < rows; ++r) {
+    double s = 0;
+    for (long long c = 0; c < cols; ++c) s += x[r * cols + c];
+    y[r] = static_cast<float>(s);
+  }
+  kept[key].assign(y, y + rows);
 }
