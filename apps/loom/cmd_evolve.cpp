@@ -124,8 +124,9 @@ Status check_cmd(const EvolveFlags& f) {
     LOOM_ASSIGN_OR_RETURN(kernels::Shape shape, kernels::Shape::parse(shape_text));
     // A file's '// op-file:' line (a path from the working directory) names its own op.
     const kernels::OpSpec* file_op = op;
-    if (const std::string of = header_value(c.source, "op-file"); !of.empty())
+    if (const std::string of = header_value(c.source, "op-file"); !of.empty()) {
       LOOM_ASSIGN_OR_RETURN(file_op, resolve_op("", of).with_context(file));
+    }
     EvalOptions o;
     if (const std::string ts = header_value(c.source, "timing-sets"); !ts.empty()) o.timing_sets = std::atoi(ts.c_str());
     o.trials = f.cfg.trials;
