@@ -108,6 +108,7 @@ Status serve(const ServeFlags& f) {
   ctx.tmpl = tmpl.get();
   ctx.n_ctx = engine->n_ctx();
   ctx.model_id = std::filesystem::path(path).stem().string();
+  ctx.model_path = path;
 
   serve::ServerOptions opt;
   opt.host = f.host;

@@ -33,6 +33,7 @@ struct ApiContext {
   const llm::ChatTemplate* tmpl = nullptr;
   int64_t n_ctx = 0;       // per request (slot) context
   std::string model_id;
+  std::string model_path;  // the GGUF file (GET /props)
 };
 
 struct ApiRequest {

@@ -244,8 +244,18 @@ void Scheduler::advance(Slot& s, const float* logits) {
   s.decoding = true;
 }
 
+std::vector<SlotInfo> Scheduler::slot_infos() const {
+  std::lock_guard<std::mutex> lk(info_mu_);
+  if (!infos_.empty()) return infos_;
+  // Before the first step: every slot idle and empty.
+  std::vector<SlotInfo> idle(slots_.size());
+  for (size_t i = 0; i < idle.size(); ++i) idle[i].id = static_cast<int>(i);
+  return idle;
+}
+
 void Scheduler::update_gauges() {
   int64_t used = 0, cached = 0, busy = 0;
+  std::vector<SlotInfo> infos;
   for (auto& s : slots_) {
     const int64_t n = engine_.n_past(s->seq);
     cached += n;
@@ -253,6 +263,21 @@ void Scheduler::update_gauges() {
       used += n;
       ++busy;
     }
+    SlotInfo& info = infos.emplace_back();
+    info.id = s->seq;
+    info.busy = s->job != nullptr;
+    info.decoding = s->job && s->decoding;
+    info.n_cached = n;
+    if (s->params) {
+      info.n_prompt = static_cast<int64_t>(s->params->prompt.size());
+      info.max_tokens = s->params->max_tokens;
+      info.sampling = s->params->sampling;
+    }
+    if (s->job) info.n_decoded = s->job->n_generated.load();
+  }
+  {
+    std::lock_guard<std::mutex> lk(info_mu_);
+    infos_ = std::move(infos);
   }
   metrics_.kv_cells_used = used;
   metrics_.kv_cells_cached = cached;

@@ -87,6 +87,18 @@ struct SchedulerOptions {
 
 double now_seconds();
 
+// What one sequence slot is doing, as GET /slots shows it (a copy taken after the last step).
+struct SlotInfo {
+  int id = 0;
+  bool busy = false;          // a request holds the slot
+  bool decoding = false;      // its prompt is read, it is generating
+  int64_t n_cached = 0;       // KV cells of this slot's sequence (kept after a request, for reuse)
+  int64_t n_prompt = 0;       // the current (or last) request's prompt tokens
+  int64_t n_decoded = 0;      // tokens it has generated so far
+  int64_t max_tokens = -1;    // its limit (-1: none)
+  llm::SamplerParams sampling;
+};
+
 // Thread-safe front (submit, drain, stop); the Engine is touched only by the scheduler thread.
 class Scheduler {
  public:
@@ -109,6 +121,8 @@ class Scheduler {
 
   int64_t n_ctx() const { return engine_.n_ctx(); }
   int n_slots() const { return engine_.n_seq(); }
+  // Thread-safe: the slots as of the last step (or admission).
+  std::vector<SlotInfo> slot_infos() const;
 
  private:
   struct Slot;
@@ -131,6 +145,8 @@ class Scheduler {
   int n_busy_ = 0;
   bool stop_ = false, draining_ = false;
   std::deque<std::pair<double, int64_t>> recent_;  // (time, tokens generated) per step
+  mutable std::mutex info_mu_;
+  std::vector<SlotInfo> infos_;  // written by update_gauges(), read by slot_infos()
   std::thread thread_;
 };
 

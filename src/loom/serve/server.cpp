@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "loom/serve/http.h"
+#include "loom/serve/llama_api.h"
 
 namespace loom::serve {
 namespace {
@@ -66,7 +67,8 @@ std::string job_note(const Job& job, int64_t n_prompt, const std::string& reason
 }
 
 std::string endpoint_label(const std::string& path) {
-  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/"})
+  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/",
+                            "/props", "/slots", "/tokenize", "/detokenize"})
     if (path == known) return path;
   return "other";
 }
@@ -195,7 +197,9 @@ class LoomServer final : public Server {
 
   HttpResponse route(const HttpRequest& req) {
     const std::string& p = req.path;
-    if (!opt_.api_key.empty() && p.rfind("/v1/", 0) == 0) {
+    // llama-server's routes tell about the model and the slots: the key guards them as /v1/*.
+    const bool llama_route = p == "/props" || p == "/slots" || p == "/tokenize" || p == "/detokenize";
+    if (!opt_.api_key.empty() && (p.rfind("/v1/", 0) == 0 || llama_route)) {
       const std::string auth = req.header("Authorization");
       if (auth.empty())
         return error_response(api_error(401, "Missing API key (send 'Authorization: Bearer KEY').",
@@ -212,6 +216,7 @@ class LoomServer final : public Server {
       }
       return generate(p == "/v1/chat/completions" ? Endpoint::kChat : Endpoint::kCompletion, req);
     }
+    if (llama_route) return llama(req);
     HttpResponse r;
     if (p == "/" && get) {
       r.content_type = "text/html; charset=utf-8";
@@ -237,6 +242,31 @@ class LoomServer final : public Server {
       r.headers.emplace_back("Allow", "GET");
     } else {
       r = error_response(api_error(404, "Unknown endpoint: " + req.method + " " + p, "invalid_request_error", "not_found"));
+    }
+    return r;
+  }
+
+  // GET /props, GET /slots, POST /tokenize, POST /detokenize (llama_api.h).
+  HttpResponse llama(const HttpRequest& req) {
+    const std::string& p = req.path;
+    const bool post = p == "/tokenize" || p == "/detokenize";
+    const std::string want = post ? "POST" : "GET";
+    if (req.method != want && !(want == "GET" && req.method == "HEAD")) {
+      HttpResponse r = error_response(api_error(405, "Use " + want + " for this endpoint.", "invalid_request_error",
+                                                "method_not_allowed"));
+      r.headers.emplace_back("Allow", want);
+      return r;
+    }
+    HttpResponse r;
+    if (p == "/props") {
+      r.body = props_body(ctx_, sched_.n_slots());
+    } else if (p == "/slots") {
+      r.body = slots_body(sched_.slot_infos(), sched_.n_ctx());
+    } else {
+      ApiError err;
+      const bool ok = p == "/tokenize" ? tokenize_body(req.body, ctx_, &r.body, &err)
+                                       : detokenize_body(req.body, ctx_, &r.body, &err);
+      if (!ok) return error_response(err, "error=" + (err.code.empty() ? std::string("invalid_request") : err.code));
     }
     return r;
   }
