@@ -10,8 +10,13 @@ the measurements run in `--rounds` interleaved rounds (each device, then llama.c
 medians are over every repetition of every round. Prints a markdown table and writes the JSON
 (commit, device, load average before and after, every repetition's numbers).
 
+With `--old-bin PATH` another Loom binary (one built from an earlier commit) runs the same
+devices in the same rounds, right before this one, so a change is measured against its
+predecessor under the same load (the table adds `old` rows and new/old ratios).
+
   LOOM_BIN=build/loom python3 bench/bench_cpu.py [--threads 2] [--device cpu --device cpu-ref]
-      [--models smollm2,gemma3] [--n-prompt 128] [--n-gen 64] [--reps 3] [--rounds 1] [--out FILE]
+      [--models smollm2,gemma3,FILE.gguf] [--n-prompt 128] [--n-gen 64] [--reps 3] [--rounds 1]
+      [--old-bin OLD/loom] [--no-llama] [--out FILE]
 """
 import argparse
 import ctypes
@@ -112,7 +117,9 @@ def main():
     ap.add_argument("--device", action="append", default=None,
                     help="Loom device(s) to measure: cpu-ref (reference engine), cpu (HRX kernels); repeatable, "
                          "or comma-separated (default cpu-ref)")
-    ap.add_argument("--models", default="smollm2,gemma3", help="comma-separated: smollm2, gemma3")
+    ap.add_argument("--models", default="smollm2,gemma3", help="comma-separated: smollm2, gemma3, or GGUF paths")
+    ap.add_argument("--old-bin", default=None, help="another loom binary measured in the same rounds")
+    ap.add_argument("--no-llama", action="store_true", help="leave llama.cpp out (old-vs-new runs)")
     ap.add_argument("--n-prompt", type=int, default=128)
     ap.add_argument("--n-gen", type=int, default=64)
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions per round")
@@ -130,36 +137,54 @@ def main():
                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "load_average_before": list(os.getloadavg()), "models": {}}
     rows = []
+    old = pathlib.Path(args.old_bin) if args.old_bin else None
+    if old:
+        results["old_bin"] = str(old)
+        results["old_commit"] = (old.parent / "commit").read_text().strip() if (old.parent / "commit").exists() else "unknown"
+    variants = ([("old", old)] if old else []) + [("new" if old else "", loom)]
     for name in models:
-        path = model_path(name)
-        loom_runs = {d: {"pp": [], "tg": [], "objects": []} for d in devices}
+        path = pathlib.Path(name) if name.endswith(".gguf") else model_path(name)
+        loom_runs = {(v, d): {"pp": [], "tg": [], "objects": []} for v, _ in variants for d in devices}
         llama_runs = {"pp": [], "tg": []}
-        for _ in range(args.rounds):
+        for rnd in range(args.rounds):
             for d in devices:
-                tests = loom_bench(loom, path, d, args.threads, args.n_prompt, args.n_gen, args.reps)
+                for v, binary in variants:
+                    print(f"bench_cpu: {pathlib.Path(name).name} round {rnd + 1}/{args.rounds} {d} {v or 'loom'}",
+                          file=sys.stderr, flush=True)
+                    tests = loom_bench(binary, path, d, args.threads, args.n_prompt, args.n_gen, args.reps)
+                    for what in ("pp", "tg"):
+                        # Each object carries the median/min/max of its reps; keep the median per round.
+                        loom_runs[(v, d)][what].append(tests[what]["tokens_per_s"])
+                    loom_runs[(v, d)]["objects"].extend(tests.values())
+            if not args.no_llama:
+                print(f"bench_cpu: {pathlib.Path(name).name} round {rnd + 1}/{args.rounds} llama.cpp", file=sys.stderr,
+                      flush=True)
+                for pp, tg in llama_bench(path, args.threads, args.n_prompt, args.n_gen, args.reps):
+                    llama_runs["pp"].append(pp)
+                    llama_runs["tg"].append(tg)
+        entry = {}
+        if not args.no_llama:
+            entry["llama_cpp"] = {f"{w}_tokens_per_second": summary(llama_runs[w]) for w in ("pp", "tg")}
+        for v, _ in variants:
+            for d in devices:
+                key = f"loom_{v + '_' if v else ''}{d}"
+                entry[key] = {f"{w}_tokens_per_second": summary(loom_runs[(v, d)][w]) for w in ("pp", "tg")}
+                entry[key]["bench_objects"] = loom_runs[(v, d)]["objects"]
+        results["models"][pathlib.Path(name).name] = entry
+        for v, _ in variants:
+            for d in devices:
                 for what in ("pp", "tg"):
-                    # Each object carries the median/min/max of its reps; keep the median per round.
-                    loom_runs[d][what].append(tests[what]["tokens_per_s"])
-                loom_runs[d]["objects"].extend(tests.values())
-            for pp, tg in llama_bench(path, args.threads, args.n_prompt, args.n_gen, args.reps):
-                llama_runs["pp"].append(pp)
-                llama_runs["tg"].append(tg)
-        entry = {"llama_cpp": {f"{w}_tokens_per_second": summary(llama_runs[w]) for w in ("pp", "tg")}}
-        for d in devices:
-            entry[f"loom_{d}"] = {f"{w}_tokens_per_second": summary(loom_runs[d][w]) for w in ("pp", "tg")}
-            entry[f"loom_{d}"]["bench_objects"] = loom_runs[d]["objects"]
-        results["models"][name] = entry
-        for d in devices:
-            for what in ("pp", "tg"):
-                a = entry[f"loom_{d}"][f"{what}_tokens_per_second"]["median"]
-                b = entry["llama_cpp"][f"{what}_tokens_per_second"]["median"]
-                n = args.n_prompt if what == "pp" else args.n_gen
-                rows.append(f"| {name} | {d} | {what}{n} | {a:.1f} | {b:.1f} | {a / b:.2f} |")
+                    med = lambda key: entry[key][f"{what}_tokens_per_second"]["median"]  # noqa: E731
+                    a = med(f"loom_{v + '_' if v else ''}{d}")
+                    n = args.n_prompt if what == "pp" else args.n_gen
+                    peer = f"{med('llama_cpp'):.1f} | {a / med('llama_cpp'):.2f}" if not args.no_llama else "- | -"
+                    vs_old = f" | {a / med(f'loom_old_{d}'):.3f}" if old and v == "new" else (" | -" if old else "")
+                    rows.append(f"| {pathlib.Path(name).name} | {d} {v} | {what}{n} | {a:.1f} | {peer}{vs_old} |")
     results["load_average_after"] = list(os.getloadavg())
     print(f"device: {results['device']}, {args.threads} threads, commit {commit}, load average "
           f"{results['load_average_before'][0]:.1f} before, {results['load_average_after'][0]:.1f} after")
-    print("| model | loom device | test | loom tok/s | llama.cpp tok/s | loom / llama.cpp |")
-    print("|---|---|---|---|---|---|")
+    print("| model | loom device | test | loom tok/s | llama.cpp tok/s | loom / llama.cpp |" + (" new / old |" if old else ""))
+    print("|---|---|---|---|---|---|" + ("---|" if old else ""))
     print("\n".join(rows))
     pathlib.Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
 

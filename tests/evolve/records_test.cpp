@@ -166,6 +166,18 @@ TEST(EvolveWinner, StatusReportAndStoreReadOneRecord) {
   ASSERT_TRUE(html.ok()) << html.status().to_string();
   EXPECT_NE(html->find("Winner: " + w->line()), std::string::npos);
   EXPECT_NE(html->find("fastest sample was #2 at 2.37x, re-timed at 1.52x"), std::string::npos);
+  // The judge's answers by tag: three passed, none rejected yet.
+  EXPECT_NE(html->find("<h2>Judged</h2>"), std::string::npos);
+  EXPECT_NE(html->find("<td class=''>ok</td><td>3</td><td>#0</td>"), std::string::npos);
+  ASSERT_TRUE(t.db.exec(fmt::format("INSERT INTO candidates(id, job, seq, parent, synth, kind, hash, body, status, reason) "
+                                    "VALUES (13, {}, 3, 0, 'llm', 'cpp', 'h13', 'x', 'rejected', "
+                                    "'timed: timed launch 40 answered wrongly')",
+                                    job))
+                  .ok());
+  html = job_report_html(t.db, job);
+  ASSERT_TRUE(html.ok());
+  EXPECT_NE(html->find("<td class='rej'>timed</td><td>1</td><td>#3</td><td>timed: timed launch 40 answered wrongly</td>"),
+            std::string::npos);
 
   auto ks = list_kernels(t.db);
   ASSERT_TRUE(ks.ok() && ks->size() == 1u);

@@ -170,6 +170,23 @@ Result<std::string> job_report_html(Db& db, int64_t job) {
         html += "<details><summary>its Loom IR</summary><pre>" + esc(ir::print(inst->gen.module)) + "</pre></details>";
     }
   }
+  // How the judge answered: passed, and each rejection tag (the rule it broke) with a count and
+  // the first such candidate's reason.
+  {
+    std::vector<std::pair<std::string, std::pair<int, const Row*>>> tags;
+    for (const Row& r : rows) {
+      const std::string tag = r.status == "rejected" ? r.reason.substr(0, r.reason.find(':')) : r.status;
+      auto it = std::find_if(tags.begin(), tags.end(), [&](const auto& t) { return t.first == tag; });
+      if (it == tags.end()) tags.push_back({tag, {1, &r}});
+      else ++it->second.first;
+    }
+    html += "<h2>Judged</h2><table><tr><th>answer</th><th>candidates</th><th>first</th><th>why</th></tr>";
+    for (const auto& [tag, v] : tags)
+      html += fmt::format("<tr><td class='{}'>{}</td><td>{}</td><td>#{}</td><td>{}</td></tr>", tag == "ok" ? "" : "rej",
+                          esc(tag), v.first, v.second->seq,
+                          esc(tag == "ok" ? std::string("passed every check") : v.second->reason.substr(0, 300)));
+    html += "</table><p>Tags: docs/evolve.md, \"The evaluator\" (what each rule checks and what the judge guarantees).</p>";
+  }
   html += "<h2>All candidates</h2><table><tr><th>#</th><th>parent</th><th>synth</th><th>change</th><th>status</th>"
           "<th>us</th><th>speed-up</th><th>re-timed</th><th>GB/s</th><th>reason / diagnosis</th></tr>";
   for (const Row& r : rows) {
