@@ -1,6 +1,7 @@
 // libFuzzer target: arbitrary bytes through the HTTP request parser that `loom serve` reads
 // requests with (its limits included), and the body of a parsed request through the OpenAI
-// request validation (JSON -> ApiRequest, chat template and tokenizer). Any crash, sanitizer
+// request validation (JSON -> ApiRequest, chat template and tokenizer) and llama-server's
+// /tokenize and /detokenize bodies. Any crash, sanitizer
 // report, hang or unbounded allocation is a bug.
 #include <cstddef>
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <string_view>
 
 #include "loom/serve/http.h"
+#include "loom/serve/llama_api.h"
 #include "loom/serve/openai_api.h"
 #include "loom/text/chat_template.h"
 #include "loom/text/tokenizer.h"
@@ -91,6 +93,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::abort();
     }
     (void)serve::error_body(err);
+  }
+  // llama-server's /tokenize and /detokenize bodies: an answer or a 4xx, never a crash.
+  for (auto* route : {&serve::tokenize_body, &serve::detokenize_body}) {
+    std::string out;
+    serve::ApiError err;
+    if (!route(req.body, ctx, &out, &err) && (err.status < 400 || err.status > 499 || err.message.empty())) std::abort();
   }
   return 0;
 }
