@@ -135,7 +135,8 @@ def main():
                "n_gen": args.n_gen, "reps": args.reps, "rounds": args.rounds, "loom_devices": devices,
                "llama_cpp_python": L.__version__,
                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-               "load_average_before": list(os.getloadavg()), "models": {}}
+               "load_average_before": list(os.getloadavg()),
+               "command": " ".join(["python3", "bench/bench_cpu.py"] + sys.argv[1:]), "models": {}}
     rows = []
     old = pathlib.Path(args.old_bin) if args.old_bin else None
     if old:
@@ -170,6 +171,11 @@ def main():
                 key = f"loom_{v + '_' if v else ''}{d}"
                 entry[key] = {f"{w}_tokens_per_second": summary(loom_runs[(v, d)][w]) for w in ("pp", "tg")}
                 entry[key]["bench_objects"] = loom_runs[(v, d)]["objects"]
+        if old:
+            # Paired per round (old ran right before new): the ratios cancel drift between rounds.
+            entry["new_over_old"] = {
+                f"{d} {w}": summary([n / o for n, o in zip(loom_runs[("new", d)][w], loom_runs[("old", d)][w])])
+                for d in devices for w in ("pp", "tg")}
         results["models"][pathlib.Path(name).name] = entry
         for v, _ in variants:
             for d in devices:
@@ -178,12 +184,14 @@ def main():
                     a = med(f"loom_{v + '_' if v else ''}{d}")
                     n = args.n_prompt if what == "pp" else args.n_gen
                     peer = f"{med('llama_cpp'):.1f} | {a / med('llama_cpp'):.2f}" if not args.no_llama else "- | -"
-                    vs_old = f" | {a / med(f'loom_old_{d}'):.3f}" if old and v == "new" else (" | -" if old else "")
+                    paired = entry.get("new_over_old", {}).get(f"{d} {what}")
+                    vs_old = (f" | {paired['median']:.3f} ({paired['min']:.2f}-{paired['max']:.2f})" if old and v == "new"
+                              else (" | -" if old else ""))
                     rows.append(f"| {pathlib.Path(name).name} | {d} {v} | {what}{n} | {a:.1f} | {peer}{vs_old} |")
     results["load_average_after"] = list(os.getloadavg())
     print(f"device: {results['device']}, {args.threads} threads, commit {commit}, load average "
           f"{results['load_average_before'][0]:.1f} before, {results['load_average_after'][0]:.1f} after")
-    print("| model | loom device | test | loom tok/s | llama.cpp tok/s | loom / llama.cpp |" + (" new / old |" if old else ""))
+    print("| model | loom device | test | loom tok/s | llama.cpp tok/s | loom / llama.cpp |" + (" new / old (paired per round: median, range) |" if old else ""))
     print("|---|---|---|---|---|---|" + ("---|" if old else ""))
     print("\n".join(rows))
     pathlib.Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
