@@ -224,8 +224,12 @@ def test_connection_caps_answer_503_and_recover(loom_bin):
                     "--max-connections-per-client", "6") as s:
         held = [socket.create_connection(("127.0.0.1", s.port), timeout=10) for _ in range(6)]
         try:
+            # Each held connection starts a request head and stays inside its 10 s head deadline:
+            # a network stack may hand a silent connection to accept() only once bytes arrive.
             # The server counts a connection when it accepts it, which may lag the client's
             # connect on a loaded machine: ask again (a few times) until the count has caught up.
+            for h in held:
+                h.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
             out = b""
             for _ in range(25):
                 time.sleep(0.2)
@@ -236,6 +240,11 @@ def test_connection_caps_answer_503_and_recover(loom_bin):
                     break
             assert out.startswith(b"HTTP/1.1 503") and b"Retry-After: 1" in out, (out[:200], s.log()[-3000:])
             assert b"too_many_connections" in out
+            # The cap is per client address: another loopback address is still served.
+            with socket.create_connection(("127.0.0.1", s.port), timeout=10,
+                                          source_address=("127.0.0.2", 0)) as other:
+                other.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                assert other.recv(4096).startswith(b"HTTP/1.1 200"), s.log()[-2000:]
         finally:
             for h in held:
                 h.close()
