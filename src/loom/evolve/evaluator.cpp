@@ -644,7 +644,8 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
     uint64_t out_bytes = 0;
     for (const ArgSpec& s : run.specs)
       if (s.kind == ArgKind::kBuffer && s.role != ArgRole::kInput) out_bytes += static_cast<uint64_t>(s.bytes);
-    const uint64_t grown = resident_bytes() - std::min(resident_bytes(), rss0);
+    const uint64_t rss1 = resident_bytes();
+    const uint64_t grown = rss1 - std::min(rss1, rss0);
     const uint64_t allowed = (8ull << 20) + out_bytes;
     if (grown > allowed)
       return done(reject(r, fmt::format("memory: the process grew by {:.1f} MiB while the kernel was timed (allowed {:.1f} "
