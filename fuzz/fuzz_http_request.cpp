@@ -89,6 +89,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     serve::ApiError err;
     if (serve::parse_request(ep, req.body, ctx, &r, &err)) {
       if (r.gen.prompt.empty() || static_cast<int64_t>(r.gen.prompt.size()) >= ctx.n_ctx) std::abort();
+      for (const auto& p : r.prompts)
+        if (p.empty() || static_cast<int64_t>(p.size()) >= ctx.n_ctx) std::abort();
+      const auto jobs = serve::expand_choices(r);
+      if (jobs.empty() || static_cast<int64_t>(jobs.size()) > serve::kMaxChoices) std::abort();
     } else if (err.status < 400 || err.status > 499 || err.message.empty()) {
       std::abort();
     }

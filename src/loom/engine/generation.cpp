@@ -78,7 +78,11 @@ Generation::Step Generation::next(const float* logits, bool cache_full) {
   if (done()) return Step{{}, kNoToken, true, reason_};
   // Checked before sampling as well, so max_tokens 0 samples nothing.
   if (length_reached()) return end("length", Step{});
-  return push(sampler_->sample(logits), cache_full);
+  if (options_.logprobs < 0) return push(sampler_->sample(logits), cache_full);
+  SampleLogprobs lp;
+  Step step = push(sampler_->sample(logits, &lp, options_.logprobs), cache_full);
+  if (step.token != kNoToken) step.logprobs = std::move(lp);
+  return step;
 }
 
 Generation::Step Generation::push(int32_t id, bool cache_full) {

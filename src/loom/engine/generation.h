@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -35,6 +36,8 @@ struct GenerationOptions {
   std::vector<std::string> stop;    // generation ends before the first occurrence of any
   bool ignore_eos = false;          // keep going past end-of-generation tokens
   bool render_special = false;      // control tokens render as their text (else as nothing)
+  int logprobs = -1;                // >= 0: report each output token's log-probability and
+                                    // this many most likely alternatives (Step::logprobs)
 };
 
 // The rules, in the order next()/push() apply them to a token:
@@ -56,6 +59,7 @@ class Generation {
     int32_t token = kNoToken;    // the token added to the output; kNoToken for none
     bool done = false;           // generation ended; reason says why
     std::string_view reason;     // "eos" | "length" | "stop" | "context" | "cancelled" when done
+    std::optional<SampleLogprobs> logprobs;  // with options.logprobs >= 0, for a sampled output token
   };
 
   // With its own sampler (one per request).

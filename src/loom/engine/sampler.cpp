@@ -16,6 +16,8 @@ Status SamplerParams::validate() const {
   if (!(repeat_penalty > 0.0f)) return invalid_argument("--repeat-penalty must be > 0 (got {})", repeat_penalty);
   if (repeat_last_n < 0) return invalid_argument("--repeat-last-n must be >= 0 (got {})", repeat_last_n);
   if (std::isnan(temp)) return invalid_argument("--temp is not a number");
+  for (const auto& [id, bias] : logit_bias)
+    if (!std::isfinite(bias)) return invalid_argument("the logit bias of token {} is not a finite number", id);
   return Status();
 }
 
@@ -35,10 +37,18 @@ void Sampler::accept(int32_t token) {
   while (static_cast<int>(history_.size()) > params_.repeat_last_n) history_.pop_front();
 }
 
+bool Sampler::penalties_active() const {
+  return !(params_.repeat_penalty == 1.0f && params_.frequency_penalty == 0.0f && params_.presence_penalty == 0.0f) &&
+         !history_.empty();
+}
+
+void Sampler::apply_logit_bias(std::vector<Candidate>& c) const {
+  for (const auto& [id, bias] : params_.logit_bias)
+    if (id >= 0 && static_cast<size_t>(id) < c.size()) c[static_cast<size_t>(id)].logit += bias;
+}
+
 void Sampler::apply_penalties(std::vector<Candidate>& c) const {
-  const bool off = params_.repeat_penalty == 1.0f && params_.frequency_penalty == 0.0f &&
-                   params_.presence_penalty == 0.0f;
-  if (off || history_.empty()) return;
+  if (!penalties_active()) return;
   std::unordered_map<int32_t, int> count;
   for (int32_t t : history_) ++count[t];
   for (auto& x : c) {
@@ -104,17 +114,51 @@ void Sampler::apply_temperature(std::vector<Candidate>& c, float t) {
   for (auto& x : c) x.logit /= t;
 }
 
-int32_t Sampler::sample(const float* logits) {
-  const bool penalties = !(params_.repeat_penalty == 1.0f && params_.frequency_penalty == 0.0f &&
-                           params_.presence_penalty == 0.0f) && !history_.empty();
-  if (params_.temp <= 0.0f && !penalties) {
+void Sampler::describe(const float* values, int32_t id, int n_top, SampleLogprobs* out) {
+  float max = -INFINITY;
+  for (int64_t i = 0; i < n_vocab_; ++i) max = std::max(max, values[i]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n_vocab_; ++i) sum += std::exp(static_cast<double>(values[i]) - max);
+  const double lse = max + std::log(sum);
+  auto logprob = [&](int32_t t) {
+    const double v = static_cast<double>(values[t]) - lse;
+    return static_cast<float>(std::max<double>(v, SampleLogprobs::kMinLogprob));
+  };
+  out->chosen = {id, logprob(id)};
+  out->top.clear();
+  const int64_t k = std::min<int64_t>(std::max(n_top, 0), n_vocab_);
+  if (k == 0) return;
+  order_.resize(static_cast<size_t>(n_vocab_));
+  for (int64_t i = 0; i < n_vocab_; ++i) order_[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  std::partial_sort(order_.begin(), order_.begin() + k, order_.end(), [&](int32_t a, int32_t b) {
+    return values[a] > values[b] || (values[a] == values[b] && a < b);
+  });
+  for (int64_t i = 0; i < k; ++i) out->top.push_back({order_[static_cast<size_t>(i)], logprob(order_[static_cast<size_t>(i)])});
+}
+
+int32_t Sampler::sample(const float* logits, SampleLogprobs* logprobs, int n_top) {
+  if (params_.temp <= 0.0f && !penalties_active() && params_.logit_bias.empty()) {
     // Greedy without penalties: the first maximum, without copying the vocabulary (262144
     // candidates for Gemma 3, once per token and stream), eight logits at a time.
-    return static_cast<int32_t>(ref::argmax(logits, n_vocab_));
+    const int32_t id = static_cast<int32_t>(ref::argmax(logits, n_vocab_));
+    if (logprobs) describe(logits, id, n_top, logprobs);
+    return id;
   }
   cand_.resize(static_cast<size_t>(n_vocab_));
   for (int64_t i = 0; i < n_vocab_; ++i) cand_[static_cast<size_t>(i)] = {static_cast<int32_t>(i), logits[i], 0.0f};
+  apply_logit_bias(cand_);
   apply_penalties(cand_);
+  if (logprobs) {
+    adjusted_.resize(cand_.size());
+    for (size_t i = 0; i < cand_.size(); ++i) adjusted_[i] = cand_[i].logit;
+  }
+  const int32_t id = draw();
+  if (logprobs) describe(adjusted_.data(), id, n_top, logprobs);
+  return id;
+}
+
+// The rest of the chain on cand_ (bias and penalties applied, indexed by id).
+int32_t Sampler::draw() {
   if (params_.temp <= 0.0f) {
     size_t best = 0;
     for (size_t i = 1; i < cand_.size(); ++i)

@@ -1,11 +1,13 @@
-// Token sampling: the chain llama.cpp applies by default (repetition/frequency/presence
-// penalties, top-k, top-p, min-p, temperature, then a seeded draw), or greedy at temperature 0.
+// Token sampling: the chain llama.cpp applies by default (logit bias, repetition/frequency/
+// presence penalties, top-k, top-p, min-p, temperature, then a seeded draw), or greedy at
+// temperature 0. It can also report the log-probabilities of the distribution it drew from.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loom/base/status.h"
@@ -21,10 +23,28 @@ struct SamplerParams {
   int repeat_last_n = 64;          // window of previous tokens the penalties look at
   float frequency_penalty = 0.0f;
   float presence_penalty = 0.0f;
+  // Added to the logits of these token ids before anything else (ids outside the vocabulary
+  // are ignored; callers validate them).
+  std::vector<std::pair<int32_t, float>> logit_bias;
   uint64_t seed = 0xFFFFFFFFull;   // kRandomSeed draws one from the OS
   static constexpr uint64_t kRandomSeed = 0xFFFFFFFFull;
 
   Status validate() const;
+};
+
+struct TokenLogprob {
+  int32_t id = -1;
+  float logprob = 0.0f;  // natural log; at least kMinLogprob
+};
+
+// The distribution a token was drawn from, as log-probabilities: the log-softmax over the whole
+// vocabulary of the logits after logit bias and penalties, before temperature and the top-k /
+// top-p / min-p cuts (so a greedy request reports the same values as a sampled one, and no
+// token's value is -infinity).
+struct SampleLogprobs {
+  static constexpr float kMinLogprob = -9999.0f;
+  TokenLogprob chosen;
+  std::vector<TokenLogprob> top;  // the n_top most likely tokens, most likely first
 };
 
 // Not thread-safe. Deterministic for a given seed, parameters and token history.
@@ -32,8 +52,9 @@ class Sampler {
  public:
   Sampler(const SamplerParams& params, int64_t n_vocab);
 
-  // Picks the next token from one row of n_vocab logits (not modified).
-  int32_t sample(const float* logits);
+  // Picks the next token from one row of n_vocab logits (not modified). With `logprobs`, also
+  // fills it (see SampleLogprobs) with the chosen token and the n_top most likely ones.
+  int32_t sample(const float* logits, SampleLogprobs* logprobs = nullptr, int n_top = 0);
   // Records a token of the context (prompt or generated) for the penalties.
   void accept(int32_t token);
   void reset();
@@ -52,14 +73,22 @@ class Sampler {
   static void apply_temperature(std::vector<Candidate>& c, float t);
   static void softmax(std::vector<Candidate>& c);                   // fills p
   void apply_penalties(std::vector<Candidate>& c) const;
+  void apply_logit_bias(std::vector<Candidate>& c) const;  // c indexed by token id
 
  private:
+  bool penalties_active() const;
+  int32_t draw();  // temperature, cuts and the seeded draw on cand_
+  // Log-softmax of n_vocab values at `id` and the n_top largest.
+  void describe(const float* values, int32_t id, int n_top, SampleLogprobs* out);
+
   SamplerParams params_;
   int64_t n_vocab_;
   uint64_t seed_;
   std::mt19937_64 rng_;
   std::deque<int32_t> history_;
   std::vector<Candidate> cand_;
+  std::vector<float> adjusted_;   // logits after bias and penalties (for logprobs)
+  std::vector<int32_t> order_;    // scratch for the top-n search
 };
 
 }  // namespace loom::llm

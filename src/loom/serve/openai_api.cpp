@@ -114,7 +114,7 @@ bool reject_unknown(const json& body, Endpoint ep, ApiError* err) {
 // Fields whose features this server does not have: asking for them is an error rather than a
 // silently different answer.
 bool reject_unsupported(const json& body, Endpoint ep, ApiError* err) {
-  for (const char* key : {"tools", "functions", "logit_bias"}) {
+  for (const char* key : {"tools", "functions"}) {
     auto it = body.find(key);
     if (it != body.end() && !it->is_null() && !(it->is_array() && it->empty()) && !(it->is_object() && it->empty())) {
       *err = bad(key, fmt::format("'{}' is not supported by this server", key), "unsupported_parameter");
@@ -127,17 +127,6 @@ bool reject_unsupported(const json& body, Endpoint ep, ApiError* err) {
       *err = bad(key, fmt::format("'{}' is not supported by this server", key), "unsupported_parameter");
       return false;
     }
-  }
-  auto lp = body.find("logprobs");
-  if (lp != body.end() && !lp->is_null() && !(lp->is_boolean() && !lp->get<bool>()) &&
-      !(ep == Endpoint::kCompletion && lp->is_number_integer() && lp->get<int64_t>() == 0)) {
-    *err = bad("logprobs", "'logprobs' is not supported by this server", "unsupported_parameter");
-    return false;
-  }
-  auto tlp = body.find("top_logprobs");
-  if (tlp != body.end() && !tlp->is_null() && !(tlp->is_number_integer() && tlp->get<int64_t>() == 0)) {
-    *err = bad("top_logprobs", "'top_logprobs' is not supported by this server", "unsupported_parameter");
-    return false;
   }
   auto rf = body.find("response_format");
   if (rf != body.end() && !rf->is_null()) {
@@ -163,6 +152,71 @@ bool reject_unsupported(const json& body, Endpoint ep, ApiError* err) {
     }
     int64_t best_of = 1;
     if (!get_int(body, "best_of", 1, 1, &best_of, nullptr, err)) return false;
+  }
+  return true;
+}
+
+// logprobs: a boolean on chat (top_logprobs says how many alternatives), an integer count of
+// alternatives on completions. Sets *out to -1 (none) or the count.
+bool get_logprobs(const json& body, Endpoint ep, int* out, ApiError* err) {
+  *out = -1;
+  auto lp = body.find("logprobs");
+  const bool has_lp = lp != body.end() && !lp->is_null();
+  if (ep == Endpoint::kCompletion) {
+    if (has_lp && lp->is_boolean()) {
+      *err = bad("logprobs", fmt::format("'logprobs' must be an integer between 0 and {} on /v1/completions",
+                                         kMaxTopLogprobs), "invalid_type");
+      return false;
+    }
+    int64_t k = -1;
+    bool present = false;
+    if (!get_int(body, "logprobs", 0, kMaxTopLogprobs, &k, &present, err)) return false;
+    *out = present ? static_cast<int>(k) : -1;
+    return true;
+  }
+  bool want = false;
+  if (!get_bool(body, "logprobs", &want, err)) return false;
+  int64_t top = 0;
+  bool has_top = false;
+  if (!get_int(body, "top_logprobs", 0, kMaxTopLogprobs, &top, &has_top, err)) return false;
+  if (has_top && top > 0 && !want) {
+    *err = bad("top_logprobs", "'top_logprobs' needs 'logprobs': true", "invalid_value");
+    return false;
+  }
+  *out = want ? static_cast<int>(top) : -1;
+  return true;
+}
+
+// logit_bias: {"token id": bias in [-100, 100]}, ids inside the vocabulary.
+bool get_logit_bias(const json& body, const ApiContext& ctx, llm::SamplerParams* sp, ApiError* err) {
+  auto it = body.find("logit_bias");
+  if (it == body.end() || it->is_null()) return true;
+  if (!it->is_object()) {
+    *err = bad("logit_bias", "'logit_bias' must be an object mapping token ids to numbers", "invalid_type");
+    return false;
+  }
+  if (static_cast<int64_t>(it->size()) > kMaxLogitBias) {
+    *err = bad("logit_bias", fmt::format("'logit_bias' takes at most {} entries (got {})", kMaxLogitBias, it->size()),
+               "invalid_value");
+    return false;
+  }
+  for (const auto& [key, value] : it->items()) {
+    int64_t id = -1;
+    const bool digits = !key.empty() && key.size() <= 10 &&
+                        key.find_first_not_of("0123456789") == std::string::npos;
+    if (digits) id = std::stoll(key);
+    if (!digits || id >= ctx.tok->vocab_size()) {
+      *err = bad("logit_bias", fmt::format("'logit_bias' key '{}' is not a token id of this model (0..{})",
+                                           key.substr(0, 40), ctx.tok->vocab_size() - 1), "invalid_value");
+      return false;
+    }
+    if (!is_number(value) || !std::isfinite(value.get<double>()) || value.get<double>() < -100.0 ||
+        value.get<double>() > 100.0) {
+      *err = bad("logit_bias", fmt::format("'logit_bias' value for token {} must be a number between -100 and 100", id),
+                 "invalid_value");
+      return false;
+    }
+    sp->logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(value.get<double>()));
   }
   return true;
 }
@@ -260,48 +314,74 @@ bool chat_prompt(const json& body, const ApiContext& ctx, std::vector<int32_t>* 
   return true;
 }
 
-bool completion_prompt(const json& body, const ApiContext& ctx, std::vector<int32_t>* ids, ApiError* err) {
-  auto it = body.find("prompt");
-  if (it == body.end() || it->is_null()) {
-    *err = bad("prompt", "'prompt' is required", "missing_required_parameter");
-    return false;
-  }
-  const json* p = &*it;
-  // One prompt only (n = 1): a one-element array is unwrapped.
-  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
-  if (p->is_string()) {
-    // As `loom run` reads a raw prompt: BOS/EOS as the model says, special tokens parsed.
-    auto enc = ctx.tok->encode(p->get<std::string>(), /*add_special=*/true, /*parse_special=*/true);
+// One prompt: a string (tokenized as `loom run` reads a raw prompt: BOS/EOS as the model says,
+// special tokens parsed) or a non-empty array of token ids. `param` names it in errors.
+bool one_prompt(const json& p, const ApiContext& ctx, const std::string& param, std::vector<int32_t>* ids,
+                ApiError* err) {
+  if (p.is_string()) {
+    auto enc = ctx.tok->encode(p.get<std::string>(), /*add_special=*/true, /*parse_special=*/true);
     if (!enc.ok()) {
-      *err = bad("prompt", "tokenizing the prompt failed: " + enc.status().to_string());
+      *err = bad(param, "tokenizing the prompt failed: " + enc.status().to_string());
       return false;
     }
     *ids = std::move(enc).value();
     return true;
   }
-  if (p->is_array()) {
-    if (p->empty()) {
-      *err = bad("prompt", "'prompt' is empty", "invalid_value");
+  if (!p.is_array()) {
+    *err = bad(param, "a prompt must be a string or an array of token ids", "invalid_type");
+    return false;
+  }
+  if (p.empty()) {
+    *err = bad(param, "the prompt is empty", "invalid_value");
+    return false;
+  }
+  for (const json& t : p) {
+    if (!t.is_number_integer()) {
+      *err = bad(param, "a prompt must be a string or an array of token ids", "invalid_type");
       return false;
     }
-    for (const json& t : *p) {
-      if (!t.is_number_integer()) {
-        *err = bad("prompt", "'prompt' must be a string, or an array of token ids (one prompt per request)", "invalid_type");
-        return false;
-      }
-      const int64_t id = t.is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(t.get<uint64_t>(), INT64_MAX))
-                                                : t.get<int64_t>();
-      if (id < 0 || id >= ctx.tok->vocab_size()) {
-        *err = bad("prompt", fmt::format("token id {} is outside the vocabulary (0..{})", id, ctx.tok->vocab_size() - 1),
-                   "invalid_value");
-        return false;
-      }
-      ids->push_back(static_cast<int32_t>(id));
+    const int64_t id = t.is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(t.get<uint64_t>(), INT64_MAX))
+                                              : t.get<int64_t>();
+    if (id < 0 || id >= ctx.tok->vocab_size()) {
+      *err = bad(param, fmt::format("token id {} is outside the vocabulary (0..{})", id, ctx.tok->vocab_size() - 1),
+                 "invalid_value");
+      return false;
     }
+    ids->push_back(static_cast<int32_t>(id));
+  }
+  return true;
+}
+
+// `prompt`: one prompt (a string or an array of token ids), or a list of them (strings, or
+// arrays of token ids), one set of choices per prompt.
+bool completion_prompts(const json& body, const ApiContext& ctx, std::vector<std::vector<int32_t>>* out,
+                        ApiError* err) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) {
+    *err = bad("prompt", "'prompt' is required", "missing_required_parameter");
+    return false;
+  }
+  const json& p = *it;
+  const bool list = p.is_array() && !p.empty() && (p[0].is_string() || p[0].is_array());
+  if (!list) {
+    out->emplace_back();
+    if (!one_prompt(p, ctx, "prompt", &out->back(), err)) return false;
     return true;
   }
-  *err = bad("prompt", "'prompt' must be a string or an array of token ids", "invalid_type");
-  return false;
+  if (static_cast<int64_t>(p.size()) > kMaxPrompts) {
+    *err = bad("prompt", fmt::format("'prompt' takes at most {} prompts (got {})", kMaxPrompts, p.size()),
+               "invalid_value");
+    return false;
+  }
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (!p[i].is_string() && !p[i].is_array()) {
+      *err = bad("prompt", "a list of prompts holds strings or arrays of token ids", "invalid_type");
+      return false;
+    }
+    out->emplace_back();
+    if (!one_prompt(p[i], ctx, "prompt", &out->back(), err)) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -315,6 +395,133 @@ std::string error_body(const ApiError& e) {
   return dump(j);
 }
 
+namespace {
+
+bool parse_sampling(const json& body, const ApiContext& ctx, llm::SamplerParams* sp, ApiError* err) {
+  if (!get_float(body, "temperature", 0.0f, 2.0f, &sp->temp, err)) return false;
+  if (!get_float(body, "top_p", 0.0f, 1.0f, &sp->top_p, err)) return false;
+  if (!get_float(body, "min_p", 0.0f, 1.0f, &sp->min_p, err)) return false;
+  if (!get_float(body, "presence_penalty", -2.0f, 2.0f, &sp->presence_penalty, err)) return false;
+  if (!get_float(body, "frequency_penalty", -2.0f, 2.0f, &sp->frequency_penalty, err)) return false;
+  if (!get_float(body, "repeat_penalty", 0.0f, 10.0f, &sp->repeat_penalty, err)) return false;
+  int64_t top_k = sp->top_k;
+  if (!get_int(body, "top_k", 0, 1 << 30, &top_k, nullptr, err)) return false;
+  sp->top_k = static_cast<int>(top_k);
+  int64_t seed = 0;
+  bool has_seed = false;
+  if (!get_int(body, "seed", INT64_MIN, INT64_MAX, &seed, &has_seed, err)) return false;
+  // A negative seed (or none) asks for a random one, as llama.cpp's -1 does.
+  sp->seed = has_seed && seed >= 0 ? static_cast<uint64_t>(seed) : llm::SamplerParams::kRandomSeed;
+  if (!get_logit_bias(body, ctx, sp, err)) return false;
+  Status vs = sp->validate();
+  if (!vs.ok()) {
+    *err = bad("", vs.to_string(), "invalid_value");
+    return false;
+  }
+  return true;
+}
+
+// max_tokens / max_completion_tokens, ignore_eos, stop.
+bool parse_limits(const json& body, GenParams* gen, ApiError* err) {
+  bool has_max = false;
+  int64_t max_tokens = -1;
+  if (!get_int(body, "max_tokens", 1, INT64_MAX, &max_tokens, &has_max, err)) return false;
+  if (!has_max && !get_int(body, "max_completion_tokens", 1, INT64_MAX, &max_tokens, &has_max, err)) return false;
+  gen->max_tokens = has_max ? max_tokens : -1;
+  if (!get_bool(body, "ignore_eos", &gen->ignore_eos, err)) return false;
+  auto stop = body.find("stop");
+  if (stop == body.end() || stop->is_null()) return true;
+  if (stop->is_string()) {
+    if (!stop->get<std::string>().empty()) gen->stop.push_back(stop->get<std::string>());
+    return true;
+  }
+  if (!stop->is_array()) {
+    *err = bad("stop", "'stop' must be a string or an array of strings", "invalid_type");
+    return false;
+  }
+  if (stop->size() > 4) {
+    *err = bad("stop", "'stop' takes at most 4 sequences", "invalid_value");
+    return false;
+  }
+  for (const json& s : *stop) {
+    if (!s.is_string()) {
+      *err = bad("stop", "'stop' must be a string or an array of strings", "invalid_type");
+      return false;
+    }
+    if (!s.get<std::string>().empty()) gen->stop.push_back(s.get<std::string>());
+  }
+  return true;
+}
+
+// The prompt(s), each checked against the slot's context.
+bool parse_prompts(const json& body, Endpoint endpoint, const ApiContext& ctx, ApiRequest* r, ApiError* err) {
+  if (endpoint == Endpoint::kChat) {
+    r->prompts.emplace_back();
+    if (!chat_prompt(body, ctx, &r->prompts.back(), err)) return false;
+  } else if (!completion_prompts(body, ctx, &r->prompts, err)) {
+    return false;
+  }
+  const char* pparam = endpoint == Endpoint::kChat ? "messages" : "prompt";
+  for (const auto& prompt : r->prompts) {
+    if (prompt.empty()) {
+      *err = bad(pparam, "the prompt has no tokens", "invalid_value");
+      return false;
+    }
+    if (static_cast<int64_t>(prompt.size()) >= ctx.n_ctx) {
+      *err = bad(pparam,
+                 fmt::format("This model's maximum context length is {} tokens; the prompt has {} tokens (leaving no "
+                             "room to generate). Shorten the prompt.",
+                             ctx.n_ctx, prompt.size()),
+                 "context_length_exceeded");
+      return false;
+    }
+  }
+  if (static_cast<int64_t>(r->prompts.size()) * r->n > kMaxChoices) {
+    *err = bad("n", fmt::format("{} prompts x n = {} asks for {} choices; at most {} per request", r->prompts.size(),
+                                r->n, static_cast<int64_t>(r->prompts.size()) * r->n, kMaxChoices),
+               "invalid_value");
+    return false;
+  }
+  r->gen.prompt = r->prompts[0];
+  return true;
+}
+
+bool parse_body(Endpoint endpoint, const json& body, const ApiContext& ctx, ApiRequest* out, ApiError* err) {
+  if (!body.is_object()) {
+    *err = bad("", "the request body must be a JSON object", "invalid_type");
+    return false;
+  }
+  ApiRequest r;
+  r.endpoint = endpoint;
+  auto model = body.find("model");
+  if (model != body.end() && !model->is_null() && !model->is_string()) {
+    *err = bad("model", "'model' must be a string", "invalid_type");
+    return false;
+  }
+  if (!reject_unsupported(body, endpoint, err)) return false;
+  if (!reject_unknown(body, endpoint, err)) return false;
+  int64_t n = 1;
+  if (!get_int(body, "n", 1, kMaxChoicesPerPrompt, &n, nullptr, err)) return false;
+  r.n = static_cast<int>(n);
+  if (!get_bool(body, "stream", &r.stream, err)) return false;
+  auto so = body.find("stream_options");
+  if (so != body.end() && !so->is_null()) {
+    if (!so->is_object()) {
+      *err = bad("stream_options", "'stream_options' must be an object", "invalid_type");
+      return false;
+    }
+    if (!get_bool(*so, "include_usage", &r.include_usage, err)) return false;
+  }
+  if (!parse_sampling(body, ctx, &r.gen.sampling, err)) return false;
+  if (!get_logprobs(body, endpoint, &r.gen.logprobs, err)) return false;
+  if (!parse_limits(body, &r.gen, err)) return false;
+  if (!parse_prompts(body, endpoint, ctx, &r, err)) return false;
+  *out = std::move(r);
+  return true;
+}
+
+}  // namespace
+
 bool parse_request(Endpoint endpoint, std::string_view body_text, const ApiContext& ctx, ApiRequest* out, ApiError* err) {
   try {
     json body = json::parse(body_text.begin(), body_text.end(), nullptr, /*allow_exceptions=*/false);
@@ -322,103 +529,25 @@ bool parse_request(Endpoint endpoint, std::string_view body_text, const ApiConte
       *err = bad("", "the request body is not valid JSON", "invalid_json");
       return false;
     }
-    if (!body.is_object()) {
-      *err = bad("", "the request body must be a JSON object", "invalid_type");
-      return false;
-    }
-    ApiRequest r;
-    r.endpoint = endpoint;
-    auto model = body.find("model");
-    if (model != body.end() && !model->is_null() && !model->is_string()) {
-      *err = bad("model", "'model' must be a string", "invalid_type");
-      return false;
-    }
-    if (!reject_unsupported(body, endpoint, err)) return false;
-    if (!reject_unknown(body, endpoint, err)) return false;
-    int64_t n = 1;
-    if (!get_int(body, "n", 1, 1, &n, nullptr, err)) {
-      err->message = "only n = 1 is supported";
-      return false;
-    }
-    if (!get_bool(body, "stream", &r.stream, err)) return false;
-    auto so = body.find("stream_options");
-    if (so != body.end() && !so->is_null()) {
-      if (!so->is_object()) {
-        *err = bad("stream_options", "'stream_options' must be an object", "invalid_type");
-        return false;
-      }
-      if (!get_bool(*so, "include_usage", &r.include_usage, err)) return false;
-    }
-    llm::SamplerParams& sp = r.gen.sampling;
-    if (!get_float(body, "temperature", 0.0f, 2.0f, &sp.temp, err)) return false;
-    if (!get_float(body, "top_p", 0.0f, 1.0f, &sp.top_p, err)) return false;
-    if (!get_float(body, "min_p", 0.0f, 1.0f, &sp.min_p, err)) return false;
-    if (!get_float(body, "presence_penalty", -2.0f, 2.0f, &sp.presence_penalty, err)) return false;
-    if (!get_float(body, "frequency_penalty", -2.0f, 2.0f, &sp.frequency_penalty, err)) return false;
-    if (!get_float(body, "repeat_penalty", 0.0f, 10.0f, &sp.repeat_penalty, err)) return false;
-    int64_t top_k = sp.top_k;
-    if (!get_int(body, "top_k", 0, 1 << 30, &top_k, nullptr, err)) return false;
-    sp.top_k = static_cast<int>(top_k);
-    int64_t seed = 0;
-    bool has_seed = false;
-    if (!get_int(body, "seed", INT64_MIN, INT64_MAX, &seed, &has_seed, err)) return false;
-    // A negative seed (or none) asks for a random one, as llama.cpp's -1 does.
-    sp.seed = has_seed && seed >= 0 ? static_cast<uint64_t>(seed) : llm::SamplerParams::kRandomSeed;
-    Status vs = sp.validate();
-    if (!vs.ok()) {
-      *err = bad("", vs.to_string(), "invalid_value");
-      return false;
-    }
-    bool has_max = false;
-    int64_t max_tokens = -1;
-    if (!get_int(body, "max_tokens", 1, INT64_MAX, &max_tokens, &has_max, err)) return false;
-    if (!has_max && !get_int(body, "max_completion_tokens", 1, INT64_MAX, &max_tokens, &has_max, err)) return false;
-    r.gen.max_tokens = has_max ? max_tokens : -1;
-    if (!get_bool(body, "ignore_eos", &r.gen.ignore_eos, err)) return false;
-    auto stop = body.find("stop");
-    if (stop != body.end() && !stop->is_null()) {
-      if (stop->is_string()) {
-        if (!stop->get<std::string>().empty()) r.gen.stop.push_back(stop->get<std::string>());
-      } else if (stop->is_array()) {
-        if (stop->size() > 4) {
-          *err = bad("stop", "'stop' takes at most 4 sequences", "invalid_value");
-          return false;
-        }
-        for (const json& s : *stop) {
-          if (!s.is_string()) {
-            *err = bad("stop", "'stop' must be a string or an array of strings", "invalid_type");
-            return false;
-          }
-          if (!s.get<std::string>().empty()) r.gen.stop.push_back(s.get<std::string>());
-        }
-      } else {
-        *err = bad("stop", "'stop' must be a string or an array of strings", "invalid_type");
-        return false;
-      }
-    }
-    const bool ok = endpoint == Endpoint::kChat ? chat_prompt(body, ctx, &r.gen.prompt, err)
-                                                : completion_prompt(body, ctx, &r.gen.prompt, err);
-    if (!ok) return false;
-    const char* pparam = endpoint == Endpoint::kChat ? "messages" : "prompt";
-    if (r.gen.prompt.empty()) {
-      *err = bad(pparam, "the prompt has no tokens", "invalid_value");
-      return false;
-    }
-    if (static_cast<int64_t>(r.gen.prompt.size()) >= ctx.n_ctx) {
-      *err = bad(pparam,
-                 fmt::format("This model's maximum context length is {} tokens; the prompt has {} tokens (leaving no "
-                             "room to generate). Shorten the prompt.",
-                             ctx.n_ctx, r.gen.prompt.size()),
-                 "context_length_exceeded");
-      return false;
-    }
-    *out = std::move(r);
-    return true;
+    return parse_body(endpoint, body, ctx, out, err);
   } catch (const std::exception& e) {
     // nlohmann throws only on misuse; a request must still never take the server down.
     *err = bad("", std::string("malformed request: ") + e.what());
     return false;
   }
+}
+
+std::vector<GenParams> expand_choices(const ApiRequest& r) {
+  std::vector<GenParams> out;
+  for (const auto& prompt : r.prompts) {
+    for (int j = 0; j < r.n; ++j) {
+      GenParams g = r.gen;
+      g.prompt = prompt;
+      if (g.sampling.seed != llm::SamplerParams::kRandomSeed) g.sampling.seed += static_cast<uint64_t>(j);
+      out.push_back(std::move(g));
+    }
+  }
+  return out;
 }
 
 std::string openai_finish_reason(const std::string& reason) {
@@ -443,35 +572,89 @@ json head(Endpoint ep, const ResponseInfo& info, bool chunk) {
 }
 }  // namespace
 
-std::string completion_body(Endpoint ep, const ResponseInfo& info, const std::string& text,
-                            const std::string& finish_reason, int64_t prompt_tokens, int64_t completion_tokens) {
+namespace {
+
+json token_bytes(std::string_view piece) {
+  json b = json::array();
+  for (char c : piece) b.push_back(static_cast<int>(static_cast<unsigned char>(c)));
+  return b;
+}
+
+// Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}], "refusal": null}.
+// Completions: {"tokens", "token_logprobs", "top_logprobs": [{piece: logprob}], "text_offset"},
+// offsets in bytes of the generated text (the prompt is not echoed).
+json logprobs_json(Endpoint ep, const llm::Tokenizer& tok, std::span<const llm::SampleLogprobs> lps,
+                   int64_t* text_offset) {
+  if (ep == Endpoint::kChat) {
+    json content = json::array();
+    for (const auto& lp : lps) {
+      auto entry = [&](const llm::TokenLogprob& t) {
+        const std::string_view piece = tok.token_to_piece(t.id);
+        return json{{"token", std::string(piece)}, {"logprob", t.logprob}, {"bytes", token_bytes(piece)}};
+      };
+      json e = entry(lp.chosen);
+      json top = json::array();
+      for (const auto& t : lp.top) top.push_back(entry(t));
+      e["top_logprobs"] = std::move(top);
+      content.push_back(std::move(e));
+    }
+    return json{{"content", std::move(content)}, {"refusal", nullptr}};
+  }
+  json tokens = json::array(), token_logprobs = json::array(), top = json::array(), offsets = json::array();
+  for (const auto& lp : lps) {
+    const std::string_view piece = tok.token_to_piece(lp.chosen.id);
+    tokens.push_back(std::string(piece));
+    token_logprobs.push_back(lp.chosen.logprob);
+    json alts = json::object();
+    for (const auto& t : lp.top) {
+      const std::string key(tok.token_to_piece(t.id));
+      if (!alts.contains(key)) alts[key] = t.logprob;  // two ids of one text: the likelier
+    }
+    top.push_back(std::move(alts));
+    offsets.push_back(*text_offset);
+    *text_offset += static_cast<int64_t>(piece.size());
+  }
+  return json{{"tokens", std::move(tokens)}, {"token_logprobs", std::move(token_logprobs)},
+              {"top_logprobs", std::move(top)}, {"text_offset", std::move(offsets)}};
+}
+
+}  // namespace
+
+std::string completion_body(Endpoint ep, const ResponseInfo& info, std::span<const ChoiceResult> choices,
+                            const llm::Tokenizer* tok, int64_t prompt_tokens, int64_t completion_tokens) {
   json j = head(ep, info, false);
-  json choice;
-  choice["index"] = 0;
-  if (ep == Endpoint::kChat) choice["message"] = json{{"role", "assistant"}, {"content", text}};
-  else choice["text"] = text;
-  choice["logprobs"] = nullptr;
-  choice["finish_reason"] = openai_finish_reason(finish_reason);
-  j["choices"] = json::array({choice});
+  j["choices"] = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceResult& c = choices[i];
+    json choice;
+    choice["index"] = i;
+    if (ep == Endpoint::kChat) choice["message"] = json{{"role", "assistant"}, {"content", c.text}};
+    else choice["text"] = c.text;
+    int64_t offset = 0;
+    choice["logprobs"] = tok ? logprobs_json(ep, *tok, c.logprobs, &offset) : json(nullptr);
+    choice["finish_reason"] = openai_finish_reason(c.finish_reason);
+    j["choices"].push_back(std::move(choice));
+  }
   j["usage"] = usage(prompt_tokens, completion_tokens);
   return dump(j);
 }
 
-std::string stream_chunk(Endpoint ep, const ResponseInfo& info, const std::string& text,
-                         const std::string& finish_reason, bool role_chunk) {
+std::string stream_chunk(Endpoint ep, const ResponseInfo& info, const StreamPiece& piece, const llm::Tokenizer* tok,
+                         int64_t* text_offset) {
   json j = head(ep, info, true);
   json choice;
-  choice["index"] = 0;
+  choice["index"] = piece.index;
   if (ep == Endpoint::kChat) {
     json delta = json::object();
-    if (role_chunk) delta["role"] = "assistant";
-    if (role_chunk || !text.empty()) delta["content"] = text;
+    if (piece.role) delta["role"] = "assistant";
+    if (piece.role || !piece.text.empty()) delta["content"] = piece.text;
     choice["delta"] = delta;
   } else {
-    choice["text"] = text;
+    choice["text"] = piece.text;
   }
-  choice["logprobs"] = nullptr;
-  choice["finish_reason"] = finish_reason.empty() ? json(nullptr) : json(openai_finish_reason(finish_reason));
+  int64_t offset = 0;
+  choice["logprobs"] = tok ? logprobs_json(ep, *tok, piece.logprobs, text_offset ? text_offset : &offset) : json(nullptr);
+  choice["finish_reason"] = piece.finish_reason.empty() ? json(nullptr) : json(openai_finish_reason(piece.finish_reason));
   j["choices"] = json::array({choice});
   return "data: " + dump(j) + "\n\n";
 }

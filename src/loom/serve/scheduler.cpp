@@ -17,6 +17,7 @@ double now_seconds() {
 Job::Update Job::take_locked() {
   Update u;
   u.text.swap(pending_);
+  u.logprobs.swap(pending_logprobs_);
   if (finished_) {
     u.finished = true;
     u.finish_reason = reason_;
@@ -28,7 +29,9 @@ Job::Update Job::take_locked() {
 
 Job::Update Job::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lk(mu_);
-  cv_.wait_for(lk, timeout, [&] { return !pending_.empty() || (finished_ && !delivered_end_); });
+  cv_.wait_for(lk, timeout, [&] {
+    return !pending_.empty() || !pending_logprobs_.empty() || (finished_ && !delivered_end_);
+  });
   return take_locked();
 }
 
@@ -42,7 +45,7 @@ void Job::set_notify(std::function<void()> notify) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     notify_ = std::move(notify);
-    ready = notify_ && (!pending_.empty() || finished_);
+    ready = notify_ && (!pending_.empty() || !pending_logprobs_.empty() || finished_);
   }
   if (ready) ping();
 }
@@ -62,6 +65,14 @@ void Job::append(const std::string& text) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     pending_ += text;
+  }
+  ping();
+}
+
+void Job::append_logprobs(llm::SampleLogprobs logprobs) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    pending_logprobs_.push_back(std::move(logprobs));
   }
   ping();
 }
@@ -105,26 +116,44 @@ Scheduler::Scheduler(llm::Engine& engine, const llm::Tokenizer& tokenizer, Metri
 Scheduler::~Scheduler() { stop(); }
 
 Result<std::shared_ptr<Job>> Scheduler::submit(GenParams params) {
-  if (params.prompt.empty()) return invalid_argument("the prompt is empty");
-  if (static_cast<int64_t>(params.prompt.size()) >= engine_.n_ctx())
-    return invalid_argument("the prompt has {} tokens; this server's context is {} tokens per request",
-                            params.prompt.size(), engine_.n_ctx());
-  auto job = std::make_shared<Job>();
-  job->arrival = now_seconds();
-  job->n_prompt = static_cast<int64_t>(params.prompt.size());
+  std::vector<GenParams> one;
+  one.push_back(std::move(params));
+  LOOM_ASSIGN_OR_RETURN(auto jobs, submit_all(std::move(one)));
+  return jobs[0];
+}
+
+Result<std::vector<std::shared_ptr<Job>>> Scheduler::submit_all(std::vector<GenParams> params) {
+  if (params.empty()) return invalid_argument("no request to queue");
+  for (const GenParams& p : params) {
+    if (p.prompt.empty()) return invalid_argument("the prompt is empty");
+    if (static_cast<int64_t>(p.prompt.size()) >= engine_.n_ctx())
+      return invalid_argument("the prompt has {} tokens; this server's context is {} tokens per request",
+                              p.prompt.size(), engine_.n_ctx());
+  }
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (const GenParams& p : params) {
+    auto job = std::make_shared<Job>();
+    job->arrival = now_seconds();
+    job->n_prompt = static_cast<int64_t>(p.prompt.size());
+    jobs.push_back(std::move(job));
+  }
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (draining_ || stop_) return unavailable("the server is shutting down");
-    if (queue_.size() >= opt_.max_queue) {
+    // Several choices fit an empty queue even beyond its limit (else a small --max-queue would
+    // refuse them forever); otherwise they all fit or none is queued.
+    if (queue_.size() >= opt_.max_queue || (!queue_.empty() && queue_.size() + jobs.size() > opt_.max_queue)) {
       metrics_.rejected_queue_full.fetch_add(1);
       return resource_exhausted("the request queue is full ({} waiting)", queue_.size());
     }
-    queue_.push_back(job);
-    queue_params_.push_back(std::make_shared<GenParams>(std::move(params)));
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      queue_.push_back(jobs[i]);
+      queue_params_.push_back(std::make_shared<GenParams>(std::move(params[i])));
+    }
     metrics_.queue_depth = static_cast<int64_t>(queue_.size());
   }
   cv_.notify_all();
-  return job;
+  return jobs;
 }
 
 void Scheduler::begin_drain() {
@@ -189,6 +218,7 @@ void Scheduler::admit_locked() {
     gen.stop = params->stop;
     gen.ignore_eos = params->ignore_eos;
     gen.render_special = false;
+    gen.logprobs = params->logprobs;
     best->gen = std::make_unique<llm::Generation>(tok_, params->sampling, engine_.n_vocab(), std::move(gen));
     best->gen->accept_prompt(params->prompt);
     best->admitted = ++counter;
@@ -234,6 +264,7 @@ void Scheduler::advance(Slot& s, const float* logits) {
     job.n_generated.fetch_add(1);
     metrics_.generated_tokens.fetch_add(1);
   }
+  if (step.logprobs) job.append_logprobs(std::move(*step.logprobs));
   job.append(step.text);
   if (step.done) {
     // OpenAI's finish reasons have no "context": a full context is a length limit there.

@@ -30,6 +30,8 @@ struct GenParams {
   int64_t max_tokens = -1;           // -1: until end of generation or a full context
   std::vector<std::string> stop;     // generation ends before the first occurrence of any
   bool ignore_eos = false;
+  int logprobs = -1;                 // >= 0: each output token's log-probability and this many
+                                     // alternatives (llm::SampleLogprobs) come with the text
 };
 
 // One request as both sides see it. The scheduler writes (append/finish); the HTTP side reads
@@ -39,6 +41,8 @@ class Job {
  public:
   struct Update {
     std::string text;           // new text since the last wait()
+    std::vector<llm::SampleLogprobs> logprobs;  // of the tokens sampled since (they may run
+                                                // ahead of the text, which can be held back)
     bool finished = false;
     std::string finish_reason;  // "eos" | "stop" (a stop string) | "length" | "cancelled" | "error"
     Status error;               // set when finish_reason == "error"
@@ -63,6 +67,7 @@ class Job {
 
   // Scheduler side.
   void append(const std::string& text);
+  void append_logprobs(llm::SampleLogprobs logprobs);
   void finish(std::string reason, Status error = Status());
 
  private:
@@ -73,6 +78,7 @@ class Job {
   std::condition_variable cv_;
   std::function<void()> notify_;
   std::string pending_;
+  std::vector<llm::SampleLogprobs> pending_logprobs_;
   bool finished_ = false;
   bool delivered_end_ = false;
   std::string reason_;
@@ -111,6 +117,9 @@ class Scheduler {
   // Queues a request. kResourceExhausted: the queue is full (retry later); kUnavailable: the
   // server is draining; kInvalidArgument: the prompt does not fit a slot.
   Result<std::shared_ptr<Job>> submit(GenParams params);
+  // Queues several requests at once (the choices of one HTTP request): all of them, or none
+  // with the same errors as submit().
+  Result<std::vector<std::shared_ptr<Job>>> submit_all(std::vector<GenParams> params);
 
   // Refuses new requests from now on; in-flight and queued ones go on.
   void begin_drain();

@@ -60,10 +60,16 @@ HttpResponse error_response(const ApiError& e, std::string detail = "") {
   return r;
 }
 
-std::string job_note(const Job& job, int64_t n_prompt, const std::string& reason, bool stream) {
+// The log line's details; for several choices the first one's slot and timing, all tokens.
+std::string job_note(const std::vector<std::shared_ptr<Job>>& jobs, int64_t n_prompt, const std::string& reason,
+                     bool stream) {
+  const Job& job = *jobs[0];
   const double ttft = job.first_token > 0 ? (job.first_token - job.arrival) * 1e3 : -1.0;
-  return fmt::format("prompt={} reused={} gen={} ttft={:.1f}ms finish={} slot={}{}", n_prompt, job.n_reused,
-                     job.n_generated.load(), ttft, reason.empty() ? "-" : reason, job.slot, stream ? " stream" : "");
+  int64_t gen = 0;
+  for (const auto& j : jobs) gen += j->n_generated.load();
+  return fmt::format("prompt={} reused={} gen={} ttft={:.1f}ms finish={} slot={}{}{}", n_prompt, job.n_reused, gen, ttft,
+                     reason.empty() ? "-" : reason, job.slot, jobs.size() > 1 ? fmt::format(" choices={}", jobs.size()) : "",
+                     stream ? " stream" : "");
 }
 
 std::string endpoint_label(const std::string& path) {
@@ -73,12 +79,25 @@ std::string endpoint_label(const std::string& path) {
   return "other";
 }
 
-// What a response being produced from a Job needs, for both kinds below.
+// What a response being produced from a request's Jobs (one per choice) needs, for both kinds
+// below.
 struct JobOutput {
-  std::shared_ptr<Job> job;
+  std::vector<std::shared_ptr<Job>> jobs;
   Endpoint ep;
   ResponseInfo info;
-  int64_t n_prompt;
+  int64_t n_prompt;                 // prompt tokens, each prompt counted once
+  const llm::Tokenizer* logprobs;   // renders logprobs; null when the request has none
+  void set_notify(const std::function<void()>& notify) {
+    for (auto& j : jobs) j->set_notify(notify);
+  }
+  void cancel() {
+    for (auto& j : jobs) j->cancel();
+  }
+  int64_t n_generated() const {
+    int64_t n = 0;
+    for (const auto& j : jobs) n += j->n_generated.load();
+    return n;
+  }
 };
 
 // The message of a Job that ended without a result ("" when it has one).
@@ -88,71 +107,110 @@ std::string failure_message(const Job::Update& u) {
   return "";
 }
 
-// The whole response of a non-streaming request, once its Job has finished.
+// The whole response of a non-streaming request, once all its Jobs have finished.
 class JobDeferred final : public HttpDeferred {
  public:
-  explicit JobDeferred(JobOutput o) : o_(std::move(o)) {}
-  void set_notify(std::function<void()> notify) override { o_.job->set_notify(std::move(notify)); }
-  void abort() override { o_.job->cancel(); }
+  explicit JobDeferred(JobOutput o) : o_(std::move(o)), results_(o_.jobs.size()), done_(o_.jobs.size(), false) {}
+  void set_notify(std::function<void()> notify) override { o_.set_notify(notify); }
+  void abort() override { o_.cancel(); }
   bool poll(HttpResponse* out) override {
-    Job::Update u = o_.job->poll();
-    text_ += u.text;
-    if (!u.finished) return false;
-    const std::string detail = job_note(*o_.job, o_.n_prompt, u.finish_reason, false);
-    const std::string failure = failure_message(u);
-    if (u.finish_reason == "cancelled") {
-      *out = error_response(api_error(503, failure, "server_error", "cancelled"), detail);
-    } else if (!failure.empty()) {
-      *out = error_response(api_error(500, failure, "server_error"), detail);
+    bool all = true;
+    for (size_t i = 0; i < o_.jobs.size(); ++i) {
+      if (done_[i]) continue;
+      Job::Update u = o_.jobs[i]->poll();
+      results_[i].text += u.text;
+      for (auto& lp : u.logprobs) results_[i].logprobs.push_back(std::move(lp));
+      if (u.finished) {
+        done_[i] = true;
+        results_[i].finish_reason = u.finish_reason;
+        if (failure_.empty()) {
+          failure_ = failure_message(u);
+          failed_reason_ = u.finish_reason;
+        }
+      }
+      all = all && done_[i];
+    }
+    if (!all) return false;
+    const std::string reason = failure_.empty() ? results_[0].finish_reason : failed_reason_;
+    const std::string detail = job_note(o_.jobs, o_.n_prompt, reason, false);
+    if (!failure_.empty() && failed_reason_ == "cancelled") {
+      *out = error_response(api_error(503, failure_, "server_error", "cancelled"), detail);
+    } else if (!failure_.empty()) {
+      *out = error_response(api_error(500, failure_, "server_error"), detail);
     } else {
       out->log_detail = detail;
-      out->body = completion_body(o_.ep, o_.info, text_, u.finish_reason, o_.n_prompt, o_.job->n_generated.load());
+      out->body = completion_body(o_.ep, o_.info, results_, o_.logprobs, o_.n_prompt, o_.n_generated());
     }
     return true;
   }
 
  private:
   JobOutput o_;
-  std::string text_;
+  std::vector<ChoiceResult> results_;
+  std::vector<bool> done_;
+  std::string failure_, failed_reason_;
 };
 
-// Server-sent events of a streaming request: a chunk per piece of text, then the final chunk,
-// usage (when asked) and [DONE]. An SSE comment after a quiet half second finds out whether the
-// client is still there (a failed write cancels the Job and frees its slot).
+// Server-sent events of a streaming request: chunks of each choice's text as it comes (with its
+// index), a final chunk per choice, then usage (when asked) and [DONE] once all have ended. An
+// SSE comment after a quiet half second finds out whether the client is still there (a failed
+// write cancels the Jobs and frees their slots).
 class JobStream final : public HttpStream {
  public:
-  JobStream(JobOutput o, bool include_usage) : o_(std::move(o)), include_usage_(include_usage) {}
-  void set_notify(std::function<void()> notify) override { o_.job->set_notify(std::move(notify)); }
+  JobStream(JobOutput o, bool include_usage)
+      : o_(std::move(o)), include_usage_(include_usage), done_(o_.jobs.size(), false), offsets_(o_.jobs.size(), 0) {}
+  void set_notify(std::function<void()> notify) override { o_.set_notify(notify); }
   void abort() override {
-    o_.job->cancel();
+    o_.cancel();
     if (reason_.empty()) reason_ = "disconnected";
   }
   std::string idle_piece() const override { return ": keep-alive\n\n"; }
-  std::string log_detail() const override { return job_note(*o_.job, o_.n_prompt, reason_, true); }
+  std::string log_detail() const override { return job_note(o_.jobs, o_.n_prompt, reason_, true); }
   bool next(std::string* out) override {
     if (!started_) {
       started_ = true;
-      if (o_.ep == Endpoint::kChat) *out += stream_chunk(o_.ep, o_.info, "", "", /*role_chunk=*/true);
+      if (o_.ep == Endpoint::kChat)
+        for (size_t i = 0; i < o_.jobs.size(); ++i) *out += chunk(i, StreamPiece{static_cast<int>(i), "", "", true, {}});
     }
-    Job::Update u = o_.job->poll();
-    if (!u.text.empty()) *out += stream_chunk(o_.ep, o_.info, u.text, "");
-    if (!u.finished) return false;
-    reason_ = u.finish_reason;
-    if (const std::string failure = failure_message(u); !failure.empty()) {
-      *out += "data: " + error_body(api_error(500, failure, "server_error")) + "\n\n";
-    } else {
-      *out += stream_chunk(o_.ep, o_.info, "", u.finish_reason);
-      if (include_usage_) *out += usage_chunk(o_.ep, o_.info, o_.n_prompt, o_.job->n_generated.load());
+    bool all = true;
+    for (size_t i = 0; i < o_.jobs.size() && failure_.empty(); ++i) {
+      if (done_[i]) continue;
+      Job::Update u = o_.jobs[i]->poll();
+      if (!u.text.empty() || (o_.logprobs && !u.logprobs.empty()))
+        *out += chunk(i, StreamPiece{static_cast<int>(i), u.text, "", false, u.logprobs});
+      if (!u.finished) {
+        all = false;
+        continue;
+      }
+      done_[i] = true;
+      if (reason_.empty() || i == 0) reason_ = u.finish_reason;
+      failure_ = failure_message(u);
+      if (failure_.empty()) *out += chunk(i, StreamPiece{static_cast<int>(i), "", u.finish_reason, false, {}});
+    }
+    if (!failure_.empty()) {
+      // One choice failed: the others are of no use without it.
+      o_.cancel();
+      *out += "data: " + error_body(api_error(500, failure_, "server_error")) + "\n\n";
+    } else if (!all) {
+      return false;
+    } else if (include_usage_) {
+      *out += usage_chunk(o_.ep, o_.info, o_.n_prompt, o_.n_generated());
     }
     *out += "data: [DONE]\n\n";
     return true;
   }
 
  private:
+  std::string chunk(size_t i, const StreamPiece& piece) {
+    return stream_chunk(o_.ep, o_.info, piece, o_.logprobs, &offsets_[i]);
+  }
+
   JobOutput o_;
   bool include_usage_;
   bool started_ = false;
-  std::string reason_;
+  std::vector<bool> done_;
+  std::vector<int64_t> offsets_;
+  std::string reason_, failure_;
 };
 
 class LoomServer final : public Server {
@@ -276,8 +334,10 @@ class LoomServer final : public Server {
     ApiError err;
     if (!parse_request(ep, req.body, ctx_, &r, &err))
       return error_response(err, "error=" + (err.code.empty() ? std::string("invalid_request") : err.code));
-    const int64_t n_prompt = static_cast<int64_t>(r.gen.prompt.size());
-    auto job_or = sched_.submit(std::move(r.gen));
+    int64_t n_prompt = 0;
+    for (const auto& p : r.prompts) n_prompt += static_cast<int64_t>(p.size());
+    const llm::Tokenizer* logprobs = r.gen.logprobs >= 0 ? ctx_.tok : nullptr;
+    auto job_or = sched_.submit_all(expand_choices(r));
     if (!job_or.ok()) {
       const Status& s = job_or.status();
       HttpResponse res;
@@ -293,20 +353,20 @@ class LoomServer final : public Server {
       }
       return res;
     }
-    std::shared_ptr<Job> job = std::move(job_or).value();
+    std::vector<std::shared_ptr<Job>> jobs = std::move(job_or).value();
     ResponseInfo info;
     info.id = fmt::format("{}-{}", ep == Endpoint::kChat ? "chatcmpl" : "cmpl", next_id_.fetch_add(1));
     info.created = static_cast<int64_t>(std::time(nullptr));
     info.model = ctx_.model_id;
     HttpResponse res;
     if (!r.stream) {
-      res.deferred = std::make_shared<JobDeferred>(JobOutput{job, ep, info, n_prompt});
+      res.deferred = std::make_shared<JobDeferred>(JobOutput{std::move(jobs), ep, info, n_prompt, logprobs});
       return res;
     }
     res.content_type = "text/event-stream";
     res.headers.emplace_back("Cache-Control", "no-cache");
     res.headers.emplace_back("X-Accel-Buffering", "no");
-    res.stream = std::make_shared<JobStream>(JobOutput{job, ep, info, n_prompt}, r.include_usage);
+    res.stream = std::make_shared<JobStream>(JobOutput{std::move(jobs), ep, info, n_prompt, logprobs}, r.include_usage);
     return res;
   }
 
