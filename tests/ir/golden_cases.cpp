@@ -342,6 +342,34 @@ GoldenRun mma_tile(std::mt19937& rng) {
 
 float round_f16(float f) { return from_f16_bits(to_f16_bits(f)); }
 
+GoldenRun ldmatrix_tile(std::mt19937& rng) {
+  int tiles = uniform_int(rng, 1, 8);
+  std::vector<uint16_t> a(tiles * 256);
+  std::uniform_real_distribution<float> dist(-4, 4);
+  for (auto& v : a) v = to_f16_bits(dist(rng));
+  GoldenRun run;
+  run.buffers = {to_bytes(a), output(a.size() * 2)};
+  run.args = {buf(0), buf(1)};
+  run.block = {32, 1, 1};
+  run.grid = {static_cast<uint32_t>(tiles), 1, 1};
+  run.check = [a, tiles](const std::vector<std::vector<uint8_t>>& out) -> std::string {
+    auto got = from_bytes<uint16_t>(out[1]);
+    for (int t = 0; t < tiles; ++t)
+      for (int l = 0; l < 32; ++l)
+        for (int i = 0; i < 8; ++i) {
+          const int j = i / 2, row = 8 * (j % 2) + l / 4, col = 8 * (j / 2) + 2 * (l % 4) + i % 2;
+          const float x = from_f16_bits(a[t * 256 + row * 16 + col]);
+          const uint16_t want = to_f16_bits(2.0f * x - 0.5f);
+          const uint16_t g = got[static_cast<size_t>(t * 256 + l * 8 + i)];
+          if (g != want)
+            return fmt::format("tile {} lane {} result {}: got f16 {:#06x}, want {:#06x} (row {}, column {})", t, l, i, g, want,
+                               row, col);
+        }
+    return "";
+  };
+  return run;
+}
+
 GoldenRun mixed_ops(std::mt19937& rng) {
   int n = uniform_int(rng, 500, 3000);
   auto x = random_floats(rng, n, -2, 2);
@@ -536,6 +564,7 @@ const std::vector<GoldenCase>& golden_cases() {
       {"dot4_lanes", true, dot4_lanes},
       {"warp_sum", false, warp_sum},
       {"mma_tile", false, mma_tile},
+      {"ldmatrix_tile", false, ldmatrix_tile},
   };
   return cases;
 }

@@ -27,7 +27,18 @@ for f in "$root"/src/loom/serve/http.cpp; do
 done | tr ' \\' '\n\n' | grep '^/usr/include/boost/' | sort -u | while read -r h; do
   mkdir -p "$dst$(dirname "$h")" && cp -a "$h" "$dst$(dirname "$h")/"
 done
-# The source at HEAD (committed work only: the working tree may hold others' unfinished edits).
-git -C "$root" archive --format=tar.gz -o "$dst/src.tar.gz" HEAD
-git -C "$root" rev-parse HEAD > "$dst/commit"
+# The source at HEAD (committed work only: the working tree may hold others' unfinished edits),
+# with the working-tree versions of the paths in LOOM_GPU_OVERLAY laid over it (a change tried on
+# the GPU before it is committed); its commit then reads HEAD+overlay.
+if [[ -n "${LOOM_GPU_OVERLAY:-}" ]]; then
+  idx="$(mktemp)"
+  # shellcheck disable=SC2086
+  tree="$(cd "$root" && export GIT_INDEX_FILE="$idx" && git read-tree HEAD && git add -- $LOOM_GPU_OVERLAY && git write-tree)"
+  rm -f "$idx"
+  git -C "$root" archive --format=tar.gz -o "$dst/src.tar.gz" "$tree"
+  echo "$(git -C "$root" rev-parse HEAD)+overlay-${tree:0:12}" > "$dst/commit"
+else
+  git -C "$root" archive --format=tar.gz -o "$dst/src.tar.gz" HEAD
+  git -C "$root" rev-parse HEAD > "$dst/commit"
+fi
 du -sh "$dst"

@@ -10,8 +10,16 @@ deps="$root/.gpu-deps"
 [[ -d "$deps/usr" ]] || { echo "remote_build.sh: $deps missing: run tools/gpu/deps.sh here and carry .gpu-deps" >&2; exit 1; }
 src=/tmp/loom-src   # the committed source packed by deps.sh, not the carried working tree
 build=/tmp/loom-build
-if [[ ! -f "$src/.commit" ]] || ! cmp -s "$src/.commit" "$deps/commit"; then
+if [[ ! -f "$src/.commit" ]]; then
   rm -rf "$src" && mkdir -p "$src" && tar -xzf "$deps/src.tar.gz" -C "$src" && cp "$deps/commit" "$src/.commit"
+elif ! cmp -s "$src/.commit" "$deps/commit"; then
+  # A newer source on a warm machine: only files that changed are replaced, so that the build
+  # folder's timestamps let ninja rebuild just what they touch.
+  rm -rf "$src.new" && mkdir -p "$src.new" && tar -xzf "$deps/src.tar.gz" -C "$src.new"
+  (cd "$src.new" && find . -type f) | while read -r f; do
+    cmp -s "$src.new/$f" "$src/$f" || { mkdir -p "$(dirname "$src/$f")" && cp "$src.new/$f" "$src/$f"; }
+  done
+  rm -rf "$src.new" && cp "$deps/commit" "$src/.commit"
 fi
 stage="$root/${LOOM_GPU_STAGE:-.gpu}"
 targets=("$@")

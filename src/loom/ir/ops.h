@@ -35,6 +35,7 @@ enum class TypeRule : uint8_t {
   kDot4,        // (i32 packed 4 x i8, same, i32 acc) -> i32; lane-wise on i32xN
   kConcat,      // (vector T x N, vector T x N) -> T x 2N: lanes of a, then lanes of b
   kMma,         // (f16x8 A fragment, f16x4 B fragment, f32x4 C fragment) -> f32x4
+  kLdmatrix,    // (ptr<shared, f16>, i32 index) -> f16x8: four 8x8 f16 matrices, fragment order
   kFor,         // (lo, hi, step, inits...) -> types of inits; region(iv, iters...)
   kIf,          // (i1) -> explicit types; regions then, else
   kYield,       // values returned by the enclosing region
@@ -121,6 +122,9 @@ enum TargetMask : uint8_t { kOnPtx = 1, kOnCpp = 2, kOnAmdgpu = 4, kOnAll = 7 };
   X(kDot4, "dot4", 3, kDot4, kAny, kNone, kPure, kOnAll)                                       \
   X(kConcat, "concat", 2, kConcat, kAny, kNone, kPure, kOnAll)                                 \
   X(kMma, "mma", 3, kMma, kAny, kNone, kPure | kConvergent, kOnPtx)                            \
+  /* lane l names row l % 8 of matrix l / 8 (8 halves at ptr + index); lane l receives row   */ \
+  /* l / 4, halves 2 (l % 4) and 2 (l % 4) + 1 of matrix j in result lanes 2j and 2j + 1     */ \
+  X(kLdmatrix, "ldmatrix", 2, kLdmatrix, kAny, kNone, kReadsMemory | kConvergent, kOnPtx)      \
   X(kFor, "for", -1, kFor, kAny, kNone, kHasRegions, kOnAll)                                   \
   X(kIf, "if", 1, kIf, kAny, kNone, kHasRegions, kOnAll)                                       \
   X(kYield, "yield", -1, kYield, kAny, kNone, kTerminator, kOnAll)

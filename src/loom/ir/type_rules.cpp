@@ -76,6 +76,7 @@ Type infer_result_type(Op op, std::span<const Type> ts) {
       return at(0).is_vector() && valid_lanes(2 * at(0).lanes()) ? Type::vector(at(0).elem(), 2 * at(0).lanes())
                                                                  : Type();
     case TypeRule::kMma: return Type::vector(Scalar::kF32, 4);
+    case TypeRule::kLdmatrix: return Type::vector(Scalar::kF16, 8);
     default: return Type();
   }
 }
@@ -241,6 +242,11 @@ std::string check_inst_types(const Inst& inst, bool check_results) {
           t(2) != Type::vector(Scalar::kF32, 4))
         return fmt::format("'mma' takes (f16x8, f16x4, f32x4), got ({}, {}, {})", t(0).str(), t(1).str(), t(2).str());
       return want(Type::vector(Scalar::kF32, 4));
+    case TypeRule::kLdmatrix:
+      if (!t(0).is_pointer() || t(0).addr_space() != AddrSpace::kShared || t(0).elem() != Scalar::kF16)
+        return fmt::format("'ldmatrix' reads a ptr<shared, f16>, got {}", t(0).str());
+      if (t(1) != Type::scalar(Scalar::kI32)) return fmt::format("'ldmatrix' index must be i32, got {}", t(1).str());
+      return want(Type::vector(Scalar::kF16, 8));
     case TypeRule::kFor: {
       if (n < 3) return "'for' needs lower bound, upper bound and step";
       if (!t(0).is_scalar() || !t(0).is_int())

@@ -80,40 +80,41 @@ WLayout layout_of(const Shape& s, GgmlType wt, int64_t n_in, int64_t n_out, int 
   return L;
 }
 
-Value* u16_at(Emit& b, Value* w, Value* off) {
-  return b.convert(b.load_at(w, off, Type::scalar(Scalar::kU16), 2), kU32);
-}
-Value* f16_at(Emit& b, Value* w, Value* off) {
-  Value* h = b.load_at(w, off, Type::scalar(Scalar::kU16), 2);
-  return b.convert(b.bitcast(h, kF16), kF32);
-}
-Value* byte_at(Emit& b, Value* w, Value* off) {
-  return b.convert(b.load_at(w, off, Type::scalar(Scalar::kU8), 1), kI32);
-}
-
-// Weights k0 .. k0+15 (k0 a multiple of 16) of the row starting at byte `row` (i64), as 16 f32
-// values already rounded as the f16 the tensor cores see (value = scale * q - offset).
-std::vector<Value*> dequant16(Emit& b, GgmlType t, Value* w, const WLayout& L, Value* r, Value* k0) {
-  std::vector<Value*> out;
+// Weights k0 .. k0+15 (k0 a multiple of 16) of row `r`, as 16 values already rounded as the f16
+// the tensor cores see (value = scale * q - offset). The loads are emitted at the call; the
+// arithmetic when the returned function is called, so that a pipelined kernel can issue the loads
+// of the next tile before its mma work and unpack them after. The function returns f32 values
+// (f16 values when `f16_out`, the layout is planar and the format has a packed f16 form: Q4_0,
+// Q4_K).
+using Unpack16 = std::function<std::vector<Value*>()>;
+Unpack16 dequant16_split(Emit& b, GgmlType t, Value* w, const WLayout& L, Value* r, Value* k0, bool f16_out = false) {
   // Offsets are the GGUF block's (i64); hdr/body give their addresses in either layout.
   Value* blk = nullptr;
-  auto hdr = [&](Value* off) { return block_byte(b, L, r, blk, off, true); };
-  auto body = [&](Value* off) { return block_byte(b, L, r, blk, off, false); };
-  auto at = [&](Value* off, int o) { return b.add(off, b.i64(o)); };
+  auto hdr = [&b, &L, r, &blk](Value* off) { return block_byte(b, L, r, blk, off, true); };
+  auto body = [&b, &L, r, &blk](Value* off) { return block_byte(b, L, r, blk, off, false); };
+  auto at = [&b](Value* off, int o) { return b.add(off, b.i64(o)); };
   // The 8 u16 at body offsets off, off + 2, .. off + 14 (zero-extended): planar, one 16-byte load
   // of the piece (off is a piece's start); GGUF rows, 8 two-byte loads (blocks are 2-aligned).
-  auto halves8 = [&](Value* off) {
-    std::vector<Value*> h;
+  // Loads now, unpacking when the returned function runs.
+  auto halves8 = [&](Value* off) -> std::function<std::vector<Value*>()> {
     if (!L.planar) {
-      for (int i = 0; i < 8; ++i) h.push_back(u16_at(b, w, body(at(off, 2 * i))));
-      return h;
+      std::vector<Value*> h;
+      for (int i = 0; i < 8; ++i) h.push_back(b.load_at(w, body(at(off, 2 * i)), Type::scalar(Scalar::kU16), 2));
+      return [&b, h] {
+        std::vector<Value*> u;
+        for (Value* v : h) u.push_back(b.convert(v, kU32));
+        return u;
+      };
     }
     Value* v = b.load_at(w, body(off), Type::vector(Scalar::kU32, 4), 16);
-    for (int i = 0; i < 8; ++i) {
-      Value* wd = b.extract(v, i / 2);
-      h.push_back(i % 2 ? b.shrc(wd, 16) : b.andc(wd, 0xFFFF));
-    }
-    return h;
+    return [&b, v] {
+      std::vector<Value*> h;
+      for (int i = 0; i < 8; ++i) {
+        Value* wd = b.extract(v, i / 2);
+        h.push_back(i % 2 ? b.shrc(wd, 16) : b.andc(wd, 0xFFFF));
+      }
+      return h;
+    };
   };
   switch (t) {
     case GgmlType::Q4_0:
@@ -121,59 +122,124 @@ std::vector<Value*> dequant16(Emit& b, GgmlType t, Value* w, const WLayout& L, V
       const bool q8 = t == GgmlType::Q8_0;
       blk = b.convert(b.div(k0, b.i32(32)), kI64);
       Value* half = b.rem(b.div(k0, b.i32(16)), b.i32(2));
-      Value* d = f16_at(b, w, hdr(b.i64(0)));
+      Value* dh = b.load_at(w, hdr(b.i64(0)), Type::scalar(Scalar::kU16), 2);
       if (q8) {
-        Value* qb = b.mul(b.convert(half, kI64), b.i64(16));
-        const std::vector<Value*> hs = halves8(at(qb, 2));
-        for (int i = 0; i < 8; ++i) {
-          Value* h = hs[static_cast<size_t>(i)];
-          for (int j = 0; j < 2; ++j) {
-            Value* q = b.shrc(b.shlc(b.bitcast(h, kI32), 24 - 8 * j), 24);
-            out.push_back(b.mul(d, b.convert(q, kF32)));
+        auto hs = halves8(at(b.mul(b.convert(half, kI64), b.i64(16)), 2));
+        return [&b, dh, hs] {
+          std::vector<Value*> out;
+          Value* d = b.convert(b.bitcast(dh, kF16), kF32);
+          const std::vector<Value*> h8 = hs();
+          for (Value* h : h8)
+            for (int j = 0; j < 2; ++j) {
+              Value* q = b.shrc(b.shlc(b.bitcast(h, kI32), 24 - 8 * j), 24);
+              out.push_back(b.mul(d, b.convert(q, kF32)));
+            }
+          return out;
+        };
+      }
+      if (f16_out && L.planar) {
+        // Packed f16: a nibble q OR 0x6400 is the half 1024 + q; minus 1032 is q - 8 exactly, and
+        // times d rounds once, as the f32 form's d * (q - 8) rounded to f16 does.
+        Value* v = b.load_at(w, body(b.i64(2)), Type::vector(Scalar::kU32, 4), 16);
+        return [&b, dh, v, half] {
+          const Type h2 = Type::vector(Scalar::kF16, 2);
+          Value* d = b.bitcast(dh, kF16);
+          Value* d2 = b.build({d, d});
+          Value* bias = b.const_float(h2, 1032.0);
+          Value* sh = b.convert(b.mulc(half, 4), kU32);
+          std::vector<Value*> out;
+          for (int m = 0; m < 4; ++m) {
+            Value* wd = b.shr(b.extract(v, m), sh);
+            // bytes 0 and 2 (elements 4m, 4m + 2), then bytes 1 and 3 (4m + 1, 4m + 3)
+            Value* a = b.bitcast(b.bit_or(b.andc(wd, 0x000F000F), b.c(kU32, 0x64006400)), h2);
+            Value* c = b.bitcast(b.bit_or(b.andc(b.shrc(wd, 8), 0x000F000F), b.c(kU32, 0x64006400)), h2);
+            a = b.mul(b.sub(a, bias), d2);
+            c = b.mul(b.sub(c, bias), d2);
+            out.push_back(b.extract(a, 0));
+            out.push_back(b.extract(c, 0));
+            out.push_back(b.extract(a, 1));
+            out.push_back(b.extract(c, 1));
           }
-        }
-      } else {
+          return out;
+        };
+      }
+      auto hs = halves8(b.i64(2));
+      return [&b, dh, hs, half] {
+        std::vector<Value*> out;
+        Value* d = b.convert(b.bitcast(dh, kF16), kF32);
         Value* sh = b.convert(b.mulc(half, 4), kU32);
-        const std::vector<Value*> hs = halves8(b.i64(2));
-        for (int i = 0; i < 8; ++i) {
-          Value* h = hs[static_cast<size_t>(i)];
+        for (Value* h : hs())
           for (int j = 0; j < 2; ++j) {
             Value* q = b.andc(b.shr(b.shrc(h, 8 * j), sh), 0xF);
             out.push_back(b.mul(d, b.convert(b.addc(b.bitcast(q, kI32), -8), kF32)));
           }
-        }
-      }
-      break;
+        return out;
+      };
     }
     case GgmlType::Q4_K: {
       blk = b.convert(b.div(k0, b.i32(256)), kI64);
       Value* sub = b.rem(b.div(k0, b.i32(32)), b.i32(8));   // sub-block j
       Value* half = b.rem(b.div(k0, b.i32(16)), b.i32(2));  // which 16 of its 32
-      Value* d = f16_at(b, w, hdr(b.i64(0)));
-      Value* dmin = f16_at(b, w, hdr(b.i64(2)));
+      Value* dh = b.load_at(w, hdr(b.i64(0)), Type::scalar(Scalar::kU16), 2);
+      Value* dminh = b.load_at(w, hdr(b.i64(2)), Type::scalar(Scalar::kU16), 2);
       // get_scale_min_k4: j < 4: sc = q[j] & 63, m = q[j+4] & 63; else from the high bits.
       Value* jlo = b.rem(sub, b.i32(4));
       Value* sbase = b.i64(4);
-      Value* qa = byte_at(b, w, hdr(b.add(sbase, b.convert(jlo, kI64))));          // q[j % 4]
-      Value* qb = byte_at(b, w, hdr(b.add(sbase, b.convert(b.addc(jlo, 4), kI64))));  // q[j % 4 + 4]
-      Value* qc = byte_at(b, w, hdr(b.add(sbase, b.convert(b.addc(jlo, 8), kI64))));  // q[j % 4 + 8]
-      Value* lo = b.cmp(Mode::kLt, sub, b.i32(4));
-      Value* sc = b.select(lo, b.andc(qa, 63), b.bit_or(b.andc(qc, 0xF), b.shlc(b.shrc(qa, 6), 4)));
-      Value* mn = b.select(lo, b.andc(qb, 63), b.bit_or(b.shrc(qc, 4), b.shlc(b.shrc(qb, 6), 4)));
-      Value* ds = b.mul(d, b.convert(sc, kF32));
-      Value* dm = b.mul(dmin, b.convert(mn, kF32));
+      auto u8 = [&](Value* off) { return b.load_at(w, off, Type::scalar(Scalar::kU8), 1); };
+      Value* qa = u8(hdr(b.add(sbase, b.convert(jlo, kI64))));                   // q[j % 4]
+      Value* qb = u8(hdr(b.add(sbase, b.convert(b.addc(jlo, 4), kI64))));        // q[j % 4 + 4]
+      Value* qc = u8(hdr(b.add(sbase, b.convert(b.addc(jlo, 8), kI64))));        // q[j % 4 + 8]
       // qs chunk sub/2 (32 bytes at 16 + 32 * (sub/2)); low nibbles for even sub, high for odd.
       Value* qoff = b.add(b.i64(16), b.convert(b.add(b.mulc(b.div(sub, b.i32(2)), 32), b.mulc(half, 16)), kI64));
-      Value* sh = b.convert(b.mulc(b.rem(sub, b.i32(2)), 4), kU32);
-      const std::vector<Value*> hs = halves8(qoff);
-      for (int i = 0; i < 8; ++i) {
-        Value* h = hs[static_cast<size_t>(i)];
-        for (int j = 0; j < 2; ++j) {
-          Value* q = b.andc(b.shr(b.shrc(h, 8 * j), sh), 0xF);
-          out.push_back(b.sub(b.mul(ds, b.convert(b.bitcast(q, kI32), kF32)), dm));
-        }
+      // The scale and offset of the sub-block, ds = d * sc and dm = dmin * m (exact in f32).
+      auto scales = [&b, dh, dminh, qa, qb, qc, sub] {
+        Value* d = b.convert(b.bitcast(dh, kF16), kF32);
+        Value* dmin = b.convert(b.bitcast(dminh, kF16), kF32);
+        Value* a = b.convert(qa, kI32), *bb = b.convert(qb, kI32), *c = b.convert(qc, kI32);
+        Value* lo = b.cmp(Mode::kLt, sub, b.i32(4));
+        Value* sc = b.select(lo, b.andc(a, 63), b.bit_or(b.andc(c, 0xF), b.shlc(b.shrc(a, 6), 4)));
+        Value* mn = b.select(lo, b.andc(bb, 63), b.bit_or(b.shrc(c, 4), b.shlc(b.shrc(bb, 6), 4)));
+        return std::pair<Value*, Value*>{b.mul(d, b.convert(sc, kF32)), b.mul(dmin, b.convert(mn, kF32))};
+      };
+      if (f16_out && L.planar) {
+        // Packed f16: nibble q OR 0x6400 is 1024 + q; minus 1024 is q exactly; then q * ds - dm
+        // with ds and dm rounded to f16 (two more roundings than the f32 form, well inside the
+        // op's tolerance: the weights themselves are rounded to f16 for the tensor cores).
+        Value* v = b.load_at(w, body(qoff), Type::vector(Scalar::kU32, 4), 16);
+        return [&b, v, sub, scales] {
+          const Type h2 = Type::vector(Scalar::kF16, 2);
+          auto [ds, dm] = scales();
+          Value* dsh = b.convert(ds, kF16), *dmh = b.convert(dm, kF16);
+          Value* ds2 = b.build({dsh, dsh}), *dm2 = b.build({dmh, dmh});
+          Value* base = b.const_float(h2, 1024.0);
+          Value* sh = b.convert(b.mulc(b.rem(sub, b.i32(2)), 4), kU32);
+          std::vector<Value*> out;
+          for (int m = 0; m < 4; ++m) {
+            Value* wd = b.shr(b.extract(v, m), sh);
+            Value* a = b.bitcast(b.bit_or(b.andc(wd, 0x000F000F), b.c(kU32, 0x64006400)), h2);
+            Value* c = b.bitcast(b.bit_or(b.andc(b.shrc(wd, 8), 0x000F000F), b.c(kU32, 0x64006400)), h2);
+            a = b.sub(b.mul(b.sub(a, base), ds2), dm2);
+            c = b.sub(b.mul(b.sub(c, base), ds2), dm2);
+            out.push_back(b.extract(a, 0));
+            out.push_back(b.extract(c, 0));
+            out.push_back(b.extract(a, 1));
+            out.push_back(b.extract(c, 1));
+          }
+          return out;
+        };
       }
-      break;
+      auto hs = halves8(qoff);
+      return [&b, sub, hs, scales] {
+        auto [ds, dm] = scales();
+        Value* sh = b.convert(b.mulc(b.rem(sub, b.i32(2)), 4), kU32);
+        std::vector<Value*> out;
+        for (Value* h : hs())
+          for (int j = 0; j < 2; ++j) {
+            Value* q = b.andc(b.shr(b.shrc(h, 8 * j), sh), 0xF);
+            out.push_back(b.sub(b.mul(ds, b.convert(b.bitcast(q, kI32), kF32)), dm));
+          }
+        return out;
+      };
     }
     case GgmlType::Q6_K: {
       blk = b.convert(b.div(k0, b.i32(256)), kI64);
@@ -181,32 +247,39 @@ std::vector<Value*> dequant16(Emit& b, GgmlType t, Value* w, const WLayout& L, V
       Value* n = b.div(e0, b.i32(128));
       Value* c = b.rem(b.div(e0, b.i32(32)), b.i32(4));
       Value* l0 = b.rem(e0, b.i32(32));                  // 0 or 16
-      Value* d = f16_at(b, w, hdr(b.i64(208)));
-      Value* scb = b.convert(b.load_at(w, body(b.add(b.i64(192), b.convert(b.add(b.add(b.mulc(n, 8), b.div(l0, b.i32(16))),
-                                                                                    b.mulc(c, 2)), kI64))),
-                                       Type::scalar(Scalar::kI8), 1),
-                             kI32);
-      Value* ds = b.mul(d, b.convert(scb, kF32));
+      Value* dh = b.load_at(w, hdr(b.i64(208)), Type::scalar(Scalar::kU16), 2);
+      Value* scq = b.load_at(w, body(b.add(b.i64(192), b.convert(b.add(b.add(b.mulc(n, 8), b.div(l0, b.i32(16))),
+                                                                         b.mulc(c, 2)), kI64))),
+                             Type::scalar(Scalar::kI8), 1);
       Value* qloff = b.convert(b.add(b.add(b.mulc(n, 64), l0), b.mulc(b.rem(c, b.i32(2)), 32)), kI64);
       Value* qhoff = b.add(b.i64(128), b.convert(b.add(b.mulc(n, 32), l0), kI64));
-      Value* lsh = b.convert(b.mulc(b.div(c, b.i32(2)), 4), kU32);
-      Value* hsh = b.convert(b.mulc(c, 2), kU32);
-      const std::vector<Value*> hls = halves8(qloff), hhs = halves8(qhoff);
-      for (int i = 0; i < 8; ++i) {
-        Value* hl = hls[static_cast<size_t>(i)];
-        Value* hh = hhs[static_cast<size_t>(i)];
-        for (int j = 0; j < 2; ++j) {
-          Value* ql = b.andc(b.shr(b.shrc(hl, 8 * j), lsh), 0xF);
-          Value* qh = b.andc(b.shr(b.shrc(hh, 8 * j), hsh), 3);
-          Value* q = b.addc(b.bitcast(b.bit_or(ql, b.shlc(qh, 4)), kI32), -32);
-          out.push_back(b.mul(ds, b.convert(q, kF32)));
+      auto hls = halves8(qloff), hhs = halves8(qhoff);
+      return [&b, dh, scq, c, hls, hhs] {
+        Value* d = b.convert(b.bitcast(dh, kF16), kF32);
+        Value* ds = b.mul(d, b.convert(b.convert(scq, kI32), kF32));
+        Value* lsh = b.convert(b.mulc(b.div(c, b.i32(2)), 4), kU32);
+        Value* hsh = b.convert(b.mulc(c, 2), kU32);
+        const std::vector<Value*> hl8 = hls(), hh8 = hhs();
+        std::vector<Value*> out;
+        for (int i = 0; i < 8; ++i) {
+          Value* hl = hl8[static_cast<size_t>(i)];
+          Value* hh = hh8[static_cast<size_t>(i)];
+          for (int j = 0; j < 2; ++j) {
+            Value* ql = b.andc(b.shr(b.shrc(hl, 8 * j), lsh), 0xF);
+            Value* qh = b.andc(b.shr(b.shrc(hh, 8 * j), hsh), 3);
+            Value* q = b.addc(b.bitcast(b.bit_or(ql, b.shlc(qh, 4)), kI32), -32);
+            out.push_back(b.mul(ds, b.convert(q, kF32)));
+          }
         }
-      }
-      break;
+        return out;
+      };
     }
-    default: break;
+    default: return [] { return std::vector<Value*>{}; };
   }
-  return out;
+}
+
+std::vector<Value*> dequant16(Emit& b, GgmlType t, Value* w, const WLayout& L, Value* r, Value* k0) {
+  return dequant16_split(b, t, w, L, r, k0)();
 }
 
 // Activations as f16 (shape dim xtype = 1, the GGUF F16 type number): converted once per step by
@@ -268,9 +341,11 @@ class MatmulMmaOp final : public OpSpec {
     std::vector<int64_t> kts;
     for (int64_t kt : {32, 64, 128})
       if (s.at("n_in") % kt == 0) kts.push_back(kt);
-    return {{"warps_m", {1, 2, 4}}, {"warps_n", {1, 2, 4}}, {"k_tile", kts}, {"warp_m_tiles", {2, 4}}};
+    return {{"warps_m", {1, 2, 4}}, {"warps_n", {1, 2, 4}}, {"k_tile", kts}, {"warp_m_tiles", {2, 4}},
+            {"warp_n_tiles", {4, 8}}, {"pipeline", {0, 1}}, {"ldsm", {0, 1}}};
   }
-  // k_tile: the k elements staged per barrier pair. Wider tiles put more loads in flight per
+  // k_tile: the k elements staged per barrier pair (per barrier when pipelined). pipeline = 0
+  // ignores warp_n_tiles and ldsm (its warps hold 32 tokens). Wider tiles put more loads in flight per
   // thread before each barrier and pay the barriers and the load latency once per more mma.
   Schedule default_schedule(const Shape& s, ir::TargetKind t) const override {
     if (t != ir::TargetKind::kPtx) return {{"threads", 64}};
@@ -280,12 +355,18 @@ class MatmulMmaOp final : public OpSpec {
     const int64_t nt = s.at("n_tokens"), n_in = s.at("n_in");
     int64_t kt = 64;
     while (n_in % kt) kt /= 2;
-    return {{"warps_m", 2}, {"warps_n", nt >= 128 ? 4 : nt >= 64 ? 2 : 1}, {"k_tile", kt}, {"warp_m_tiles", 2}};
+    const bool planar = s.dims.count("planar") && s.at("planar") == 1;
+    if (planar && nt >= 64 && n_in % 32 == 0)  // the engine's layout, prompts of 64 tokens and more
+      return {{"warps_m", 2}, {"warps_n", nt >= 128 ? 2 : 1}, {"k_tile", 32}, {"warp_m_tiles", 4},
+              {"warp_n_tiles", 8}, {"pipeline", 1}, {"ldsm", 1}};
+    return {{"warps_m", 2}, {"warps_n", nt >= 128 ? 4 : nt >= 64 ? 2 : 1}, {"k_tile", kt}, {"warp_m_tiles", 2},
+            {"warp_n_tiles", 4}, {"pipeline", 0}, {"ldsm", 0}};
   }
 
   Result<Generated> generate(const Shape& s, const Schedule& sch, ir::TargetKind target) const override {
     LOOM_RETURN_IF_ERROR(validate(s));
     LOOM_RETURN_IF_ERROR(check_schedule(schedule_space(s, target), sch));
+    if (target == ir::TargetKind::kPtx && sch.count("pipeline") && sch.at("pipeline") == 1) return generate_pipe(s, sch);
     if (target == ir::TargetKind::kPtx) return generate_mma(s, sch);
     return generate_scalar(s, sch, target);
   }
@@ -364,6 +445,11 @@ class MatmulMmaOp final : public OpSpec {
     // f16 activations (converted once per step by quantize_act).
     out.push_back({{{"n_in", 576}, {"n_out", 200}, {"n_tokens", 70}, {"wtype", 2}, {"xtype", 1}}});
     out.push_back({{{"n_in", 1024}, {"n_out", 130}, {"n_tokens", 64}, {"wtype", 12}, {"xtype", 1}}});
+    // The pipelined kernel (the default for planar weights and 64 tokens or more), ragged sizes.
+    for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K})
+      out.push_back({{{"n_in", t == GgmlType::Q4_0 || t == GgmlType::Q8_0 ? 576 : 512}, {"n_out", 200}, {"n_tokens", 100},
+                      {"wtype", static_cast<int64_t>(t)}, {"xtype", 1}, {"planar", 1}}});
+    out.push_back({{{"n_in", 1024}, {"n_out", 300}, {"n_tokens", 257}, {"wtype", 2}, {"xtype", 1}, {"planar", 1}}});
     // matvec_gpu's planar weight layout (the engine keeps one copy of the weights, planar).
     for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K})
       out.push_back({{{"n_in", t == GgmlType::Q4_0 || t == GgmlType::Q8_0 ? 576 : 512}, {"n_out", 37}, {"n_tokens", 17},
@@ -412,6 +498,192 @@ class MatmulMmaOp final : public OpSpec {
     l.kernel = kname;
     l.args = {0, 1, 2};
     l.grid = {static_cast<uint32_t>((n_out + threads - 1) / threads), static_cast<uint32_t>(nt), 1};
+    l.block = {static_cast<uint32_t>(threads), 1, 1};
+    g.launches.push_back(l);
+    return g;
+  }
+
+  // PTX, pipelined: CTA tile of 16 warp_m_tiles warps_m weight rows x 8 warp_n_tiles warps_n
+  // tokens through two shared-memory buffers. While the warps multiply the tile in one buffer,
+  // the loads of the next tile are in flight; they are dequantized into the other buffer after
+  // the mma work, so each k step costs one barrier and no exposed load latency. ldsm = 1 loads
+  // the mma fragments with ldmatrix (one instruction per 16 x 16 A tile or pair of 8-token B
+  // tiles instead of four or two 32-bit shared loads).
+  Result<Generated> generate_pipe(const Shape& s, const Schedule& sch) const {
+    const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
+    MFormat f{};
+    m_format(wt, &f);
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
+    const WLayout L = layout_of(s, wt, n_in, n_out, f.block_elems, f.block_bytes);
+    const int64_t wm = sch.at("warps_m"), wn = sch.at("warps_n");
+    const int64_t mtiles = sch.count("warp_m_tiles") ? sch.at("warp_m_tiles") : 2;
+    const int64_t ntiles = sch.count("warp_n_tiles") ? sch.at("warp_n_tiles") : 4;
+    const bool ldsm = sch.count("ldsm") && sch.at("ldsm") == 1;
+    const int64_t bm = 16 * mtiles * wm, bn = 8 * ntiles * wn, threads = 32 * wm * wn;
+    int64_t kt = sch.count("k_tile") ? sch.at("k_tile") : 32;
+    if (n_in % kt) return invalid_argument("matmul_mma: k_tile={} does not divide n_in={}", kt, n_in);
+    // Two buffers of (bm + bn) rows of k_tile + 8 halves within the 48 KiB of static shared memory.
+    while (kt > 16 && 2 * (bm + bn) * (kt + 8) * 2 > 48 * 1024) kt /= 2;
+    const int64_t stride = kt + 8, c16 = kt / 16, c8 = kt / 8;
+    // Tiles that the threads cannot split evenly (their loads must be unrolled to be in flight
+    // together) or that do not fit: the unpipelined kernel, so every schedule of the space builds.
+    if ((c16 * bm) % threads || (c8 * bn) % threads || threads % c16 || threads % c8 || 2 * (bm + bn) * stride * 2 > 48 * 1024)
+      return generate_mma(s, sch);
+    const int64_t buf = (bm + bn) * stride;  // halves per buffer: weights [bm][stride], then activations [bn][stride]
+    Generated g;
+    const std::string kname = fmt::format("matmul_mma_{}", llm::ggml_type_name(wt));
+    ir::Kernel* k = g.module.add_kernel(kname);
+    Emit b(*k);
+    Value* w = b.param(Type::pointer(AddrSpace::kConstant, Scalar::kU8), "w");
+    const bool xh16 = x_is_f16(s);
+    Value* x = b.param(ty::gptr(xh16 ? Scalar::kF16 : Scalar::kF32), "x");
+    Value* y = b.param(ty::gptr(Scalar::kF32), "y");
+    Value* sm = b.alloc_shared(Scalar::kF16, 2 * buf);
+    Value* tid = b.thread_id(Mode::kX);
+    Value* warp = b.div(tid, b.i32(32));
+    Value* lane = b.rem(tid, b.i32(32));
+    Value* gq = b.div(lane, b.i32(4));
+    Value* qq = b.rem(lane, b.i32(4));
+    Value* m0 = b.mul(b.block_id(Mode::kX), b.i32(static_cast<int32_t>(bm)));
+    Value* n0 = b.mul(b.block_id(Mode::kY), b.i32(static_cast<int32_t>(bn)));
+    Value* wm0 = b.mul(b.rem(warp, b.i32(static_cast<int32_t>(wm))), b.i32(static_cast<int32_t>(16 * mtiles)));
+    Value* wn0 = b.mul(b.div(warp, b.i32(static_cast<int32_t>(wm))), b.i32(static_cast<int32_t>(8 * ntiles)));
+    const Type f16x2 = Type::vector(Scalar::kF16, 2);
+    auto i32c = [&](int64_t v) { return b.i32(static_cast<int32_t>(v)); };
+    // This thread's tile items: weight item j is (row lw + j threads / c16, chunk hw), activation
+    // item j is (token lx + j threads / c8, chunk qx).
+    Value* lw = b.div(tid, i32c(c16));
+    Value* hw = b.rem(tid, i32c(c16));
+    Value* lx = b.div(tid, i32c(c8));
+    Value* qx = b.rem(tid, i32c(c8));
+    const int64_t nwi = c16 * bm / threads, nxi = c8 * bn / threads;
+    const bool packed = (wt == GgmlType::Q4_0 || wt == GgmlType::Q4_K) && L.planar;
+    // Loads of the tile at k offset kk; the returned function writes it into the buffer at `base`.
+    auto stage = [&](Value* kk) -> std::function<void(Value*)> {
+      std::vector<Unpack16> wv;
+      for (int64_t j = 0; j < nwi; ++j) {
+        Value* r = b.min(b.add(m0, b.addc(lw, j * threads / c16)), i32c(n_out - 1));
+        wv.push_back(dequant16_split(b, wt, w, L, r, b.add(kk, b.mulc(hw, 16)), packed));
+      }
+      std::vector<Value*> xv;
+      for (int64_t j = 0; j < nxi; ++j) {
+        Value* t = b.min(b.add(n0, b.addc(lx, j * threads / c8)), i32c(nt - 1));
+        Value* xi = b.add(b.mul(t, i32c(n_in)), b.add(kk, b.mulc(qx, 8)));
+        if (xh16) {
+          xv.push_back(b.load(x, xi, Type::vector(Scalar::kF16, 8), 16));
+        } else {
+          xv.push_back(b.load(x, xi, Type::vector(Scalar::kF32, 4), 16));
+          xv.push_back(b.load(x, b.addc(xi, 4), Type::vector(Scalar::kF32, 4), 16));
+        }
+      }
+      return [&, wv, xv](Value* base) {
+        Value* pw = b.offset(sm, b.add(base, b.add(b.mulc(lw, stride), b.mulc(hw, 16))));
+        for (int64_t j = 0; j < nwi; ++j) {
+          std::vector<Value*> v = wv[static_cast<size_t>(j)]();
+          for (int h = 0; h < 2; ++h) {
+            std::vector<Value*> lanes;
+            for (int i = 0; i < 8; ++i) {
+              Value* e = v[static_cast<size_t>(8 * h + i)];
+              lanes.push_back(packed ? e : b.convert(e, kF16));
+            }
+            b.store(pw, i32c(j * threads / c16 * stride + 8 * h), b.build(lanes), 16);
+          }
+        }
+        Value* px = b.offset(sm, b.add(base, b.add(i32c(bm * stride), b.add(b.mulc(lx, stride), b.mulc(qx, 8)))));
+        for (int64_t j = 0; j < nxi; ++j) {
+          Value* val;
+          if (xh16) {
+            val = xv[static_cast<size_t>(j)];
+          } else {
+            std::vector<Value*> lanes;
+            for (int p = 0; p < 2; ++p)
+              for (int i = 0; i < 4; ++i) lanes.push_back(b.convert(b.extract(xv[static_cast<size_t>(2 * j + p)], i), kF16));
+            val = b.build(lanes);
+          }
+          b.store(px, i32c(j * threads / c8 * stride), val, 16);
+        }
+      };
+    };
+    stage(b.i32(0))(b.i32(0));
+    b.barrier();
+    std::vector<Value*> init(static_cast<size_t>(mtiles * ntiles), b.const_float(Type::vector(Scalar::kF32, 4), 0.0));
+    // Per-lane fragment addresses within a buffer (ldmatrix: lane l names row l % 8 of matrix l / 8).
+    Value* l8 = b.rem(lane, b.i32(8));
+    Value* a_row = b.add(wm0, b.add(l8, b.mulc(b.rem(b.div(lane, b.i32(8)), b.i32(2)), 8)));
+    Value* a_off = b.add(b.mulc(a_row, stride), b.mulc(b.div(lane, b.i32(16)), 8));
+    Value* b_tok = b.add(wn0, b.add(l8, b.mulc(b.div(lane, b.i32(16)), 8)));
+    Value* b_off = b.add(i32c(bm * stride), b.add(b.mulc(b_tok, stride), b.mulc(b.rem(b.div(lane, b.i32(8)), b.i32(2)), 8)));
+    // lds: lane holds row g (+8) at k 2q (+8) of A, token g at k 2q (+8) of B.
+    Value* a_off2 = b.add(b.mulc(b.add(wm0, gq), stride), b.mulc(qq, 2));
+    Value* b_off2 = b.add(i32c(bm * stride), b.add(b.mulc(b.add(wn0, gq), stride), b.mulc(qq, 2)));
+    auto acc = b.for_loop(b.i32(0), i32c(n_in), i32c(kt), init, [&](Value* kk, std::span<Value* const> it) {
+      Value* next = b.min(b.add(kk, i32c(kt)), i32c(n_in - kt));
+      auto store_next = stage(next);
+      Value* par = b.andc(b.div(kk, i32c(kt)), 1);
+      Value* cur = b.mulc(par, buf);
+      Value* nxt = b.mulc(b.sub(b.i32(1), par), buf);
+      std::vector<Value*> a(it.begin(), it.end());
+      Value* pa = b.offset(sm, b.add(cur, ldsm ? a_off : a_off2));
+      Value* pb = b.offset(sm, b.add(cur, ldsm ? b_off : b_off2));
+      for (int64_t ks = 0; ks < c16; ++ks) {
+        std::vector<Value*> af(static_cast<size_t>(mtiles)), bf(static_cast<size_t>(ntiles));
+        for (int64_t mt = 0; mt < mtiles; ++mt) {
+          if (ldsm) {
+            af[static_cast<size_t>(mt)] = b.ldmatrix(pa, i32c(16 * mt * stride + 16 * ks));
+            continue;
+          }
+          std::vector<Value*> l8v;
+          for (int p = 0; p < 4; ++p) {  // (row g, k), (row g+8, k), (row g, k+8), (row g+8, k+8)
+            Value* pr = b.load(pa, i32c((16 * mt + 8 * (p % 2)) * stride + 16 * ks + 8 * (p / 2)), f16x2, 4);
+            l8v.push_back(b.extract(pr, 0));
+            l8v.push_back(b.extract(pr, 1));
+          }
+          af[static_cast<size_t>(mt)] = b.build(l8v);
+        }
+        for (int64_t n8 = 0; n8 < ntiles; ++n8) {
+          if (ldsm) {
+            if (n8 % 2) continue;
+            Value* pair = b.ldmatrix(pb, i32c(8 * n8 * stride + 16 * ks));
+            for (int h = 0; h < 2; ++h)
+              bf[static_cast<size_t>(n8 + h)] = b.build({b.extract(pair, 4 * h), b.extract(pair, 4 * h + 1),
+                                                          b.extract(pair, 4 * h + 2), b.extract(pair, 4 * h + 3)});
+            continue;
+          }
+          std::vector<Value*> l4;
+          for (int p = 0; p < 2; ++p) {  // (k, token g), (k + 8, token g)
+            Value* pr = b.load(pb, i32c(8 * n8 * stride + 16 * ks + 8 * p), f16x2, 4);
+            l4.push_back(b.extract(pr, 0));
+            l4.push_back(b.extract(pr, 1));
+          }
+          bf[static_cast<size_t>(n8)] = b.build(l4);
+        }
+        for (int64_t mt = 0; mt < mtiles; ++mt)
+          for (int64_t n8 = 0; n8 < ntiles; ++n8) {
+            const size_t i = static_cast<size_t>(mt * ntiles + n8);
+            a[i] = b.mma(af[static_cast<size_t>(mt)], bf[static_cast<size_t>(n8)], a[i]);
+          }
+      }
+      store_next(nxt);
+      b.barrier();
+      return a;
+    });
+    // C fragment lane i: row g + 8 (i / 2), token 2q + i % 2.
+    for (int64_t mt = 0; mt < mtiles; ++mt)
+      for (int64_t n8 = 0; n8 < ntiles; ++n8)
+        for (int i = 0; i < 4; ++i) {
+          Value* r = b.add(m0, b.add(wm0, b.addc(gq, 16 * mt + 8 * (i / 2))));
+          Value* t = b.add(n0, b.add(wn0, b.addc(b.mulc(qq, 2), 8 * n8 + i % 2)));
+          Value* ok = b.bit_and(b.cmp(Mode::kLt, r, i32c(n_out)), b.cmp(Mode::kLt, t, i32c(nt)));
+          Value* v = b.extract(acc[static_cast<size_t>(mt * ntiles + n8)], i);
+          b.if_then_else(ok, {}, [&] {
+            b.store(y, b.add(b.mul(t, i32c(n_out)), r), v);
+            return std::vector<Value*>{};
+          });
+        }
+    KernelLaunch l;
+    l.kernel = kname;
+    l.args = {0, 1, 2};
+    l.grid = {static_cast<uint32_t>((n_out + bm - 1) / bm), static_cast<uint32_t>((nt + bn - 1) / bn), 1};
     l.block = {static_cast<uint32_t>(threads), 1, 1};
     g.launches.push_back(l);
     return g;

@@ -461,7 +461,9 @@ class FunctionEmitter {
                          r->type.lanes(), idx));
         return Status();
       }
-      case Op::kMma: return unimplemented("'mma' has no amdgpu form (verify with the amdgpu target first)");
+      case Op::kMma:
+      case Op::kLdmatrix:
+        return unimplemented("'{}' has no amdgpu form (verify with the amdgpu target first)", op_name(in.op));
       case Op::kFor: return for_loop(in);
       case Op::kIf: return if_else(in);
       case Op::kYield: return Status();

@@ -547,6 +547,7 @@ class CppEmitter {
       case Op::kShuffle:
       case Op::kWarpReduce:
       case Op::kMma:
+      case Op::kLdmatrix:
         return unimplemented("'{}' has no cpp form (verify with the cpp target first)", op_name(in.op));
       default:
         elementwise(in);

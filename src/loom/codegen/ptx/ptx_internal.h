@@ -51,6 +51,7 @@ class KernelEmitter {
 
   // lanes (ptx_lanes.cpp)
   Status lane(const ir::Inst& in, int l, const std::string& d);
+  bool packed_half2(const ir::Inst& in);
   Status arith(const ir::Inst& in, ir::Scalar s, const std::vector<std::string>& a, const std::string& d);
   void convert(ir::Scalar from, ir::Scalar to, const std::string& a, const std::string& d);
   void select(RC rc, const std::string& c, const std::string& a, const std::string& b, const std::string& d);

@@ -74,6 +74,29 @@ Status KernelEmitter::lane(const Inst& in, int l, const std::string& d) {
   return Status();
 }
 
+// add, sub and mul of f16 vectors (an even lane count): one f16x2 instruction per lane pair.
+// Their results equal the lane-wise form's (exact in f32, then rounded once: f32 holds more than
+// twice f16's precision, so the second rounding cannot differ); fma is left lane-wise, where the
+// f32 form rounds twice.
+bool KernelEmitter::packed_half2(const Inst& in) {
+  const Value* r = in.result();
+  if (in.op != Op::kAdd && in.op != Op::kSub && in.op != Op::kMul) return false;
+  if (r->type.elem() != Scalar::kF16 || r->type.lanes() % 2 != 0) return false;
+  const auto& d = define(r);
+  const std::string_view name = in.op == Op::kAdd ? "add" : in.op == Op::kSub ? "sub" : "mul";
+  for (size_t l = 0; l < d.size(); l += 2) {
+    std::vector<std::string> w;
+    for (const Value* v : in.operands) {
+      w.push_back(new_reg(RC::kB32));
+      line(fmt::format("mov.b32 {}, {{{}, {}}};", w.back(), regs_[v->id][l], regs_[v->id][l + 1]));
+    }
+    std::string o = new_reg(RC::kB32);
+    line(fmt::format("{}.rn.f16x2 {}, {}, {};", name, o, w[0], w[1]));
+    line(fmt::format("mov.b32 {{{}, {}}}, {};", d[l], d[l + 1], o));
+  }
+  return true;
+}
+
 Status KernelEmitter::arith(const Inst& in, Scalar s, const std::vector<std::string>& a, const std::string& d) {
   const bool flt = is_float(s);
   const RC rc = rc_of(s);
