@@ -1,7 +1,7 @@
 // libFuzzer target: arbitrary bytes through the HTTP request parser that `loom serve` reads
 // requests with (its limits included), and the body of a parsed request through the OpenAI
-// request validation (JSON -> ApiRequest, chat template and tokenizer) and llama-server's
-// /tokenize and /detokenize bodies. Any crash, sanitizer
+// request validation (JSON -> ApiRequest, chat template and tokenizer), /v1/embeddings bodies,
+// and llama-server's /tokenize and /detokenize bodies. Any crash, sanitizer
 // report, hang or unbounded allocation is a bug.
 #include <cstddef>
 #include <cstdint>
@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "loom/serve/embeddings_api.h"
 #include "loom/serve/http.h"
 #include "loom/serve/llama_api.h"
 #include "loom/serve/openai_api.h"
@@ -97,6 +98,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::abort();
     }
     (void)serve::error_body(err);
+  }
+  // /v1/embeddings bodies: inputs that fit the context, or a 4xx.
+  {
+    serve::EmbeddingRequest r;
+    serve::ApiError err;
+    if (serve::parse_embedding_request(req.body, ctx, /*n_embd=*/8, &r, &err)) {
+      if (r.inputs.empty() || static_cast<int64_t>(r.inputs.size()) > serve::kMaxEmbeddingInputs) std::abort();
+      for (const auto& in : r.inputs)
+        if (in.empty() || static_cast<int64_t>(in.size()) > ctx.n_ctx) std::abort();
+    } else if (err.status < 400 || err.status > 499 || err.message.empty()) {
+      std::abort();
+    }
   }
   // llama-server's /tokenize and /detokenize bodies: an answer or a 4xx, never a crash.
   for (auto* route : {&serve::tokenize_body, &serve::detokenize_body}) {

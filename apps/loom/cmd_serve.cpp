@@ -101,6 +101,7 @@ Status serve(const ServeFlags& f) {
   serve::SchedulerOptions so;
   so.n_batch = f.n_batch;
   so.max_queue = f.max_queue;
+  so.embed_threads = f.n_threads;
   serve::Scheduler scheduler(*engine, tok, metrics, so);
 
   serve::ApiContext ctx;

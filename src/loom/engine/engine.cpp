@@ -3,6 +3,7 @@
 #include "loom/engine/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 namespace loom::llm {
@@ -177,6 +178,93 @@ Status Engine::step(std::span<const SeqTokens> parts) {
     auto& t = seqs_[static_cast<size_t>(p.seq)];
     t.insert(t.end(), p.tokens.begin(), p.tokens.end());
   }
+  return Status();
+}
+
+Result<const Program*> Engine::hidden_program(int64_t n_tokens) {
+  auto it = hidden_programs_.find(n_tokens);
+  if (it != hidden_programs_.end()) return &it->second;
+  // Every recipe ends with the output norm ("result_norm") and then the output matrix (and
+  // Gemma's soft-cap); the launches after the norm are dropped and the norm's value becomes
+  // the Program's result. The slots stay valid: the norm's value was live until its reader.
+  Program p = model_.build_program(n_tokens, n_tokens);
+  int32_t norm = -1;
+  for (size_t v = 0; v < p.values.size(); ++v)
+    if (p.values[v].name == "result_norm") norm = static_cast<int32_t>(v);
+  size_t last = p.launches.size();
+  for (size_t i = 0; i < p.launches.size(); ++i)
+    if (p.launches[i].out == norm) last = i;
+  if (norm < 0 || last == p.launches.size())
+    return internal_error("the {} recipe has no 'result_norm' value to take hidden states from",
+                          model_.config().arch_name);
+  p.launches.resize(last + 1);
+  p.logits = norm;
+  if (hidden_programs_.size() >= 64) hidden_programs_.clear();
+  return &hidden_programs_.emplace(n_tokens, std::move(p)).first->second;
+}
+
+Status Engine::hidden_states(std::span<const int32_t> tokens, std::vector<float>* hidden) {
+  if (backend_->name() != "cpu-ref")
+    return failed_precondition("hidden states need the reference backend (this engine runs on {})", backend_->name());
+  if (tokens.empty()) return invalid_argument("nothing to decode (empty token list)");
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n > n_ctx_) return resource_exhausted("{} tokens do not fit in the context of {}", n, n_ctx_);
+  const int64_t n_vocab = this->n_vocab(), n_embd = model_.config().n_embd;
+  for (int32_t t : tokens)
+    if (t < 0 || t >= n_vocab) return invalid_argument("token id {} is outside the vocabulary (0..{})", t, n_vocab - 1);
+  truncate(0, 0);
+  hidden->assign(static_cast<size_t>(n * n_embd), 0.0f);
+  std::vector<int32_t> positions, rows;
+  Status s;
+  for (int64_t done = 0; done < n && s.ok();) {
+    const int64_t m = std::min(n_batch_, n - done);
+    auto prog = hidden_program(m);
+    if (!prog.ok()) {
+      s = prog.status();
+      break;
+    }
+    positions.resize(static_cast<size_t>(m));
+    std::iota(positions.begin(), positions.end(), static_cast<int32_t>(done));
+    rows.resize(static_cast<size_t>(m));
+    std::iota(rows.begin(), rows.end(), 0);
+    StepInputs in;
+    in.tokens = tokens.data() + done;
+    in.positions = positions.data();
+    in.output_rows = rows.data();
+    in.n_kv = done + m;
+    s = backend_->execute(**prog, in, hidden->data() + done * n_embd);
+    done += m;
+  }
+  // The cells hold this text now; nobody may take them for a cached prefix.
+  truncate(0, 0);
+  return s;
+}
+
+std::string_view Engine::pooling() const {
+  // llama.cpp's enum: 0 none, 1 mean, 2 cls, 3 last, 4 rank. A decoder without the key (or with
+  // none/rank) is pooled by the mean.
+  auto type = model_.gguf().get_u64_or(model_.config().arch_name + ".pooling_type", 1);
+  if (type.ok() && *type == 2) return "cls";
+  if (type.ok() && *type == 3) return "last";
+  return "mean";
+}
+
+Status Engine::embed(std::span<const int32_t> tokens, std::vector<float>* embedding) {
+  std::vector<float> hidden;
+  LOOM_RETURN_IF_ERROR(hidden_states(tokens, &hidden));
+  const int64_t n = static_cast<int64_t>(tokens.size()), n_embd = model_.config().n_embd;
+  const std::string_view pool = pooling();
+  std::vector<double> sum(static_cast<size_t>(n_embd), 0.0);
+  const int64_t first = pool == "last" ? n - 1 : 0, end = pool == "cls" ? 1 : n;
+  for (int64_t t = first; t < end; ++t)
+    for (int64_t i = 0; i < n_embd; ++i) sum[static_cast<size_t>(i)] += hidden[static_cast<size_t>(t * n_embd + i)];
+  double norm = 0.0;
+  for (double v : sum) norm += v * v;
+  norm = std::sqrt(norm);
+  embedding->resize(static_cast<size_t>(n_embd));
+  // The mean's 1/n cancels in the normalization; a zero vector stays zero.
+  for (int64_t i = 0; i < n_embd; ++i)
+    (*embedding)[static_cast<size_t>(i)] = norm > 0 ? static_cast<float>(sum[static_cast<size_t>(i)] / norm) : 0.0f;
   return Status();
 }
 

@@ -74,6 +74,19 @@ class Engine {
   // something was built.
   Result<bool> prepare(int64_t n_tokens, int64_t n_outputs);
 
+  // The final hidden state (after the output norm, before the output matrix) of every token of
+  // `tokens`, read as one fresh sequence in sequence slot 0: hidden[t * n_embd + i]. Slot 0's
+  // cache is emptied (before and after). Reference backend only (an HRX backend compiles its
+  // plans for logits): kFailedPrecondition elsewhere. Fails like decode() on bad tokens or a
+  // sequence longer than the context.
+  Status hidden_states(std::span<const int32_t> tokens, std::vector<float>* hidden);
+  // One embedding of `tokens`: the hidden states pooled as the GGUF declares
+  // (`<arch>.pooling_type`: 2 = the first token's, 3 = the last token's) and by their mean
+  // otherwise, then scaled to unit L2 norm. n_embd floats.
+  Status embed(std::span<const int32_t> tokens, std::vector<float>* embedding);
+  // "mean", "cls" or "last": the pooling embed() applies.
+  std::string_view pooling() const;
+
   const float* step_logits(size_t part) const {
     return part < part_row_.size() && part_row_[part] >= 0 ? step_logits_.data() + part_row_[part] * n_vocab()
                                                            : nullptr;
@@ -82,6 +95,8 @@ class Engine {
  private:
   Engine(const Model& model) : model_(model) {}
   const Program& program(int64_t n_tokens, int64_t n_outputs);
+  // The model's Program for n tokens with every row out, cut after the output norm.
+  Result<const Program*> hidden_program(int64_t n_tokens);
   // Runs n tokens with n_out rows of logits (into step_logits_) as the Program shape the
   // backend asks for, adding the padding tokens and rows it implies.
   Status run_step(int64_t n, int64_t n_out, const StepInputs& in);
@@ -95,6 +110,7 @@ class Engine {
   std::vector<int32_t> b_tokens_, b_positions_, b_seqs_, b_rows_;
   std::vector<int32_t> pad_tokens_, pad_positions_, pad_seqs_, pad_rows_;
   std::map<std::pair<int64_t, int64_t>, Program> programs_;
+  std::map<int64_t, Program> hidden_programs_;
 };
 
 }  // namespace loom::llm

@@ -156,6 +156,60 @@ Result<std::vector<std::shared_ptr<Job>>> Scheduler::submit_all(std::vector<GenP
   return jobs;
 }
 
+Result<std::shared_ptr<Job>> Scheduler::submit_embeddings(std::vector<std::vector<int32_t>> inputs) {
+  if (inputs.empty()) return invalid_argument("no input to embed");
+  auto job = std::make_shared<Job>();
+  job->arrival = now_seconds();
+  for (const auto& in : inputs) {
+    if (in.empty()) return invalid_argument("an input is empty");
+    if (static_cast<int64_t>(in.size()) > engine_.n_ctx())
+      return invalid_argument("an input has {} tokens; this server's context is {} tokens", in.size(), engine_.n_ctx());
+    job->n_prompt += static_cast<int64_t>(in.size());
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (draining_ || stop_) return unavailable("the server is shutting down");
+    if (queue_.size() + embed_queue_.size() >= opt_.max_queue) {
+      metrics_.rejected_queue_full.fetch_add(1);
+      return resource_exhausted("the request queue is full ({} waiting)", queue_.size() + embed_queue_.size());
+    }
+    embed_queue_.push_back(EmbedWork{job, std::move(inputs)});
+  }
+  cv_.notify_all();
+  return job;
+}
+
+void Scheduler::run_embeddings(EmbedWork& w) {
+  if (w.job->cancelled()) {
+    metrics_.cancelled.fetch_add(1);
+    w.job->finish("cancelled");
+    return;
+  }
+  if (!embed_engine_) {
+    llm::EngineOptions eo;
+    eo.n_ctx = engine_.n_ctx();
+    eo.n_threads = opt_.embed_threads;
+    eo.n_batch = opt_.n_batch;
+    eo.n_seq = 1;
+    auto e = llm::Engine::create(engine_.model(), eo);
+    if (!e.ok()) {
+      w.job->finish("error", e.status());
+      return;
+    }
+    embed_engine_ = std::move(e).value();
+  }
+  for (const auto& in : w.inputs) {
+    std::vector<float> v;
+    Status s = embed_engine_->embed(in, &v);
+    if (!s.ok()) {
+      w.job->finish("error", std::move(s));
+      return;
+    }
+    w.job->embeddings.push_back(std::move(v));
+  }
+  w.job->finish("stop");
+}
+
 void Scheduler::begin_drain() {
   std::lock_guard<std::mutex> lk(mu_);
   draining_ = true;
@@ -164,7 +218,9 @@ void Scheduler::begin_drain() {
 
 bool Scheduler::wait_idle(std::chrono::steady_clock::time_point deadline) {
   std::unique_lock<std::mutex> lk(mu_);
-  return idle_cv_.wait_until(lk, deadline, [&] { return queue_.empty() && n_busy_ == 0; });
+  return idle_cv_.wait_until(lk, deadline, [&] {
+    return queue_.empty() && n_busy_ == 0 && embed_queue_.empty() && !embedding_;
+  });
 }
 
 void Scheduler::stop() {
@@ -324,12 +380,28 @@ void Scheduler::update_gauges() {
 void Scheduler::loop() {
   std::vector<llm::SeqTokens> parts;
   std::vector<Slot*> part_slot;
+  EmbedWork embed;
   for (;;) {
     {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || !queue_.empty() || n_busy_ > 0; });
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty() || n_busy_ > 0 || !embed_queue_.empty(); });
       if (stop_) break;
       admit_locked();
+      if (!embed_queue_.empty()) {
+        embed = std::move(embed_queue_.front());
+        embed_queue_.pop_front();
+        embedding_ = true;
+      }
+    }
+    // One embeddings request between two steps: the decoding slots wait for it.
+    if (embed.job) {
+      run_embeddings(embed);
+      embed = EmbedWork{};
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        embedding_ = false;
+      }
+      idle_cv_.notify_all();
     }
     // A client that went away frees its slot before the next step.
     for (auto& s : slots_)
@@ -398,6 +470,8 @@ void Scheduler::loop() {
     if (s->job) finish_slot(*s, "cancelled");
   std::lock_guard<std::mutex> lk(mu_);
   for (auto& j : queue_) j->finish("cancelled");
+  for (auto& w : embed_queue_) w.job->finish("cancelled");
+  embed_queue_.clear();
   queue_.clear();
   queue_params_.clear();
   idle_cv_.notify_all();

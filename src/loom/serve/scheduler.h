@@ -62,6 +62,7 @@ class Job {
   int64_t n_prompt = 0, n_reused = 0;
   std::atomic<int64_t> n_generated{0};
   std::vector<int32_t> tokens;  // generated ids (end-of-generation token not included)
+  std::vector<std::vector<float>> embeddings;  // an embeddings Job's results, one per input
   double arrival = 0.0, first_token = 0.0, end = 0.0;  // steady-clock seconds
   int slot = -1;
 
@@ -89,6 +90,7 @@ class Job {
 struct SchedulerOptions {
   int64_t n_batch = 512;     // tokens per step (decode tokens first, then prompt chunks)
   size_t max_queue = 64;     // requests waiting for a slot; more get kResourceExhausted
+  int embed_threads = 2;     // threads of the reference engine that computes embeddings
 };
 
 double now_seconds();
@@ -121,6 +123,14 @@ class Scheduler {
   // with the same errors as submit().
   Result<std::vector<std::shared_ptr<Job>>> submit_all(std::vector<GenParams> params);
 
+  // Queues the inputs of one embeddings request. They are computed on the scheduler's thread,
+  // between two steps, by a reference-backend Engine of one sequence made at the first such
+  // request (whatever device generation runs on); the Job then finishes with "stop" and
+  // job->embeddings (Engine::embed's, one per input, in order), or with "error". Same errors as
+  // submit().
+  Result<std::shared_ptr<Job>> submit_embeddings(std::vector<std::vector<int32_t>> inputs);
+  int64_t n_embd() const { return engine_.model().config().n_embd; }
+
   // Refuses new requests from now on; in-flight and queued ones go on.
   void begin_drain();
   // Waits until no request is queued or running, or the deadline passes; true if idle.
@@ -135,7 +145,12 @@ class Scheduler {
 
  private:
   struct Slot;
+  struct EmbedWork {
+    std::shared_ptr<Job> job;
+    std::vector<std::vector<int32_t>> inputs;
+  };
   void loop();
+  void run_embeddings(EmbedWork& work);
   void admit_locked();
   void finish_slot(Slot& s, const std::string& reason, Status error = Status());
   void advance(Slot& s, const float* logits);
@@ -151,6 +166,9 @@ class Scheduler {
   std::condition_variable cv_, idle_cv_;
   std::deque<std::shared_ptr<Job>> queue_;
   std::deque<std::shared_ptr<GenParams>> queue_params_;
+  std::deque<EmbedWork> embed_queue_;
+  bool embedding_ = false;                     // an embeddings request is being computed
+  std::unique_ptr<llm::Engine> embed_engine_;  // scheduler thread only
   int n_busy_ = 0;
   bool stop_ = false, draining_ = false;
   std::deque<std::pair<double, int64_t>> recent_;  // (time, tokens generated) per step

@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "loom/serve/embeddings_api.h"
 #include "loom/serve/http.h"
 #include "loom/serve/llama_api.h"
 
@@ -73,7 +74,7 @@ std::string job_note(const std::vector<std::shared_ptr<Job>>& jobs, int64_t n_pr
 }
 
 std::string endpoint_label(const std::string& path) {
-  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/",
+  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/health", "/metrics", "/",
                             "/props", "/slots", "/tokenize", "/detokenize"})
     if (path == known) return path;
   return "other";
@@ -213,6 +214,36 @@ class JobStream final : public HttpStream {
   std::string reason_, failure_;
 };
 
+// The response of an embeddings request, once its Job has finished.
+class EmbedDeferred final : public HttpDeferred {
+ public:
+  EmbedDeferred(std::shared_ptr<Job> job, std::string model, bool base64)
+      : job_(std::move(job)), model_(std::move(model)), base64_(base64) {}
+  void set_notify(std::function<void()> notify) override { job_->set_notify(std::move(notify)); }
+  void abort() override { job_->cancel(); }
+  bool poll(HttpResponse* out) override {
+    Job::Update u = job_->poll();
+    if (!u.finished) return false;
+    const std::string detail = fmt::format("inputs={} tokens={} finish={}", job_->embeddings.size(), job_->n_prompt,
+                                           u.finish_reason);
+    const std::string failure = failure_message(u);
+    if (u.finish_reason == "cancelled") {
+      *out = error_response(api_error(503, failure, "server_error", "cancelled"), detail);
+    } else if (!failure.empty()) {
+      *out = error_response(api_error(500, failure, "server_error"), detail);
+    } else {
+      out->log_detail = detail;
+      out->body = embedding_body(model_, job_->embeddings, base64_, job_->n_prompt);
+    }
+    return true;
+  }
+
+ private:
+  std::shared_ptr<Job> job_;
+  std::string model_;
+  bool base64_;
+};
+
 class LoomServer final : public Server {
  public:
   LoomServer(Scheduler& scheduler, Metrics& metrics, ApiContext ctx, ServerOptions options)
@@ -274,6 +305,14 @@ class LoomServer final : public Server {
       }
       return generate(p == "/v1/chat/completions" ? Endpoint::kChat : Endpoint::kCompletion, req);
     }
+    if (p == "/v1/embeddings") {
+      if (req.method != "POST") {
+        HttpResponse r = error_response(api_error(405, "Use POST for this endpoint.", "invalid_request_error", "method_not_allowed"));
+        r.headers.emplace_back("Allow", "POST");
+        return r;
+      }
+      return embeddings(req);
+    }
     if (llama_route) return llama(req);
     HttpResponse r;
     if (p == "/" && get) {
@@ -329,6 +368,34 @@ class LoomServer final : public Server {
     return r;
   }
 
+  HttpResponse embeddings(const HttpRequest& req) {
+    EmbeddingRequest r;
+    ApiError err;
+    if (!parse_embedding_request(req.body, ctx_, sched_.n_embd(), &r, &err))
+      return error_response(err, "error=" + (err.code.empty() ? std::string("invalid_request") : err.code));
+    auto job_or = sched_.submit_embeddings(std::move(r.inputs));
+    if (!job_or.ok()) return rejected(job_or.status());
+    HttpResponse res;
+    res.deferred = std::make_shared<EmbedDeferred>(std::move(job_or).value(), ctx_.model_id, r.base64);
+    return res;
+  }
+
+  // A request the scheduler did not queue: a full queue, a drain, or a bad request.
+  static HttpResponse rejected(const Status& s) {
+    HttpResponse res;
+    if (s.code() == StatusCode::kResourceExhausted) {
+      res = error_response(api_error(503, "The server is busy (request queue full); retry shortly.", "server_error",
+                                     "queue_full"), "rejected");
+      res.headers.emplace_back("Retry-After", "1");
+    } else if (s.code() == StatusCode::kUnavailable) {
+      res = error_response(api_error(503, "The server is shutting down.", "server_error", "shutting_down"), "rejected");
+      res.headers.emplace_back("Retry-After", "5");
+    } else {
+      res = error_response(api_error(400, s.to_string(), "invalid_request_error"), "rejected");
+    }
+    return res;
+  }
+
   HttpResponse generate(Endpoint ep, const HttpRequest& req) {
     ApiRequest r;
     ApiError err;
@@ -338,21 +405,7 @@ class LoomServer final : public Server {
     for (const auto& p : r.prompts) n_prompt += static_cast<int64_t>(p.size());
     const llm::Tokenizer* logprobs = r.gen.logprobs >= 0 ? ctx_.tok : nullptr;
     auto job_or = sched_.submit_all(expand_choices(r));
-    if (!job_or.ok()) {
-      const Status& s = job_or.status();
-      HttpResponse res;
-      if (s.code() == StatusCode::kResourceExhausted) {
-        res = error_response(api_error(503, "The server is busy (request queue full); retry shortly.", "server_error",
-                                       "queue_full"), "rejected");
-        res.headers.emplace_back("Retry-After", "1");
-      } else if (s.code() == StatusCode::kUnavailable) {
-        res = error_response(api_error(503, "The server is shutting down.", "server_error", "shutting_down"), "rejected");
-        res.headers.emplace_back("Retry-After", "5");
-      } else {
-        res = error_response(api_error(400, s.to_string(), "invalid_request_error"), "rejected");
-      }
-      return res;
-    }
+    if (!job_or.ok()) return rejected(job_or.status());
     std::vector<std::shared_ptr<Job>> jobs = std::move(job_or).value();
     ResponseInfo info;
     info.id = fmt::format("{}-{}", ep == Endpoint::kChat ? "chatcmpl" : "cmpl", next_id_.fetch_add(1));
