@@ -1,5 +1,5 @@
-// The architectures beyond Llama and Gemma 3 (Qwen 2, Qwen 3, Phi-3, Gemma 2, and Llama 3's RoPE
-// scaling) on tiny random models: how they load (Phi-3's fused tensors as row views, no copy),
+// The architectures beyond Llama and Gemma 3 (Qwen 2, Qwen 3, Phi-3, Gemma 2, Llama 3's RoPE
+// scaling, and on HRX Mistral's sliding window) on tiny random models: how they load (Phi-3's fused tensors as row views, no copy),
 // their fused Programs on the reference backend bit-identical to the plain ones, every launch
 // lowering to one op call, and the engine on HRX devices against the reference (bit-identical
 // on the cpu driver). The comparison with llama.cpp is tests/py/test_archs.py.
@@ -32,8 +32,9 @@ std::unique_ptr<Model> load_arch(const std::string& arch, int64_t head_dim = tin
   tiny::TinySpec spec;
   spec.head_dim = head_dim;
   spec.matrix_scale = matrix_scale;
-  spec.arch = arch == "llama3" ? "llama" : arch;
+  spec.arch = arch == "llama3" || arch == "mistral-swa" ? "llama" : arch;
   spec.rope_freqs = arch == "llama3";
+  spec.llama_window = arch == "mistral-swa" ? 4 : 0;  // Mistral's sliding window, on every layer
   spec.random_norms = true;
   const std::string path =
       tiny::write_tiny(spec, "archs_" + arch + "_" + std::to_string(head_dim) + "_" + std::to_string(matrix_scale));
@@ -263,13 +264,19 @@ TEST_P(ArchsOnHrx, LogitsMatchTheReferenceAtEveryPosition) {
 
 std::vector<HrxCase> hrx_cases() {
   std::vector<HrxCase> out;
-  for (const char* dev : {"cpu", "cuda"})
+  for (const char* dev : {"cpu", "cuda"}) {
     for (const char* a : kArchs) out.push_back({a, dev});
+    out.push_back({"mistral-swa", dev});
+  }
   return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ArchsOnHrx, testing::ValuesIn(hrx_cases()),
-                         [](const auto& info) { return info.param.arch + "_" + info.param.device; });
+                         [](const auto& info) {
+                           std::string arch = info.param.arch;
+                           std::replace(arch.begin(), arch.end(), '-', '_');
+                           return arch + "_" + info.param.device;
+                         });
 
 }  // namespace
 }  // namespace loom::llm

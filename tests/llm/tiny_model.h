@@ -29,6 +29,7 @@ struct TinySpec {
   bool random_norms = false;  // norm weights uniform in [0.5, 1.5) instead of all ones
   bool rope_freqs = false;    // a rope_freqs.weight (Llama 3's RoPE scaling) with divisors in [1, 8)
   float norm_eps = 1e-6f, rope_freq_base = 10000.0f;
+  int llama_window = 0;       // llama/mistral: attention.sliding_window (0: none written)
   std::vector<std::pair<std::string, float>> extra_f32;  // more float keys, "<arch>." prepended
 };
 
@@ -76,6 +77,7 @@ inline std::string write_tiny(const TinySpec& s, const std::string& file_name) {
   for (const auto& [k, v] : s.extra_f32) w.set_f32(a + "." + k, v);
   const bool gemma = a == "gemma2" || a == "gemma3";
   if (gemma) w.set_u32(a + ".attention.sliding_window", 4);
+  if (s.llama_window > 0) w.set_u32(a + ".attention.sliding_window", static_cast<uint32_t>(s.llama_window));
   if (a == "gemma2") {
     w.set_f32(a + ".attn_logit_softcapping", 2.0f);
     w.set_f32(a + ".final_logit_softcapping", 3.0f);

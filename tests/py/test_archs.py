@@ -14,8 +14,15 @@ What is compared, per architecture:
      the fused form: the biases after the one q|k|v launch, the row views of a fused tensor, the
      per-head norms, the soft-caps.
   4. `loom info` describes each file.
-  5. malformed variants (a missing metadata key, a missing or contradictory tensor) end in one
-     clear message and exit code 1.
+  5. malformed variants (a missing metadata key, a missing or contradictory tensor or key) end
+     in one clear message and exit code 1.
+
+The sliding-window model ("mistral-swa": a window of 4 on every layer, stored as `llama`, as
+llama.cpp's converter stores Mistral 7B) needs the window applied on llama.cpp's side too: its
+llama graph ignores `llama.attention.sliding_window`, so the oracle removes, before each token,
+the cache cells that fall out of that token's window (what llama.cpp's own sliding-window cache
+does for the architectures it applies windows to). Every token then attends exactly to the
+positions (p - window, p] in every layer.
 """
 import functools
 import json
@@ -56,6 +63,8 @@ def arch_specs():
         "gemma2": dict(base, arch="gemma2", n_layer=3, head_dim=64, layout="gemma2", tied=True, emb_std=0.03,
                        meta={"attention.sliding_window": ("u32", 4), "attn_logit_softcapping": ("f32", 2.0),
                              "final_logit_softcapping": ("f32", 3.0)}),
+        # Mistral 7B v0.1-like: a sliding window (4, shorter than the prompt) on all 3 layers.
+        "mistral-swa": dict(base, arch="llama", n_layer=3, window=4, meta={"attention.sliding_window": ("u32", 4)}),
     }
 
 
@@ -100,7 +109,7 @@ def copy_tokenizer(w):
 def write_model(path, s, drop_keys=(), drop_tensors=(), extra_tensors=()):
     """Writes spec `s` to path; drop_keys / drop_tensors leave metadata keys (without the arch
     prefix) or tensors out, extra_tensors adds (name, f32 array) pairs."""
-    rng = np.random.default_rng(zlib.crc32((s["arch"] + s["layout"]).encode()))
+    rng = np.random.default_rng(zlib.crc32(s.get("seed", s["arch"] + s["layout"]).encode()))
     a = s["arch"]
     w = gguf.GGUFWriter(str(path), a)
     meta = {"context_length": ("u32", 4096), "embedding_length": ("u32", s["n_embd"]),
@@ -113,7 +122,7 @@ def write_model(path, s, drop_keys=(), drop_tensors=(), extra_tensors=()):
     for k, (t, v) in meta.items():
         if k in drop_keys:
             continue
-        (w.add_uint32 if t == "u32" else w.add_float32)(f"{a}.{k}", v)
+        {"u32": w.add_uint32, "f32": w.add_float32, "array": w.add_array}[t](f"{a}.{k}", v)
     n_vocab = copy_tokenizer(w)
     n_embd, n_ff, hd = s["n_embd"], s["n_ff"], s["head_dim"]
     nq, nkv = s["n_head"] * hd, s["n_head_kv"] * hd
@@ -200,7 +209,8 @@ def oracle_runs(models):
 
     def get(name):
         if name not in cache:
-            o = Oracle(models(name))
+            window = SPECS[name].get("window")
+            o = WindowOracle(models(name), window) if window else Oracle(models(name))
             L.llama_memory_clear(L.llama_get_memory(o.ctx), True)
             per_pos = [o._decode(t) for t in PROMPT]
             _, tokens, gaps = o.greedy(PROMPT, N_GEN)
@@ -208,6 +218,22 @@ def oracle_runs(models):
         return cache[name]
 
     return get
+
+
+class WindowOracle(Oracle):
+    """llama.cpp with a sliding window on every layer: before a token at position p is decoded,
+    the cells of positions <= p - window leave the cache (see the module docstring)."""
+
+    def __init__(self, path, window):
+        super().__init__(path)
+        self.window = window
+
+    def _decode(self, token):
+        mem = L.llama_get_memory(self.ctx)
+        first_kept = L.llama_memory_seq_pos_max(mem, 0) + 1 - self.window + 1
+        if first_kept > 0:
+            assert L.llama_memory_seq_rm(mem, 0, 0, first_kept)
+        return super()._decode(token)
 
 
 def cosine(a, b):
@@ -275,7 +301,8 @@ DUMP_EXPECT = {
     "phi3": ["blk.0.attn_qkv.weight[0:128], blk.0.attn_qkv.weight[128:192], blk.0.attn_qkv.weight[192:256]",
              "blk.0.ffn_up.weight[0:256], blk.0.ffn_up.weight[256:512], glu", "scale        %5[1x128] <- %2[1x128], 0.17677669"],
     "gemma2": ["blk.0.post_attention_norm.weight", "blk.0.post_ffw_norm.weight", "scale        %6[1x256] <- %3[1x256], 0.125",
-               "softcap      %52[1x49152] <- %51[1x49152], 3"],
+               "softcap      %52[1x49152] <- %51[1x49152], 3", "layer 0, window 4", "layer 2, window 4"],
+    "mistral-swa": ["layer 0, window 4", "layer 1, window 4", "layer 2, window 4"],
 }
 
 
@@ -314,11 +341,83 @@ BAD = {
 }
 
 
+# Variants of the sliding-window model: the layers named by a pattern, and contradictions.
+SWA = SPECS["mistral-swa"]
+SWA_VARIANTS = {
+    "pattern-2": dict(SWA, meta={"attention.sliding_window": ("u32", 4), "attention.sliding_window_pattern": ("u32", 2)}),
+    "pattern-array": dict(SWA, meta={"attention.sliding_window": ("u32", 4),
+                                     "attention.sliding_window_pattern": ("array", [False, True, False])}),
+    "short-pattern": dict(SWA, meta={"attention.sliding_window": ("u32", 4),
+                                     "attention.sliding_window_pattern": ("array", [True, True])}),
+    "float-window": dict(SWA, meta={"attention.sliding_window": ("f32", 4.0)}),
+    "own-rope-base": dict(SWA, meta={"attention.sliding_window": ("u32", 4), "rope.freq_base_swa": ("f32", 1e6)}),
+}
+BAD.update({
+    "mistral-swa-pattern-without-window": (
+        SWA_VARIANTS["pattern-2"], ["attention.sliding_window"], [], [],
+        "metadata key 'llama.attention.sliding_window_pattern' needs a sliding window, but "
+        "'llama.attention.sliding_window' is missing"),
+    "mistral-swa-short-pattern": (SWA_VARIANTS["short-pattern"], [], [], [],
+                                  "metadata key 'llama.attention.sliding_window_pattern' has 2 entries for 3 layers"),
+    "mistral-swa-float-window": (SWA_VARIANTS["float-window"], [], [], [],
+                                 "metadata key 'llama.attention.sliding_window': expected an integer"),
+    "mistral-swa-own-rope-base": (SWA_VARIANTS["own-rope-base"], [], [], [],
+                                  "a RoPE base of its own for sliding-window layers is not supported for llama"),
+})
+
+
 @pytest.mark.parametrize("case", list(BAD))
 def test_malformed_variant_fails_with_a_clear_message(loom_bin, tmp_path, case):
     name, keys, tensors, extra, needle = BAD[case]
-    path = write_model(tmp_path / f"{case}.gguf", SPECS[name], keys, tensors, extra)
+    spec = SPECS[name] if isinstance(name, str) else name
+    path = write_model(tmp_path / f"{case}.gguf", spec, keys, tensors, extra)
     r = run_loom(loom_bin, "run", "-m", path, "--device", "cpu-ref", "--prompt-ids", "[1, 2]", "-n", "1", check=False)
     assert r.returncode == 1, r.stderr
     assert needle in r.stderr, r.stderr
     assert str(path) in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def attention_windows(loom_bin, path):
+    """Per layer, the window its attention launch has in the cpu-ref Program (0: none)."""
+    text = run_loom(loom_bin, "run", "--dump-program", "--device", "cpu-ref", "-m", path).stdout
+    out = []
+    for line in text.splitlines():
+        if line.strip().startswith("attention"):
+            tail = line.rsplit("<-", 1)[1]
+            out.append(int(tail.rsplit("window ", 1)[1]) if "window " in tail else 0)
+    return out
+
+
+def test_window_pattern_picks_the_layers(loom_bin, tmp_path):
+    # A number n: every n-th layer global (llama.cpp's rule); an array: one flag per layer.
+    assert attention_windows(loom_bin, write_model(tmp_path / "p2.gguf", SWA_VARIANTS["pattern-2"])) == [4, 0, 4]
+    assert attention_windows(loom_bin, write_model(tmp_path / "pa.gguf", SWA_VARIANTS["pattern-array"])) == [0, 4, 0]
+
+
+def test_the_window_changes_the_logits(models, oracle_runs):
+    """llama.cpp without the window agrees on the first `window` positions and not after: the
+    oracle comparison of mistral-swa is not vacuous."""
+    per_pos, _, _ = oracle_runs("mistral-swa")
+    o = Oracle(models("mistral-swa"))
+    L.llama_memory_clear(L.llama_get_memory(o.ctx), True)
+    plain = [o._decode(t) for t in PROMPT]
+    window = SWA["window"]
+    for p in range(len(PROMPT)):
+        cos = cosine(plain[p], per_pos[p])
+        if p < window:
+            assert np.array_equal(plain[p], per_pos[p]), f"position {p}: cosine {cos}"
+        else:
+            assert cos < 0.9999, f"position {p}: the window made no difference (cosine {cos})"
+
+
+def test_mistral_architecture_reads_the_same_window(loom_bin, models, tmp_path):
+    """A file stored as `mistral` (keys under mistral.*) runs the llama recipe with its window:
+    the same logits at every position as the same weights stored as `llama`."""
+    path = write_model(tmp_path / "mistral.gguf", dict(SWA, arch="mistral", seed=SWA["arch"] + SWA["layout"]))
+    assert "architecture:  mistral" in run_loom(loom_bin, "info", path).stdout
+    assert attention_windows(loom_bin, path) == [4, 4, 4]
+    for n in (3, len(PROMPT)):
+        a, b = tmp_path / f"m{n}.f32", tmp_path / f"l{n}.f32"
+        loom_run(loom_bin, path, PROMPT[:n], 0, "cpu-ref", a)
+        loom_run(loom_bin, models("mistral-swa"), PROMPT[:n], 0, "cpu-ref", b)
+        assert np.array_equal(np.fromfile(a, dtype=np.float32), np.fromfile(b, dtype=np.float32)), n

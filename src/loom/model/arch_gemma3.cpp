@@ -10,29 +10,6 @@
 namespace loom::llm {
 namespace {
 
-// Which layers use the sliding window: all but the last of each group of `pattern` layers (the
-// default pattern is the architecture's), or the per-layer array the GGUF may hold instead.
-Status read_swa_layers(Model& m, uint64_t default_pattern) {
-  ModelConfig& c = m.mutable_config();
-  const GgufFile& g = m.gguf();
-  const std::string key = c.arch_name + ".attention.sliding_window_pattern";
-  const GgufValue* pv = g.find(key);
-  if (pv && pv->type == GgufType::ARRAY) {
-    LOOM_ASSIGN_OR_RETURN(const GgufArray* arr, pv->as_array());
-    if (static_cast<int64_t>(arr->size()) != c.n_layer)
-      return data_loss("{} has {} entries for {} layers", key, arr->size(), c.n_layer);
-    for (size_t il = 0; il < arr->size(); ++il) {
-      LOOM_ASSIGN_OR_RETURN(bool b, arr->at(il).as_bool());
-      c.layer_swa[il] = b;
-    }
-    return Status();
-  }
-  LOOM_ASSIGN_OR_RETURN(uint64_t pattern, g.get_u64_or(key, default_pattern));
-  for (int64_t il = 0; il < c.n_layer; ++il)
-    c.layer_swa[static_cast<size_t>(il)] = pattern == 0 || (static_cast<uint64_t>(il) % pattern < pattern - 1);
-  return Status();
-}
-
 Status bind_gemma_layers(Model& m, bool qk_norm) {
   const ModelConfig& c = m.config();
   const int64_t nq = static_cast<int64_t>(c.n_head) * c.head_dim_k;
@@ -82,7 +59,7 @@ Status load_gemma2(Model& m) {
   c.rope_mode = ref::RopeMode::kNeox;
   LOOM_ASSIGN_OR_RETURN(uint64_t n_swa, g.get_u64_or(a + ".attention.sliding_window", 4096));
   c.n_swa = static_cast<int>(n_swa);
-  if (c.n_swa > 0) LOOM_RETURN_IF_ERROR(read_swa_layers(m, 2));
+  if (c.n_swa > 0) LOOM_RETURN_IF_ERROR(read_swa_layers(g, 2, &c));
   LOOM_ASSIGN_OR_RETURN(double base_swa, g.get_f64_or(a + ".rope.freq_base_swa", c.rope_freq_base));
   c.rope_freq_base_swa = static_cast<float>(base_swa);
   c.rope_freq_scale_swa = c.rope_freq_scale;
@@ -103,7 +80,7 @@ Status load_gemma3(Model& m) {
   LOOM_ASSIGN_OR_RETURN(uint64_t n_swa, g.get_u64_or("gemma3.attention.sliding_window", 0));
   c.n_swa = static_cast<int>(n_swa);
   if (c.n_swa > 0) {
-    LOOM_RETURN_IF_ERROR(read_swa_layers(m, 6));
+    LOOM_RETURN_IF_ERROR(read_swa_layers(g, 6, &c));
     LOOM_ASSIGN_OR_RETURN(double base_swa, g.get_f64_or("gemma3.rope.freq_base_swa", 10000.0));
     c.rope_freq_base_swa = static_cast<float>(base_swa);
     c.rope_freq_scale_swa = 1.0f;

@@ -1,6 +1,6 @@
 // The Llama-like decoders: Llama 2/3 (SmolLM2, TinyLlama, Mistral 7B), Qwen 2/2.5, Qwen 3 and
-// Phi-3/Phi-4. RMSNorm, RoPE, grouped-query attention, SwiGLU FFN, tied or separate output
-// matrix. Per architecture: Qwen 2's q/k/v biases, Qwen 3's per-head q/k RMSNorm, Phi-3's fused
+// Phi-3/Phi-4. RMSNorm, RoPE, grouped-query attention (with Mistral's sliding window where the
+// file asks for one), SwiGLU FFN, tied or separate output matrix. Per architecture: Qwen 2's q/k/v biases, Qwen 3's per-head q/k RMSNorm, Phi-3's fused
 // QKV and gate|up tensors (bound as row views, so every later stage sees plain matrices) and its
 // queries scaled before attention; NeoX RoPE for Qwen and Phi, adjacent pairs for Llama. Each
 // computes what llama.cpp's graph for the architecture computes, op for op.
@@ -63,6 +63,40 @@ Status check_architecture(const Model& m) {
   return Status();
 }
 
+// Llama and Mistral: a sliding window where the file has one (Mistral 7B v0.1 was trained with a
+// window of 4096 on every layer). `attention.sliding_window` > 0 turns it on, on every layer unless
+// `attention.sliding_window_pattern` names the layers (read as for Gemma, with "every layer" as
+// the default). llama.cpp's llama graph ignores both keys (its converters never write them for
+// this architecture), so the two agree wherever the window covers the whole context. A pattern
+// without a window, or a RoPE base of its own for windowed layers, is refused rather than
+// guessed at.
+Status read_llama_window(const GgufFile& g, ModelConfig* c) {
+  const std::string window_key = c->arch_name + ".attention.sliding_window";
+  const std::string pattern_key = c->arch_name + ".attention.sliding_window_pattern";
+  const std::string base_key = c->arch_name + ".rope.freq_base_swa";
+  // A window that is not an integer is a bad file (data loss), not a bad argument.
+  Result<uint64_t> window = g.get_u64_or(window_key, 0);
+  if (!window.ok()) return data_loss("metadata key '{}': {}", window_key, window.status().message());
+  const uint64_t n_swa = *window;
+  if (n_swa == 0) {
+    if (g.has(pattern_key))
+      return data_loss("metadata key '{}' needs a sliding window, but '{}' is {}", pattern_key, window_key,
+                       g.has(window_key) ? "0" : "missing");
+    return Status();
+  }
+  if (n_swa > (uint64_t{1} << 30)) return data_loss("metadata key '{}' = {} is implausible", window_key, n_swa);
+  c->n_swa = static_cast<int>(n_swa);
+  LOOM_RETURN_IF_ERROR(read_swa_layers(g, 0, c));
+  if (g.has(base_key)) {
+    LOOM_ASSIGN_OR_RETURN(double base_swa, g.get_f64(base_key));
+    if (static_cast<float>(base_swa) != c->rope_freq_base)
+      return unimplemented("metadata key '{}' = {} differs from rope.freq_base = {}: a RoPE base of its own for "
+                           "sliding-window layers is not supported for {}", base_key, base_swa, c->rope_freq_base,
+                           c->arch_name);
+  }
+  return Status();
+}
+
 }  // namespace
 
 Status load_llama(Model& m) {
@@ -74,9 +108,11 @@ Status load_llama(Model& m) {
     // Only Llama's recipe reads attention.scale (llama.cpp's Qwen and Phi graphs ignore it).
     LOOM_ASSIGN_OR_RETURN(double attn_scale, g.get_f64_or(a + ".attention.scale", 0.0));
     c.attn_scale = static_cast<float>(attn_scale);
+    LOOM_RETURN_IF_ERROR(read_llama_window(g, &c));
   }
-  // Phi-3's sliding_window is ignored, as llama.cpp ignores it: its converters write the window
-  // without the per-layer pattern the checkpoints use, and the outputs should agree.
+  // The sliding window of Qwen 2/3 and Phi-3 files is ignored, as llama.cpp ignores it: Phi-3's
+  // converters write the window without the per-layer pattern the checkpoints use, and the
+  // outputs should agree.
   LOOM_RETURN_IF_ERROR(check_architecture(m));
   LOOM_RETURN_IF_ERROR(bind_globals_checked(m));
   if (g.tensor("rope_freqs.weight")) {
@@ -138,6 +174,11 @@ Program build_llama(const Model& m, int64_t n_tokens, int64_t n_outputs) {
   attn.head_dim_v = c.head_dim_v;
   attn.scale = scale_q ? 1.0f : c.attn_scale != 0.0f ? c.attn_scale : head_scale;
   attn.softcap = c.attn_softcap;
+  auto attention_of = [&](int il) {
+    ref::AttentionParams a = attn;
+    a.n_swa = c.layer_swa[static_cast<size_t>(il)] ? c.n_swa : 0;
+    return a;
+  };
 
   // A projection, plus its bias where the layer has one.
   auto project = [&](int32_t w, int32_t bias, int32_t x, const char* name, int il) {
@@ -163,7 +204,7 @@ Program build_llama(const Model& m, int64_t n_tokens, int64_t n_outputs) {
     if (L.k_norm >= 0) k = r.rms_norm(k, L.k_norm, c.norm_eps, layer_name("Kcur_normed", il), c.head_dim_k);
     r.rope_kv(q, k, v, il, c.n_head, c.n_head_kv, c.head_dim_k, rope);
     if (scale_q) q = r.scale(q, head_scale, layer_name("Qcur_scaled", il));
-    int32_t a = r.attention(q, il, attn, layer_name("kqv_out", il));
+    int32_t a = r.attention(q, il, attention_of(il), layer_name("kqv_out", il));
     int32_t o = project(L.wo, L.bo, a, "attn_out", il);
     o = add_bias(o, L.bo, "attn_out", il);
     if (il == c.n_layer - 1 && n_outputs < n_tokens) {

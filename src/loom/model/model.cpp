@@ -123,6 +123,26 @@ Status read_common_hparams(const GgufFile& g, const std::string& a, ModelConfig*
   return Status();
 }
 
+Status read_swa_layers(const GgufFile& g, uint64_t default_pattern, ModelConfig* c) {
+  const std::string key = c->arch_name + ".attention.sliding_window_pattern";
+  const GgufValue* pv = g.find(key);
+  c->layer_swa.assign(static_cast<size_t>(c->n_layer), false);
+  if (pv && pv->type == GgufType::ARRAY) {
+    LOOM_ASSIGN_OR_RETURN(const GgufArray* arr, pv->as_array());
+    if (static_cast<int64_t>(arr->size()) != c->n_layer)
+      return data_loss("metadata key '{}' has {} entries for {} layers", key, arr->size(), c->n_layer);
+    for (size_t il = 0; il < arr->size(); ++il) {
+      LOOM_ASSIGN_OR_RETURN(bool b, arr->at(il).as_bool().with_context("metadata key '" + key + "'"));
+      c->layer_swa[il] = b;
+    }
+    return Status();
+  }
+  LOOM_ASSIGN_OR_RETURN(uint64_t pattern, g.get_u64_or(key, default_pattern));
+  for (int64_t il = 0; il < c->n_layer; ++il)
+    c->layer_swa[static_cast<size_t>(il)] = pattern == 0 || (static_cast<uint64_t>(il) % pattern < pattern - 1);
+  return Status();
+}
+
 // rope_freq_scale is not listed: it is 1 / rope.scaling.factor, whose raw value
 // read_common_hparams checks so that the message shows what the file says.
 Status validate_hparams(const ModelConfig& c) {

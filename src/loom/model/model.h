@@ -120,6 +120,11 @@ Program build_gemma(const Model& model, int64_t n_tokens, int64_t n_outputs);  /
 
 // Helpers shared by the architecture files (model.cpp).
 Status read_common_hparams(const GgufFile& gguf, const std::string& arch, ModelConfig* c);
+// Which layers use the sliding window (c->layer_swa), as llama.cpp reads
+// `<arch>.attention.sliding_window_pattern`: a per-layer bool array (one entry per layer), or a
+// number n (every n-th layer global, the others windowed; 0: every layer windowed), or, when the
+// key is absent, `default_pattern` read as that number.
+Status read_swa_layers(const GgufFile& gguf, uint64_t default_pattern, ModelConfig* c);
 
 // The float hyper-parameters every backend trusts (norm epsilon, RoPE bases, attention scale,
 // soft-caps): NaN, infinities and values <= 0 (< 0 where 0 means "none") are kDataLoss,

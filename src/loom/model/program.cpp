@@ -126,6 +126,7 @@ std::string Program::to_string(const std::vector<std::string>& weight_names) con
       if (w >= 0) ins.push_back(weight(w));
     if (l.glu) ins.push_back("glu");
     if (l.layer >= 0) ins.push_back(fmt::format("layer {}", l.layer));
+    if (l.op == OpCode::kAttention && l.attn.n_swa > 0) ins.push_back(fmt::format("window {}", l.attn.n_swa));
     if (l.op == OpCode::kScale || l.op == OpCode::kSoftcap) ins.push_back(fmt::format("{}", l.f));
     out += fmt::format("  {:<12} {} <- {}\n", op_name(l.op), outs.empty() ? "-" : fmt::format("{}", fmt::join(outs, ", ")),
                        fmt::format("{}", fmt::join(ins, ", ")));
