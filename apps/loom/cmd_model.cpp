@@ -13,11 +13,15 @@ LOOM_COMMAND(kModel, "model", "Model utilities (synth: random-weight GGUF in rea
   CLI::App* synth = sub.add_subcommand("synth", "Write a GGUF with random weights in a known model's shapes");
   auto opts = std::make_shared<llm::SynthOptions>();
   auto out = std::make_shared<std::string>();
-  std::string shapes;
-  for (const auto& s : llm::synth_shapes()) shapes += (shapes.empty() ? "" : "|") + s.name;
-  synth->add_option("--arch", opts->arch, "architecture (llama)")->capture_default_str();
+  std::string shapes, archs;
+  for (const auto& s : llm::synth_shapes())
+    shapes += (shapes.empty() ? "" : " | ") + s.name + (s.arch.empty() ? "" : " (" + s.arch + ")");
+  for (const auto& a : llm::synth_architectures()) archs += (archs.empty() ? "" : " | ") + a;
+  synth->add_option("--arch", opts->arch, archs + " (default: the shape's own; mistral is written as llama, as "
+                                         "llama.cpp's converter writes Mistral 7B)");
   synth->add_option("--shape", opts->shape, shapes)->capture_default_str();
-  synth->add_option("--quant", opts->quant, "q4_0 | q4_k (Q4_K_M-like mix) | q8_0 | f16 | bf16")->capture_default_str();
+  synth->add_option("--quant", opts->quant, "q4_0 | q4_k (Q4_K_M-like mix) | q5_0 | q5_1 | q8_0 | f16 | bf16")
+      ->capture_default_str();
   synth->add_option("--seed", opts->seed, "random seed")->capture_default_str();
   synth->add_option("-o,--output", *out, "output GGUF file")->required();
   return [=] {

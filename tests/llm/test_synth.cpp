@@ -59,6 +59,39 @@ TEST(Synth, RefusesUnknownShapeQuantArch) {
   EXPECT_EQ(write_synthetic_model({"llama", "gpt5", "q4_0", 1}, path).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(write_synthetic_model({"llama", "llama3-8b", "q3_k", 1}, path).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(write_synthetic_model({"mamba", "llama3-8b", "q4_0", 1}, path).status().code(), StatusCode::kInvalidArgument);
+  // A shape keeps its architecture (llama and mistral share one layout).
+  auto wrong = write_synthetic_model({"llama", "qwen3-8b", "q4_0", 1}, path);
+  EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong.status().to_string().find("qwen3-8b is a qwen3 model"), std::string::npos) << wrong.status().to_string();
+  EXPECT_EQ(write_synthetic_model({"gemma2", "phi4-mini", "q4_0", 1}, path).status().code(), StatusCode::kInvalidArgument);
+}
+
+// Each architecture's tensors and keys, as llama.cpp's converters write them.
+TEST(Synth, EveryArchitectureGetsItsLayout) {
+  for (const std::string& arch : synth_architectures()) {
+    SCOPED_TRACE(arch);
+    const std::string path = ::testing::TempDir() + "/synth_" + arch + ".gguf";
+    ASSERT_TRUE(write_synthetic_model({arch, "tiny", "q8_0", 1}, path).ok());
+    auto f = GgufFile::open(path);
+    ASSERT_TRUE(f.ok()) << f.status().to_string();
+    const std::string stored = arch == "mistral" ? "llama" : arch;
+    EXPECT_EQ(f->architecture(), stored);
+    EXPECT_EQ(*f->get_u64(stored + ".block_count"), 2u);
+    EXPECT_EQ(*f->get_u64(stored + ".attention.key_length"), 64u);
+    const bool fused = arch == "phi3", gemma = arch.starts_with("gemma");
+    EXPECT_EQ(f->tensor("blk.1.attn_qkv.weight") != nullptr, fused);
+    EXPECT_EQ(f->tensor("blk.1.attn_q.weight") != nullptr, !fused);
+    EXPECT_EQ(f->tensor("blk.1.ffn_gate.weight") != nullptr, !fused);
+    EXPECT_EQ(f->tensor("blk.1.attn_q.bias") != nullptr, arch == "qwen2");
+    EXPECT_EQ(f->tensor("blk.1.attn_k_norm.weight") != nullptr, arch == "qwen3" || arch == "gemma3");
+    EXPECT_EQ(f->tensor("blk.1.post_ffw_norm.weight") != nullptr, gemma);
+    EXPECT_EQ(f->tensor("output.weight") != nullptr, !gemma);  // Gemma always ties its output
+    EXPECT_EQ(f->has(stored + ".attention.sliding_window"), gemma);
+    if (fused) {
+      EXPECT_EQ(f->tensor("blk.0.attn_qkv.weight")->shape, (std::vector<int64_t>{256, 256 + 2 * 128}));
+      EXPECT_EQ(f->tensor("blk.0.ffn_up.weight")->shape, (std::vector<int64_t>{256, 2 * 512}));
+    }
+  }
 }
 
 }  // namespace
