@@ -57,6 +57,15 @@ std::string Metrics::prometheus_text() const {
   sample(out, "loom_prompt_tokens_total", prompt_tokens.load());
   metric(out, "loom_prompt_tokens_reused_total", "counter", "Prompt tokens found in a slot's cached prefix.");
   sample(out, "loom_prompt_tokens_reused_total", reused_tokens.load());
+  metric(out, "loom_prefix_cache_lookups_total", "counter", "Admitted requests (each looks for a cached prefix).");
+  sample(out, "loom_prefix_cache_lookups_total", prefix_lookups.load());
+  metric(out, "loom_prefix_cache_hits_total", "counter", "Admitted requests that found a cached prefix.");
+  sample(out, "loom_prefix_cache_hits_total", prefix_hits.load());
+  metric(out, "loom_prefix_cache_hit_ratio", "gauge", "Prompt tokens served from cache / all prompt tokens.");
+  const int64_t prompts = prompt_tokens.load();
+  sample(out, "loom_prefix_cache_hit_ratio", prompts > 0 ? static_cast<double>(reused_tokens.load()) / prompts : 0.0);
+  metric(out, "loom_prefix_cache_evicted_tokens_total", "counter", "Cached tokens dropped to make room for another prompt.");
+  sample(out, "loom_prefix_cache_evicted_tokens_total", prefix_evicted_tokens.load());
   metric(out, "loom_generated_tokens_total", "counter", "Generated tokens.");
   sample(out, "loom_generated_tokens_total", generated_tokens.load());
   metric(out, "loom_requests_cancelled_total", "counter", "Requests ended early because the client went away.");

@@ -100,6 +100,7 @@ struct Scheduler::Slot {
   int32_t last = 0;           // token to feed next while decoding
   std::unique_ptr<llm::Generation> gen;  // sampler, detokenizer, stop strings, end rule
   uint64_t admitted = 0;      // admission order (older prompts get the chunk budget first)
+  double last_used = 0.0;     // when its last request ended (eviction: least recently used)
 };
 
 Scheduler::Scheduler(llm::Engine& engine, const llm::Tokenizer& tokenizer, Metrics& metrics, SchedulerOptions options)
@@ -247,19 +248,31 @@ void Scheduler::admit_locked() {
       job->finish("cancelled");
       continue;
     }
+    // The free slot whose cache shares the longest prefix with the prompt. Among equals (most
+    // often: none shares anything) an empty slot, else the one idle the longest: the cached
+    // prefix evicted is the least recently used one, so a conversation that goes on finds its
+    // history where it left it.
     Slot* best = nullptr;
     size_t best_common = 0;
+    auto evict_before = [&](const Slot& a, const Slot& b) {
+      const bool a_empty = engine_.n_past(a.seq) == 0, b_empty = engine_.n_past(b.seq) == 0;
+      if (a_empty != b_empty) return a_empty;
+      return a.last_used < b.last_used;
+    };
     for (auto& s : slots_) {
       if (s->job) continue;
       const auto& cached = engine_.tokens(s->seq);
       size_t c = 0;
       while (c < cached.size() && c < params->prompt.size() && cached[c] == params->prompt[c]) ++c;
-      if (!best || c > best_common) {
+      if (!best || c > best_common || (c == best_common && evict_before(*s, *best))) {
         best = s.get();
         best_common = c;
       }
     }
     if (!best) break;
+    metrics_.prefix_lookups.fetch_add(1);
+    if (best_common > 0) metrics_.prefix_hits.fetch_add(1);
+    metrics_.prefix_evicted_tokens.fetch_add(engine_.n_past(best->seq) - static_cast<int64_t>(best_common));
     queue_.pop_front();
     queue_params_.pop_front();
     // At least the last prompt token is decoded again, so its logits are fresh.
@@ -297,6 +310,7 @@ void Scheduler::finish_slot(Slot& s, const std::string& reason, Status error) {
   if (reason == "cancelled") metrics_.cancelled.fetch_add(1);
   s.job->finish(reason, std::move(error));
   s.job.reset();
+  s.last_used = now_seconds();
   s.params.reset();
   s.gen.reset();
   {
