@@ -94,5 +94,29 @@ TEST(Synth, EveryArchitectureGetsItsLayout) {
   }
 }
 
+// The 5-bit formats: the layers' matrices in Q5_0 / Q5_1 (output Q6_K), values of the intended
+// spread (Q5_1's m = -15.5 d centres them).
+TEST(Synth, FiveBitQuants) {
+  for (const auto& [quant, type] : {std::pair{"q5_0", GgmlType::Q5_0}, std::pair{"q5_1", GgmlType::Q5_1}}) {
+    SCOPED_TRACE(quant);
+    const std::string path = ::testing::TempDir() + "/synth_" + quant + ".gguf";
+    ASSERT_TRUE(write_synthetic_model({"llama", "tiny", quant, 3}, path).ok());
+    auto f = GgufFile::open(path);
+    ASSERT_TRUE(f.ok());
+    const GgufTensor* q = f->tensor("blk.1.ffn_up.weight");
+    ASSERT_NE(q, nullptr);
+    EXPECT_EQ(q->type, type);
+    EXPECT_EQ(f->tensor("output.weight")->type, GgmlType::Q6_K);
+    std::vector<float> x(256 * 512);
+    ASSERT_TRUE(dequantize(q->type, q->data, x.data(), static_cast<int64_t>(x.size())).ok());
+    double sum = 0, ss = 0;
+    for (float v : x) { ASSERT_TRUE(std::isfinite(v)); sum += v; ss += double(v) * v; }
+    const double mean = sum / x.size(), sd = std::sqrt(ss / x.size() - mean * mean);
+    EXPECT_LT(std::fabs(mean), 0.01);
+    EXPECT_GT(sd, 0.5 / 16);  // 1/sqrt(n_embd) = 1/16
+    EXPECT_LT(sd, 2.0 / 16);
+  }
+}
+
 }  // namespace
 }  // namespace loom::llm

@@ -63,6 +63,10 @@ def arch_specs():
         "gemma2": dict(base, arch="gemma2", n_layer=3, head_dim=64, layout="gemma2", tied=True, emb_std=0.03,
                        meta={"attention.sliding_window": ("u32", 4), "attn_logit_softcapping": ("f32", 2.0),
                              "final_logit_softcapping": ("f32", 3.0)}),
+        # Q5_0 attention and embeddings, Q5_1 FFN and output: the 5-bit formats end to end.
+        # The GPU's grouped mat-vec (matvec_gpu) has no 5-bit path: each matrix is its own launch.
+        "llama-q5": dict(base, arch="llama", mtype=Q.Q5_0, ffn_mtype=Q.Q5_1, emb_mtype=Q.Q5_0, out_mtype=Q.Q5_1,
+                         gpu_grouped=False),
         # Mistral 7B v0.1-like: a sliding window (4, shorter than the prompt) on all 3 layers.
         "mistral-swa": dict(base, arch="llama", n_layer=3, window=4, meta={"attention.sliding_window": ("u32", 4)}),
     }
@@ -136,7 +140,8 @@ def write_model(path, s, drop_keys=(), drop_tensors=(), extra_tensors=()):
             w.add_tensor(name, gguf.quants.quantize(arr.astype(np.float32), qtype), raw_dtype=qtype)
 
     def mat(name, n_in, n_out, std=0.1, qtype=None):
-        add(name, rng.normal(0.0, std, size=(n_out, n_in)), qtype or s["mtype"])
+        default = s.get("ffn_mtype", s["mtype"]) if ".ffn_" in name else s["mtype"]
+        add(name, rng.normal(0.0, std, size=(n_out, n_in)), qtype or default)
 
     def norm(name, n):
         add(name, rng.uniform(0.5, 1.5, size=n))
@@ -144,10 +149,10 @@ def write_model(path, s, drop_keys=(), drop_tensors=(), extra_tensors=()):
     def bias(name, n):
         add(name, rng.uniform(-0.5, 0.5, size=n))
 
-    mat("token_embd.weight", n_embd, n_vocab, std=s["emb_std"], qtype=Q.Q8_0)
+    mat("token_embd.weight", n_embd, n_vocab, std=s["emb_std"], qtype=s.get("emb_mtype", Q.Q8_0))
     norm("output_norm.weight", n_embd)
     if not s["tied"]:
-        mat("output.weight", n_embd, n_vocab, std=0.25, qtype=Q.Q8_0)
+        mat("output.weight", n_embd, n_vocab, std=0.25, qtype=s.get("out_mtype", Q.Q8_0))
     if s.get("rope_freqs"):
         add("rope_freqs.weight", llama3_rope_freqs(hd, s["rope_base"]))
     for il in range(s["n_layer"]):
@@ -303,6 +308,8 @@ DUMP_EXPECT = {
     "gemma2": ["blk.0.post_attention_norm.weight", "blk.0.post_ffw_norm.weight", "scale        %6[1x256] <- %3[1x256], 0.125",
                "softcap      %52[1x49152] <- %51[1x49152], 3", "layer 0, window 4", "layer 2, window 4"],
     "mistral-swa": ["layer 0, window 4", "layer 1, window 4", "layer 2, window 4"],
+    "llama-q5": ["matmul       %2[1x128] <- %29[1x128 q8_0], blk.0.attn_q.weight",
+                 "matmul       %9[1x256] <- %31[1x128 q8_1], blk.0.ffn_gate.weight"],
 }
 
 
@@ -311,6 +318,8 @@ def test_dump_program_shows_the_fused_cuda_step(loom_bin, models, name):
     text = run_loom(loom_bin, "run", "--dump-program", "--device", "cuda", "-m", models(name)).stdout
     for needle in DUMP_EXPECT[name]:
         assert needle in text, f"{name}: '{needle}' not in\n{text}"
+    if not SPECS[name].get("gpu_grouped", True):
+        return
     # q, k and v (or the fused tensor's three views) are one launch of the normed input, and so
     # are gate and up with their activation.
     matmuls = [l for l in text.splitlines() if l.strip().startswith("matmul") and "blk.0." in l]
