@@ -342,7 +342,7 @@ class MatmulMmaOp final : public OpSpec {
     for (int64_t kt : {32, 64, 128})
       if (s.at("n_in") % kt == 0) kts.push_back(kt);
     return {{"warps_m", {1, 2, 4}}, {"warps_n", {1, 2, 4}}, {"k_tile", kts}, {"warp_m_tiles", {2, 4}},
-            {"warp_n_tiles", {4, 8}}, {"pipeline", {0, 1}}, {"ldsm", {0, 1}}};
+            {"warp_n_tiles", {4, 8}}, {"pipeline", {0, 1, 2}}, {"ldsm", {0, 1}}};
   }
   // k_tile: the k elements staged per barrier pair (per barrier when pipelined). pipeline = 0
   // ignores warp_n_tiles and ldsm (its warps hold 32 tokens). Wider tiles put more loads in flight per
@@ -366,7 +366,7 @@ class MatmulMmaOp final : public OpSpec {
   Result<Generated> generate(const Shape& s, const Schedule& sch, ir::TargetKind target) const override {
     LOOM_RETURN_IF_ERROR(validate(s));
     LOOM_RETURN_IF_ERROR(check_schedule(schedule_space(s, target), sch));
-    if (target == ir::TargetKind::kPtx && sch.count("pipeline") && sch.at("pipeline") == 1) return generate_pipe(s, sch);
+    if (target == ir::TargetKind::kPtx && sch.count("pipeline") && sch.at("pipeline") >= 1) return generate_pipe(s, sch);
     if (target == ir::TargetKind::kPtx) return generate_mma(s, sch);
     return generate_scalar(s, sch, target);
   }
@@ -522,12 +522,15 @@ class MatmulMmaOp final : public OpSpec {
     const int64_t bm = 16 * mtiles * wm, bn = 8 * ntiles * wn, threads = 32 * wm * wn;
     int64_t kt = sch.count("k_tile") ? sch.at("k_tile") : 32;
     if (n_in % kt) return invalid_argument("matmul_mma: k_tile={} does not divide n_in={}", kt, n_in);
-    // Two buffers of (bm + bn) rows of k_tile + 8 halves within the 48 KiB of static shared memory.
-    while (kt > 16 && 2 * (bm + bn) * (kt + 8) * 2 > 48 * 1024) kt /= 2;
+    // pipeline = 2: one buffer; the next tile waits in registers until every warp has finished
+    // with the current one (two barriers per k step), which leaves room for larger tiles.
+    const int64_t nbuf = sch.at("pipeline") == 2 ? 1 : 2;
+    // The buffers, (bm + bn) rows of k_tile + 8 halves each, within 48 KiB of static shared memory.
+    while (kt > 16 && nbuf * (bm + bn) * (kt + 8) * 2 > 48 * 1024) kt /= 2;
     const int64_t stride = kt + 8, c16 = kt / 16, c8 = kt / 8;
     // Tiles that the threads cannot split evenly (their loads must be unrolled to be in flight
     // together) or that do not fit: the unpipelined kernel, so every schedule of the space builds.
-    if ((c16 * bm) % threads || (c8 * bn) % threads || threads % c16 || threads % c8 || 2 * (bm + bn) * stride * 2 > 48 * 1024)
+    if ((c16 * bm) % threads || (c8 * bn) % threads || threads % c16 || threads % c8 || nbuf * (bm + bn) * stride * 2 > 48 * 1024)
       return generate_mma(s, sch);
     const int64_t buf = (bm + bn) * stride;  // halves per buffer: weights [bm][stride], then activations [bn][stride]
     Generated g;
@@ -538,7 +541,7 @@ class MatmulMmaOp final : public OpSpec {
     const bool xh16 = x_is_f16(s);
     Value* x = b.param(ty::gptr(xh16 ? Scalar::kF16 : Scalar::kF32), "x");
     Value* y = b.param(ty::gptr(Scalar::kF32), "y");
-    Value* sm = b.alloc_shared(Scalar::kF16, 2 * buf);
+    Value* sm = b.alloc_shared(Scalar::kF16, nbuf * buf);
     Value* tid = b.thread_id(Mode::kX);
     Value* warp = b.div(tid, b.i32(32));
     Value* lane = b.rem(tid, b.i32(32));
@@ -620,8 +623,8 @@ class MatmulMmaOp final : public OpSpec {
       Value* next = b.min(b.add(kk, i32c(kt)), i32c(n_in - kt));
       auto store_next = stage(next);
       Value* par = b.andc(b.div(kk, i32c(kt)), 1);
-      Value* cur = b.mulc(par, buf);
-      Value* nxt = b.mulc(b.sub(b.i32(1), par), buf);
+      Value* cur = nbuf == 1 ? b.i32(0) : b.mulc(par, buf);
+      Value* nxt = nbuf == 1 ? b.i32(0) : b.mulc(b.sub(b.i32(1), par), buf);
       std::vector<Value*> a(it.begin(), it.end());
       Value* pa = b.offset(sm, b.add(cur, ldsm ? a_off : a_off2));
       Value* pb = b.offset(sm, b.add(cur, ldsm ? b_off : b_off2));
@@ -663,6 +666,7 @@ class MatmulMmaOp final : public OpSpec {
             a[i] = b.mma(af[static_cast<size_t>(mt)], bf[static_cast<size_t>(n8)], a[i]);
           }
       }
+      if (nbuf == 1) b.barrier();
       store_next(nxt);
       b.barrier();
       return a;

@@ -124,10 +124,24 @@ int KernelEmitter::chunk_lanes(Type t, int64_t align) {
   return 1;
 }
 
+// Eight halves at a 16-byte aligned address move as one v4.b32 (PTX has no v8.b16), each word
+// split into or built from its two lanes.
+bool KernelEmitter::half_words(Type t, int64_t align) { return is_half(t.elem()) && t.lanes() % 8 == 0 && align >= 16; }
+
 void KernelEmitter::load(const Inst& in) {
   const Value* r = in.result();
   const auto& d = define(r);
   Scalar s = r->type.elem();
+  if (half_words(r->type, in.imm)) {
+    for (int l = 0; l < r->type.lanes(); l += 8) {
+      std::string addr = address(in.operands[0], in.operands[1], int64_t{l} * 2);
+      std::vector<std::string> w;
+      for (int i = 0; i < 4; ++i) w.push_back(new_reg(RC::kB32));
+      line(fmt::format("ld.{}.v4.b32 {{{}, {}, {}, {}}}, {};", space(in.operands[0], true), w[0], w[1], w[2], w[3], addr));
+      for (int i = 0; i < 4; ++i) line(fmt::format("mov.b32 {{{}, {}}}, {};", d[l + 2 * i], d[l + 2 * i + 1], w[i]));
+    }
+    return;
+  }
   std::string_view ts = is_half(s) ? "b16" : type_suffix(s);
   int chunk = chunk_lanes(r->type, in.imm);
   for (int l = 0; l < r->type.lanes(); l += chunk) {
@@ -146,6 +160,18 @@ void KernelEmitter::store(const Inst& in) {
   const Value* v = in.operands[2];
   const auto& src = regs_[v->id];
   Scalar s = v->type.elem();
+  if (half_words(v->type, in.imm)) {
+    for (int l = 0; l < v->type.lanes(); l += 8) {
+      std::string addr = address(in.operands[0], in.operands[1], int64_t{l} * 2);
+      std::vector<std::string> w;
+      for (int i = 0; i < 4; ++i) {
+        w.push_back(new_reg(RC::kB32));
+        line(fmt::format("mov.b32 {}, {{{}, {}}};", w.back(), src[l + 2 * i], src[l + 2 * i + 1]));
+      }
+      line(fmt::format("st.{}.v4.b32 {}, {{{}, {}, {}, {}}};", space(in.operands[0], false), addr, w[0], w[1], w[2], w[3]));
+    }
+    return;
+  }
   std::string_view ts = is_half(s) ? "b16" : type_suffix(s);
   int chunk = chunk_lanes(v->type, in.imm);
   for (int l = 0; l < v->type.lanes(); l += chunk) {

@@ -41,6 +41,7 @@ class KernelEmitter {
   std::string address(const ir::Value* ptr, const ir::Value* index, int64_t extra);
   static std::string_view space(const ir::Value* ptr, bool load);
   static int chunk_lanes(ir::Type t, int64_t align);
+  static bool half_words(ir::Type t, int64_t align);
   void constant(const ir::Inst& in);
   void load(const ir::Inst& in);
   void store(const ir::Inst& in);
