@@ -114,17 +114,19 @@ def test_completion_logprobs_shape_and_stream(server):
     assert tokens == lp.tokens and values == lp.token_logprobs and offsets == lp.text_offset
 
 
+_QUIET_LOG = None
+
+
 @pytest.fixture(scope="module")
 def llama_first_logprobs():
     """llama.cpp's log-softmax of the logits after PROMPT (low-level API, one token per batch, as
     tests/py/test_engine.py runs it), with its tokenization of PROMPT."""
     import llama_cpp as L
 
-    @L.llama_log_callback
-    def quiet(level, text, user_data):
-        pass
-
-    L.llama_log_set(quiet, ctypes.c_void_p(0))
+    global _QUIET_LOG  # llama.cpp keeps the callback: it must outlive this fixture
+    if _QUIET_LOG is None:
+        _QUIET_LOG = L.llama_log_callback(lambda level, text, user_data: None)
+    L.llama_log_set(_QUIET_LOG, ctypes.c_void_p(0))
     L.llama_backend_init()
     mp = L.llama_model_default_params()
     mp.use_extra_bufts = False

@@ -69,3 +69,42 @@ def test_second_turn_reuses_the_system_prompt(loom_bin):
         _, uncached = ttft_and_text(fresh, turn2)
         assert metrics(fresh)["loom_prompt_tokens_reused_total"] == 0
     assert reply2 == uncached
+
+
+def test_choices_and_busy_slots_share_prompt_cells(loom_bin):
+    """A request whose system prompt sits in a busy slot copies those cells from there; with n > 1
+    the choices after the first copy the prompt's cells from its slot once it is read. Greedy
+    replies equal a fresh server's (the copied cells are the computed ones, bit for bit)."""
+    import threading
+    system = [{"role": "system", "content": SYSTEM}]
+    ask = system + [{"role": "user", "content": "Can I renew a loan online?"}]
+    other = system + [{"role": "user", "content": "Do you charge fines for late returns?"}]
+    with LoomServer(loom_bin, model_path("smollm2"), "--parallel", "3", "-c", "2048") as server:
+        # A long generation keeps the only slot holding the system prompt busy.
+        streamer = threading.Thread(target=lambda: client(server).chat.completions.create(
+            model="x", messages=ask, max_tokens=300, temperature=0, extra_body={"ignore_eos": True}))
+        streamer.start()
+        deadline = time.time() + 120
+        while metrics(server)["loom_generated_tokens_total"] < 2 and time.time() < deadline:
+            time.sleep(0.1)
+        before = metrics(server)
+        ttft, reply = ttft_and_text(server, other)
+        after = metrics(server)
+        copied = after["loom_prefix_cache_copied_tokens_total"] - before["loom_prefix_cache_copied_tokens_total"]
+        print(f"\ncopied {copied:.0f} cells from a busy slot; TTFT {ttft * 1e3:.0f} ms")
+        assert after["loom_slots_busy"] >= 1 and copied >= 900
+        streamer.join()
+        # n = 3 with a prompt no slot holds yet: choices 1 and 2 copy choice 0's prompt cells.
+        fresh_ask = [{"role": "system", "content": SYSTEM.replace("library", "city library")}, ask[1]]
+        before = metrics(server)
+        r = client(server).chat.completions.create(model="x", messages=fresh_ask, max_tokens=8, temperature=0, n=3)
+        after = metrics(server)
+        n_prompt = r.usage.prompt_tokens
+        assert after["loom_prefix_cache_copied_tokens_total"] - before["loom_prefix_cache_copied_tokens_total"] \
+            == 2 * (n_prompt - 1)
+        texts = [c.message.content for c in r.choices]
+        assert texts[0] == texts[1] == texts[2]
+    with LoomServer(loom_bin, model_path("smollm2"), "--parallel", "1", "-c", "2048") as fresh:
+        assert ttft_and_text(fresh, other)[1] == reply
+        assert client(fresh).chat.completions.create(model="x", messages=fresh_ask, max_tokens=8,
+                                                     temperature=0).choices[0].message.content == texts[0]

@@ -113,6 +113,16 @@ Status Engine::decode(std::span<const int32_t> tokens, bool all_logits) {
   return Status();
 }
 
+Status Engine::copy_prefix(int src, int dst, int64_t n) {
+  if (src < 0 || dst < 0 || src >= n_seq() || dst >= n_seq() || src == dst)
+    return out_of_range("cannot copy sequence {} to {} ({} sequences)", src, dst, n_seq());
+  if (n < 0 || n > n_past(src)) return out_of_range("sequence {} holds {} tokens, not {}", src, n_past(src), n);
+  LOOM_RETURN_IF_ERROR(backend_->copy_cells(src, dst, n));
+  const auto& from = seqs_[static_cast<size_t>(src)];
+  seqs_[static_cast<size_t>(dst)].assign(from.begin(), from.begin() + n);
+  return Status();
+}
+
 void Engine::truncate(int seq, int64_t n) {
   if (seq < 0 || seq >= n_seq()) return;
   auto& t = seqs_[static_cast<size_t>(seq)];

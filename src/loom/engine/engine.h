@@ -69,6 +69,10 @@ class Engine {
   // caller keeps the step small (about n_batch tokens); it is not split. Validates everything
   // first: on error nothing changes.
   Status step(std::span<const SeqTokens> parts);
+  // Makes sequence dst hold the first n tokens of sequence src (distinct), their KV cells copied
+  // rather than computed. kUnimplemented where the backend cannot copy cells (the caller then
+  // computes them); on any error dst is left as it was.
+  Status copy_prefix(int src, int dst, int64_t n);
   // Readies the backend for steps of n_tokens tokens with n_outputs rows of logits (HRX:
   // compiles the plan of that step shape now rather than in the first such step). True if
   // something was built.

@@ -43,6 +43,13 @@ class Backend {
   // the backend has nothing to prepare (the default: the reference backend interprets every
   // Program as it comes). Call after init, between steps.
   virtual Result<bool> prepare(const Program& program) { return false; }
+  // Copies the K and V of cells [0, n_cells) of sequence slot src_seq into the same cells of
+  // dst_seq, so that dst_seq can go on from that prefix without computing it (a server shares a
+  // cached prompt between slots this way). Between steps only. Default: kUnimplemented (the
+  // caller computes the prefix instead).
+  virtual Status copy_cells(int64_t src_seq, int64_t dst_seq, int64_t n_cells) {
+    return unimplemented("backend {} cannot copy KV cells between sequences", name());
+  }
 };
 
 // The reference CPU backend, splitting matmul rows and attention heads over n_threads.

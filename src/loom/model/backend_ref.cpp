@@ -28,6 +28,21 @@ class RefBackend final : public Backend {
                        static_cast<int64_t>(c.n_head_kv) * c.head_dim_v, n_seq);
   }
 
+  Status copy_cells(int64_t src, int64_t dst, int64_t n) override {
+    if (!model_) return failed_precondition("backend used before init");
+    if (src < 0 || dst < 0 || src >= cache_.n_seq() || dst >= cache_.n_seq() || n < 0 || n > cache_.n_ctx())
+      return out_of_range("cannot copy {} cells from sequence {} to {} ({} sequences of {} cells)", n, src, dst,
+                          cache_.n_seq(), cache_.n_ctx());
+    if (src == dst || n == 0) return Status();
+    for (int64_t l = 0; l < model_->config().n_layer; ++l) {
+      std::memcpy(cache_.k(l) + dst * cache_.n_ctx() * cache_.k_row(), cache_.k(l) + src * cache_.n_ctx() * cache_.k_row(),
+                  static_cast<size_t>(n * cache_.k_row()) * sizeof(uint16_t));
+      std::memcpy(cache_.v(l) + dst * cache_.n_ctx() * cache_.v_row(), cache_.v(l) + src * cache_.n_ctx() * cache_.v_row(),
+                  static_cast<size_t>(n * cache_.v_row()) * sizeof(uint16_t));
+    }
+    return Status();
+  }
+
   Status execute(const Program& p, const StepInputs& in, float* logits) override {
     if (!model_) return failed_precondition("backend used before init");
     for (int64_t t = 0; t < p.n_tokens; ++t) {

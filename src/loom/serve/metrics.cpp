@@ -66,6 +66,8 @@ std::string Metrics::prometheus_text() const {
   sample(out, "loom_prefix_cache_hit_ratio", prompts > 0 ? static_cast<double>(reused_tokens.load()) / prompts : 0.0);
   metric(out, "loom_prefix_cache_evicted_tokens_total", "counter", "Cached tokens dropped to make room for another prompt.");
   sample(out, "loom_prefix_cache_evicted_tokens_total", prefix_evicted_tokens.load());
+  metric(out, "loom_prefix_cache_copied_tokens_total", "counter", "Cached prefix tokens copied from another slot.");
+  sample(out, "loom_prefix_cache_copied_tokens_total", prefix_copied_tokens.load());
   metric(out, "loom_generated_tokens_total", "counter", "Generated tokens.");
   sample(out, "loom_generated_tokens_total", generated_tokens.load());
   metric(out, "loom_requests_cancelled_total", "counter", "Requests ended early because the client went away.");

@@ -24,6 +24,7 @@ class Metrics {
   std::atomic<int64_t> prefix_lookups{0};    // admissions (each looks for a cached prefix)
   std::atomic<int64_t> prefix_hits{0};       // of which found one (at least one token)
   std::atomic<int64_t> prefix_evicted_tokens{0};  // cached tokens dropped to make room
+  std::atomic<int64_t> prefix_copied_tokens{0};   // prefix cells copied from another slot
   std::atomic<int64_t> generated_tokens{0};
   std::atomic<int64_t> cancelled{0};         // requests ended because the client went away
   std::atomic<int64_t> rejected_queue_full{0};

@@ -234,8 +234,73 @@ void Scheduler::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-// Moves queued requests into free slots. A free slot whose cached tokens share the longest
-// prefix with the prompt is preferred, and that prefix is not computed again.
+size_t Scheduler::shared_prefix(const Slot& s, const std::vector<int32_t>& prompt) const {
+  const auto& cached = engine_.tokens(s.seq);
+  size_t c = 0;
+  while (c < cached.size() && c < prompt.size() && cached[c] == prompt[c]) ++c;
+  return c;
+}
+
+// The free slot whose cache shares the longest prefix with the prompt. Among equals (most often:
+// none shares anything) an empty slot, else the one idle the longest: the cached prefix evicted
+// is the least recently used one, so a conversation that goes on finds its history where it left
+// it. Null when every slot is busy.
+Scheduler::Slot* Scheduler::pick_slot(const std::vector<int32_t>& prompt, size_t* common) const {
+  Slot* best = nullptr;
+  *common = 0;
+  auto evict_before = [&](const Slot& a, const Slot& b) {
+    const bool a_empty = engine_.n_past(a.seq) == 0, b_empty = engine_.n_past(b.seq) == 0;
+    if (a_empty != b_empty) return a_empty;
+    return a.last_used < b.last_used;
+  };
+  for (const auto& s : slots_) {
+    if (s->job) continue;
+    const size_t c = shared_prefix(*s, prompt);
+    if (!best || c > *common || (c == *common && evict_before(*s, *best))) {
+      best = s.get();
+      *common = c;
+    }
+  }
+  return best;
+}
+
+// A longer prefix of the prompt in another slot (a busy one: a free one would have been picked)
+// is copied into dst's cells rather than computed. Returns the prefix dst now holds.
+size_t Scheduler::copy_prefix_into(Slot& dst, const std::vector<int32_t>& prompt, size_t have) {
+  if (!can_copy_) return have;
+  const Slot* src = nullptr;
+  size_t longest = have;
+  for (const auto& s : slots_) {
+    if (s.get() == &dst) continue;
+    const size_t c = shared_prefix(*s, prompt);
+    if (c > longest) {
+      src = s.get();
+      longest = c;
+    }
+  }
+  // The last prompt token is decoded again anyway (fresh logits); a few tokens are not worth it.
+  const size_t n = std::min(longest, prompt.size() - 1);
+  if (!src || n < have + kMinCopy) return have;
+  Status st = engine_.copy_prefix(src->seq, dst.seq, static_cast<int64_t>(n));
+  if (!st.ok()) {
+    if (st.code() == StatusCode::kUnimplemented) can_copy_ = false;
+    return have;
+  }
+  metrics_.prefix_copied_tokens.fetch_add(static_cast<int64_t>(n));
+  return n;
+}
+
+// True when another slot is reading this very prompt now (the choices of one request, or the
+// same prompt sent twice): the request waits until that read is done and then copies its cells.
+bool Scheduler::prompt_being_read(const std::vector<int32_t>& prompt) const {
+  if (!can_copy_ || prompt.size() <= kMinCopy) return false;
+  for (const auto& s : slots_)
+    if (s->job && !s->decoding && s->params && s->params->prompt == prompt) return true;
+  return false;
+}
+
+// Moves queued requests into free slots, reusing cached prefixes (see pick_slot and
+// copy_prefix_into).
 void Scheduler::admit_locked() {
   static uint64_t counter = 0;
   while (!queue_.empty()) {
@@ -248,36 +313,19 @@ void Scheduler::admit_locked() {
       job->finish("cancelled");
       continue;
     }
-    // The free slot whose cache shares the longest prefix with the prompt. Among equals (most
-    // often: none shares anything) an empty slot, else the one idle the longest: the cached
-    // prefix evicted is the least recently used one, so a conversation that goes on finds its
-    // history where it left it.
-    Slot* best = nullptr;
+    if (prompt_being_read(params->prompt)) break;
     size_t best_common = 0;
-    auto evict_before = [&](const Slot& a, const Slot& b) {
-      const bool a_empty = engine_.n_past(a.seq) == 0, b_empty = engine_.n_past(b.seq) == 0;
-      if (a_empty != b_empty) return a_empty;
-      return a.last_used < b.last_used;
-    };
-    for (auto& s : slots_) {
-      if (s->job) continue;
-      const auto& cached = engine_.tokens(s->seq);
-      size_t c = 0;
-      while (c < cached.size() && c < params->prompt.size() && cached[c] == params->prompt[c]) ++c;
-      if (!best || c > best_common || (c == best_common && evict_before(*s, *best))) {
-        best = s.get();
-        best_common = c;
-      }
-    }
+    Slot* best = pick_slot(params->prompt, &best_common);
     if (!best) break;
-    metrics_.prefix_lookups.fetch_add(1);
-    if (best_common > 0) metrics_.prefix_hits.fetch_add(1);
-    metrics_.prefix_evicted_tokens.fetch_add(engine_.n_past(best->seq) - static_cast<int64_t>(best_common));
     queue_.pop_front();
     queue_params_.pop_front();
+    metrics_.prefix_evicted_tokens.fetch_add(engine_.n_past(best->seq) - static_cast<int64_t>(best_common));
     // At least the last prompt token is decoded again, so its logits are fresh.
-    const size_t common = std::min(best_common, params->prompt.size() - 1);
+    size_t common = std::min(best_common, params->prompt.size() - 1);
     engine_.truncate(best->seq, static_cast<int64_t>(common));
+    common = copy_prefix_into(*best, params->prompt, common);
+    metrics_.prefix_lookups.fetch_add(1);
+    if (common > 0) metrics_.prefix_hits.fetch_add(1);
     best->job = job;
     best->params = params;
     best->fed = common;

@@ -152,6 +152,11 @@ class Scheduler {
   void loop();
   void run_embeddings(EmbedWork& work);
   void admit_locked();
+  size_t shared_prefix(const Slot& s, const std::vector<int32_t>& prompt) const;
+  Slot* pick_slot(const std::vector<int32_t>& prompt, size_t* common) const;
+  size_t copy_prefix_into(Slot& dst, const std::vector<int32_t>& prompt, size_t have);
+  bool prompt_being_read(const std::vector<int32_t>& prompt) const;
+  static constexpr size_t kMinCopy = 16;  // shorter shared prefixes are computed, not copied
   void finish_slot(Slot& s, const std::string& reason, Status error = Status());
   void advance(Slot& s, const float* logits);
   void update_gauges();
@@ -169,6 +174,7 @@ class Scheduler {
   std::deque<EmbedWork> embed_queue_;
   bool embedding_ = false;                     // an embeddings request is being computed
   std::unique_ptr<llm::Engine> embed_engine_;  // scheduler thread only
+  bool can_copy_ = true;  // the backend copies KV cells between slots (until it says it cannot)
   int n_busy_ = 0;
   bool stop_ = false, draining_ = false;
   std::deque<std::pair<double, int64_t>> recent_;  // (time, tokens generated) per step
