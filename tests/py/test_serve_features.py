@@ -315,3 +315,18 @@ def test_hostile_values(server, case):
     err = r.json()["error"]
     assert err["param"] == param and err["message"], err
     still_serving(server)
+
+
+def test_n_choices_with_logprobs_streamed(server):
+    """Streamed choices carry their own logprobs (by index), equal to the non-streamed ones."""
+    cl = client(server)
+    kw = dict(model="x", messages=MSGS, max_tokens=8, temperature=1.0, seed=11, n=2, logprobs=True, top_logprobs=2)
+    full = cl.chat.completions.create(**kw)
+    got = {0: [], 1: []}
+    for chunk in cl.chat.completions.create(stream=True, **kw):
+        for ch in chunk.choices:
+            if ch.logprobs and ch.logprobs.content:
+                got[ch.index] += [(e.token, e.logprob) for e in ch.logprobs.content]
+    for i, c in enumerate(full.choices):
+        assert got[i] == [(e.token, e.logprob) for e in c.logprobs.content]
+        assert len(got[i]) == 8 or c.finish_reason == "stop"
