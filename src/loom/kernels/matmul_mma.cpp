@@ -355,10 +355,17 @@ class MatmulMmaOp final : public OpSpec {
     const int64_t nt = s.at("n_tokens"), n_in = s.at("n_in");
     int64_t kt = 64;
     while (n_in % kt) kt /= 2;
+    // Pipelined for Q4_0 in the engine's planar layout at 8B-sized matrices: 128 x 128 CTA tiles
+    // of 8 warps (32 x 64 each), one shared buffer, k_tile 64. The H200 sweep of the 8B Q4_0
+    // model's pp512 (bench/results/2026-12-03-h200-prefill.json): 6969 tok/s against 6287 for the
+    // unpipelined kernel; the Q4_K_M-like model and SmolLM2's small matrices ran faster unpipelined
+    // (5132 vs 4993, 57706 vs 53927), so they keep it.
     const bool planar = s.dims.count("planar") && s.at("planar") == 1;
-    if (planar && nt >= 64 && n_in % 32 == 0)  // the engine's layout, prompts of 64 tokens and more
-      return {{"warps_m", 2}, {"warps_n", nt >= 128 ? 2 : 1}, {"k_tile", 32}, {"warp_m_tiles", 4},
-              {"warp_n_tiles", 8}, {"pipeline", 1}, {"ldsm", 1}};
+    const int64_t n_out = s.at("n_out");
+    if (planar && s.at("wtype") == static_cast<int64_t>(GgmlType::Q4_0) && nt >= 64 && n_in >= 1024 && n_out >= 1024 &&
+        n_in % 64 == 0)
+      return {{"warps_m", 4}, {"warps_n", nt >= 128 ? 2 : 1}, {"k_tile", 64}, {"warp_m_tiles", 2},
+              {"warp_n_tiles", 8}, {"pipeline", 2}, {"ldsm", 1}};
     return {{"warps_m", 2}, {"warps_n", nt >= 128 ? 4 : nt >= 64 ? 2 : 1}, {"k_tile", kt}, {"warp_m_tiles", 2},
             {"warp_n_tiles", 4}, {"pipeline", 0}, {"ldsm", 0}};
   }
@@ -449,7 +456,7 @@ class MatmulMmaOp final : public OpSpec {
     for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K})
       out.push_back({{{"n_in", t == GgmlType::Q4_0 || t == GgmlType::Q8_0 ? 576 : 512}, {"n_out", 200}, {"n_tokens", 100},
                       {"wtype", static_cast<int64_t>(t)}, {"xtype", 1}, {"planar", 1}}});
-    out.push_back({{{"n_in", 1024}, {"n_out", 300}, {"n_tokens", 257}, {"wtype", 2}, {"xtype", 1}, {"planar", 1}}});
+    out.push_back({{{"n_in", 1024}, {"n_out", 1030}, {"n_tokens", 137}, {"wtype", 2}, {"xtype", 1}, {"planar", 1}}});
     // matvec_gpu's planar weight layout (the engine keeps one copy of the weights, planar).
     for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K})
       out.push_back({{{"n_in", t == GgmlType::Q4_0 || t == GgmlType::Q8_0 ? 576 : 512}, {"n_out", 37}, {"n_tokens", 17},
@@ -530,7 +537,12 @@ class MatmulMmaOp final : public OpSpec {
     const int64_t stride = kt + 8, c16 = kt / 16, c8 = kt / 8;
     // Tiles that the threads cannot split evenly (their loads must be unrolled to be in flight
     // together) or that do not fit: the unpipelined kernel, so every schedule of the space builds.
-    if ((c16 * bm) % threads || (c8 * bn) % threads || threads % c16 || threads % c8 || nbuf * (bm + bn) * stride * 2 > 48 * 1024)
+    // So do tiles whose registers would not fit the 64 K of an SM for one CTA (about 1.5 per
+    // accumulator plus 35, from ptxas at the 8B shapes: 64 accumulators take 127-130, 128 take
+    // 214-242; a launch that asks for more fails with too many resources requested).
+    const int64_t regs = 3 * mtiles * ntiles * 4 / 2 + 35;
+    if ((c16 * bm) % threads || (c8 * bn) % threads || threads % c16 || threads % c8 ||
+        nbuf * (bm + bn) * stride * 2 > 48 * 1024 || regs * threads > 65536)
       return generate_mma(s, sch);
     const int64_t buf = (bm + bn) * stride;  // halves per buffer: weights [bm][stride], then activations [bn][stride]
     Generated g;
