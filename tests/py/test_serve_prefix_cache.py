@@ -108,3 +108,15 @@ def test_choices_and_busy_slots_share_prompt_cells(loom_bin):
         assert ttft_and_text(fresh, other)[1] == reply
         assert client(fresh).chat.completions.create(model="x", messages=fresh_ask, max_tokens=8,
                                                      temperature=0).choices[0].message.content == texts[0]
+
+
+def test_choices_share_cells_on_the_hrx_cpu_device(loom_bin):
+    """The same sharing on `--device cpu` (HRX: the copy is a device-to-device copy per layer)."""
+    ask = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Can I renew a loan online?"}]
+    with LoomServer(loom_bin, model_path("smollm2"), "--device", "cpu", "--parallel", "2", "-c", "2048") as server:
+        r = client(server).chat.completions.create(model="x", messages=ask, max_tokens=8, temperature=0, n=2)
+        assert metrics(server)["loom_prefix_cache_copied_tokens_total"] == r.usage.prompt_tokens - 1
+        texts = [c.message.content for c in r.choices]
+    with LoomServer(loom_bin, model_path("smollm2"), "--device", "cpu", "--parallel", "1", "-c", "2048") as fresh:
+        solo = client(fresh).chat.completions.create(model="x", messages=ask, max_tokens=8, temperature=0)
+    assert texts == [solo.choices[0].message.content] * 2

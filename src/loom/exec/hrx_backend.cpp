@@ -136,6 +136,24 @@ class HrxBackend final : public llm::Backend {
     return {t, n_outputs == 0 ? 0 : std::min(pad_pow2(n_outputs), t)};
   }
 
+  // Cells of sequence s are [s * n_ctx, (s + 1) * n_ctx) of each layer's K and V buffers, as
+  // the attention kernels index them: a prefix is one device-to-device copy per buffer.
+  Status copy_cells(int64_t src, int64_t dst, int64_t n) override {
+    if (!model_) return failed_precondition("backend used before init");
+    if (src < 0 || dst < 0 || src >= n_seq_ || dst >= n_seq_ || n < 0 || n > n_ctx_)
+      return out_of_range("cannot copy {} cells from sequence {} to {} ({} sequences of {} cells)", n, src, dst, n_seq_,
+                          n_ctx_);
+    if (src == dst || n == 0) return Status();
+    const auto bytes = [&](int64_t cells, int64_t row) { return static_cast<uint64_t>(cells * row) * 2; };
+    for (size_t l = 0; l < k_cache_.size(); ++l) {
+      LOOM_RETURN_IF_ERROR(stream_.copy_d2d(k_cache_[l], bytes(dst * n_ctx_, k_row_), k_cache_[l],
+                                            bytes(src * n_ctx_, k_row_), bytes(n, k_row_)));
+      LOOM_RETURN_IF_ERROR(stream_.copy_d2d(v_cache_[l], bytes(dst * n_ctx_, v_row_), v_cache_[l],
+                                            bytes(src * n_ctx_, v_row_), bytes(n, v_row_)));
+    }
+    return stream_.synchronize();
+  }
+
   Status execute(const Program& p, const llm::StepInputs& in, float* logits) override {
     if (!model_) return failed_precondition("backend used before init");
     LOOM_RETURN_IF_ERROR(check_inputs(p, in));
