@@ -439,6 +439,36 @@ void Scheduler::update_gauges() {
   metrics_.gen_tokens_per_second = recent_.size() >= 2 ? static_cast<double>(n) / span : 0.0;
 }
 
+// The next step: one token of every decoding slot, then prompt chunks of the reading slots.
+void Scheduler::plan_step(std::vector<llm::SeqTokens>* parts, std::vector<Slot*>* part_slot) {
+  parts->clear();
+  part_slot->clear();
+  int64_t budget = opt_.n_batch;
+  for (auto& s : slots_) {
+    if (!s->job || !s->decoding) continue;
+    parts->push_back(llm::SeqTokens{s->seq, std::span<const int32_t>(&s->last, 1), true});
+    part_slot->push_back(s.get());
+    --budget;
+  }
+  std::vector<Slot*> reading;
+  for (auto& s : slots_)
+    if (s->job && !s->decoding) reading.push_back(s.get());
+  std::sort(reading.begin(), reading.end(), [](Slot* a, Slot* b) { return a->admitted < b->admitted; });
+  for (Slot* s : reading) {
+    // Prompts share what the decoding slots leave of the budget; one token at least, so a
+    // full house of decoders cannot starve a new request.
+    const int64_t left = static_cast<int64_t>(s->params->prompt.size() - s->fed);
+    const int64_t take = std::min(left, std::max<int64_t>(budget, parts->empty() ? opt_.n_batch : 1));
+    if (take <= 0) continue;
+    parts->push_back(llm::SeqTokens{s->seq,
+                                   std::span<const int32_t>(s->params->prompt.data() + s->fed, static_cast<size_t>(take)),
+                                   take == left});
+    part_slot->push_back(s);
+    budget -= take;
+    if (budget <= 0) budget = 0;
+  }
+}
+
 void Scheduler::loop() {
   std::vector<llm::SeqTokens> parts;
   std::vector<Slot*> part_slot;
@@ -469,32 +499,7 @@ void Scheduler::loop() {
     for (auto& s : slots_)
       if (s->job && s->job->cancelled()) finish_slot(*s, "cancelled");
 
-    parts.clear();
-    part_slot.clear();
-    int64_t budget = opt_.n_batch;
-    for (auto& s : slots_) {
-      if (!s->job || !s->decoding) continue;
-      parts.push_back(llm::SeqTokens{s->seq, std::span<const int32_t>(&s->last, 1), true});
-      part_slot.push_back(s.get());
-      --budget;
-    }
-    std::vector<Slot*> reading;
-    for (auto& s : slots_)
-      if (s->job && !s->decoding) reading.push_back(s.get());
-    std::sort(reading.begin(), reading.end(), [](Slot* a, Slot* b) { return a->admitted < b->admitted; });
-    for (Slot* s : reading) {
-      // Prompts share what the decoding slots leave of the budget; one token at least, so a
-      // full house of decoders cannot starve a new request.
-      const int64_t left = static_cast<int64_t>(s->params->prompt.size() - s->fed);
-      const int64_t take = std::min(left, std::max<int64_t>(budget, parts.empty() ? opt_.n_batch : 1));
-      if (take <= 0) continue;
-      parts.push_back(llm::SeqTokens{s->seq,
-                                     std::span<const int32_t>(s->params->prompt.data() + s->fed, static_cast<size_t>(take)),
-                                     take == left});
-      part_slot.push_back(s);
-      budget -= take;
-      if (budget <= 0) budget = 0;
-    }
+    plan_step(&parts, &part_slot);
     if (parts.empty()) {
       update_gauges();
       continue;

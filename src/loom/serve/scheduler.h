@@ -152,6 +152,7 @@ class Scheduler {
   void loop();
   void run_embeddings(EmbedWork& work);
   void admit_locked();
+  void plan_step(std::vector<llm::SeqTokens>* parts, std::vector<Slot*>* part_slot);
   size_t shared_prefix(const Slot& s, const std::vector<int32_t>& prompt) const;
   Slot* pick_slot(const std::vector<int32_t>& prompt, size_t* common) const;
   size_t copy_prefix_into(Slot& dst, const std::vector<int32_t>& prompt, size_t have);
