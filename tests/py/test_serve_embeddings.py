@@ -137,3 +137,11 @@ def test_malformed_json(server, raw):
 def test_wrong_method(server):
     r = requests.get(server.url + "/v1/embeddings", timeout=30)
     assert r.status_code == 405 and r.headers["Allow"] == "POST"
+
+
+def test_gemma3_paraphrases(loom_bin):
+    """The second model (Gemma 3, 640 wide, no pooling declared: mean) orders the triples too."""
+    with LoomServer(loom_bin, model_path("gemma3"), "--parallel", "1", "-c", "256") as s:
+        for a, b, c in TRIPLES:
+            ea, eb, ec = embed(s, [a, b, c])[0]
+            assert ea.shape == (640,) and float(ea @ eb) > float(ea @ ec), a

@@ -330,3 +330,18 @@ def test_n_choices_with_logprobs_streamed(server):
     for i, c in enumerate(full.choices):
         assert got[i] == [(e.token, e.logprob) for e in c.logprobs.content]
         assert len(got[i]) == 8 or c.finish_reason == "stop"
+
+
+def test_gemma3_logprobs(loom_bin):
+    """Gemma 3 (262,144 tokens): greedy logprobs as on SmolLM2, and logit_bias bans the greedy token."""
+    with LoomServer(loom_bin, model_path("gemma3"), "--parallel", "1", "-c", "256") as s:
+        r = client(s).completions.create(model="x", prompt=PROMPT, max_tokens=6, temperature=0, logprobs=5)
+        lp = r.choices[0].logprobs
+        assert "".join(lp.tokens) == r.choices[0].text
+        for value, top in zip(lp.token_logprobs, lp.top_logprobs):
+            assert max(top.values()) == pytest.approx(value, abs=1e-6)
+            assert sum(math.exp(v) for v in top.values()) <= 1 + 1e-5
+        first = requests.post(s.url + "/tokenize", json={"content": lp.tokens[0]}, timeout=60).json()["tokens"]
+        banned = client(s).completions.create(model="x", prompt=PROMPT, max_tokens=1, temperature=0, logprobs=1,
+                                              logit_bias={str(first[0]): -100})
+        assert banned.choices[0].logprobs.tokens[0] != lp.tokens[0]
