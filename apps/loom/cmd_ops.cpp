@@ -1,7 +1,8 @@
-// `loom ops list|test|bench`: the op library from the command line. `list` shows every op with
-// its test shapes and schedule space; `test` runs the differential check of one op (all its test
-// shapes or --shape) on a device; `bench` checks and then times one op and shape, and, for
-// matvec/matmul, llm::ref::matmul on the same data (median of repetitions after a warm-up).
+// `loom ops list|test|bench|ir|build`: the op library from the command line. `list` shows every
+// op with its test shapes and schedule space; `test` runs the differential check of one op (all
+// its test shapes or --shape) on a device; `bench` checks and then times one op and shape, and,
+// for matvec/matmul, llm::ref::matmul on the same data (median of repetitions after a warm-up);
+// `build` compiles every op for an AMDGPU arch and reports each kernel's resources.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -10,9 +11,12 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
+#include "loom/base/file.h"
 #include "loom/base/stats.h"
 #include "loom/base/thread_pool.h"
+#include "loom/codegen/target.h"
 #include "loom/ir/ir.h"
+#include "loom/kernels/amdgpu_build.h"
 #include "loom/kernels/op_harness.h"
 #include "loom/kernels/op_list.h"
 #include "loom/ref/ops_ref.h"
@@ -27,6 +31,8 @@ struct OpsFlags {
   int threads = 0, reps = 50, warmup = 5, random = 3;
   uint64_t seed = 0;
   bool json = false;
+  std::string target = "amdgpu", out;  // build
+  int jobs = 0;
 };
 
 Result<const OpSpec*> find(const std::string& name) {
@@ -190,6 +196,41 @@ Status run_ir(const OpsFlags& f) {
   return Status();
 }
 
+// `build --target amdgpu[:ARCH]`: the resource report of every kernel for ARCH (both gfx11
+// archs when none is named), to stdout or --out (one file per arch: ARCH is put before the
+// extension). Fails when any op shape failed to build; refused shapes are listed, not fatal.
+Status run_build(const OpsFlags& f) {
+  std::string_view t = f.target;
+  const size_t colon = t.find(':');
+  if (t.substr(0, colon) != "amdgpu") return invalid_argument("ops build: --target must be amdgpu[:ARCH], got '{}'", t);
+  std::vector<std::string> archs = codegen::amdgpu_target().archs();
+  if (colon != std::string_view::npos) archs = {std::string(t.substr(colon + 1))};
+  int failed = 0;
+  for (const std::string& arch : archs) {
+    LOOM_ASSIGN_OR_RETURN(AmdgpuBuildReport r,
+                          build_ops_amdgpu(arch, f.op, f.jobs > 0 ? f.jobs : default_thread_count()));
+    const std::string text = format_amdgpu_report(r);
+    if (f.out.empty()) {
+      std::printf("%s", text.c_str());
+    } else {
+      std::string path = f.out;
+      if (archs.size() > 1) {
+        const size_t dot = path.rfind('.');
+        path = dot == std::string::npos || path.find('/', dot) != std::string::npos
+                   ? path + "_" + arch
+                   : path.substr(0, dot) + "_" + arch + path.substr(dot);
+      }
+      LOOM_RETURN_IF_ERROR(write_file(path, text));
+      std::fprintf(stderr, "wrote %s\n", path.c_str());
+    }
+    std::fprintf(stderr, "amdgpu:%s: %zu kernels built, %zu op shapes refused, %zu failed\n", arch.c_str(),
+                 r.kernels.size(), r.refused.size(), r.failed.size());
+    failed += static_cast<int>(r.failed.size());
+  }
+  if (failed) return failed_precondition("{} op shapes failed to build for amdgpu", failed);
+  return Status();
+}
+
 LOOM_COMMAND(kOps, "ops", "The op library: list ops, test them against their references, time them",
              [](CLI::App& sub) -> Action {
                auto f = std::make_shared<OpsFlags>();
@@ -203,6 +244,13 @@ LOOM_COMMAND(kOps, "ops", "The op library: list ops, test them against their ref
                irc->add_option("--schedule", f->schedule, "knob values (default schedule if absent)");
                irc->add_option("--target", f->device, "cpp (default), ptx or amdgpu");
                irc->callback([which] { *which = "ir"; });
+               auto* build = sub.add_subcommand("build", "compile every op for AMDGPU; report registers, LDS, spills");
+               build->add_option("--target", f->target, "amdgpu (gfx1100 and gfx1151) or amdgpu:ARCH");
+               build->add_option("--op", f->op, "only this op");
+               build->add_option("-j,--jobs", f->jobs, "compilations at a time (default $LOOM_THREADS or 2)");
+               build->add_option("-o,--out", f->out, "write the report here (ARCH added before the extension "
+                                                     "when building both archs)");
+               build->callback([which] { *which = "build"; });
                for (const char* name : {"test", "bench"}) {
                  auto* c = sub.add_subcommand(name, std::string(name) == "test"
                                                         ? "differential check against the reference"
@@ -224,8 +272,8 @@ LOOM_COMMAND(kOps, "ops", "The op library: list ops, test them against their ref
                }
                return [f, which]() -> int {
                  if (*which == "list") return run_list();
-                 if (*which == "ir") {
-                   Status s = run_ir(*f);
+                 if (*which == "ir" || *which == "build") {
+                   Status s = *which == "ir" ? run_ir(*f) : run_build(*f);
                    return s.ok() ? 0 : report(s);
                  }
                  Status s = *which == "test" ? run_test(*f) : run_bench(*f);

@@ -358,6 +358,32 @@ Status add_combine_q(Generated& g, const Shape& s, int32_t S, int scratch_arg, i
   return Status();
 }
 
+// The combine body on amdgpu: loops over the splits instead of unrolled loads. Unrolled, the
+// splits' max and sum are 2 x S uniform loads that llc issues together into SGPRs (106 per
+// wave): at S = 64 they spill. Here M and the sum of l_s e^(m_s - M) are loop-carried, and each
+// value's loop reloads m_s (a uniform, cached load) for its factor; the same operations in the
+// same order as the unrolled form, so the same results.
+void combine_loops(ir::Builder& c, Value* sc, Value* o, Value* row, Value* base, int32_t S, int32_t D,
+                   int32_t threads) {
+  auto ci32 = [&](int64_t v) { return c.i32(static_cast<int32_t>(v)); };
+  auto at = [&](Value* sp, int64_t off) { return c.add(base, c.add(c.mul(sp, ci32(D + 2)), ci32(off))); };
+  Value* M = c.for_loop(ci32(0), ci32(S), ci32(1), {c.f32(kNoMax)}, [&](Value* sp, std::span<Value* const> acc) {
+    return std::vector<Value*>{c.max(acc[0], c.load(sc, at(sp, 0)))};
+  })[0];
+  Value* sum_l = c.for_loop(ci32(0), ci32(S), ci32(1), {c.f32(0.0)}, [&](Value* sp, std::span<Value* const> acc) {
+    Value* f = c.unary(ir::Op::kExp, c.sub(c.load(sc, at(sp, 0)), M));
+    return std::vector<Value*>{c.fma(c.load(sc, at(sp, 1)), f, acc[0])};
+  })[0];
+  c.for_loop(c.thread_id(ir::Mode::kX), ci32(D), ci32(threads), {}, [&](Value* d, std::span<Value* const>) {
+    Value* sum_v = c.for_loop(ci32(0), ci32(S), ci32(1), {c.f32(0.0)}, [&](Value* sp, std::span<Value* const> acc) {
+      Value* f = c.unary(ir::Op::kExp, c.sub(c.load(sc, at(sp, 0)), M));
+      return std::vector<Value*>{c.fma(c.load(sc, c.add(at(sp, 2), d)), f, acc[0])};
+    })[0];
+    c.store(o, c.add(c.mul(row, ci32(D)), d), c.div(sum_v, sum_l));
+    return std::vector<Value*>{};
+  });
+}
+
 Result<Generated> AttentionOp::generate(const Shape& s, const Schedule& sch, ir::TargetKind t) const {
   LOOM_RETURN_IF_ERROR(validate(s));
   LOOM_RETURN_IF_ERROR(elt::check_schedule(name(), schedule_space(s, t), sch));
@@ -675,30 +701,34 @@ Result<Generated> AttentionOp::generate(const Shape& s, const Schedule& sch, ir:
     auto ci32 = [&](int64_t v) { return c.i32(static_cast<int32_t>(v)); };
     Value* row = c.block_id(ir::Mode::kX);  // token * H + head
     Value* base = c.mul(row, ci32(int64_t{S} * (D + 2)));
-    // The split loops are unrolled (S <= kMaxSplits is known here): every split's max, sum and
-    // value are loaded together, one trip to memory instead of one per split; the sums are
-    // formed in the same order as a loop would, so results are unchanged.
-    std::vector<Value*> m(S), l(S);
-    Value* M = c.f32(kNoMax);
-    for (int32_t sp = 0; sp < S; ++sp) {
-      m[sp] = c.load(sc, c.add(base, ci32(int64_t{sp} * (D + 2))));
-      l[sp] = c.load(sc, c.add(base, ci32(int64_t{sp} * (D + 2) + 1)));
-    }
-    for (int32_t sp = 0; sp < S; ++sp) M = c.max(M, m[sp]);
     const int32_t threads = gpu ? std::min<int32_t>(D, 128) : 1;
-    c.for_loop(c.thread_id(ir::Mode::kX), ci32(D), ci32(threads), {}, [&](Value* d, std::span<Value* const>) {
-      std::vector<Value*> v(S);
-      for (int32_t sp = 0; sp < S; ++sp) v[sp] = c.load(sc, c.add(base, c.add(d, ci32(int64_t{sp} * (D + 2) + 2))));
-      Value* sum_l = c.f32(0.0);
-      Value* sum_v = c.f32(0.0);
+    if (t == ir::TargetKind::kAmdgpu) {
+      combine_loops(c, sc, o, row, base, S, D, threads);
+    } else {
+      // The split loops are unrolled (S <= kMaxSplits is known here): every split's max, sum and
+      // value are loaded together, one trip to memory instead of one per split; the sums are
+      // formed in the same order as a loop would, so results are unchanged.
+      std::vector<Value*> m(S), l(S);
+      Value* M = c.f32(kNoMax);
       for (int32_t sp = 0; sp < S; ++sp) {
-        Value* f = c.unary(ir::Op::kExp, c.sub(m[sp], M));
-        sum_l = c.fma(l[sp], f, sum_l);
-        sum_v = c.fma(v[sp], f, sum_v);
+        m[sp] = c.load(sc, c.add(base, ci32(int64_t{sp} * (D + 2))));
+        l[sp] = c.load(sc, c.add(base, ci32(int64_t{sp} * (D + 2) + 1)));
       }
-      c.store(o, c.add(c.mul(row, ci32(D)), d), c.div(sum_v, sum_l));
-      return std::vector<Value*>{};
-    });
+      for (int32_t sp = 0; sp < S; ++sp) M = c.max(M, m[sp]);
+      c.for_loop(c.thread_id(ir::Mode::kX), ci32(D), ci32(threads), {}, [&](Value* d, std::span<Value* const>) {
+        std::vector<Value*> v(S);
+        for (int32_t sp = 0; sp < S; ++sp) v[sp] = c.load(sc, c.add(base, c.add(d, ci32(int64_t{sp} * (D + 2) + 2))));
+        Value* sum_l = c.f32(0.0);
+        Value* sum_v = c.f32(0.0);
+        for (int32_t sp = 0; sp < S; ++sp) {
+          Value* f = c.unary(ir::Op::kExp, c.sub(m[sp], M));
+          sum_l = c.fma(l[sp], f, sum_l);
+          sum_v = c.fma(v[sp], f, sum_v);
+        }
+        c.store(o, c.add(c.mul(row, ci32(D)), d), c.div(sum_v, sum_l));
+        return std::vector<Value*>{};
+      });
+    }
     KernelLaunch cl;
     cl.kernel = "attention_combine";
     cl.grid = {static_cast<uint32_t>(int64_t{T} * H), 1, 1};

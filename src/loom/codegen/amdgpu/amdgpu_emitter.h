@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,8 +20,17 @@
 
 namespace loom::codegen {
 
+struct AmdgpuEmitOptions {
+  // Kernel name -> the largest block (threads) it is launched with, as
+  // "amdgpu-flat-work-group-size"="1,N": llc then budgets registers for N threads instead of
+  // 1024 (up to 256 VGPRs per lane where at most 256 threads share a workgroup, 192 at 1024).
+  // A kernel not named may be launched with any block up to 1024 threads.
+  std::map<std::string, int> max_block_threads;
+};
+
 // The module's LLVM IR. It is the same for every gfx11 arch (the CPU is chosen at llc time).
-Result<std::string> emit_amdgpu_llvm(const ir::Module& module);
+// Does not verify (amdgpu_target().emit does).
+Result<std::string> emit_amdgpu_llvm(const ir::Module& module, const AmdgpuEmitOptions& options = {});
 
 // llc + ld.lld: LLVM IR text -> ELF code object for `arch` (gfx1100, gfx1151). Tools come from
 // $LOOM_LLC / $LOOM_LLD or llc-19 / ld.lld-19 / llc / ld.lld on PATH (unavailable when
