@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
-#include <utility>
 
 namespace loom::codegen {
 namespace {
@@ -21,12 +20,13 @@ struct Msg {
   int64_t i = 0;
   double f = 0;
   std::string s;
-  std::vector<Msg> items;                     // arrays
-  std::vector<std::pair<Msg, Msg>> entries;   // maps
+  // Arrays: items. Maps: keys and items, pairwise (std::vector may hold the incomplete Msg;
+  // std::pair may not).
+  std::vector<Msg> keys, items;
 
   const Msg* find(std::string_view key) const {
-    for (const auto& [k, v] : entries)
-      if (k.kind == Kind::kStr && k.s == key) return &v;
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (keys[i].kind == Kind::kStr && keys[i].s == key) return &items[i];
     return nullptr;
   }
 };
@@ -138,11 +138,13 @@ class MsgReader {
     LOOM_RETURN_IF_ERROR(check_count(n));
     Msg m;
     m.kind = Msg::Kind::kMap;
-    m.entries.reserve(static_cast<size_t>(n));
+    m.keys.reserve(static_cast<size_t>(n));
+    m.items.reserve(static_cast<size_t>(n));
     for (uint64_t i = 0; i < n; ++i) {
       LOOM_ASSIGN_OR_RETURN(Msg k, value(depth + 1));
       LOOM_ASSIGN_OR_RETURN(Msg v, value(depth + 1));
-      m.entries.emplace_back(std::move(k), std::move(v));
+      m.keys.push_back(std::move(k));
+      m.items.push_back(std::move(v));
     }
     return m;
   }
