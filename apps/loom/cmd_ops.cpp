@@ -62,6 +62,7 @@ int run_list() {
     if (!shapes.empty()) {
       std::printf("  space (cpu): %s\n", space_text(op->schedule_space(shapes[0], ir::TargetKind::kCpp)).c_str());
       std::printf("  space (ptx): %s\n", space_text(op->schedule_space(shapes[0], ir::TargetKind::kPtx)).c_str());
+      std::printf("  space (amdgpu): %s\n", space_text(op->schedule_space(shapes[0], ir::TargetKind::kAmdgpu)).c_str());
     }
     for (const Shape& s : shapes) std::printf("  shape %s\n", s.key().c_str());
   }
