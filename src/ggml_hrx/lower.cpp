@@ -90,13 +90,44 @@ using Calls = std::vector<OpCall>;
 // (the op library has no batched op, and thousands of launches would not pay).
 constexpr int64_t kMaxBatches = 64;
 
-Result<Calls> lower_add(const ggml_tensor* n) {
+// ADD and MUL of f32 tensors of one shape, or with src1 one row broadcast over every row of
+// src0 (a bias, a norm's weight): add / add_bias, mul_rows. Other broadcasts stay on the CPU.
+Result<Calls> lower_binary(const ggml_tensor* n, bool mul) {
   const ggml_tensor *a = n->src[0], *b = n->src[1];
   LOOM_RETURN_IF_ERROR(of_type(a, GGML_TYPE_F32, "src0"));
   LOOM_RETURN_IF_ERROR(of_type(b, GGML_TYPE_F32, "src1"));
   LOOM_RETURN_IF_ERROR(of_type(n, GGML_TYPE_F32, "dst"));
-  if (!ggml_are_same_shape(a, b)) return unimplemented("ADD with a broadcast src1 ({})", b->name);
-  LOOM_ASSIGN_OR_RETURN(OpCall c, make_elementwise(n, "add", kernels::Shape{{{"n", ggml_nelements(n)}}}, {a, b}));
+  if (!ggml_are_same_shape(a, n)) return unimplemented("{}: src0 {} and dst differ in shape", ggml_op_desc(n), a->name);
+  const bool same = ggml_are_same_shape(a, b);
+  if (!same && !(ggml_nrows(b) == 1 && b->ne[0] == a->ne[0]))
+    return unimplemented("{} with src1 {} broadcast other than one row over all rows", ggml_op_desc(n), b->name);
+  if (!mul && same) {
+    LOOM_ASSIGN_OR_RETURN(OpCall c, make_elementwise(n, "add", kernels::Shape{{{"n", ggml_nelements(n)}}}, {a, b}));
+    return Calls{std::move(c)};
+  }
+  // Same shapes as one row of all the elements; a broadcast row over ggml_nrows rows.
+  const int64_t rows = same ? 1 : ggml_nrows(a), len = same ? ggml_nelements(a) : a->ne[0];
+  kernels::Shape shape = kernels::elt::make_shape({{"n_rows", rows}, {"n", len}});
+  LOOM_ASSIGN_OR_RETURN(OpCall c, make_call(n, mul ? "mul_rows" : "add_bias", std::move(shape),
+                                            {{"x", addr(a)}, {"b", addr(b)}, {"y", addr(n)}}));
+  return Calls{std::move(c)};
+}
+
+// GLU with its gate and up halves as two tensors of one shape (llama.cpp's split form, as its
+// llama and gemma graphs build it), not swapped: swiglu, geglu. The fused form (one tensor
+// holding both halves of each row) and the other GLU variants stay on the CPU.
+Result<Calls> lower_glu(const ggml_tensor* n) {
+  const ggml_tensor *g = n->src[0], *u = n->src[1];
+  if (!u) return unimplemented("GLU with both halves in one tensor ({})", g->name);
+  LOOM_RETURN_IF_ERROR(of_type(g, GGML_TYPE_F32, "src0"));
+  LOOM_RETURN_IF_ERROR(of_type(u, GGML_TYPE_F32, "src1"));
+  LOOM_RETURN_IF_ERROR(of_type(n, GGML_TYPE_F32, "dst"));
+  if (!ggml_are_same_shape(g, u) || !ggml_are_same_shape(g, n)) return unimplemented("GLU of tensors of different shapes");
+  if (n->op_params[1] != 0) return unimplemented("GLU with swapped halves");  // op_params: glu op, swapped
+  const ggml_glu_op kind = ggml_get_glu_op(n);
+  const char* op = kind == GGML_GLU_OP_SWIGLU ? "swiglu" : kind == GGML_GLU_OP_GEGLU ? "geglu" : nullptr;
+  if (!op) return unimplemented("GLU {}", ggml_glu_op_name(kind));
+  LOOM_ASSIGN_OR_RETURN(OpCall c, make_elementwise(n, op, kernels::Shape{{{"n", ggml_nelements(n)}}}, {g, u}));
   return Calls{std::move(c)};
 }
 
@@ -207,7 +238,9 @@ Result<std::vector<OpCall>> lower_node(const ggml_tensor* node, ir::TargetKind t
   (void)target;  // the generic ops run on every target; the GPU fast paths come with their tests
   if (is_noop(node)) return Calls{};
   switch (node->op) {
-    case GGML_OP_ADD: return lower_add(node);
+    case GGML_OP_ADD: return lower_binary(node, /*mul=*/false);
+    case GGML_OP_MUL: return lower_binary(node, /*mul=*/true);
+    case GGML_OP_GLU: return lower_glu(node);
     case GGML_OP_SCALE: return lower_scale(node);
     case GGML_OP_RMS_NORM: return lower_rms_norm(node);
     case GGML_OP_GET_ROWS: return lower_get_rows(node);

@@ -16,6 +16,9 @@ from conftest import ROOT
 # but not listed here, fails the test: the list is the backend's contract.
 CLAIMED = {
     "ADD": {"f32"},
+    "MUL": {"f32"},
+    "SWIGLU": {"f32"},
+    "GEGLU": {"f32"},
     "SCALE": {"f32"},
     "RMS_NORM": {"f32"},
     "GET_ROWS": {"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_K", "q6_K"},

@@ -201,21 +201,24 @@ class SoftcapOp final : public MapOp {
   }
 };
 
-// ---- add_bias ---------------------------------------------------------------------------------
-// y[r, :] = x[r, :] + b: a bias vector (attention q/k/v biases) added to every row. A 2-D grid,
-// one row per block row, as gather_rows; each thread adds `vec` floats. The same float add as
-// ggml's broadcast add, so the result is exact on every target.
-class AddBiasOp final : public OpSpec {
+// ---- add_bias, mul_rows ------------------------------------------------------------------------
+// y[r, :] = x[r, :] op b: one vector of n values combined with every row: add_bias (attention
+// q/k/v biases) and mul_rows (a norm's weight, as ggml's broadcast MUL applies it). A 2-D grid,
+// one row per block row, as gather_rows; each thread handles `vec` floats. The same float add or
+// multiply as ggml's broadcast ADD / MUL, so the result is exact on every target.
+class RowBroadcastOp final : public OpSpec {
  public:
-  std::string_view name() const override { return "add_bias"; }
+  explicit RowBroadcastOp(bool mul) : mul_(mul) {}
+  std::string_view name() const override { return mul_ ? "mul_rows" : "add_bias"; }
   std::string_view description() const override {
-    return "y[r] = x[r] + b (f32 rows of n values, one bias vector of n added to each)";
+    return mul_ ? "y[r] = x[r] * b (f32 rows of n values, each multiplied by one vector of n)"
+                : "y[r] = x[r] + b (f32 rows of n values, one bias vector of n added to each)";
   }
   Status validate(const Shape& s) const override {
     LOOM_RETURN_IF_ERROR(elt::require_dim(name(), s, "n_rows", 1, int64_t{1} << 24));
-    LOOM_RETURN_IF_ERROR(elt::require_dim(name(), s, "n", 1, int64_t{1} << 24));
+    LOOM_RETURN_IF_ERROR(elt::require_dim(name(), s, "n", 1, int64_t{1} << 30));
     if (s.dims.at("n_rows") * s.dims.at("n") > (int64_t{1} << 30))
-      return invalid_argument("add_bias: more than 2^30 elements");
+      return invalid_argument("{}: more than 2^30 elements", name());
     return Status();
   }
   std::vector<ArgSpec> args(const Shape& s) const override {
@@ -246,7 +249,8 @@ class AddBiasOp final : public OpSpec {
     const int threads = static_cast<int>(sch.at("threads")), vec = static_cast<int>(sch.at("vec"));
     const int64_t n_vec = n / vec;
     Generated g;
-    ir::Kernel* k = g.module.add_kernel("add_bias");
+    const std::string kname(name());
+    ir::Kernel* k = g.module.add_kernel(kname);
     ir::Builder b(*k);
     Value* x = b.param(elt::global_ptr(Scalar::kF32), "x");
     Value* bias = b.param(elt::global_ptr(Scalar::kF32), "b");
@@ -262,14 +266,15 @@ class AddBiasOp final : public OpSpec {
                  Value* v = b.add(b.add(c0, tid), b.mul(it, b.i32(threads)));
                  b.if_then_else(b.cmp(ir::Mode::kLt, v, b.i32(static_cast<int32_t>(n_vec))), {}, [&] {
                    Value* e = b.mul(v, b.i32(vec));
-                   Value* sum = b.add(b.load(x, b.add(base, e), vt, 4 * vec), b.load(bias, e, vt, 4 * vec));
-                   b.store(y, b.add(base, e), sum, 4 * vec);
+                   Value* xv = b.load(x, b.add(base, e), vt, 4 * vec);
+                   Value* bv = b.load(bias, e, vt, 4 * vec);
+                   b.store(y, b.add(base, e), mul_ ? b.mul(xv, bv) : b.add(xv, bv), 4 * vec);
                    return std::vector<Value*>{};
                  });
                  return std::vector<Value*>{};
                });
     KernelLaunch l;
-    l.kernel = "add_bias";
+    l.kernel = kname;
     l.grid = {elt::gpu_target(t) ? static_cast<uint32_t>((n_vec + threads - 1) / threads) : 1u,
               static_cast<uint32_t>(n_rows), 1};
     l.block = {static_cast<uint32_t>(threads), 1, 1};
@@ -288,15 +293,28 @@ class AddBiasOp final : public OpSpec {
     const float* x = elt::f32s(args[0]).data();
     const float* bias = elt::f32s(args[1]).data();
     float* y = elt::f32s(args[2]).data();
-    for (int64_t r = 0; r < rows; ++r) llm::ref::add(x + r * n, bias, y + r * n, n);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (!mul_) {
+        llm::ref::add(x + r * n, bias, y + r * n, n);
+        continue;
+      }
+      for (int64_t i = 0; i < n; ++i) y[r * n + i] = x[r * n + i] * bias[i];
+    }
     return Status();
   }
   std::vector<Shape> test_shapes() const override {
     // One decode row of Qwen2.5-0.5B's q (896), a prompt of its k/v rows (128), Qwen2.5-7B's q
     // (3584) over 5 tokens, and a row no vector width divides.
+    // mul_rows: SmolLM2's norm weight over 7 rows, and one long row (a same-shape MUL).
+    if (mul_)
+      return {elt::make_shape({{"n_rows", 7}, {"n", 576}}), elt::make_shape({{"n_rows", 1}, {"n", 4099}}),
+              elt::make_shape({{"n_rows", 3}, {"n", 13}})};
     return {elt::make_shape({{"n_rows", 1}, {"n", 896}}), elt::make_shape({{"n_rows", 33}, {"n", 128}}),
             elt::make_shape({{"n_rows", 5}, {"n", 3584}}), elt::make_shape({{"n_rows", 3}, {"n", 13}})};
   }
+
+ private:
+  bool mul_;
 };
 
 // ---- gather_rows ------------------------------------------------------------------------------
@@ -416,7 +434,11 @@ const OpSpec& softcap_op() {
   return op;
 }
 const OpSpec& add_bias_op() {
-  static const AddBiasOp op;
+  static const RowBroadcastOp op(/*mul=*/false);
+  return op;
+}
+const OpSpec& mul_rows_op() {
+  static const RowBroadcastOp op(/*mul=*/true);
   return op;
 }
 const OpSpec& gather_rows_op() {
@@ -425,7 +447,7 @@ const OpSpec& gather_rows_op() {
 }
 
 std::vector<const OpSpec*> elementwise_family_ops() {
-  return {&add_op(),     &add_bias_op(),     &scale_op(),        &softcap_op(),      &swiglu_op(),
+  return {&add_op(),     &add_bias_op(),     &mul_rows_op(),     &scale_op(),        &softcap_op(),      &swiglu_op(),
           &geglu_op(),   &gather_rows_op(),  &rms_norm_op(),     &add_rms_norm_op(),
           &softmax_op(), &rope_kv_op(),      &attention_decode_op(), &attention_prompt_op(), &rms_norm_q8_op()};
 }

@@ -20,6 +20,7 @@ const OpSpec& argmax_op();
 // Element-wise, norm, rope, attention ops.
 const OpSpec& add_op();
 const OpSpec& add_bias_op();
+const OpSpec& mul_rows_op();
 const OpSpec& scale_op();
 const OpSpec& softcap_op();
 const OpSpec& swiglu_op();

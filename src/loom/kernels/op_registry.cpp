@@ -14,6 +14,7 @@ const std::vector<const OpSpec*>& all_ops() {
       // Element-wise, norm, rope, attention.
       &add_op(),
       &add_bias_op(),
+      &mul_rows_op(),
       &scale_op(),
       &softcap_op(),
       &swiglu_op(),
