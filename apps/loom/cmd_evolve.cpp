@@ -205,6 +205,10 @@ LOOM_COMMAND(kEvolve, "evolve", "Search for faster kernels (jobs in an SQLite fi
                run->add_option("--holdout", f->cfg.holdout, "held-out shapes per candidate (default 3)");
                run->add_option("--time-per-candidate", f->cfg.time_budget_s, "seconds of timing per candidate (default 0.3)");
                run->add_option("--timeout", f->cfg.timeout_s, "seconds before an evaluation counts as hung (default 120)");
+               run->add_option("--confirm-rounds", f->cfg.confirm_rounds,
+                               "interleaved re-timing rounds of the three best against the baseline (default 5)");
+               run->add_option("--ws-factor", f->cfg.ws_factor,
+                               "timing working set in last-level caches (default 4; capped at 1 GiB on the cpu)");
                run->add_option("--compile-jobs", f->cfg.compile_jobs,
                                "candidates proposed and compiled in parallel per batch (default: cores, at most 8)");
                run->add_flag("--no-store", [f](int64_t) { f->cfg.store = false; }, "do not put the winner into the kernel store");

@@ -41,6 +41,7 @@ nlohmann::json to_json(const JobConfig& c) {
           {"synth", c.synth},    {"seed", c.seed},           {"budget_count", c.budget_count},
           {"budget_s", c.budget_s}, {"skills", c.skills},    {"trials", c.trials},     {"holdout", c.holdout},
           {"time_budget_s", c.time_budget_s}, {"timeout_s", c.timeout_s}, {"store", c.store},
+          {"confirm_rounds", c.confirm_rounds}, {"ws_factor", c.ws_factor},
           {"compile_jobs", c.compile_jobs}, {"llm_memory", c.llm_memory}, {"llm_url", c.llm.url}, {"llm_model", c.llm.model}, {"llm_max_tokens", c.llm.max_tokens}};
 }
 
@@ -61,6 +62,8 @@ JobConfig from_json(const nlohmann::json& j) {
   c.time_budget_s = j.value("time_budget_s", 0.3);
   c.timeout_s = j.value("timeout_s", 120.0);
   c.store = j.value("store", true);
+  c.confirm_rounds = j.value("confirm_rounds", 5);
+  c.ws_factor = j.value("ws_factor", 4.0);
   c.compile_jobs = j.value("compile_jobs", 1);
   c.llm_memory = j.value("llm_memory", "parent");  // jobs from before batches: one at a time
   c.llm.url = j.value("llm_url", "");
@@ -291,6 +294,7 @@ EvalOptions job_eval_options(const std::string& db_path, int64_t job, const JobC
   eo.trials = cfg.trials;
   eo.holdout = search_holdout_shapes(op, shape, target, cfg.holdout);
   eo.time_budget_s = cfg.time_budget_s;
+  eo.ws_factor = cfg.ws_factor;
   eo.peak_gbps = peak;
   eo.pool_seed = step_seed(cfg.seed, 1 << 30);
   const uint64_t h = key_hash64(db_path);
@@ -301,8 +305,8 @@ EvalOptions job_eval_options(const std::string& db_path, int64_t job, const JobC
   return eo;
 }
 
-// Confirms the finalists against the baseline: the search's kFinalists best candidates, 5
-// rounds, each timing the baseline and every finalist back to back; a finalist's confirmed
+// Confirms the finalists against the baseline: the search's kFinalists best candidates,
+// cfg.confirm_rounds rounds (default 5), each timing the baseline and every finalist back to back; a finalist's confirmed
 // speed-up is the median of its rounds' ratios (robust to a busy machine; kept in its row), and
 // the highest one is the job's winner. (One search-time sample decides little on a shared
 // machine: a baseline timed in a slow moment makes any candidate look 2x faster, so the
@@ -329,7 +333,7 @@ Result<Winner> confirm_finalists(Db& db, int64_t job, const JobConfig& cfg, cons
   };
   std::vector<std::vector<double>> ratios(finalists.size()), times(finalists.size());
   std::vector<double> base;
-  for (int round = 0; round < 5; ++round) {
+  for (int round = 0; round < std::max(1, cfg.confirm_rounds); ++round) {
     EvalResult b = evaluate_isolated(cfg.device, op, shape, h.nodes[0].cand, o, cfg.timeout_s);
     LOOM_RETURN_IF_ERROR(lease.beat());
     if (!b.ok()) continue;

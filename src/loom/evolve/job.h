@@ -29,6 +29,8 @@ struct JobConfig {
   int holdout = 3;        // held-out shapes
   double time_budget_s = 0.3;  // timing per candidate
   double timeout_s = 120;      // per evaluation (hang -> timeout)
+  int confirm_rounds = 5;      // interleaved re-timing rounds of the finalists against the baseline
+  double ws_factor = 4.0;      // timing working set >= ws_factor x last-level cache (EvalOptions)
   bool store = true;      // put a confirmed winner into the kernel store
   int compile_jobs = 0;   // candidates proposed and compiled in parallel per batch (0: on cpu
                           // the machine's cores, at most 8; on cuda 1); kept with the job
