@@ -260,7 +260,8 @@ Status bench(const BenchFlags& f, const std::string& command) {
         ops.push_back({{"op", o.op}, {"launches_per_step", static_cast<double>(o.launches) / steps},
                        {"us_per_step", o.seconds / steps * 1e6}, {"share", total > 0 ? o.seconds / total : 0},
                        {"gbs", gbs}, {"fraction_of_bandwidth", lim.bandwidth_gbs > 0 ? gbs / lim.bandwidth_gbs : 0},
-                       {"tflops", o.seconds > 0 ? o.flops / o.seconds / 1e12 : 0}});
+                       {"tflops", o.seconds > 0 ? o.flops / o.seconds / 1e12 : 0},
+                       {"fraction_of_peak_flops", o.seconds > 0 && lim.peak_flops > 0 ? o.flops / o.seconds / lim.peak_flops : 0}});
       }
       j["profile"] = {{"step", kind}, {"steps", steps}, {"kernel_us_per_step", total / steps * 1e6},
                       {"note", "eager launches with device events around each (no graph replay): tokens/s of a profiled run are lower"},
@@ -306,11 +307,17 @@ Status bench(const BenchFlags& f, const std::string& command) {
     std::printf("\nper-op profile of a %s step (%s; %.0f steps, kernels %.1f us per step):\n",
                 pr["step"].get<std::string>().c_str(), j["test"].get<std::string>().c_str(), pr["steps"].get<double>(),
                 pr["kernel_us_per_step"].get<double>());
-    std::printf("  %-18s %9s %11s %7s %9s %9s\n", "op", "launches", "us/step", "share", "GB/s", "of BW");
-    for (const auto& o : pr["ops"])
-      std::printf("  %-18s %9.1f %11.1f %6.1f%% %9.1f %8.1f%%\n", o["op"].get<std::string>().c_str(),
+    // TFLOP/s and the fraction of the device's dense fp16 tensor peak beside the bandwidth, so a
+    // compute-bound op (the prompt matmul) shows how far it is from its own limit.
+    std::printf("  %-18s %9s %11s %7s %9s %9s %9s %9s\n", "op", "launches", "us/step", "share", "GB/s", "of BW", "TFLOP/s",
+                "of peak");
+    for (const auto& o : pr["ops"]) {
+      const double peak = o.value("fraction_of_peak_flops", 0.0);
+      std::printf("  %-18s %9.1f %11.1f %6.1f%% %9.1f %8.1f%% %9.2f %9s\n", o["op"].get<std::string>().c_str(),
                   o["launches_per_step"].get<double>(), o["us_per_step"].get<double>(), 100 * o["share"].get<double>(),
-                  o["gbs"].get<double>(), 100 * o["fraction_of_bandwidth"].get<double>());
+                  o["gbs"].get<double>(), 100 * o["fraction_of_bandwidth"].get<double>(), o["tflops"].get<double>(),
+                  peak > 0 ? fmt::format("{:.1f}%", 100 * peak).c_str() : "-");
+    }
   }
   return Status();
 }
