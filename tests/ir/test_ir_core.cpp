@@ -196,6 +196,13 @@ const BadCase kBadCases[] = {
      "'concat' operands must have one type, got i32x4 and u32x4"},
     {"concat past 16 lanes", KERNEL_HEAD "  %v = const 0 : i8x16\n  %d = concat %v, %v\n}\n", "3:3",
      "'concat' of i8x16 would make 32 lanes"},
+    {"ldmatrix from global memory", KERNEL_HEAD "  %d = ldmatrix %a, %n\n}\n", "2:3",
+     "'ldmatrix' reads a ptr<shared, f16>, got ptr<global, f32>"},
+    {"ldmatrix of f32", KERNEL_HEAD "  %s = alloc_shared 64 : ptr<shared, f32>\n  %d = ldmatrix %s, %n\n}\n", "3:3",
+     "'ldmatrix' reads a ptr<shared, f16>"},
+    {"ldmatrix index type",
+     KERNEL_HEAD "  %s = alloc_shared 64 : ptr<shared, f16>\n  %i = const 0 : i64\n  %d = ldmatrix %s, %i\n}\n", "4:3",
+     "'ldmatrix' index must be i32, got i64"},
 };
 
 TEST(IrErrors, MalformedTextGivesOneErrorWithLocation) {
@@ -238,6 +245,10 @@ const TargetCase kTargetCases[] = {
     {"mma on cpp",
      "  %h = const 1.0 : f16x8\n  %g = const 1.0 : f16x4\n  %c = const 0.0 : f32x4\n  %d = mma %h, %g, %c\n",
      TargetKind::kCpp, "'mma' is not supported by the cpp target"},
+    {"ldmatrix on cpp", "  %s = alloc_shared 64 : ptr<shared, f16>\n  %d = ldmatrix %s, %n\n", TargetKind::kCpp,
+     "'ldmatrix' is not supported by the cpp target"},
+    {"ldmatrix on amdgpu", "  %s = alloc_shared 64 : ptr<shared, f16>\n  %d = ldmatrix %s, %n\n", TargetKind::kAmdgpu,
+     "'ldmatrix' is not supported by the amdgpu target"},
 };
 
 TEST(IrErrors, IllegalOpsForATargetAreRefusedByItsVerifier) {
