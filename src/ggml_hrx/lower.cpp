@@ -113,6 +113,33 @@ Result<Calls> lower_binary(const ggml_tensor* n, bool mul) {
   return Calls{std::move(c)};
 }
 
+// ROPE (normal and NeoX) of an f32 [head_dim, n_head, n_tokens] tensor by i32 positions, with
+// optional freq factors: rope. Multi-section, vision and offset forms stay on the CPU.
+Result<Calls> lower_rope(const ggml_tensor* n) {
+  const ggml_tensor *x = n->src[0], *pos = n->src[1], *ff = n->src[2];
+  LOOM_RETURN_IF_ERROR(of_type(x, GGML_TYPE_F32, "src0"));
+  LOOM_RETURN_IF_ERROR(of_type(pos, GGML_TYPE_I32, "src1"));
+  LOOM_RETURN_IF_ERROR(of_type(n, GGML_TYPE_F32, "dst"));
+  if (ff) LOOM_RETURN_IF_ERROR(of_type(ff, GGML_TYPE_F32, "src2"));
+  const int32_t* p = n->op_params;  // n_past, n_dims, mode, n_ctx, n_ctx_orig, 6 floats, sections, n_offs
+  const int32_t n_dims = p[1], mode = p[2], n_ctx_orig = p[4], n_offs = p[15];
+  if (mode != GGML_ROPE_TYPE_NORMAL && mode != GGML_ROPE_TYPE_NEOX) return unimplemented("ROPE mode {}", mode);
+  if (n_offs != 0) return unimplemented("ROPE from offset {}", n_offs);
+  if (x->ne[3] != 1 || !ggml_are_same_shape(x, n) || pos->ne[0] != x->ne[2])
+    return unimplemented("ROPE of a {}-d batch or with {} positions for {} tokens", x->ne[3], pos->ne[0], x->ne[2]);
+  if (ff && ff->ne[0] < n_dims / 2) return unimplemented("ROPE with {} freq factors for {} dims", ff->ne[0], n_dims);
+  auto f = [&](int i) { return f32_param(n, i); };
+  kernels::Shape shape = kernels::elt::make_shape(
+      {{"n_tokens", x->ne[2]}, {"n_head", x->ne[1]}, {"head_dim", x->ne[0]}, {"n_dims", n_dims}, {"mode", mode},
+       {"has_ff", ff ? 1 : 0}, {"n_ctx_orig", n_ctx_orig}},
+      {{"freq_base_f32", f(5)}, {"freq_scale_f32", f(6)}, {"ext_factor_f32", f(7)}, {"attn_factor_f32", f(8)},
+       {"beta_fast_f32", f(9)}, {"beta_slow_f32", f(10)}});
+  std::map<std::string, uint64_t> bind = {{"x", addr(x)}, {"pos", addr(pos)}, {"y", addr(n)}};
+  if (ff) bind["ff"] = addr(ff);
+  LOOM_ASSIGN_OR_RETURN(OpCall c, make_call(n, "rope", std::move(shape), std::move(bind)));
+  return Calls{std::move(c)};
+}
+
 // GLU with its gate and up halves as two tensors of one shape (llama.cpp's split form, as its
 // llama and gemma graphs build it), not swapped: swiglu, geglu. The fused form (one tensor
 // holding both halves of each row) and the other GLU variants stay on the CPU.
@@ -241,6 +268,7 @@ Result<std::vector<OpCall>> lower_node(const ggml_tensor* node, ir::TargetKind t
     case GGML_OP_ADD: return lower_binary(node, /*mul=*/false);
     case GGML_OP_MUL: return lower_binary(node, /*mul=*/true);
     case GGML_OP_GLU: return lower_glu(node);
+    case GGML_OP_ROPE: return lower_rope(node);
     case GGML_OP_SCALE: return lower_scale(node);
     case GGML_OP_RMS_NORM: return lower_rms_norm(node);
     case GGML_OP_GET_ROWS: return lower_get_rows(node);

@@ -19,6 +19,7 @@ CLAIMED = {
     "MUL": {"f32"},
     "SWIGLU": {"f32"},
     "GEGLU": {"f32"},
+    "ROPE": {"f32"},
     "SCALE": {"f32"},
     "RMS_NORM": {"f32"},
     "GET_ROWS": {"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_K", "q6_K"},

@@ -449,7 +449,7 @@ const OpSpec& gather_rows_op() {
 std::vector<const OpSpec*> elementwise_family_ops() {
   return {&add_op(),     &add_bias_op(),     &mul_rows_op(),     &scale_op(),        &softcap_op(),      &swiglu_op(),
           &geglu_op(),   &gather_rows_op(),  &rms_norm_op(),     &add_rms_norm_op(),
-          &softmax_op(), &rope_kv_op(),      &attention_decode_op(), &attention_prompt_op(), &rms_norm_q8_op()};
+          &softmax_op(), &rope_kv_op(),      &rope_op(),      &attention_decode_op(), &attention_prompt_op(), &rms_norm_q8_op()};
 }
 
 }  // namespace loom::kernels

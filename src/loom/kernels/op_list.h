@@ -30,6 +30,7 @@ const OpSpec& rms_norm_op();
 const OpSpec& add_rms_norm_op();
 const OpSpec& softmax_op();
 const OpSpec& rope_kv_op();
+const OpSpec& rope_op();
 const OpSpec& attention_decode_op();
 const OpSpec& attention_prompt_op();
 const OpSpec& rms_norm_q8_op();

@@ -24,6 +24,7 @@ const std::vector<const OpSpec*>& all_ops() {
       &add_rms_norm_op(),
       &softmax_op(),
       &rope_kv_op(),
+      &rope_op(),
       &attention_decode_op(),
       &attention_prompt_op(),
       &rms_norm_q8_op(),

@@ -1,6 +1,7 @@
 // rope_kv: rotary position embedding (normal and NeoX, freq factors, YaRN) of q in place and of
 // k, fused with the KV-cache store (k and v rounded to F16 into the cells of the step's
-// positions). Positions (and sequence slots) come from device buffers.
+// positions). Positions (and sequence slots) come from device buffers. rope: the same rotation
+// of one tensor out of place (ggml's ROPE, for ggml-hrx), from the same kernel code.
 #include <algorithm>
 #include <cmath>
 #include <numbers>
@@ -56,28 +57,36 @@ RopeConsts rope_consts(const Shape& s) {
   return c;
 }
 
-class RopeKvOp final : public OpSpec {
+// rope (kv = false) reads only n_tokens, n_head, head_dim, n_dims, mode, has_ff, n_ctx_orig and
+// the floats; its args are x [n_tokens, n_head*head_dim], pos, [ff], y (x rotated; y may be x).
+class RopeOp final : public OpSpec {
  public:
-  std::string_view name() const override { return "rope_kv"; }
+  explicit RopeOp(bool kv) : kv_(kv) {}
+  std::string_view name() const override { return kv_ ? "rope_kv" : "rope"; }
   std::string_view description() const override {
-    return "rotate q (in place) and k by position, store k and v as F16 into the KV cache";
+    return kv_ ? "rotate q (in place) and k by position, store k and v as F16 into the KV cache"
+               : "y = x rotated by position (rows of n_head heads of head_dim)";
   }
 
   Status validate(const Shape& s) const override {
-    for (const char* d : {"n_tokens", "n_head", "n_head_kv", "n_seq", "n_ctx"})
+    for (const char* d : {"n_tokens", "n_head", "n_head_kv", "n_seq", "n_ctx"}) {
+      if (!kv_ && std::string_view(d) != "n_tokens" && std::string_view(d) != "n_head") continue;
       LOOM_RETURN_IF_ERROR(elt::require_dim(name(), s, d, 1, int64_t{1} << 20));
+    }
     LOOM_RETURN_IF_ERROR(elt::require_dim(name(), s, "head_dim", 2, 512));
     LOOM_RETURN_IF_ERROR(elt::require_dim(name(), s, "n_dims", 2, dim_or(s, "head_dim", 2)));
     LOOM_RETURN_IF_ERROR(elt::require_dim(name(), s, "mode", 0, 2));
     LOOM_RETURN_IF_ERROR(elt::require_dim(name(), s, "has_ff", 0, 1));
     if (s.dims.at("head_dim") % 2 || s.dims.at("n_dims") % 2 || s.dims.at("mode") == 1)
-      return invalid_argument("rope_kv: head_dim and n_dims must be even, mode 0 or 2");
-    if (s.dims.at("n_seq") * s.dims.at("n_ctx") * s.dims.at("n_head_kv") * s.dims.at("head_dim") > (int64_t{1} << 30))
+      return invalid_argument("{}: head_dim and n_dims must be even, mode 0 or 2", name());
+    if (kv_ && s.dims.at("n_seq") * s.dims.at("n_ctx") * s.dims.at("n_head_kv") * s.dims.at("head_dim") > (int64_t{1} << 30))
       return invalid_argument("rope_kv: KV cache of more than 2^30 values");
+    if (!kv_ && s.dims.at("n_tokens") * s.dims.at("n_head") * s.dims.at("head_dim") > (int64_t{1} << 30))
+      return invalid_argument("rope: more than 2^30 values");
     if (!(elt::f32_dim(s, "freq_base_f32") > 0.0f) || !(elt::f32_dim(s, "freq_scale_f32") > 0.0f))
-      return invalid_argument("rope_kv: freq_base_f32 and freq_scale_f32 must be > 0");
+      return invalid_argument("{}: freq_base_f32 and freq_scale_f32 must be > 0", name());
     if (elt::f32_dim(s, "ext_factor_f32") != 0.0f && dim_or(s, "n_ctx_orig", 0) <= 0)
-      return invalid_argument("rope_kv: YaRN (ext_factor_f32 != 0) needs n_ctx_orig");
+      return invalid_argument("{}: YaRN (ext_factor_f32 != 0) needs n_ctx_orig", name());
     return Status();
   }
 
@@ -85,6 +94,13 @@ class RopeKvOp final : public OpSpec {
     const int64_t t = dim_or(s, "n_tokens", 0), d = dim_or(s, "head_dim", 0);
     const int64_t h = dim_or(s, "n_head", 0), hk = dim_or(s, "n_head_kv", 0);
     const int64_t cells = dim_or(s, "n_seq", 1) * dim_or(s, "n_ctx", 0);
+    if (!kv_) {
+      std::vector<ArgSpec> a = {elt::buffer_arg("x", ArgRole::kInput, t * h * d, Scalar::kF32),
+                                elt::buffer_arg("pos", ArgRole::kInput, t, Scalar::kI32)};
+      if (dim_or(s, "has_ff", 0)) a.push_back(elt::buffer_arg("ff", ArgRole::kInput, dim_or(s, "n_dims", 0) / 2, Scalar::kF32));
+      a.push_back(elt::buffer_arg("y", ArgRole::kOutput, t * h * d, Scalar::kF32));
+      return a;
+    }
     std::vector<ArgSpec> a = {elt::buffer_arg("q", ArgRole::kInOut, t * h * d, Scalar::kF32),
                               elt::buffer_arg("k", ArgRole::kInput, t * hk * d, Scalar::kF32),
                               elt::buffer_arg("v", ArgRole::kInput, t * hk * d, Scalar::kF32),
@@ -98,8 +114,10 @@ class RopeKvOp final : public OpSpec {
 
   Cost cost(const Shape& s) const override {
     const double t = static_cast<double>(dim_or(s, "n_tokens", 0)), d = static_cast<double>(dim_or(s, "head_dim", 0));
-    const double h = static_cast<double>(dim_or(s, "n_head", 0)), hk = static_cast<double>(dim_or(s, "n_head_kv", 0));
+    const double h = static_cast<double>(dim_or(s, "n_head", 0));
+    const double hk = kv_ ? static_cast<double>(dim_or(s, "n_head_kv", 0)) : 0.0;
     const double rot = static_cast<double>(dim_or(s, "n_dims", 0)) / d;
+    if (!kv_) return {t * (d * 8.0 * h + 4.0), t * d * rot * h * 3.0};
     // q read and written, k and v read (f32), k and v written (f16), positions.
     return {t * (d * (8.0 * h + 8.0 * hk + 4.0 * hk) + 4.0), t * d * rot * (h + hk) * 3.0};
   }
@@ -110,7 +128,7 @@ class RopeKvOp final : public OpSpec {
 
   std::vector<Knob> schedule_space(const Shape& s, ir::TargetKind t) const override {
     const int64_t pairs = dim_or(s, "head_dim", 2) / 2;
-    const int64_t tasks = dim_or(s, "n_head", 1) + dim_or(s, "n_head_kv", 1);
+    const int64_t tasks = dim_or(s, "n_head", 1) + (kv_ ? dim_or(s, "n_head_kv", 1) : 0);
     if (!elt::gpu_target(t)) return {{"pairs_per_thread", {pairs}}, {"heads_per_block", {tasks}}};
     std::vector<int64_t> ppt;
     for (int64_t p : {1, 2, 4})
@@ -135,11 +153,11 @@ class RopeKvOp final : public OpSpec {
   Result<Generated> generate(const Shape& s, const Schedule& sch, ir::TargetKind t) const override {
     LOOM_RETURN_IF_ERROR(validate(s));
     LOOM_RETURN_IF_ERROR(elt::check_schedule(name(), schedule_space(s, t), sch));
-    const int32_t H = static_cast<int32_t>(s.dims.at("n_head")), HK = static_cast<int32_t>(s.dims.at("n_head_kv"));
+    const int32_t H = static_cast<int32_t>(s.dims.at("n_head")), HK = kv_ ? static_cast<int32_t>(s.dims.at("n_head_kv")) : 0;
     const int32_t D = static_cast<int32_t>(s.dims.at("head_dim")), n_dims = static_cast<int32_t>(s.dims.at("n_dims"));
     const bool neox = s.dims.at("mode") == 2, has_ff = s.dims.at("has_ff") != 0;
-    const bool multi_seq = s.dims.at("n_seq") > 1;
-    const int32_t n_ctx = static_cast<int32_t>(s.dims.at("n_ctx"));
+    const bool multi_seq = kv_ && s.dims.at("n_seq") > 1;
+    const int32_t n_ctx = kv_ ? static_cast<int32_t>(s.dims.at("n_ctx")) : 0;
     const int32_t ppt = static_cast<int32_t>(sch.at("pairs_per_thread"));
     const int32_t hpb = static_cast<int32_t>(sch.at("heads_per_block"));
     const int32_t pairs = D / 2, rot_pairs = n_dims / 2, tasks = H + HK;
@@ -147,18 +165,21 @@ class RopeKvOp final : public OpSpec {
     const bool gpu = elt::gpu_target(t);
 
     Generated g;
-    ir::Kernel* k = g.module.add_kernel("rope_kv");
+    const std::string kname(name());
+    ir::Kernel* k = g.module.add_kernel(kname);
     ir::Builder b(*k);
     const ir::Type fp = elt::global_ptr(Scalar::kF32), ip = elt::global_ptr(Scalar::kI32);
     const ir::Type hp = elt::global_ptr(Scalar::kF16);
-    Value* q = b.param(fp, "q");
-    Value* kin = b.param(fp, "k");
-    Value* vin = b.param(fp, "v");
+    // rope: q is x (read), out is y (written); rope_kv: both are q (in place).
+    Value* q = b.param(fp, kv_ ? "q" : "x");
+    Value* kin = kv_ ? b.param(fp, "k") : nullptr;
+    Value* vin = kv_ ? b.param(fp, "v") : nullptr;
     Value* pos_buf = b.param(ip, "pos");
     Value* seq_buf = multi_seq ? b.param(ip, "seq") : nullptr;
     Value* ff = has_ff ? b.param(fp, "ff") : nullptr;
-    Value* kc = b.param(hp, "k_cache");
-    Value* vc = b.param(hp, "v_cache");
+    Value* kc = kv_ ? b.param(hp, "k_cache") : nullptr;
+    Value* vc = kv_ ? b.param(hp, "v_cache") : nullptr;
+    Value* out = kv_ ? q : b.param(fp, "y");
     const ir::Type f16 = ir::Type::scalar(Scalar::kF16);
 
     Value* tok = b.block_id(ir::Mode::kX);
@@ -166,9 +187,9 @@ class RopeKvOp final : public OpSpec {
     Value* task1 = b.min(b.add(task0, b.i32(hpb)), b.i32(tasks));
     Value* pos = b.load(pos_buf, tok);
     Value* cell = multi_seq ? b.add(b.mul(b.load(seq_buf, tok), b.i32(n_ctx)), pos) : pos;
-    Value* cache_row = b.mul(cell, b.i32(HK * D));
+    Value* cache_row = b.mul(cell, b.i32(std::max(HK, 1) * D));
     Value* q_row = b.mul(tok, b.i32(H * D));
-    Value* kv_row = b.mul(tok, b.i32(HK * D));
+    Value* kv_row = b.mul(tok, b.i32(std::max(HK, 1) * D));
     Value* i_begin = b.mul(b.thread_id(ir::Mode::kX), b.i32(ppt));
     Value* ts = b.f32(c.theta_scale);
     // theta of the thread's first pair: pos * theta_scale^i by repeated multiplication (the
@@ -185,15 +206,20 @@ class RopeKvOp final : public OpSpec {
           // The reference's (and ggml's compiled) fused forms, bit for bit.
           return std::pair<Value*, Value*>{b.fma(x0, cs, b.neg(b.mul(x1, sn))), b.fma(x0, sn, b.mul(x1, cs))};
         };
-        b.if_then_else(b.cmp(ir::Mode::kLt, task, b.i32(H)), {}, [&] {
-          if (cs) {  // pass-through dims of q stay as they are
+        auto q_pair = [&] {
+          if (cs || !kv_) {  // pass-through dims of q stay as they are (rope copies them to y)
             Value* base = b.add(q_row, b.mul(task, b.i32(D)));
             auto [y0, y1] = rotate(b.load(q, b.add(base, ia)), b.load(q, b.add(base, ib)));
-            b.store(q, b.add(base, ia), y0);
-            b.store(q, b.add(base, ib), y1);
+            b.store(out, b.add(base, ia), y0);
+            b.store(out, b.add(base, ib), y1);
           }
           return std::vector<Value*>{};
-        }, [&] {
+        };
+        if (!kv_) {
+          q_pair();
+          return std::vector<Value*>{};
+        }
+        b.if_then_else(b.cmp(ir::Mode::kLt, task, b.i32(H)), {}, q_pair, [&] {
           Value* off = b.mul(b.sub(task, b.i32(H)), b.i32(D));
           Value* src = b.add(kv_row, off);
           Value* dst = b.add(cache_row, off);
@@ -249,7 +275,7 @@ class RopeKvOp final : public OpSpec {
     });
 
     KernelLaunch l;
-    l.kernel = "rope_kv";
+    l.kernel = kname;
     l.grid = {static_cast<uint32_t>(s.dims.at("n_tokens")), static_cast<uint32_t>((tasks + hpb - 1) / hpb), 1};
     l.block = {static_cast<uint32_t>(pairs / ppt), 1, 1};
     for (int a = 0; a < static_cast<int>(args(s).size()); ++a) l.args.push_back(a);
@@ -260,6 +286,13 @@ class RopeKvOp final : public OpSpec {
 
   void fill_inputs(const Shape& s, std::mt19937_64& rng, std::span<HostArg> a) const override {
     elt::size_buffers(args(s), a);
+    if (!kv_) {  // x, then positions anywhere in a long context (ggml's ROPE takes any), [ff]
+      elt::fill_uniform(rng, elt::f32s(a[0]), -3.0f, 3.0f);
+      std::uniform_int_distribution<int32_t> p(0, 1 << 17);
+      for (int32_t& v : elt::i32s(a[1])) v = p(rng);
+      if (s.dims.at("has_ff")) elt::fill_uniform(rng, elt::f32s(a[2]), 1.0f, 8.0f);
+      return;
+    }
     const int64_t T = s.dims.at("n_tokens"), n_ctx = s.dims.at("n_ctx"), n_seq = s.dims.at("n_seq");
     size_t i = 0;
     for (; i < 3; ++i) elt::fill_uniform(rng, elt::f32s(a[i]), -3.0f, 3.0f);
@@ -279,8 +312,8 @@ class RopeKvOp final : public OpSpec {
   }
 
   Status reference(const Shape& s, std::span<HostArg> a) const override {
-    const int64_t T = s.dims.at("n_tokens"), n_ctx = s.dims.at("n_ctx"), n_seq = s.dims.at("n_seq");
-    const int H = static_cast<int>(s.dims.at("n_head")), HK = static_cast<int>(s.dims.at("n_head_kv"));
+    const int64_t T = s.dims.at("n_tokens"), n_ctx = dim_or(s, "n_ctx", 0), n_seq = dim_or(s, "n_seq", 1);
+    const int H = static_cast<int>(s.dims.at("n_head")), HK = static_cast<int>(dim_or(s, "n_head_kv", 0));
     const int D = static_cast<int>(s.dims.at("head_dim"));
     llm::ref::RopeParams p;
     p.mode = s.dims.at("mode") == 2 ? llm::ref::RopeMode::kNeox : llm::ref::RopeMode::kNormal;
@@ -292,6 +325,15 @@ class RopeKvOp final : public OpSpec {
     p.beta_fast = elt::f32_dim(s, "beta_fast_f32");
     p.beta_slow = elt::f32_dim(s, "beta_slow_f32");
     p.n_ctx_orig = static_cast<int>(dim_or(s, "n_ctx_orig", 0));
+    if (!kv_) {
+      const auto x = elt::f32s(a[0]);
+      const int32_t* pos = elt::i32s(a[1]).data();
+      if (s.dims.at("has_ff")) p.freq_factors = elt::f32s(a[2]).data();
+      auto y = elt::f32s(a[a.size() - 1]);
+      std::copy(x.begin(), x.end(), y.begin());
+      llm::ref::rope(y.data(), T, H, D, pos, p);
+      return Status();
+    }
     size_t i = 0;
     float* q = elt::f32s(a[i++]).data();
     std::vector<float> k(elt::f32s(a[i]).begin(), elt::f32s(a[i]).end());
@@ -329,6 +371,10 @@ class RopeKvOp final : public OpSpec {
                                  {"beta_fast_f32", 32.0f}, {"beta_slow_f32", 1.0f}});
       return s;
     };
+    if (!kv_)  // the same rotations without the cache
+      return {shape(7, 9, 3, 64, 64, 0, 1, 64, 0, 100000.0f), shape(3, 4, 1, 256, 256, 2, 1, 600, 0, 1000000.0f),
+              shape(2, 32, 8, 128, 128, 0, 1, 4096, 1, 500000.0f), shape(4, 4, 2, 64, 32, 2, 1, 40, 0, 10000.0f),
+              shape(2, 4, 2, 64, 64, 0, 1, 300, 0, 10000.0f, 1.0f), shape(5, 3, 1, 10, 6, 0, 1, 8, 0, 10000.0f)};
     return {
         shape(1, 9, 3, 64, 64, 0, 1, 8192, 0, 100000.0f),     // SmolLM2 decode, late position
         shape(7, 9, 3, 64, 64, 0, 1, 64, 0, 100000.0f),       // SmolLM2 prompt
@@ -338,12 +384,19 @@ class RopeKvOp final : public OpSpec {
         shape(2, 4, 2, 64, 64, 0, 1, 300, 0, 10000.0f, 1.0f), // YaRN
     };
   }
+
+ private:
+  bool kv_;
 };
 
 }  // namespace
 
 const OpSpec& rope_kv_op() {
-  static const RopeKvOp op;
+  static const RopeOp op(/*kv=*/true);
+  return op;
+}
+const OpSpec& rope_op() {
+  static const RopeOp op(/*kv=*/false);
   return op;
 }
 
