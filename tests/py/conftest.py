@@ -20,6 +20,16 @@ def loom_bin() -> pathlib.Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def llama_cpp_bin() -> str:
+    """Stock llama.cpp's tools, built (or found built) by tools/llama_cpp.sh; returns their folder."""
+    r = subprocess.run([str(ROOT / "tools" / "llama_cpp.sh")], capture_output=True, text=True, timeout=3600)
+    assert r.returncode == 0, f"tools/llama_cpp.sh failed:\n{r.stdout}\n{r.stderr}"
+    printed = subprocess.run([str(ROOT / "tools" / "llama_cpp.sh"), "--print"], capture_output=True, text=True,
+                             check=True).stdout
+    return dict(line.split(" ", 1) for line in printed.splitlines())["bin"]
+
+
 def model_path(name: str) -> pathlib.Path:
     path = MODELS[name]
     assert path.exists(), f"model {name} missing at {path} (run tools/fetch_models.py)"

@@ -32,13 +32,9 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @pytest.fixture(scope="module")
-def llama():
+def llama(llama_cpp_bin):
     """Builds (or finds built) llama.cpp and libggml-hrx.so; returns (bin dir, environment)."""
-    r = subprocess.run([str(ROOT / "tools" / "llama_cpp.sh")], capture_output=True, text=True, timeout=3600)
-    assert r.returncode == 0, f"tools/llama_cpp.sh failed:\n{r.stdout}\n{r.stderr}"
-    printed = subprocess.run([str(ROOT / "tools" / "llama_cpp.sh"), "--print"], capture_output=True, text=True,
-                             check=True).stdout
-    bin_dir = dict(line.split(" ", 1) for line in printed.splitlines())["bin"]
+    bin_dir = llama_cpp_bin
     build = os.environ.get("LOOM_BUILD_DIR") or str(ROOT / "build")
     module = os.path.join(build, "libggml-hrx.so")
     assert os.path.exists(module), f"{module} was not built"

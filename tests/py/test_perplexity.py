@@ -15,12 +15,8 @@ ARGS = ["-c", "128", "-t", "2"]   # all 8 chunks of the text
 
 
 @pytest.fixture(scope="module")
-def llama_bin():
-    r = subprocess.run([str(ROOT / "tools" / "llama_cpp.sh")], capture_output=True, text=True, timeout=3600)
-    assert r.returncode == 0, f"tools/llama_cpp.sh failed:\n{r.stdout}\n{r.stderr}"
-    printed = subprocess.run([str(ROOT / "tools" / "llama_cpp.sh"), "--print"], capture_output=True, text=True,
-                             check=True).stdout
-    return dict(line.split(" ", 1) for line in printed.splitlines())["bin"]
+def llama_bin(llama_cpp_bin):
+    return llama_cpp_bin
 
 
 def llama_ppl(llama_bin, model, *extra):

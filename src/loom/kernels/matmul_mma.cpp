@@ -286,6 +286,37 @@ std::vector<Value*> dequant16(Emit& b, GgmlType t, Value* w, const WLayout& L, V
 // quantize_act instead of in every CTA that reads them, at half the bytes. Absent or 0: f32.
 bool x_is_f16(const Shape& s) { return s.dims.count("xtype") && s.at("xtype") == 1; }
 
+// The mma accumulators (mtiles x ntiles f32x4 C fragments of a warp) stored into y [tokens][n_out]
+// (C fragment lane i: row g + 8 (i / 2), token 2q + i % 2; rows and tokens past the ends are not
+// stored), and the launch of a CTA tile of bm rows x bn tokens.
+struct MmaTile {
+  Value *m0, *n0, *wm0, *wn0, *gq, *qq;  // CTA's first row and token, warp's, lane's g and q
+  int64_t mtiles, ntiles, bm, bn, threads;
+};
+void store_c(Emit& b, const MmaTile& t, const std::vector<Value*>& acc, Value* y, int64_t n_out, int64_t nt) {
+  auto i32c = [&](int64_t v) { return b.i32(static_cast<int32_t>(v)); };
+  for (int64_t mt = 0; mt < t.mtiles; ++mt)
+    for (int64_t n8 = 0; n8 < t.ntiles; ++n8)
+      for (int i = 0; i < 4; ++i) {
+        Value* r = b.add(t.m0, b.add(t.wm0, b.addc(t.gq, 16 * mt + 8 * (i / 2))));
+        Value* tok = b.add(t.n0, b.add(t.wn0, b.addc(b.mulc(t.qq, 2), 8 * n8 + i % 2)));
+        Value* ok = b.bit_and(b.cmp(Mode::kLt, r, i32c(n_out)), b.cmp(Mode::kLt, tok, i32c(nt)));
+        Value* v = b.extract(acc[static_cast<size_t>(mt * t.ntiles + n8)], i);
+        b.if_then_else(ok, {}, [&] {
+          b.store(y, b.add(b.mul(tok, i32c(n_out)), r), v);
+          return std::vector<Value*>{};
+        });
+      }
+}
+KernelLaunch mma_launch(const std::string& kname, const MmaTile& t, int64_t n_out, int64_t nt) {
+  KernelLaunch l;
+  l.kernel = kname;
+  l.args = {0, 1, 2};
+  l.grid = {static_cast<uint32_t>((n_out + t.bm - 1) / t.bm), static_cast<uint32_t>((nt + t.bn - 1) / t.bn), 1};
+  l.block = {static_cast<uint32_t>(t.threads), 1, 1};
+  return l;
+}
+
 class MatmulMmaOp final : public OpSpec {
  public:
   std::string_view name() const override { return "matmul_mma"; }
@@ -683,25 +714,9 @@ class MatmulMmaOp final : public OpSpec {
       b.barrier();
       return a;
     });
-    // C fragment lane i: row g + 8 (i / 2), token 2q + i % 2.
-    for (int64_t mt = 0; mt < mtiles; ++mt)
-      for (int64_t n8 = 0; n8 < ntiles; ++n8)
-        for (int i = 0; i < 4; ++i) {
-          Value* r = b.add(m0, b.add(wm0, b.addc(gq, 16 * mt + 8 * (i / 2))));
-          Value* t = b.add(n0, b.add(wn0, b.addc(b.mulc(qq, 2), 8 * n8 + i % 2)));
-          Value* ok = b.bit_and(b.cmp(Mode::kLt, r, i32c(n_out)), b.cmp(Mode::kLt, t, i32c(nt)));
-          Value* v = b.extract(acc[static_cast<size_t>(mt * ntiles + n8)], i);
-          b.if_then_else(ok, {}, [&] {
-            b.store(y, b.add(b.mul(t, i32c(n_out)), r), v);
-            return std::vector<Value*>{};
-          });
-        }
-    KernelLaunch l;
-    l.kernel = kname;
-    l.args = {0, 1, 2};
-    l.grid = {static_cast<uint32_t>((n_out + bm - 1) / bm), static_cast<uint32_t>((nt + bn - 1) / bn), 1};
-    l.block = {static_cast<uint32_t>(threads), 1, 1};
-    g.launches.push_back(l);
+    const MmaTile tile{m0, n0, wm0, wn0, gq, qq, mtiles, ntiles, bm, bn, threads};
+    store_c(b, tile, acc, y, n_out, nt);
+    g.launches.push_back(mma_launch(kname, tile, n_out, nt));
     return g;
   }
 
@@ -824,26 +839,9 @@ class MatmulMmaOp final : public OpSpec {
       b.barrier();
       return a;
     });
-    // C fragment lane i: row g + 8 (i / 2), token 2q + i % 2.
-    for (int mt = 0; mt < mtiles; ++mt)
-      for (int nt8 = 0; nt8 < 4; ++nt8)
-        for (int i = 0; i < 4; ++i) {
-          Value* r = b.add(m0, b.add(wm0, b.addc(gq, 16 * mt + 8 * (i / 2))));
-          Value* t = b.add(n0, b.add(wn0, b.addc(b.mulc(qq, 2), 8 * nt8 + i % 2)));
-          Value* ok = b.bit_and(b.cmp(Mode::kLt, r, b.i32(static_cast<int32_t>(n_out))),
-                                b.cmp(Mode::kLt, t, b.i32(static_cast<int32_t>(nt))));
-          Value* v = b.extract(acc[static_cast<size_t>(mt * 4 + nt8)], i);
-          b.if_then_else(ok, {}, [&] {
-            b.store(y, b.add(b.mul(t, b.i32(static_cast<int32_t>(n_out))), r), v);
-            return std::vector<Value*>{};
-          });
-        }
-    KernelLaunch l;
-    l.kernel = kname;
-    l.args = {0, 1, 2};
-    l.grid = {static_cast<uint32_t>((n_out + bm - 1) / bm), static_cast<uint32_t>((nt + bn - 1) / bn), 1};
-    l.block = {static_cast<uint32_t>(threads), 1, 1};
-    g.launches.push_back(l);
+    const MmaTile tile{m0, n0, wm0, wn0, gq, qq, mtiles, 4, bm, bn, threads};
+    store_c(b, tile, acc, y, n_out, nt);
+    g.launches.push_back(mma_launch(kname, tile, n_out, nt));
     return g;
   }
 };
