@@ -11,6 +11,7 @@
 
 #include "loom/gguf/planar.h"
 #include "loom/gguf/quant.h"
+#include "loom/kernels/mma_dequant.h"
 #include "loom/kernels/op_list.h"
 #include "loom/kernels/op_util.h"
 
@@ -23,264 +24,19 @@ using ir::Scalar;
 using ir::Type;
 using ir::Value;
 using llm::GgmlType;
+using mma::dequant16;
+using mma::dequant16_split;
+using mma::layout_of;
+using mma::m_format;
+using mma::MFormat;
+using mma::Unpack16;
+using mma::WLayout;
 
 const Type kI32 = Type::scalar(Scalar::kI32);
 const Type kU32 = Type::scalar(Scalar::kU32);
 const Type kF32 = Type::scalar(Scalar::kF32);
 const Type kF16 = Type::scalar(Scalar::kF16);
 const Type kI64 = Type::scalar(Scalar::kI64);
-
-struct MFormat {
-  int block_elems;
-  int block_bytes;
-};
-
-bool m_format(GgmlType t, MFormat* f) {
-  switch (t) {
-    case GgmlType::Q4_0: *f = {32, 18}; return true;
-    case GgmlType::Q8_0: *f = {32, 34}; return true;
-    case GgmlType::Q4_K: *f = {256, 144}; return true;
-    case GgmlType::Q6_K: *f = {256, 210}; return true;
-    default: return false;
-  }
-}
-
-// Where a weight block's bytes are: GGUF rows, or the planar layout of matvec_gpu (gguf/planar.h,
-// shape dim "planar" = 1), so that the prompt path reads the weights the decode path streams.
-struct WLayout {
-  bool planar = false;
-  int64_t nb = 0;         // blocks per row
-  int64_t rows = 0;       // n_out
-  int block_bytes = 0;
-  llm::PlanarGeometry pg;
-};
-
-// Byte address (i64) of GGUF in-block offset `off` (i64) of block `blk` (i64) of row `r` (i32).
-// `header`: off lies in the block's planar header (else in its body); only planar cares.
-Value* block_byte(Emit& b, const WLayout& L, Value* r, Value* blk, Value* off, bool header) {
-  const Type i64 = Type::scalar(Scalar::kI64);
-  if (!L.planar) return b.add(b.add(b.mul(b.convert(r, i64), b.i64(L.nb * L.block_bytes)), b.mul(blk, b.i64(L.block_bytes))), off);
-  Value* g = b.add(b.mul(b.convert(r, i64), b.i64(L.nb)), blk);
-  const int64_t nblk = L.rows * L.nb;
-  if (header)
-    return b.add(b.i64(16 * L.pg.pieces * nblk),
-                 b.add(b.mul(g, b.i64(L.pg.header_bytes)), b.sub(off, b.i64(L.pg.header_offset))));
-  Value* bo = b.sub(off, b.i64(L.pg.body_offset()));
-  Value* piece = b.div(bo, b.i64(16));
-  return b.add(b.add(b.mul(piece, b.i64(16 * nblk)), b.mul(g, b.i64(16))), b.sub(bo, b.mul(piece, b.i64(16))));
-}
-
-WLayout layout_of(const Shape& s, GgmlType wt, int64_t n_in, int64_t n_out, int block_elems, int block_bytes) {
-  WLayout L;
-  L.planar = s.dims.count("planar") && s.at("planar") == 1;
-  L.nb = n_in / block_elems;
-  L.rows = n_out;
-  L.block_bytes = block_bytes;
-  if (L.planar) llm::planar_geometry(wt, &L.pg);
-  return L;
-}
-
-// Weights k0 .. k0+15 (k0 a multiple of 16) of row `r`, as 16 values already rounded as the f16
-// the tensor cores see (value = scale * q - offset). The loads are emitted at the call; the
-// arithmetic when the returned function is called, so that a pipelined kernel can issue the loads
-// of the next tile before its mma work and unpack them after. The function returns f32 values
-// (f16 values when `f16_out`, the layout is planar and the format has a packed f16 form: Q4_0,
-// Q4_K).
-using Unpack16 = std::function<std::vector<Value*>()>;
-Unpack16 dequant16_split(Emit& b, GgmlType t, Value* w, const WLayout& L, Value* r, Value* k0, bool f16_out = false) {
-  // Offsets are the GGUF block's (i64); hdr/body give their addresses in either layout.
-  Value* blk = nullptr;
-  auto hdr = [&b, &L, r, &blk](Value* off) { return block_byte(b, L, r, blk, off, true); };
-  auto body = [&b, &L, r, &blk](Value* off) { return block_byte(b, L, r, blk, off, false); };
-  auto at = [&b](Value* off, int o) { return b.add(off, b.i64(o)); };
-  // The 8 u16 at body offsets off, off + 2, .. off + 14 (zero-extended): planar, one 16-byte load
-  // of the piece (off is a piece's start); GGUF rows, 8 two-byte loads (blocks are 2-aligned).
-  // Loads now, unpacking when the returned function runs.
-  auto halves8 = [&](Value* off) -> std::function<std::vector<Value*>()> {
-    if (!L.planar) {
-      std::vector<Value*> h;
-      for (int i = 0; i < 8; ++i) h.push_back(b.load_at(w, body(at(off, 2 * i)), Type::scalar(Scalar::kU16), 2));
-      return [&b, h] {
-        std::vector<Value*> u;
-        for (Value* v : h) u.push_back(b.convert(v, kU32));
-        return u;
-      };
-    }
-    Value* v = b.load_at(w, body(off), Type::vector(Scalar::kU32, 4), 16);
-    return [&b, v] {
-      std::vector<Value*> h;
-      for (int i = 0; i < 8; ++i) {
-        Value* wd = b.extract(v, i / 2);
-        h.push_back(i % 2 ? b.shrc(wd, 16) : b.andc(wd, 0xFFFF));
-      }
-      return h;
-    };
-  };
-  switch (t) {
-    case GgmlType::Q4_0:
-    case GgmlType::Q8_0: {
-      const bool q8 = t == GgmlType::Q8_0;
-      blk = b.convert(b.div(k0, b.i32(32)), kI64);
-      Value* half = b.rem(b.div(k0, b.i32(16)), b.i32(2));
-      Value* dh = b.load_at(w, hdr(b.i64(0)), Type::scalar(Scalar::kU16), 2);
-      if (q8) {
-        auto hs = halves8(at(b.mul(b.convert(half, kI64), b.i64(16)), 2));
-        return [&b, dh, hs] {
-          std::vector<Value*> out;
-          Value* d = b.convert(b.bitcast(dh, kF16), kF32);
-          const std::vector<Value*> h8 = hs();
-          for (Value* h : h8)
-            for (int j = 0; j < 2; ++j) {
-              Value* q = b.shrc(b.shlc(b.bitcast(h, kI32), 24 - 8 * j), 24);
-              out.push_back(b.mul(d, b.convert(q, kF32)));
-            }
-          return out;
-        };
-      }
-      if (f16_out && L.planar) {
-        // Packed f16: a nibble q OR 0x6400 is the half 1024 + q; minus 1032 is q - 8 exactly, and
-        // times d rounds once, as the f32 form's d * (q - 8) rounded to f16 does.
-        Value* v = b.load_at(w, body(b.i64(2)), Type::vector(Scalar::kU32, 4), 16);
-        return [&b, dh, v, half] {
-          const Type h2 = Type::vector(Scalar::kF16, 2);
-          Value* d = b.bitcast(dh, kF16);
-          Value* d2 = b.build({d, d});
-          Value* bias = b.const_float(h2, 1032.0);
-          Value* sh = b.convert(b.mulc(half, 4), kU32);
-          std::vector<Value*> out;
-          for (int m = 0; m < 4; ++m) {
-            Value* wd = b.shr(b.extract(v, m), sh);
-            // bytes 0 and 2 (elements 4m, 4m + 2), then bytes 1 and 3 (4m + 1, 4m + 3)
-            Value* a = b.bitcast(b.bit_or(b.andc(wd, 0x000F000F), b.c(kU32, 0x64006400)), h2);
-            Value* c = b.bitcast(b.bit_or(b.andc(b.shrc(wd, 8), 0x000F000F), b.c(kU32, 0x64006400)), h2);
-            a = b.mul(b.sub(a, bias), d2);
-            c = b.mul(b.sub(c, bias), d2);
-            out.push_back(b.extract(a, 0));
-            out.push_back(b.extract(c, 0));
-            out.push_back(b.extract(a, 1));
-            out.push_back(b.extract(c, 1));
-          }
-          return out;
-        };
-      }
-      auto hs = halves8(b.i64(2));
-      return [&b, dh, hs, half] {
-        std::vector<Value*> out;
-        Value* d = b.convert(b.bitcast(dh, kF16), kF32);
-        Value* sh = b.convert(b.mulc(half, 4), kU32);
-        for (Value* h : hs())
-          for (int j = 0; j < 2; ++j) {
-            Value* q = b.andc(b.shr(b.shrc(h, 8 * j), sh), 0xF);
-            out.push_back(b.mul(d, b.convert(b.addc(b.bitcast(q, kI32), -8), kF32)));
-          }
-        return out;
-      };
-    }
-    case GgmlType::Q4_K: {
-      blk = b.convert(b.div(k0, b.i32(256)), kI64);
-      Value* sub = b.rem(b.div(k0, b.i32(32)), b.i32(8));   // sub-block j
-      Value* half = b.rem(b.div(k0, b.i32(16)), b.i32(2));  // which 16 of its 32
-      Value* dh = b.load_at(w, hdr(b.i64(0)), Type::scalar(Scalar::kU16), 2);
-      Value* dminh = b.load_at(w, hdr(b.i64(2)), Type::scalar(Scalar::kU16), 2);
-      // get_scale_min_k4: j < 4: sc = q[j] & 63, m = q[j+4] & 63; else from the high bits.
-      Value* jlo = b.rem(sub, b.i32(4));
-      Value* sbase = b.i64(4);
-      auto u8 = [&](Value* off) { return b.load_at(w, off, Type::scalar(Scalar::kU8), 1); };
-      Value* qa = u8(hdr(b.add(sbase, b.convert(jlo, kI64))));                   // q[j % 4]
-      Value* qb = u8(hdr(b.add(sbase, b.convert(b.addc(jlo, 4), kI64))));        // q[j % 4 + 4]
-      Value* qc = u8(hdr(b.add(sbase, b.convert(b.addc(jlo, 8), kI64))));        // q[j % 4 + 8]
-      // qs chunk sub/2 (32 bytes at 16 + 32 * (sub/2)); low nibbles for even sub, high for odd.
-      Value* qoff = b.add(b.i64(16), b.convert(b.add(b.mulc(b.div(sub, b.i32(2)), 32), b.mulc(half, 16)), kI64));
-      // The scale and offset of the sub-block, ds = d * sc and dm = dmin * m (exact in f32).
-      auto scales = [&b, dh, dminh, qa, qb, qc, sub] {
-        Value* d = b.convert(b.bitcast(dh, kF16), kF32);
-        Value* dmin = b.convert(b.bitcast(dminh, kF16), kF32);
-        Value* a = b.convert(qa, kI32), *bb = b.convert(qb, kI32), *c = b.convert(qc, kI32);
-        Value* lo = b.cmp(Mode::kLt, sub, b.i32(4));
-        Value* sc = b.select(lo, b.andc(a, 63), b.bit_or(b.andc(c, 0xF), b.shlc(b.shrc(a, 6), 4)));
-        Value* mn = b.select(lo, b.andc(bb, 63), b.bit_or(b.shrc(c, 4), b.shlc(b.shrc(bb, 6), 4)));
-        return std::pair<Value*, Value*>{b.mul(d, b.convert(sc, kF32)), b.mul(dmin, b.convert(mn, kF32))};
-      };
-      if (f16_out && L.planar) {
-        // Packed f16: nibble q OR 0x6400 is 1024 + q; minus 1024 is q exactly; then q * ds - dm
-        // with ds and dm rounded to f16 (two more roundings than the f32 form, well inside the
-        // op's tolerance: the weights themselves are rounded to f16 for the tensor cores).
-        Value* v = b.load_at(w, body(qoff), Type::vector(Scalar::kU32, 4), 16);
-        return [&b, v, sub, scales] {
-          const Type h2 = Type::vector(Scalar::kF16, 2);
-          auto [ds, dm] = scales();
-          Value* dsh = b.convert(ds, kF16), *dmh = b.convert(dm, kF16);
-          Value* ds2 = b.build({dsh, dsh}), *dm2 = b.build({dmh, dmh});
-          Value* base = b.const_float(h2, 1024.0);
-          Value* sh = b.convert(b.mulc(b.rem(sub, b.i32(2)), 4), kU32);
-          std::vector<Value*> out;
-          for (int m = 0; m < 4; ++m) {
-            Value* wd = b.shr(b.extract(v, m), sh);
-            Value* a = b.bitcast(b.bit_or(b.andc(wd, 0x000F000F), b.c(kU32, 0x64006400)), h2);
-            Value* c = b.bitcast(b.bit_or(b.andc(b.shrc(wd, 8), 0x000F000F), b.c(kU32, 0x64006400)), h2);
-            a = b.sub(b.mul(b.sub(a, base), ds2), dm2);
-            c = b.sub(b.mul(b.sub(c, base), ds2), dm2);
-            out.push_back(b.extract(a, 0));
-            out.push_back(b.extract(c, 0));
-            out.push_back(b.extract(a, 1));
-            out.push_back(b.extract(c, 1));
-          }
-          return out;
-        };
-      }
-      auto hs = halves8(qoff);
-      return [&b, sub, hs, scales] {
-        auto [ds, dm] = scales();
-        Value* sh = b.convert(b.mulc(b.rem(sub, b.i32(2)), 4), kU32);
-        std::vector<Value*> out;
-        for (Value* h : hs())
-          for (int j = 0; j < 2; ++j) {
-            Value* q = b.andc(b.shr(b.shrc(h, 8 * j), sh), 0xF);
-            out.push_back(b.sub(b.mul(ds, b.convert(b.bitcast(q, kI32), kF32)), dm));
-          }
-        return out;
-      };
-    }
-    case GgmlType::Q6_K: {
-      blk = b.convert(b.div(k0, b.i32(256)), kI64);
-      Value* e0 = b.rem(k0, b.i32(256));                 // first element: 128 n + 32 c + l0
-      Value* n = b.div(e0, b.i32(128));
-      Value* c = b.rem(b.div(e0, b.i32(32)), b.i32(4));
-      Value* l0 = b.rem(e0, b.i32(32));                  // 0 or 16
-      Value* dh = b.load_at(w, hdr(b.i64(208)), Type::scalar(Scalar::kU16), 2);
-      Value* scq = b.load_at(w, body(b.add(b.i64(192), b.convert(b.add(b.add(b.mulc(n, 8), b.div(l0, b.i32(16))),
-                                                                         b.mulc(c, 2)), kI64))),
-                             Type::scalar(Scalar::kI8), 1);
-      Value* qloff = b.convert(b.add(b.add(b.mulc(n, 64), l0), b.mulc(b.rem(c, b.i32(2)), 32)), kI64);
-      Value* qhoff = b.add(b.i64(128), b.convert(b.add(b.mulc(n, 32), l0), kI64));
-      auto hls = halves8(qloff), hhs = halves8(qhoff);
-      return [&b, dh, scq, c, hls, hhs] {
-        Value* d = b.convert(b.bitcast(dh, kF16), kF32);
-        Value* ds = b.mul(d, b.convert(b.convert(scq, kI32), kF32));
-        Value* lsh = b.convert(b.mulc(b.div(c, b.i32(2)), 4), kU32);
-        Value* hsh = b.convert(b.mulc(c, 2), kU32);
-        const std::vector<Value*> hl8 = hls(), hh8 = hhs();
-        std::vector<Value*> out;
-        for (int i = 0; i < 8; ++i) {
-          Value* hl = hl8[static_cast<size_t>(i)];
-          Value* hh = hh8[static_cast<size_t>(i)];
-          for (int j = 0; j < 2; ++j) {
-            Value* ql = b.andc(b.shr(b.shrc(hl, 8 * j), lsh), 0xF);
-            Value* qh = b.andc(b.shr(b.shrc(hh, 8 * j), hsh), 3);
-            Value* q = b.addc(b.bitcast(b.bit_or(ql, b.shlc(qh, 4)), kI32), -32);
-            out.push_back(b.mul(ds, b.convert(q, kF32)));
-          }
-        }
-        return out;
-      };
-    }
-    default: return [] { return std::vector<Value*>{}; };
-  }
-}
-
-std::vector<Value*> dequant16(Emit& b, GgmlType t, Value* w, const WLayout& L, Value* r, Value* k0) {
-  return dequant16_split(b, t, w, L, r, k0)();
-}
 
 // Activations as f16 (shape dim xtype = 1, the GGUF F16 type number): converted once per step by
 // quantize_act instead of in every CTA that reads them, at half the bytes. Absent or 0: f32.
