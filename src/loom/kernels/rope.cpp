@@ -286,9 +286,12 @@ class RopeOp final : public OpSpec {
 
   void fill_inputs(const Shape& s, std::mt19937_64& rng, std::span<HostArg> a) const override {
     elt::size_buffers(args(s), a);
-    if (!kv_) {  // x, then positions anywhere in a long context (ggml's ROPE takes any), [ff]
+    if (!kv_) {  // x, then positions anywhere below the shape's n_ctx (default 4096), [ff]
+      // Positions stay in the context the shape names: at positions of 10^5 and more one ulp of
+      // theta is ~0.01 rad, so a contracted fma in YaRN's mix moves the output past any useful
+      // tolerance (the same limit holds for ggml's own kernels).
       elt::fill_uniform(rng, elt::f32s(a[0]), -3.0f, 3.0f);
-      std::uniform_int_distribution<int32_t> p(0, 1 << 17);
+      std::uniform_int_distribution<int32_t> p(0, static_cast<int32_t>(std::max<int64_t>(1, dim_or(s, "n_ctx", 4096)) - 1));
       for (int32_t& v : elt::i32s(a[1])) v = p(rng);
       if (s.dims.at("has_ff")) elt::fill_uniform(rng, elt::f32s(a[2]), 1.0f, 8.0f);
       return;
