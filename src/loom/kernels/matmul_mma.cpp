@@ -32,11 +32,8 @@ using mma::MFormat;
 using mma::Unpack16;
 using mma::WLayout;
 
-const Type kI32 = Type::scalar(Scalar::kI32);
-const Type kU32 = Type::scalar(Scalar::kU32);
 const Type kF32 = Type::scalar(Scalar::kF32);
 const Type kF16 = Type::scalar(Scalar::kF16);
-const Type kI64 = Type::scalar(Scalar::kI64);
 
 // Activations as f16 (shape dim xtype = 1, the GGUF F16 type number): converted once per step by
 // quantize_act instead of in every CTA that reads them, at half the bytes. Absent or 0: f32.
