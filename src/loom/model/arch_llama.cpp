@@ -1,8 +1,9 @@
-// The Llama-like decoders: Llama 2/3 (SmolLM2, TinyLlama, Mistral 7B), Qwen 2/2.5, Qwen 3 and
-// Phi-3/Phi-4. RMSNorm, RoPE, grouped-query attention (with Mistral's sliding window where the
+// The Llama-like decoders: Llama 2/3 (SmolLM2, TinyLlama, Mistral 7B), Qwen 2/2.5, Qwen 3 (dense
+// and mixture of experts) and Phi-3/Phi-4. RMSNorm, RoPE, grouped-query attention (with Mistral's sliding window where the
 // file asks for one), SwiGLU FFN, tied or separate output matrix. Per architecture: Qwen 2's q/k/v biases, Qwen 3's per-head q/k RMSNorm, Phi-3's fused
 // QKV and gate|up tensors (bound as row views, so every later stage sees plain matrices) and its
-// queries scaled before attention; NeoX RoPE for Qwen and Phi, adjacent pairs for Llama. Each
+// queries scaled before attention; Qwen 3 MoE's routed experts in place of the dense FFN;
+// NeoX RoPE for Qwen and Phi, adjacent pairs for Llama. Each
 // computes what llama.cpp's graph for the architecture computes, op for op.
 #include <cmath>
 
@@ -48,9 +49,10 @@ Status check_architecture(const Model& m) {
   const ModelConfig& c = m.config();
   const GgufFile& g = m.gguf();
   const std::string& a = c.arch_name;
-  if (g.has(a + ".expert_count")) {
+  if (c.arch != Arch::kQwen3Moe && g.has(a + ".expert_count")) {
     LOOM_ASSIGN_OR_RETURN(uint64_t n_expert, g.get_u64(a + ".expert_count"));
-    if (n_expert > 0) return unimplemented("mixture-of-experts models ({} experts) are not supported yet", n_expert);
+    if (n_expert > 0)
+      return unimplemented("{}: mixture-of-experts models ({} experts) are supported as qwen3moe only", a, n_expert);
   }
   if (c.head_dim_k != c.head_dim_v)
     return unimplemented("{}: key and value heads of {} and {} values are not supported", a, c.head_dim_k, c.head_dim_v);
@@ -97,6 +99,66 @@ Status read_llama_window(const GgufFile& g, ModelConfig* c) {
   return Status();
 }
 
+// Qwen 3 MoE: every layer's FFN is n_expert experts of n_ff_exp, n_expert_used of them per token.
+// llama.cpp's qwen3moe graph always renormalizes the chosen experts' weights and gates with a
+// softmax; a file that says otherwise is refused rather than run differently.
+Status read_moe(const GgufFile& g, ModelConfig* c) {
+  const std::string& a = c->arch_name;
+  auto need = [&](const char* k) -> Result<uint64_t> {
+    const std::string key = a + "." + k;
+    if (!g.has(key)) return data_loss("metadata key '{}' is missing", key);
+    return g.get_u64(key).with_context("metadata key '" + key + "'");
+  };
+  LOOM_ASSIGN_OR_RETURN(uint64_t n_expert, need("expert_count"));
+  LOOM_ASSIGN_OR_RETURN(uint64_t n_used, need("expert_used_count"));
+  if (n_expert == 0 || n_expert > 4096)
+    return data_loss("metadata key '{}.expert_count' = {} is out of range (1..4096)", a, n_expert);
+  if (n_used == 0 || n_used > n_expert)
+    return data_loss("metadata key '{}.expert_used_count' = {} must be in 1..{}.expert_count ({})", a, n_used, a,
+                     n_expert);
+  uint64_t n_ff_exp = 0;
+  if (g.has(a + ".expert_feed_forward_length")) {
+    LOOM_ASSIGN_OR_RETURN(n_ff_exp, need("expert_feed_forward_length"));
+  } else {
+    n_ff_exp = static_cast<uint64_t>(c->n_ff) / n_used;  // llama.cpp's default
+  }
+  if (n_ff_exp == 0 || n_ff_exp > (1u << 20))
+    return data_loss("metadata key '{}.expert_feed_forward_length' = {} is out of range", a, n_ff_exp);
+  LOOM_ASSIGN_OR_RETURN(bool norm, g.get_bool_or(a + ".expert_weights_norm", true));
+  if (!norm)
+    return unimplemented("metadata key '{}.expert_weights_norm' = false: qwen3moe renormalizes the chosen experts' "
+                         "weights (llama.cpp's graph always does)", a);
+  LOOM_ASSIGN_OR_RETURN(uint64_t gating, g.get_u64_or(a + ".expert_gating_func", 1));
+  if (gating != 1)
+    return unimplemented("metadata key '{}.expert_gating_func' = {}: qwen3moe's router is a softmax (1)", a, gating);
+  for (const char* k : {"expert_shared_count", "expert_shared_feed_forward_length"})
+    if (g.has(a + "." + k)) {
+      LOOM_ASSIGN_OR_RETURN(uint64_t v, g.get_u64(a + "." + k));
+      if (v > 0) return unimplemented("metadata key '{}.{}' = {}: shared experts are not supported", a, k, v);
+    }
+  c->n_expert = static_cast<int64_t>(n_expert);
+  c->n_expert_used = static_cast<int64_t>(n_used);
+  c->n_ff_exp = static_cast<int64_t>(n_ff_exp);
+  c->expert_weights_norm = norm;
+  return Status();
+}
+
+// The router and the three stacked expert tensors of one layer.
+Status bind_moe(Model& m, const std::string& p, LayerWeights& L) {
+  const ModelConfig& c = m.config();
+  for (const char* dense : {"ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"})
+    if (m.gguf().tensor(p + dense))
+      return data_loss("layer '{}' of a mixture-of-experts model has a dense {}", p, dense);
+  LOOM_RETURN_IF_ERROR(bind_matrix_checked(m, p + "ffn_gate_inp.weight", c.n_embd, c.n_expert, &L.ffn_gate_inp));
+  auto experts = [&](const char* name, int64_t n_in, int64_t n_out, int32_t* id) -> Status {
+    LOOM_ASSIGN_OR_RETURN(*id, m.bind_experts(p + name, n_in, n_out, c.n_expert));
+    return ref::vec_dot_type(m.weight(*id).view.type).status().with_context("tensor '" + p + name + "'");
+  };
+  LOOM_RETURN_IF_ERROR(experts("ffn_gate_exps.weight", c.n_embd, c.n_ff_exp, &L.ffn_gate_exps));
+  LOOM_RETURN_IF_ERROR(experts("ffn_up_exps.weight", c.n_embd, c.n_ff_exp, &L.ffn_up_exps));
+  return experts("ffn_down_exps.weight", c.n_ff_exp, c.n_embd, &L.ffn_down_exps);
+}
+
 }  // namespace
 
 Status load_llama(Model& m) {
@@ -114,6 +176,8 @@ Status load_llama(Model& m) {
   // converters write the window without the per-layer pattern the checkpoints use, and the
   // outputs should agree.
   LOOM_RETURN_IF_ERROR(check_architecture(m));
+  const bool moe = c.arch == Arch::kQwen3Moe;
+  if (moe) LOOM_RETURN_IF_ERROR(read_moe(g, &c));
   LOOM_RETURN_IF_ERROR(bind_globals_checked(m));
   if (g.tensor("rope_freqs.weight")) {
     // Llama 3.1+ "llama3" RoPE scaling: the converter stores the per-frequency divisors.
@@ -136,13 +200,17 @@ Status load_llama(Model& m) {
     LOOM_ASSIGN_OR_RETURN(L.bq, m.bind_vector(p + "attn_q.bias", nq, qkv_bias_required));
     LOOM_ASSIGN_OR_RETURN(L.bk, m.bind_vector(p + "attn_k.bias", nk, qkv_bias_required));
     LOOM_ASSIGN_OR_RETURN(L.bv, m.bind_vector(p + "attn_v.bias", nv, qkv_bias_required));
-    if (c.arch == Arch::kQwen3) {
+    if (c.arch == Arch::kQwen3 || c.arch == Arch::kQwen3Moe) {
       LOOM_ASSIGN_OR_RETURN(L.q_norm, m.bind_vector(p + "attn_q_norm.weight", c.head_dim_k));
       LOOM_ASSIGN_OR_RETURN(L.k_norm, m.bind_vector(p + "attn_k_norm.weight", c.head_dim_k));
     }
     LOOM_RETURN_IF_ERROR(bind_matrix_checked(m, p + "attn_output.weight", nq, c.n_embd, &L.wo));
     LOOM_ASSIGN_OR_RETURN(L.bo, m.bind_vector(p + "attn_output.bias", c.n_embd, /*required=*/false));
     LOOM_ASSIGN_OR_RETURN(L.ffn_norm, m.bind_vector(p + "ffn_norm.weight", c.n_embd));
+    if (moe) {
+      LOOM_RETURN_IF_ERROR(bind_moe(m, p, L));
+      continue;
+    }
     LOOM_RETURN_IF_ERROR(bind_gate_up(m, p, L));
     LOOM_RETURN_IF_ERROR(bind_matrix_checked(m, p + "ffn_down.weight", c.n_ff, c.n_embd, &L.ffn_down));
   }
@@ -214,6 +282,20 @@ Program build_llama(const Model& m, int64_t n_tokens, int64_t n_outputs) {
     }
     int32_t ffn_in = r.add(o, x, layer_name("ffn_inp", il));
     h = r.rms_norm(ffn_in, L.ffn_norm, c.norm_eps, layer_name("ffn_norm", il));
+    if (L.ffn_gate_inp >= 0) {
+      // llama.cpp's build_moe_ffn: router softmax and top-k, the chosen experts' gate and up,
+      // SwiGLU, down, each weighted and summed in slot order.
+      int32_t logits = r.matmul(L.ffn_gate_inp, h, layer_name("ffn_moe_logits", il));
+      auto [weights, ids] = r.moe_route(logits, c.n_expert_used, c.expert_weights_norm, layer_name("ffn_moe_weights", il),
+                                        layer_name("ffn_moe_topk", il));
+      int32_t gate = r.matmul_id(L.ffn_gate_exps, h, ids, layer_name("ffn_moe_gate", il));
+      int32_t up = r.matmul_id(L.ffn_up_exps, h, ids, layer_name("ffn_moe_up", il));
+      int32_t act = r.binary(OpCode::kSwiGlu, gate, up, layer_name("ffn_moe_swiglu", il));
+      int32_t down = r.matmul_id(L.ffn_down_exps, act, ids, layer_name("ffn_moe_down", il));
+      int32_t moe_out = r.moe_sum(down, weights, layer_name("ffn_moe_out", il));
+      x = r.add(moe_out, ffn_in, layer_name("l_out", il));
+      continue;
+    }
     int32_t gate = r.matmul(L.ffn_gate, h, layer_name("ffn_gate", il));
     int32_t up = r.matmul(L.ffn_up, h, layer_name("ffn_up", il));
     int32_t act = r.binary(OpCode::kSwiGlu, gate, up, layer_name("ffn_swiglu", il));

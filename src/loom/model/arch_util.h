@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 
 #include "loom/model/model.h"
 #include "loom/model/program.h"
@@ -78,6 +79,30 @@ class Recipe {
   int32_t gather_outputs(int32_t x, const std::string& name) {
     int32_t out = b_.value(n_outputs(), cols(x), name);
     Launch l; l.op = OpCode::kGatherRows; l.out = out; l.in0 = x;
+    b_.launch(l);
+    return out;
+  }
+  // The router: {weights [rows, k] f32, ids [rows, k] i32} from logits [rows, n_expert].
+  std::pair<int32_t, int32_t> moe_route(int32_t logits, int64_t k, bool norm, const std::string& w_name,
+                                        const std::string& id_name) {
+    int32_t w = b_.value(rows(logits), k, w_name);
+    int32_t ids = b_.value(rows(logits), k, id_name, GgmlType::I32);
+    Launch l; l.op = OpCode::kMoeRoute; l.out = w; l.out1 = ids; l.in0 = logits; l.norm_w = norm;
+    b_.launch(l);
+    return {w, ids};
+  }
+  // Expert mat-vecs of x ([rows, n_in]: one input per token; [rows, k * n_in]: one per slot).
+  int32_t matmul_id(int32_t experts, int32_t x, int32_t ids, const std::string& name) {
+    const Weight& w = model_.weight(experts);
+    int32_t out = b_.value(rows(x), cols(ids) * w.expert_rows(), name);
+    Launch l; l.op = OpCode::kMatMulId; l.out = out; l.in0 = x; l.in1 = ids; l.weight = experts;
+    b_.launch(l);
+    return out;
+  }
+  // sum_j x[:, j] * w[:, j] (x: [rows, k * n], w: [rows, k]).
+  int32_t moe_sum(int32_t x, int32_t w, const std::string& name) {
+    int32_t out = b_.value(rows(x), cols(x) / cols(w), name);
+    Launch l; l.op = OpCode::kMoeSum; l.out = out; l.in0 = x; l.in1 = w;
     b_.launch(l);
     return out;
   }

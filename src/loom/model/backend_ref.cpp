@@ -112,6 +112,58 @@ class RefBackend final : public Backend {
     return internal_error("a {} weight cannot read {} activations", ggml_type_name(w.type), ggml_type_name(x.type));
   }
 
+  // Expert mat-vecs, grouped: the (token, slot) pairs that chose expert e are gathered into one
+  // batch and multiplied by e's matrix (a row view of the stacked tensor), so only the chosen
+  // experts' weights are read, each once per step. Every element is its single-token dot product.
+  Status matmul_id(const Program& p, const Launch& l, float* y) {
+    const Weight& W = model_->weight(l.weight);
+    const ValueDesc& x = p.values[static_cast<size_t>(l.in0)];
+    const ValueDesc& idd = p.values[static_cast<size_t>(l.in1)];
+    const int64_t n_in = W.view.n_in, n_out = W.expert_rows(), k = idd.cols, rows = x.rows;
+    if (W.n_expert <= 0 || idd.type != GgmlType::I32 || idd.rows != rows)
+      return internal_error("matmul_id of {} with ids {}", W.name, idd.name);
+    const bool per_slot = x.cols == k * n_in;
+    if (!per_slot && x.cols != n_in) return internal_error("matmul_id: {} has {} cols for rows of {}", x.name, x.cols, n_in);
+    const bool f32 = x.type == GgmlType::F32;
+    if (!f32) {
+      LOOM_ASSIGN_OR_RETURN(GgmlType dot, ref::vec_dot_type(W.view.type));
+      if (x.type != dot) return internal_error("a {} weight cannot read {} activations", ggml_type_name(W.view.type),
+                                               ggml_type_name(x.type));
+    }
+    const size_t xrow = f32 ? static_cast<size_t>(n_in) * 4 : ref::quantized_row_bytes(x.type, n_in);
+    const int32_t* ids = reinterpret_cast<const int32_t*>(ptr(p, l.in1));
+    const uint8_t* xb = bytes(p, l.in0);
+    std::vector<std::vector<int64_t>> users(static_cast<size_t>(W.n_expert));  // (t * k + j) per expert
+    for (int64_t t = 0; t < rows; ++t)
+      for (int64_t j = 0; j < k; ++j) {
+        const int32_t e = ids[t * k + j];
+        if (e < 0 || e >= W.n_expert) return out_of_range("expert {} outside the {} of {}", e, W.n_expert, W.name);
+        users[static_cast<size_t>(e)].push_back(t * k + j);
+      }
+    for (int64_t e = 0; e < W.n_expert; ++e) {
+      const std::vector<int64_t>& u = users[static_cast<size_t>(e)];
+      if (u.empty()) continue;
+      ref::WeightView sub = W.view;
+      sub.data = W.view.row(e * n_out);
+      sub.n_out = n_out;
+      gather_.resize(u.size() * xrow);
+      for (size_t i = 0; i < u.size(); ++i)
+        std::memcpy(gather_.data() + i * xrow, xb + static_cast<size_t>(per_slot ? u[i] : u[i] / k) * xrow, xrow);
+      expert_out_.resize(u.size() * static_cast<size_t>(n_out));
+      const int64_t n = static_cast<int64_t>(u.size());
+      if (f32) {
+        LOOM_RETURN_IF_ERROR(ref::matmul(sub, reinterpret_cast<const float*>(gather_.data()), n, expert_out_.data(), &pool_,
+                                         &scratch_));
+      } else {
+        LOOM_RETURN_IF_ERROR(ref::matmul_quantized(sub, gather_.data(), n, expert_out_.data(), &pool_));
+      }
+      for (size_t i = 0; i < u.size(); ++i)
+        std::memcpy(y + u[i] * n_out, expert_out_.data() + i * static_cast<size_t>(n_out),
+                    static_cast<size_t>(n_out) * sizeof(float));
+    }
+    return Status();
+  }
+
   // q rotated in place; k rotated on its way into the cache (the value itself stays as it
   // was) and stored with v at each token's (sequence, position) cell.
   Status rope_kv(const Program& p, const Launch& l, const StepInputs& in) {
@@ -199,6 +251,18 @@ class RefBackend final : public Backend {
                                             l.attn, out, &pool_, in.seq_ids, cache_.n_ctx()));
         if (l.out1 >= 0) quantize_into(p, out, l.out1);
         return Status();
+      case OpCode::kMoeRoute: {
+        const ValueDesc& w = p.values[static_cast<size_t>(l.out)];
+        ref::moe_route(a, id->rows, id->cols, w.cols, l.norm_w, reinterpret_cast<int32_t*>(ptr(p, l.out1)), out);
+        return Status();
+      }
+      case OpCode::kMatMulId:
+        return matmul_id(p, l, out);
+      case OpCode::kMoeSum: {
+        const ValueDesc& w = p.values[static_cast<size_t>(l.in1)];
+        ref::moe_sum(a, b, od->rows, w.cols, od->cols, out);
+        return Status();
+      }
       case OpCode::kGatherRows:
         for (int64_t i = 0; i < od->rows; ++i) {
           const int32_t r = in.output_rows[i];
@@ -217,6 +281,8 @@ class RefBackend final : public Backend {
   std::vector<std::vector<float>> slots_;
   std::vector<uint8_t> scratch_;
   std::vector<float> norm_, glu_, rot_k_;  // parts of fused ops
+  std::vector<uint8_t> gather_;            // matmul_id: one expert's input rows
+  std::vector<float> expert_out_;          // matmul_id: one expert's output rows
 };
 
 }  // namespace

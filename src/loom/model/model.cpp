@@ -20,12 +20,14 @@ struct ArchEntry {
   Status (*load)(Model&);
 };
 // Llama-family checkpoints (Llama 2/3, SmolLM2, TinyLlama, Mistral 7B) are stored as "llama";
-// Qwen 2/2.5 as "qwen2", Qwen 3 (dense) as "qwen3", Phi-3/Phi-4 as "phi3".
+// Qwen 2/2.5 as "qwen2", Qwen 3 (dense) as "qwen3", Qwen 3 mixture of experts as "qwen3moe",
+// Phi-3/Phi-4 as "phi3".
 constexpr ArchEntry kArchs[] = {
     {"llama", Arch::kLlama, &load_llama},
     {"mistral", Arch::kLlama, &load_llama},
     {"qwen2", Arch::kQwen2, &load_llama},
     {"qwen3", Arch::kQwen3, &load_llama},
+    {"qwen3moe", Arch::kQwen3Moe, &load_llama},
     {"phi3", Arch::kPhi3, &load_llama},
     {"gemma2", Arch::kGemma2, &load_gemma2},
     {"gemma3", Arch::kGemma3, &load_gemma3},
@@ -64,7 +66,9 @@ Status read_common_hparams(const GgufFile& g, const std::string& a, ModelConfig*
   auto key = [&](const char* k) { return a + "." + k; };
   LOOM_ASSIGN_OR_RETURN(uint64_t n_embd, get_u64_scalar(g, key("embedding_length")));
   LOOM_ASSIGN_OR_RETURN(uint64_t n_layer, get_u64_scalar(g, key("block_count")));
-  LOOM_ASSIGN_OR_RETURN(uint64_t n_ff, get_u64_scalar(g, key("feed_forward_length")));
+  // Mixture-of-experts files may leave the dense FFN width out: the experts' width stands in.
+  const bool moe_ff = !g.has(key("feed_forward_length")) && g.has(key("expert_feed_forward_length"));
+  LOOM_ASSIGN_OR_RETURN(uint64_t n_ff, get_u64_scalar(g, key(moe_ff ? "expert_feed_forward_length" : "feed_forward_length")));
   LOOM_ASSIGN_OR_RETURN(uint64_t n_head, get_u64_scalar(g, key("attention.head_count")));
   LOOM_ASSIGN_OR_RETURN(uint64_t n_head_kv, get_u64_scalar_or(g, key("attention.head_count_kv"), n_head));
   if (n_embd == 0 || n_layer == 0 || n_head == 0 || n_head_kv == 0 || n_ff == 0 || n_embd > (1 << 20) ||
@@ -211,6 +215,33 @@ Result<int32_t> Model::bind_rows(const std::string& name, int64_t n_in, int64_t 
   return id;
 }
 
+Result<int32_t> Model::bind_experts(const std::string& name, int64_t n_in, int64_t n_out, int64_t n_expert) {
+  const GgufTensor* t = gguf_->tensor(name);
+  if (!t) return not_found("tensor '{}' is missing", name);
+  if (t->shape.size() != 3 || t->shape[0] != n_in || t->shape[1] != n_out || t->shape[2] != n_expert) {
+    std::string shape;
+    for (int64_t d : t->shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+    return data_loss("tensor '{}' has shape [{}], expected [{}, {}, {}] ({} stacked experts)", name, shape, n_in,
+                     n_out, n_expert, n_expert);
+  }
+  auto info = ggml_type_info(static_cast<uint32_t>(t->type));
+  if (!info || n_in % info->block_elems != 0)
+    return data_loss("tensor '{}': row of {} is not a whole number of {} blocks", name, n_in, ggml_type_name(t->type));
+  Weight w;
+  w.name = name;
+  w.shape = t->shape;
+  w.n_expert = n_expert;
+  w.view.type = t->type;
+  w.view.data = t->data;
+  w.view.n_in = n_in;
+  w.view.n_out = n_out * n_expert;
+  w.view.row_stride = row_bytes(t->type, n_in);
+  if (w.view.row_stride * static_cast<uint64_t>(w.view.n_out) > t->n_bytes)
+    return data_loss("tensor '{}' holds {} bytes, fewer than its shape needs", name, t->n_bytes);
+  weights_.push_back(std::move(w));
+  return static_cast<int32_t>(weights_.size() - 1);
+}
+
 Result<int32_t> Model::bind_vector(const std::string& name, int64_t n, bool required) {
   LOOM_ASSIGN_OR_RETURN(int32_t id, bind(name, n, 1, required));
   if (id >= 0 && weights_[static_cast<size_t>(id)].view.type != GgmlType::F32)
@@ -312,6 +343,7 @@ Program Model::build_program(int64_t n_tokens, int64_t n_outputs) const {
     case Arch::kLlama:
     case Arch::kQwen2:
     case Arch::kQwen3:
+    case Arch::kQwen3Moe:
     case Arch::kPhi3: break;
   }
   return build_llama(*this, n_tokens, n_outputs);

@@ -16,9 +16,10 @@
 
 namespace loom::llm {
 
-// Recipes: kLlama, kQwen2, kQwen3 and kPhi3 share build_llama (its variants: biases, q/k norms,
-// fused tensors bound as row views), kGemma2 and kGemma3 share build_gemma.
-enum class Arch { kLlama, kQwen2, kQwen3, kPhi3, kGemma2, kGemma3 };
+// Recipes: kLlama, kQwen2, kQwen3, kQwen3Moe and kPhi3 share build_llama (its variants: biases,
+// q/k norms, fused tensors bound as row views, a mixture-of-experts FFN), kGemma2 and kGemma3
+// share build_gemma.
+enum class Arch { kLlama, kQwen2, kQwen3, kQwen3Moe, kPhi3, kGemma2, kGemma3 };
 
 // Hyper-parameters, all from GGUF metadata (defaults as llama.cpp applies them).
 struct ModelConfig {
@@ -44,6 +45,12 @@ struct ModelConfig {
   int n_swa = 0;                    // sliding window (0: none)
   std::vector<bool> layer_swa;      // per layer: uses the sliding window
   float final_softcap = 0.0f;       // 0: none
+
+  // Mixture of experts (0 experts: a dense FFN of n_ff). Each token's router picks n_expert_used
+  // of n_expert experts (FFNs of n_ff_exp); their outputs are summed with the router's
+  // probabilities, renormalized over the chosen ones when expert_weights_norm.
+  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  bool expert_weights_norm = true;
 };
 
 // A tensor of the model, in place in the mapping.
@@ -51,6 +58,10 @@ struct Weight {
   std::string name;
   ref::WeightView view;           // 2-D view (1-D tensors: n_out = 1)
   std::vector<int64_t> shape;     // ggml order
+  // Stacked expert matrices ([n_in, n_out, n_expert] tensors): n_expert > 0 and the view holds
+  // all of them as n_expert * n_out rows, expert e's rows at [e * n_out, (e + 1) * n_out).
+  int64_t n_expert = 0;
+  int64_t expert_rows() const { return n_expert > 0 ? view.n_out / n_expert : view.n_out; }
   const float* f32() const { return reinterpret_cast<const float*>(view.data); }
 };
 
@@ -60,6 +71,8 @@ struct LayerWeights {
   int32_t bq = -1, bk = -1, bv = -1, bo = -1;  // projection biases (f32 vectors)
   int32_t q_norm = -1, k_norm = -1, attn_post_norm = -1;
   int32_t ffn_norm = -1, ffn_gate = -1, ffn_up = -1, ffn_down = -1, ffn_post_norm = -1;
+  // Mixture of experts: the router ([n_embd] -> n_expert logits) and the stacked experts.
+  int32_t ffn_gate_inp = -1, ffn_gate_exps = -1, ffn_up_exps = -1, ffn_down_exps = -1;
 };
 
 class Model {
@@ -90,6 +103,9 @@ class Model {
   // Used by the architecture files while loading.
   Result<int32_t> bind(const std::string& name, int64_t n_in, int64_t n_out, bool required = true);
   Result<int32_t> bind_vector(const std::string& name, int64_t n, bool required = true);
+  // The 3-D tensor `name` of shape [n_in, n_out, n_expert] (n_expert stacked matrices) as one
+  // weight of n_expert * n_out rows (Weight::n_expert, Weight::expert_rows).
+  Result<int32_t> bind_experts(const std::string& name, int64_t n_in, int64_t n_out, int64_t n_expert);
   // Rows [row0, row0 + n_rows) of the 2-D tensor `name` of shape [n_in, n_total] as a matrix of
   // its own (a view into the mapping, no copy): the parts of a fused tensor (Phi-3's attn_qkv,
   // its gate|up ffn_up). The weight is named "name[row0:row_end]".
@@ -112,7 +128,7 @@ class Model {
 };
 
 // Per-architecture entry points (arch_*.cpp).
-Status load_llama(Model& model);   // llama, mistral, qwen2, qwen3, phi3
+Status load_llama(Model& model);   // llama, mistral, qwen2, qwen3, qwen3moe, phi3
 Status load_gemma2(Model& model);
 Status load_gemma3(Model& model);
 Program build_llama(const Model& model, int64_t n_tokens, int64_t n_outputs);

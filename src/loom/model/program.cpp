@@ -25,12 +25,15 @@ const char* op_name(OpCode op) {
     case OpCode::kAddRmsNorm: return "add_rms_norm";
     case OpCode::kRmsNormQ8: return "rms_norm_q8";
     case OpCode::kAddBias: return "add_bias";
+    case OpCode::kMoeRoute: return "moe_route";
+    case OpCode::kMatMulId: return "matmul_id";
+    case OpCode::kMoeSum: return "moe_sum";
   }
   return "?";
 }
 
 uint64_t ValueDesc::bytes() const {
-  if (type == GgmlType::F32) return static_cast<uint64_t>(rows * cols) * 4;
+  if (type == GgmlType::F32 || type == GgmlType::I32) return static_cast<uint64_t>(rows * cols) * 4;
   return ref::quantized_row_bytes(type, cols) * static_cast<uint64_t>(rows);
 }
 
@@ -128,6 +131,7 @@ std::string Program::to_string(const std::vector<std::string>& weight_names) con
     if (l.layer >= 0) ins.push_back(fmt::format("layer {}", l.layer));
     if (l.op == OpCode::kAttention && l.attn.n_swa > 0) ins.push_back(fmt::format("window {}", l.attn.n_swa));
     if (l.op == OpCode::kScale || l.op == OpCode::kSoftcap) ins.push_back(fmt::format("{}", l.f));
+    if (l.op == OpCode::kMoeRoute && l.norm_w) ins.push_back("norm");
     out += fmt::format("  {:<12} {} <- {}\n", op_name(l.op), outs.empty() ? "-" : fmt::format("{}", fmt::join(outs, ", ")),
                        fmt::format("{}", fmt::join(ins, ", ")));
   }

@@ -44,11 +44,21 @@ enum class OpCode : uint8_t {
                 //   type (Q8_0/Q8_1/Q8_K); the f32 norm is never written         [rms_norm_q8]
   kAddBias,     // out[t] = in0[t] + weight (an f32 vector of in0's cols: a projection's bias)
                 //                                                                [add_bias]
+  kMoeRoute,    // router: per row of in0 (logits [rows, n_expert]) p = softmax(in0), out1 (i32
+                //   [rows, k]) = the k largest p (descending, lower index first on ties), out
+                //   (f32 [rows, k]) = their p, divided by their sum when norm_w  [moe_route]
+  kMatMulId,    // expert mat-vecs: weight holds n_expert stacked matrices (Weight::n_expert);
+                //   out[t, j] = weight[in1[t, j]] · x, x = in0[t] (in0 of n_in cols) or in0[t, j]
+                //   (k * n_in cols); out is [rows, k * expert_rows]; in0 may be quantized as for
+                //   kMatMul                                                       [matvec_id]
+  kMoeSum,      // out[t] = sum over j in order of in0[t, j] * in1[t, j] (in0: [rows, k * n],
+                //   in1: f32 [rows, k]), each product rounded, then added         [moe_sum]
 };
 const char* op_name(OpCode op);
 
 // An activation: a matrix [rows, cols], rows = tokens of the step (or outputs). Float32, or
-// quantized activation rows (type Q8_0/Q8_1/Q8_K/F16: ref::quantized_row_bytes(type, cols) each).
+// quantized activation rows (type Q8_0/Q8_1/Q8_K/F16: ref::quantized_row_bytes(type, cols) each),
+// or I32 (the experts a router chose).
 struct ValueDesc {
   int64_t rows = 0, cols = 0;
   std::string name;
@@ -65,6 +75,7 @@ struct Launch {
   int32_t weight = -1;                // Model weight id (matrix, table, norm or bias vector)
   int32_t weight1 = -1, weight2 = -1;  // kMatMul: more matrices read with the same input
   bool glu = false;                   // kMatMul: out = silu(weight · in0) * (weight1 · in0)
+  bool norm_w = false;                // kMoeRoute: renormalize the chosen experts' weights
   int32_t layer = -1;                 // KV cache layer
   int64_t group = 0;                  // kRmsNorm: values per normalized group
   float eps = 0.0f;                   // kRmsNorm, kAddRmsNorm, kRmsNormQ8

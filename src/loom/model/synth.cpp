@@ -23,6 +23,7 @@ struct ArchLayout {
   bool gemma = false;     // post-attention / post-FFN norms, output tied to the embeddings
   bool windows = false;   // the recipe applies a sliding window (a shape's window is written)
   int64_t swa_default = 0;  // the architecture's window when the shape gives none
+  bool moe = false;       // routed experts in place of the dense FFN (Qwen 3 MoE)
 };
 
 constexpr ArchLayout kLayouts[] = {
@@ -30,6 +31,7 @@ constexpr ArchLayout kLayouts[] = {
     {"mistral", "llama", false, false, false, false, true},
     {"qwen2", "qwen2", true},
     {"qwen3", "qwen3", false, true},
+    {"qwen3moe", "qwen3moe", false, true, false, false, false, 0, true},
     {"phi3", "phi3", false, false, true},
     {"gemma2", "gemma2", false, false, false, true, true, 4096},
     {"gemma3", "gemma3", false, true, false, true, true, 512},
@@ -49,6 +51,7 @@ struct Plan {
   std::string quant;
   int64_t head_dim, n_rot, n_swa;
   bool tied;
+  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;  // moe layouts
 };
 
 void write_metadata(GgufWriter& w, const Plan& p, uint32_t file_type) {
@@ -78,6 +81,11 @@ void write_metadata(GgufWriter& w, const Plan& p, uint32_t file_type) {
     w.set_f32(key("final_logit_softcapping"), 30.0f);
   }
   if (std::string(p.layout->name) == "gemma3") w.set_f32(key("rope.freq_base_swa"), 10000.0f);
+  if (p.layout->moe) {
+    w.set_u32(key("expert_count"), static_cast<uint32_t>(p.n_expert));
+    w.set_u32(key("expert_used_count"), static_cast<uint32_t>(p.n_expert_used));
+    w.set_u32(key("expert_feed_forward_length"), static_cast<uint32_t>(p.n_ff_exp));
+  }
 }
 
 void write_tokenizer(GgufWriter& w, int64_t n_vocab) {
@@ -125,7 +133,7 @@ GgmlType weight_type(const Plan& p, const std::string& kind, int64_t layer, int6
     // Q4_K_M-like: attn_v (a fused attn_qkv likewise) and ffn_down in Q6_K on the layers
     // llama.cpp's "use more bits" rule picks (first and last eighth, every third in between).
     const bool more = layer >= 0 && (layer < L / 8 || layer >= 7 * L / 8 || (layer - L / 8) % 3 == 2);
-    const bool sensitive = kind == "attn_v" || kind == "attn_qkv" || kind == "ffn_down";
+    const bool sensitive = kind == "attn_v" || kind == "attn_qkv" || kind == "ffn_down" || kind == "ffn_down_exps";
     t = sensitive && more ? GgmlType::Q6_K : GgmlType::Q4_K;
   }
   // Rows that are not a multiple of 256 cannot hold K-quants: fall back as llama.cpp does.
@@ -144,6 +152,20 @@ class TensorWriter {
     const uint64_t s = ++seed_;
     return w_.add_tensor(name, t, {n_in, n_out},
                          [t, stddev, s](uint8_t* dst, size_t n) { synth::fill_blocks(t, dst, n, stddev, s); });
+  }
+  // n_expert stacked matrices [n_in, n_out, n_expert], in one block type.
+  Status experts(const std::string& name, const std::string& kind, int64_t layer, int64_t n_in, int64_t n_out,
+                 int64_t n_expert, float stddev) {
+    const GgmlType t = weight_type(p_, kind, layer, n_in);
+    const uint64_t s = ++seed_;
+    return w_.add_tensor(name, t, {n_in, n_out, n_expert},
+                         [t, stddev, s](uint8_t* dst, size_t n) { synth::fill_blocks(t, dst, n, stddev, s); });
+  }
+  // An f32 matrix (a router: converters and quantizers keep it in f32).
+  Status f32_matrix(const std::string& name, int64_t n_in, int64_t n_out, float stddev) {
+    const uint64_t s = ++seed_;
+    return w_.add_tensor(name, GgmlType::F32, {n_in, n_out},
+                         [stddev, s](uint8_t* dst, size_t n) { synth::fill_blocks(GgmlType::F32, dst, n, stddev, s); });
   }
   // f32 vector of values center +- spread/2: norm weights (near 1) and biases (near 0).
   Status vector(const std::string& name, int64_t n, float center, float spread) {
@@ -186,6 +208,13 @@ Status write_layer(TensorWriter& t, const Plan& p, int64_t l) {
   LOOM_RETURN_IF_ERROR(t.matrix(b + "attn_output.weight", "attn_output", l, nq, S.n_embd, in_sd));
   if (A.gemma) LOOM_RETURN_IF_ERROR(t.norm(b + "post_attention_norm.weight", S.n_embd));
   LOOM_RETURN_IF_ERROR(t.norm(b + "ffn_norm.weight", S.n_embd));
+  if (A.moe) {
+    const float exp_sd = 1.0f / std::sqrt(static_cast<float>(p.n_ff_exp));
+    LOOM_RETURN_IF_ERROR(t.f32_matrix(b + "ffn_gate_inp.weight", S.n_embd, p.n_expert, in_sd));
+    LOOM_RETURN_IF_ERROR(t.experts(b + "ffn_gate_exps.weight", "ffn_gate_exps", l, S.n_embd, p.n_ff_exp, p.n_expert, in_sd));
+    LOOM_RETURN_IF_ERROR(t.experts(b + "ffn_up_exps.weight", "ffn_up_exps", l, S.n_embd, p.n_ff_exp, p.n_expert, in_sd));
+    return t.experts(b + "ffn_down_exps.weight", "ffn_down_exps", l, p.n_ff_exp, S.n_embd, p.n_expert, exp_sd);
+  }
   if (A.fused) {
     LOOM_RETURN_IF_ERROR(t.matrix(b + "ffn_up.weight", "ffn_up", l, S.n_embd, 2 * S.n_ff, in_sd));
   } else {
@@ -228,7 +257,15 @@ Result<Plan> make_plan(const SynthOptions& opts, const SynthShape& S) {
     return invalid_argument("--shape {}: phi3 needs n_head * head_dim == n_embd", S.name);
   // Qwen and Phi-3 files get no window: llama.cpp and Loom ignore theirs.
   const int64_t n_swa = !A->windows ? 0 : S.n_swa > 0 ? S.n_swa : A->swa_default;
-  return Plan{&S, A, opts.quant, head_dim, n_rot, n_swa, S.tied_output || A->gemma};
+  Plan plan{&S, A, opts.quant, head_dim, n_rot, n_swa, S.tied_output || A->gemma};
+  if (A->moe) {
+    plan.n_expert = S.n_expert > 0 ? S.n_expert : 8;
+    plan.n_expert_used = S.n_expert_used > 0 ? S.n_expert_used : 2;
+    plan.n_ff_exp = S.n_ff_exp > 0 ? S.n_ff_exp : 256;
+  } else if (S.n_expert > 0) {
+    return invalid_argument("--shape {} is a mixture of experts; --arch {} has none", S.name, arch);
+  }
+  return plan;
 }
 
 }  // namespace
@@ -243,6 +280,10 @@ const std::vector<SynthShape>& synth_shapes() {
       {"smollm2-135m", "llama", 576, 30, 9, 3, 1536, 49152, 8192, 100000.0f, true},
       {"mistral-7b", "mistral", 4096, 32, 32, 8, 14336, 32768, 32768, 1000000.0f, false},
       {"qwen3-8b", "qwen3", 4096, 36, 32, 8, 12288, 151936, 40960, 1000000.0f, false, 128, 0, 0, 1e-6f},
+      // Qwen3-30B-A3B: 128 experts of 768, 8 per token, on every layer (its feed_forward_length,
+      // 6144, is the dense width its converter also writes).
+      {"qwen3-30b-a3b", "qwen3moe", 2048, 48, 32, 4, 6144, 151936, 40960, 1000000.0f, false, 128, 0, 0, 1e-6f, 128, 8,
+       768},
       {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 3072, 151936, 40960, 1000000.0f, true, 128, 0, 0, 1e-6f},
       {"qwen2.5-7b", "qwen2", 3584, 28, 28, 4, 18944, 152064, 32768, 1000000.0f, false, 0, 0, 0, 1e-6f},
       {"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 1000000.0f, true, 0, 0, 0, 1e-6f},

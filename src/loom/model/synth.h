@@ -26,12 +26,15 @@ struct SynthShape {
   int64_t n_swa = 0;      // sliding window; 0: the architecture's default (Gemma) or none.
                           // Written for llama, mistral and Gemma only (the recipes that apply it)
   float norm_eps = 1e-5f;
+  // Mixture of experts (qwen3moe): experts, experts per token, each expert's FFN width. 0: the
+  // architecture's test default (8 experts, 2 per token, width 256) where it has experts.
+  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
 };
 
 const std::vector<SynthShape>& synth_shapes();
 
-// The architectures `write_synthetic_model` writes: llama, mistral, qwen2, qwen3, phi3, gemma2,
-// gemma3.
+// The architectures `write_synthetic_model` writes: llama, mistral, qwen2, qwen3, qwen3moe, phi3,
+// gemma2, gemma3.
 const std::vector<std::string>& synth_architectures();
 
 struct SynthOptions {

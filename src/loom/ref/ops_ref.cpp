@@ -239,6 +239,54 @@ bool softmax(float* x, const float* mask, int64_t n, float s) {
   return true;
 }
 
+void moe_route(const float* logits, int64_t n_rows, int64_t n_expert, int64_t k, bool norm, int32_t* ids,
+               float* w) {
+  std::vector<float> p(static_cast<size_t>(n_expert));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    std::copy(logits + r * n_expert, logits + (r + 1) * n_expert, p.begin());
+    softmax(p.data(), nullptr, n_expert, 1.0f);
+    int32_t* id = ids + r * k;
+    float* wr = w + r * k;
+    // Selection in (p descending, index ascending) order: slot j takes the best entry ranked
+    // after slot j-1's.
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t best = -1;
+      for (int64_t i = 0; i < n_expert; ++i) {
+        if (j > 0) {
+          const float pp = wr[j - 1];
+          const int64_t pi = id[j - 1];
+          if (!(p[i] < pp || (p[i] == pp && i > pi))) continue;
+        }
+        if (best < 0 || p[i] > p[best]) best = i;
+      }
+      if (best < 0) best = 0;  // NaN probabilities: nothing ranks; expert 0 keeps ids in range
+      id[j] = static_cast<int32_t>(best);
+      wr[j] = p[best];
+    }
+    if (!norm) continue;
+    double sum = 0.0;
+    for (int64_t j = 0; j < k; ++j) sum += static_cast<double>(wr[j]);
+    const float s = std::max(static_cast<float>(sum), 6.103515625e-5f);
+    for (int64_t j = 0; j < k; ++j) wr[j] = wr[j] / s;
+  }
+}
+
+void moe_sum(const float* x, const float* w, int64_t n_rows, int64_t k, int64_t n, float* y) {
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* xr = x + r * k * n;
+    const float* wr = w + r * k;
+    float* yr = y + r * n;
+    for (int64_t i = 0; i < n; ++i) {
+      float acc = xr[i] * wr[0];
+      for (int64_t j = 1; j < k; ++j) {
+        const float prod = xr[j * n + i] * wr[j];
+        acc = acc + prod;
+      }
+      yr[i] = acc;
+    }
+  }
+}
+
 // The definition: the first index whose value no later value exceeds (NaN never wins; with a NaN
 // at index 0 nothing exceeds it, so 0).
 int64_t argmax_scalar(const float* x, int64_t n) {

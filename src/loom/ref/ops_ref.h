@@ -104,6 +104,17 @@ void geglu(const float* g, const float* u, float* y, int64_t n);
 // mask may be null (else -INFINITY entries get 0). Returns false if every entry was masked.
 bool softmax(float* x, const float* mask, int64_t n, float scale);
 
+// A mixture-of-experts router over n_rows rows of n_expert logits, as llama.cpp's graph computes
+// it: p = softmax(logits) (the softmax above, scale 1); ids[r, 0..k) = the k largest p in
+// descending order (ties: the lower index first); w[r, j] = p[ids[r, j]], and with norm each
+// divided by max(s, 2^-14), s = their sum in double (slot order) rounded to float.
+void moe_route(const float* logits, int64_t n_rows, int64_t n_expert, int64_t k, bool norm, int32_t* ids,
+               float* w);
+// y[r] = sum over j = 0..k-1 in order of x[r, j] * w[r, j] (x: [n_rows, k, n], w: [n_rows, k]):
+// each product rounded to float, then added left to right (ggml_mul, then one ggml_add per
+// further expert).
+void moe_sum(const float* x, const float* w, int64_t n_rows, int64_t k, int64_t n, float* y);
+
 int64_t argmax(const float* x, int64_t n);  // first index of the maximum (AVX2 where built)
 int64_t argmax_scalar(const float* x, int64_t n);  // its definition, one value at a time
 
