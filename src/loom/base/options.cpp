@@ -63,6 +63,8 @@ const std::vector<OptionInfo>& rows() {
        "the lowering ignores the kernel store (ops' default schedules only)"},
       {Opt::kEvolveDb, "evolve_db", "LOOM_EVOLVE_DB", "--db", Type::kPath, "", "", 0, 0,
        "the evolve database and kernel store (empty: <cache_dir>/evolve.db)"},
+      {Opt::kEvolveDbRetry, "evolve_db_retry_s", "LOOM_EVOLVE_DB_RETRY_S", "", Type::kDouble, "60", "", 0, 86400,
+       "seconds evolve keeps reconnecting to a PostgreSQL database that went away before it stops"},
       {Opt::kKbDir, "kb_dir", "LOOM_KB_DIR", "", Type::kPath, "", "", 0, 0,
        "the knowledge base's seed documents (empty: kb/ of the source tree)"},
       {Opt::kEvolveWorker, "evolve_worker", "LOOM_EVOLVE_WORKER", "", Type::kPath, "", "", 0, 0,

@@ -53,6 +53,7 @@ enum class Opt : int {
   // kernel store, evolve
   kNoKernelStore,
   kEvolveDb,
+  kEvolveDbRetry,
   kKbDir,
   kEvolveWorker,
   kEvolveIsolation,

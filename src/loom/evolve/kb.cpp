@@ -62,7 +62,17 @@ Result<std::vector<Document>> search_documents(Db& db, const std::string& query,
   flush();
   std::vector<Document> out;
   if (q.empty()) return out;
-  LOOM_ASSIGN_OR_RETURN(Stmt s, db.prepare("SELECT path, title, body FROM documents WHERE documents MATCH ?1 ORDER BY rank LIMIT ?2"));
+  // SQLite: FTS5 ranked by bm25. PostgreSQL: its text search (the same words, ORed), ranked by ts_rank.
+  const bool pg = db.engine() == store::Engine::kPostgres;
+  LOOM_ASSIGN_OR_RETURN(
+      Stmt s, db.prepare(pg ? "SELECT path, title, body FROM documents WHERE to_tsvector('english', title || ' ' || body) "
+                              "@@ to_tsquery('english', ?1) ORDER BY ts_rank(to_tsvector('english', title || ' ' || body), "
+                              "to_tsquery('english', ?1)) DESC LIMIT ?2"
+                            : "SELECT path, title, body FROM documents WHERE documents MATCH ?1 ORDER BY rank LIMIT ?2"));
+  if (pg) {
+    for (size_t p = 0; (p = q.find('"', p)) != std::string::npos;) q.erase(p, 1);
+    for (size_t p = 0; (p = q.find(" OR ", p)) != std::string::npos;) q.replace(p, 4, " | ");
+  }
   s.bind(1, q).bind(2, static_cast<int64_t>(limit));
   while (true) {
     LOOM_ASSIGN_OR_RETURN(bool has, s.step());

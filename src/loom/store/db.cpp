@@ -1,4 +1,5 @@
-// SQLite wrapper and schema (see db.h).
+// The evolve database: the SQLite side, the schema and its upgrades (see db.h; PostgreSQL's
+// connection and statements are in pg.cpp).
 #include "loom/store/db.h"
 
 #include <filesystem>
@@ -6,43 +7,44 @@
 #include <sqlite3.h>
 
 #include "loom/base/file.h"
+#include "loom/store/pg.h"
 
 namespace loom::store {
 namespace {
 
-// Every table evolve uses. Timings are microseconds, bandwidths GB/s, times seconds.
-constexpr std::string_view kSchema = R"SQL(
-PRAGMA journal_mode=WAL;
-PRAGMA synchronous=NORMAL;
-CREATE TABLE IF NOT EXISTS jobs(
+// Version 1: every table evolve uses. Timings are microseconds, bandwidths GB/s, times seconds
+// (created/measured/at: Julian days). One text for both engines: pg_ddl() turns SQLite's
+// `INTEGER PRIMARY KEY` into an identity column and REAL/INTEGER into 64-bit types.
+constexpr std::string_view kTablesV1[] = {
+    R"SQL(CREATE TABLE IF NOT EXISTS jobs(
   id INTEGER PRIMARY KEY, op TEXT, shape TEXT, device TEXT, device_arch TEXT, strategy TEXT,
   synth TEXT, seed INTEGER, budget TEXT, config TEXT, loom_version TEXT, status TEXT,
   created REAL, elapsed_s REAL DEFAULT 0, baseline_us REAL, best_candidate INTEGER,
   confirmed_speedup REAL, regions TEXT, confirmed_us REAL, confirmed_baseline_us REAL,
   confirmed_rounds INTEGER, stored_kernel TEXT, reason TEXT, lease_host TEXT, lease_pid INTEGER,
-  lease_start TEXT, heartbeat REAL);
-CREATE TABLE IF NOT EXISTS candidates(
+  lease_start TEXT, heartbeat REAL))SQL",
+    R"SQL(CREATE TABLE IF NOT EXISTS candidates(
   id INTEGER PRIMARY KEY, job INTEGER, seq INTEGER, parent INTEGER, synth TEXT, kind TEXT,
   hash TEXT, body TEXT, diff TEXT, status TEXT, reason TEXT, median_us REAL, p10_us REAL,
   p90_us REAL, reps INTEGER, speedup REAL, gbps REAL, frac_peak REAL, diagnosis TEXT,
-  eval_s REAL, at_s REAL, island INTEGER DEFAULT 0, confirmed_speedup REAL, UNIQUE(job, seq));
-CREATE INDEX IF NOT EXISTS candidates_job ON candidates(job, seq);
-CREATE TABLE IF NOT EXISTS device_peaks(
-  device_arch TEXT PRIMARY KEY, read_gbps REAL, method TEXT, measured REAL);
-CREATE TABLE IF NOT EXISTS kernels(
+  eval_s REAL, at_s REAL, island INTEGER DEFAULT 0, confirmed_speedup REAL, UNIQUE(job, seq)))SQL",
+    "CREATE INDEX IF NOT EXISTS candidates_job ON candidates(job, seq)",
+    R"SQL(CREATE TABLE IF NOT EXISTS device_peaks(
+  device_arch TEXT PRIMARY KEY, read_gbps REAL, method TEXT, measured REAL))SQL",
+    R"SQL(CREATE TABLE IF NOT EXISTS kernels(
   op TEXT, shape_key TEXT, shape_class TEXT, device_arch TEXT, loom_version TEXT, body TEXT,
   kind TEXT, speedup REAL, median_us REAL, baseline_us REAL, job INTEGER, candidate INTEGER,
-  created REAL, seq INTEGER DEFAULT -1, PRIMARY KEY(op, shape_key, device_arch, loom_version));
-CREATE TABLE IF NOT EXISTS skills(
+  created REAL, seq INTEGER DEFAULT -1, PRIMARY KEY(op, shape_key, device_arch, loom_version)))SQL",
+    R"SQL(CREATE TABLE IF NOT EXISTS skills(
   op_family TEXT, device_kind TEXT, knob TEXT, value INTEGER, gains REAL DEFAULT 0,
-  uses INTEGER DEFAULT 0, wins INTEGER DEFAULT 0, PRIMARY KEY(op_family, device_kind, knob, value));
-CREATE VIRTUAL TABLE IF NOT EXISTS documents USING fts5(path, title, body);
-CREATE TABLE IF NOT EXISTS llm_calls(
-  id INTEGER PRIMARY KEY, job INTEGER, seq INTEGER, prompt TEXT, reply TEXT, error TEXT, at REAL);
-)SQL";
+  uses INTEGER DEFAULT 0, wins INTEGER DEFAULT 0, PRIMARY KEY(op_family, device_kind, knob, value)))SQL",
+    "@documents",  // FTS5 in SQLite, a plain table searched with to_tsvector in PostgreSQL (kb.cpp)
+    R"SQL(CREATE TABLE IF NOT EXISTS llm_calls(
+  id INTEGER PRIMARY KEY, job INTEGER, seq INTEGER, prompt TEXT, reply TEXT, error TEXT, at REAL))SQL",
+};
 
-// Columns that files made by older versions lack (also in kSchema, for new files).
-constexpr std::string_view kAddedColumns[] = {
+// Columns that SQLite files made before schema versions may lack (version 1 has them all).
+constexpr std::string_view kAddedColumnsV1[] = {
     "jobs ADD COLUMN regions TEXT",
     "jobs ADD COLUMN confirmed_us REAL",
     "jobs ADD COLUMN confirmed_baseline_us REAL",
@@ -57,15 +59,46 @@ constexpr std::string_view kAddedColumns[] = {
     "kernels ADD COLUMN seq INTEGER DEFAULT -1",
 };
 
+// Version 2: the queue of evaluations that `loom evolve worker` processes lease (evolve's
+// queue.h), and which worker evaluated each candidate. kind: eval | confirm; status: pending |
+// leased | done; lease_until: unix seconds (the server's clock); request/result: JSON.
+constexpr std::string_view kTablesV2[] = {
+    R"SQL(CREATE TABLE IF NOT EXISTS evaluations(
+  id INTEGER PRIMARY KEY, job INTEGER, seq INTEGER, kind TEXT, device_arch TEXT, request TEXT,
+  status TEXT, worker TEXT, lease_until REAL, attempts INTEGER DEFAULT 0, result TEXT,
+  created REAL, finished REAL, UNIQUE(job, kind, seq)))SQL",
+    "CREATE INDEX IF NOT EXISTS evaluations_status ON evaluations(status, device_arch, id)",
+    "ALTER TABLE candidates ADD COLUMN worker TEXT",
+};
+
+std::string replace_all(std::string s, std::string_view from, std::string_view to) {
+  for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size())) s.replace(p, from.size(), to);
+  return s;
+}
+
+// SQLite DDL to PostgreSQL's: 64-bit integers and doubles, identity keys, IF NOT EXISTS on
+// added columns (SQLite reports a duplicate column instead, which migrate() tolerates only for
+// the columns of files from before versions).
+std::string pg_ddl(std::string_view sql) {
+  std::string s = replace_all(std::string(sql), "INTEGER PRIMARY KEY", "BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY");
+  s = replace_all(s, " INTEGER", " BIGINT");
+  s = replace_all(s, " REAL", " DOUBLE PRECISION");
+  s = replace_all(s, "ADD COLUMN ", "ADD COLUMN IF NOT EXISTS ");
+  return s;
+}
+
 }  // namespace
 
+Db::Db() = default;
 Db::~Db() {
   if (db_) sqlite3_close_v2(db_);
 }
+Db::Db(Db&& o) noexcept : db_(o.db_), pg_(std::move(o.pg_)), path_(std::move(o.path_)) { o.db_ = nullptr; }
 Db& Db::operator=(Db&& o) noexcept {
   if (this != &o) {
     if (db_) sqlite3_close_v2(db_);
     db_ = o.db_;
+    pg_ = std::move(o.pg_);
     path_ = std::move(o.path_);
     o.db_ = nullptr;
   }
@@ -74,25 +107,34 @@ Db& Db::operator=(Db&& o) noexcept {
 
 std::string Db::default_path() { return cache_dir() + "/evolve.db"; }
 
+bool Db::is_url(std::string_view path) {
+  return path.rfind("postgresql://", 0) == 0 || path.rfind("postgres://", 0) == 0;
+}
+
 Result<Db> Db::open(const std::string& path) {
-  std::error_code ec;
-  std::filesystem::path p(path);
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
   Db d;
-  d.path_ = path;
-  if (sqlite3_open_v2(path.c_str(), &d.db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
-    std::string msg = d.db_ ? sqlite3_errmsg(d.db_) : "out of memory";
-    return unavailable("cannot open database {}: {}", path, msg);
+  if (is_url(path)) {
+    LOOM_ASSIGN_OR_RETURN(d.pg_, pg_connect(path));
+    d.path_ = d.pg_->display;
+  } else {
+    std::error_code ec;
+    std::filesystem::path p(path);
+    if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+    d.path_ = path;
+    if (sqlite3_open_v2(path.c_str(), &d.db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
+      std::string msg = d.db_ ? sqlite3_errmsg(d.db_) : "out of memory";
+      return unavailable("cannot open database {}: {}", path, msg);
+    }
+    sqlite3_busy_timeout(d.db_, 10000);
+    // Outside any transaction (SQLite refuses to change the journal mode inside one).
+    LOOM_RETURN_IF_ERROR(d.exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"));
   }
-  sqlite3_busy_timeout(d.db_, 10000);
-  LOOM_RETURN_IF_ERROR(d.exec(kSchema).with_context("creating the evolve schema in " + path));
-  // Columns added after the first schema (files from older versions gain them; "duplicate
-  // column" means the file has them already).
-  for (std::string_view col : kAddedColumns) (void)d.exec(fmt::format("ALTER TABLE {}", col));
+  LOOM_RETURN_IF_ERROR(d.migrate().with_context("creating or upgrading the evolve schema in " + d.path_));
   return d;
 }
 
 Result<Db> Db::open_readonly(const std::string& path) {
+  if (is_url(path)) return open(path);  // a server's schema is made by whoever opens it first
   Db d;
   d.path_ = path;
   if (sqlite3_open_v2(path.c_str(), &d.db_, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
@@ -103,7 +145,62 @@ Result<Db> Db::open_readonly(const std::string& path) {
   return d;
 }
 
+int Db::schema_version() {
+  auto s = prepare("SELECT max(version) FROM schema_version");
+  if (!s.ok()) return 0;
+  auto has = s->step();
+  return has.ok() && *has && !s->is_null(0) ? static_cast<int>(s->i64(0)) : 0;
+}
+
+// One writer at a time (SQLite: the write lock of BEGIN IMMEDIATE; PostgreSQL: an advisory
+// lock, since a coordinator and its workers often open a fresh database at the same moment and
+// concurrent CREATE TABLE IF NOT EXISTS can fail there). Each version's statements run in one
+// transaction with its row in schema_version.
+Status Db::migrate() {
+  const bool pg = engine() == Engine::kPostgres;
+  if (pg) LOOM_RETURN_IF_ERROR(exec("SELECT pg_advisory_lock(7427466)"));
+  auto run = [&]() -> Status {
+    LOOM_RETURN_IF_ERROR(exec("CREATE TABLE IF NOT EXISTS schema_version(version INTEGER PRIMARY KEY, applied REAL)"));
+    const int have = schema_version();
+    if (have > kSchemaVersion)
+      return failed_precondition("the database has schema version {}, newer than this Loom's {}: use a newer loom",
+                                 have, kSchemaVersion);
+    for (int v = have + 1; v <= kSchemaVersion; ++v) {
+      LOOM_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(*this));
+      if (v == 1) {
+        if (pg)  // what SQLite has built in; statements stay one text for both
+          LOOM_RETURN_IF_ERROR(exec("CREATE OR REPLACE FUNCTION julianday(text) RETURNS DOUBLE PRECISION LANGUAGE sql AS "
+                                    "$$ SELECT extract(epoch FROM clock_timestamp())::double precision / 86400.0 + "
+                                    "2440587.5 $$"));
+        for (std::string_view t : kTablesV1) {
+          if (t == "@documents")
+            LOOM_RETURN_IF_ERROR(exec(pg ? "CREATE TABLE IF NOT EXISTS documents(path TEXT, title TEXT, body TEXT)"
+                                         : "CREATE VIRTUAL TABLE IF NOT EXISTS documents USING fts5(path, title, body)"));
+          else
+            LOOM_RETURN_IF_ERROR(exec(pg ? pg_ddl(t) : std::string(t)));
+        }
+        // A file from before versions has the tables, perhaps without later columns ("duplicate
+        // column" means it has them).
+        for (std::string_view col : kAddedColumnsV1) {
+          if (pg) LOOM_RETURN_IF_ERROR(exec(pg_ddl(fmt::format("ALTER TABLE {}", col))));
+          else (void)exec(fmt::format("ALTER TABLE {}", col));
+        }
+      } else if (v == 2) {
+        for (std::string_view t : kTablesV2) LOOM_RETURN_IF_ERROR(exec(pg ? pg_ddl(t) : std::string(t)));
+      }
+      LOOM_ASSIGN_OR_RETURN(Stmt s, prepare("INSERT INTO schema_version(version, applied) VALUES (?1, julianday('now'))"));
+      LOOM_RETURN_IF_ERROR(s.bind(1, v).run());
+      LOOM_RETURN_IF_ERROR(tx.commit());
+    }
+    return Status();
+  };
+  Status s = run();
+  if (pg) (void)exec("SELECT pg_advisory_unlock(7427466)");
+  return s;
+}
+
 Status Db::exec(std::string_view sql) {
+  if (pg_) return pg_exec(*pg_, sql);
   char* err = nullptr;
   std::string s(sql);
   if (sqlite3_exec(db_, s.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
@@ -115,29 +212,46 @@ Status Db::exec(std::string_view sql) {
 }
 
 Result<Stmt> Db::prepare(std::string_view sql) {
+  if (pg_) {
+    Stmt st;
+    st.pg_ = pg_prepare(*pg_, sql);
+    return st;
+  }
+  // SQLite has no row locks: its write transactions (BEGIN IMMEDIATE) already exclude each other.
+  std::string text(sql);
+  for (std::string_view lock : {" FOR UPDATE SKIP LOCKED", " FOR UPDATE"}) text = replace_all(text, lock, "");
   sqlite3_stmt* s = nullptr;
-  if (sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &s, nullptr) != SQLITE_OK)
-    return internal_error("sqlite prepare: {} ({})", sqlite3_errmsg(db_), sql);
+  if (sqlite3_prepare_v2(db_, text.data(), static_cast<int>(text.size()), &s, nullptr) != SQLITE_OK)
+    return internal_error("sqlite prepare: {} ({})", sqlite3_errmsg(db_), text);
   return Stmt(s, db_);
 }
 
-int64_t Db::last_insert_id() const { return sqlite3_last_insert_rowid(db_); }
-int64_t Db::changes() const { return sqlite3_changes(db_); }
+int64_t Db::last_insert_id() { return pg_ ? pg_last_insert_id(*pg_) : sqlite3_last_insert_rowid(db_); }
+int64_t Db::changes() const { return pg_ ? pg_->changes : sqlite3_changes(db_); }
 
 Result<Transaction> Transaction::begin(Db& db) {
-  LOOM_RETURN_IF_ERROR(db.exec("BEGIN IMMEDIATE"));
+  if (db.pg_) {
+    LOOM_RETURN_IF_ERROR(pg_begin(*db.pg_));
+  } else {
+    LOOM_RETURN_IF_ERROR(db.exec("BEGIN IMMEDIATE"));
+  }
   return Transaction(&db);
 }
 Transaction::~Transaction() {
   if (db_) (void)db_->exec("ROLLBACK");
+  if (db_ && db_->pg_) db_->pg_->in_transaction = false;
 }
 Status Transaction::commit() {
   Status s = db_->exec("COMMIT");
   if (!s.ok()) (void)db_->exec("ROLLBACK");
+  if (db_->pg_) db_->pg_->in_transaction = false;
   db_ = nullptr;
   return s;
 }
 
+Stmt::Stmt() = default;
+Stmt::Stmt(sqlite3_stmt* s, sqlite3* db) : s_(s), db_(db) {}
+Stmt::Stmt(Stmt&& o) noexcept : s_(o.s_), db_(o.db_), pg_(std::move(o.pg_)) { o.s_ = nullptr; }
 Stmt::~Stmt() {
   if (s_) sqlite3_finalize(s_);
 }
@@ -146,27 +260,33 @@ Stmt& Stmt::operator=(Stmt&& o) noexcept {
     if (s_) sqlite3_finalize(s_);
     s_ = o.s_;
     db_ = o.db_;
+    pg_ = std::move(o.pg_);
     o.s_ = nullptr;
   }
   return *this;
 }
 Stmt& Stmt::bind(int i, int64_t v) {
-  sqlite3_bind_int64(s_, i, v);
+  if (pg_) pg_bind(*pg_, i, std::to_string(v), PgType::kInt8);
+  else sqlite3_bind_int64(s_, i, v);
   return *this;
 }
 Stmt& Stmt::bind(int i, double v) {
-  sqlite3_bind_double(s_, i, v);
+  if (pg_) pg_bind(*pg_, i, pg_double_text(v), PgType::kFloat8);
+  else sqlite3_bind_double(s_, i, v);
   return *this;
 }
 Stmt& Stmt::bind(int i, std::string_view v) {
-  sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  if (pg_) pg_bind(*pg_, i, std::string(v), PgType::kUnknown);
+  else sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
   return *this;
 }
 Stmt& Stmt::bind_null(int i) {
-  sqlite3_bind_null(s_, i);
+  if (pg_) pg_bind(*pg_, i, std::nullopt, PgType::kUnknown);
+  else sqlite3_bind_null(s_, i);
   return *this;
 }
 Result<bool> Stmt::step() {
+  if (pg_) return pg_step(*pg_);
   int rc = sqlite3_step(s_);
   if (rc == SQLITE_ROW) return true;
   if (rc == SQLITE_DONE) return false;
@@ -180,16 +300,21 @@ Status Stmt::run() {
   return reset();
 }
 Status Stmt::reset() {
+  if (pg_) {
+    pg_reset(*pg_);
+    return Status();
+  }
   sqlite3_reset(s_);
   sqlite3_clear_bindings(s_);
   return Status();
 }
-int64_t Stmt::i64(int c) const { return sqlite3_column_int64(s_, c); }
-double Stmt::f64(int c) const { return sqlite3_column_double(s_, c); }
+int64_t Stmt::i64(int c) const { return pg_ ? pg_i64(*pg_, c) : sqlite3_column_int64(s_, c); }
+double Stmt::f64(int c) const { return pg_ ? pg_f64(*pg_, c) : sqlite3_column_double(s_, c); }
 std::string Stmt::text(int c) const {
+  if (pg_) return pg_text(*pg_, c);
   const unsigned char* t = sqlite3_column_text(s_, c);
   return t ? std::string(reinterpret_cast<const char*>(t), static_cast<size_t>(sqlite3_column_bytes(s_, c))) : "";
 }
-bool Stmt::is_null(int c) const { return sqlite3_column_type(s_, c) == SQLITE_NULL; }
+bool Stmt::is_null(int c) const { return pg_ ? pg_is_null(*pg_, c) : sqlite3_column_type(s_, c) == SQLITE_NULL; }
 
 }  // namespace loom::store

@@ -157,8 +157,13 @@ Result<std::optional<StoredKernel>> best_kernel(std::string_view op, const kerne
 
 Status put_kernel(Db& db, const StoredKernel& k) {
   LOOM_ASSIGN_OR_RETURN(
-      Stmt s, db.prepare(fmt::format("INSERT OR REPLACE INTO kernels({}, kind, created) VALUES "
-                                     "(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,julianday('now'))",
+      Stmt s, db.prepare(fmt::format("INSERT INTO kernels({}, kind, created) VALUES "
+                                     "(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,julianday('now')) "
+                                     "ON CONFLICT(op, shape_key, device_arch, loom_version) DO UPDATE SET "
+                                     "shape_class = excluded.shape_class, body = excluded.body, speedup = excluded.speedup, "
+                                     "median_us = excluded.median_us, baseline_us = excluded.baseline_us, job = excluded.job, "
+                                     "candidate = excluded.candidate, seq = excluded.seq, kind = excluded.kind, "
+                                     "created = excluded.created",
                                      kCols)));
   s.bind(1, k.op).bind(2, k.shape_key).bind(3, k.shape_class).bind(4, k.device_arch).bind(5, k.loom_version);
   s.bind(6, k.cand.body()).bind(7, k.speedup).bind(8, k.median_us).bind(9, k.baseline_us).bind(10, k.job);
