@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "loom/engine/grammar.h"
+
 namespace loom::llm {
 
 std::string StopMatcher::feed(std::string_view text) {
@@ -50,14 +52,22 @@ Generation::Generation(const Tokenizer& tokenizer, const SamplerParams& sampling
       sampler_(own_sampler_.get()),
       options_(std::move(options)),
       detok_(tokenizer, options_.render_special),
-      stop_(options_.stop) {}
+      stop_(options_.stop) {
+  if (options_.grammar)
+    matcher_ = std::make_unique<GrammarMatcher>(options_.grammar, tokenizer, TokenTrie::for_tokenizer(tokenizer));
+}
 
 Generation::Generation(const Tokenizer& tokenizer, Sampler& sampler, GenerationOptions options)
     : tokenizer_(&tokenizer),
       sampler_(&sampler),
       options_(std::move(options)),
       detok_(tokenizer, options_.render_special),
-      stop_(options_.stop) {}
+      stop_(options_.stop) {
+  if (options_.grammar)
+    matcher_ = std::make_unique<GrammarMatcher>(options_.grammar, tokenizer, TokenTrie::for_tokenizer(tokenizer));
+}
+
+Generation::~Generation() = default;
 
 void Generation::accept_prompt(std::span<const int32_t> prompt) {
   for (int32_t t : prompt) sampler_->accept(t);
@@ -78,9 +88,16 @@ Generation::Step Generation::next(const float* logits, bool cache_full) {
   if (done()) return Step{{}, kNoToken, true, reason_};
   // Checked before sampling as well, so max_tokens 0 samples nothing.
   if (length_reached()) return end("length", Step{});
-  if (options_.logprobs < 0) return push(sampler_->sample(logits), cache_full);
+  if (matcher_ && matcher_->must_end()) return end("stop", Step{});
+  if (options_.logprobs < 0) {
+    const int32_t id = sampler_->sample(logits, nullptr, 0, matcher_.get());
+    if (id < 0) return end("stop", Step{});  // the grammar accepts no token of this vocabulary
+    return push(id, cache_full);
+  }
   SampleLogprobs lp;
-  Step step = push(sampler_->sample(logits, &lp, options_.logprobs), cache_full);
+  const int32_t id = sampler_->sample(logits, &lp, options_.logprobs, matcher_.get());
+  if (id < 0) return end("stop", Step{});
+  Step step = push(id, cache_full);
   if (step.token != kNoToken) step.logprobs = std::move(lp);
   return step;
 }
@@ -90,6 +107,7 @@ Generation::Step Generation::push(int32_t id, bool cache_full) {
   if (length_reached()) return end("length", Step{});
   sampler_->accept(id);
   if (!options_.ignore_eos && tokenizer_->is_eog(id)) return end("eos", Step{});
+  if (matcher_) matcher_->accept(id);
   tokens_.push_back(id);
   Step step;
   step.token = id;

@@ -16,6 +16,9 @@
 
 namespace loom::llm {
 
+class Grammar;
+class GrammarMatcher;
+
 // Holds back text that might be the beginning of a stop string. Feed text pieces; emit what it
 // returns; after a hit, stopped() is true and nothing more is returned.
 class StopMatcher {
@@ -38,10 +41,15 @@ struct GenerationOptions {
   bool render_special = false;      // control tokens render as their text (else as nothing)
   int logprobs = -1;                // >= 0: report each output token's log-probability and
                                     // this many most likely alternatives (Step::logprobs)
+  // When set, only tokens whose bytes continue a string of this grammar are sampled; end of
+  // generation is allowed once the text is complete, and forced ("stop") when nothing can
+  // follow it. Text past a stop string still ends generation as usual.
+  std::shared_ptr<const Grammar> grammar;
 };
 
 // The rules, in the order next()/push() apply them to a token:
 //   max_tokens already reached       -> "length", nothing sampled (max_tokens 0)
+//   a grammar that is complete with nothing able to follow -> "stop", nothing sampled
 //   end-of-generation token          -> "eos" (unless ignore_eos); the token is not output
 //   its text completes a stop string -> "stop"; the text is cut before the stop string
 //   max_tokens reached with it       -> "length"
@@ -68,6 +76,7 @@ class Generation {
   // With a sampler that lives longer: `loom chat` keeps one for the whole conversation, so a
   // seeded conversation continues one random stream across turns.
   Generation(const Tokenizer& tokenizer, Sampler& sampler, GenerationOptions options);
+  ~Generation();
 
   // Records the prompt for the sampler's penalties (before the first next()).
   void accept_prompt(std::span<const int32_t> prompt);
@@ -100,6 +109,7 @@ class Generation {
   StopMatcher stop_;
   std::vector<int32_t> tokens_;
   std::string_view reason_;  // empty while generating; points at a string literal
+  std::unique_ptr<GrammarMatcher> matcher_;
 };
 
 }  // namespace loom::llm

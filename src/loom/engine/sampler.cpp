@@ -136,8 +136,8 @@ void Sampler::describe(const float* values, int32_t id, int n_top, SampleLogprob
   for (int64_t i = 0; i < k; ++i) out->top.push_back({order_[static_cast<size_t>(i)], logprob(order_[static_cast<size_t>(i)])});
 }
 
-int32_t Sampler::sample(const float* logits, SampleLogprobs* logprobs, int n_top) {
-  if (params_.temp <= 0.0f && !penalties_active() && params_.logit_bias.empty()) {
+int32_t Sampler::sample(const float* logits, SampleLogprobs* logprobs, int n_top, TokenConstraint* constraint) {
+  if (!constraint && params_.temp <= 0.0f && !penalties_active() && params_.logit_bias.empty()) {
     // Greedy without penalties: the first maximum, without copying the vocabulary (262144
     // candidates for Gemma 3, once per token and stream), eight logits at a time.
     const int32_t id = static_cast<int32_t>(ref::argmax(logits, n_vocab_));
@@ -148,6 +148,7 @@ int32_t Sampler::sample(const float* logits, SampleLogprobs* logprobs, int n_top
   for (int64_t i = 0; i < n_vocab_; ++i) cand_[static_cast<size_t>(i)] = {static_cast<int32_t>(i), logits[i], 0.0f};
   apply_logit_bias(cand_);
   apply_penalties(cand_);
+  if (constraint && !constrain(*constraint)) return -1;
   if (logprobs) {
     adjusted_.resize(cand_.size());
     for (size_t i = 0; i < cand_.size(); ++i) adjusted_[i] = cand_[i].logit;
@@ -155,6 +156,44 @@ int32_t Sampler::sample(const float* logits, SampleLogprobs* logprobs, int n_top
   const int32_t id = draw();
   if (logprobs) describe(adjusted_.data(), id, n_top, logprobs);
   return id;
+}
+
+// Asking a grammar about one token costs a walk over its bytes; masking the vocabulary costs a
+// walk over the vocabulary's trie. Most steps need only the top candidate (greedy) or the top-k,
+// and the model's favourites are usually acceptable, so those are asked first.
+bool Sampler::constrain(TokenConstraint& c) {
+  const int64_t need = params_.temp <= 0.0f ? 1 : (params_.top_k > 0 ? params_.top_k : n_vocab_);
+  constexpr int64_t kProbe = 64;
+  if (need <= kProbe) {
+    const int64_t m = std::min<int64_t>(kProbe, n_vocab_);
+    order_.resize(static_cast<size_t>(n_vocab_));
+    for (int64_t i = 0; i < n_vocab_; ++i) order_[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+    std::partial_sort(order_.begin(), order_.begin() + m, order_.end(), [&](int32_t a, int32_t b) {
+      return cand_[a].logit > cand_[b].logit || (cand_[a].logit == cand_[b].logit && a < b);
+    });
+    std::vector<int32_t> ok;
+    for (int64_t i = 0; i < m && static_cast<int64_t>(ok.size()) < need; ++i) {
+      const int32_t id = order_[static_cast<size_t>(i)];
+      if (std::isinf(cand_[id].logit) && cand_[id].logit < 0) break;
+      if (c.accepts(id)) ok.push_back(id);
+    }
+    if (static_cast<int64_t>(ok.size()) >= need) {
+      // The top `need` accepted tokens are the top-k of the masked distribution: the rest
+      // would be cut by top-k anyway.
+      mask_.assign(static_cast<size_t>(n_vocab_), 0);
+      for (int32_t id : ok) mask_[static_cast<size_t>(id)] = 1;
+      for (auto& x : cand_)
+        if (!mask_[static_cast<size_t>(x.id)]) x.logit = -INFINITY;
+      return true;
+    }
+  }
+  c.allowed(&mask_);
+  bool any = false;
+  for (auto& x : cand_) {
+    if (!mask_[static_cast<size_t>(x.id)]) x.logit = -INFINITY;
+    else any = true;
+  }
+  return any;
 }
 
 // The rest of the chain on cand_ (bias and penalties applied, indexed by id).

@@ -47,6 +47,15 @@ struct SampleLogprobs {
   std::vector<TokenLogprob> top;  // the n_top most likely tokens, most likely first
 };
 
+// A rule on which tokens may come next (a grammar: see grammar.h). accepts() answers for one
+// token; allowed() fills a mask of n_vocab bytes (1: may come next) for all of them at once.
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  virtual bool accepts(int32_t token) = 0;
+  virtual void allowed(std::vector<uint8_t>* mask) = 0;
+};
+
 // Not thread-safe. Deterministic for a given seed, parameters and token history.
 class Sampler {
  public:
@@ -54,7 +63,12 @@ class Sampler {
 
   // Picks the next token from one row of n_vocab logits (not modified). With `logprobs`, also
   // fills it (see SampleLogprobs) with the chosen token and the n_top most likely ones.
-  int32_t sample(const float* logits, SampleLogprobs* logprobs = nullptr, int n_top = 0);
+  // With a constraint, only tokens it accepts can be drawn: the most likely candidates (after
+  // bias and penalties) are asked first, and when they do not give the top-k (greedy: one)
+  // accepted tokens the whole vocabulary is masked; logprobs then describe the masked
+  // distribution. Returns -1 when the constraint accepts no token.
+  int32_t sample(const float* logits, SampleLogprobs* logprobs = nullptr, int n_top = 0,
+                 TokenConstraint* constraint = nullptr);
   // Records a token of the context (prompt or generated) for the penalties.
   void accept(int32_t token);
   void reset();
@@ -78,6 +92,7 @@ class Sampler {
  private:
   bool penalties_active() const;
   int32_t draw();  // temperature, cuts and the seeded draw on cand_
+  bool constrain(TokenConstraint& c);  // sets disallowed candidates of cand_ to -inf
   // Log-softmax of n_vocab values at `id` and the n_top largest.
   void describe(const float* values, int32_t id, int n_top, SampleLogprobs* out);
 
@@ -89,6 +104,7 @@ class Sampler {
   std::vector<Candidate> cand_;
   std::vector<float> adjusted_;   // logits after bias and penalties (for logprobs)
   std::vector<int32_t> order_;    // scratch for the top-n search
+  std::vector<uint8_t> mask_;     // scratch for constrain()
 };
 
 }  // namespace loom::llm

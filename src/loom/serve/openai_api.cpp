@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "loom/engine/json_schema.h"
+
 namespace loom::serve {
 
 using nlohmann::json;
@@ -98,10 +100,10 @@ bool reject_unknown(const json& body, Endpoint ep, ApiError* err) {
   static const std::set<std::string, std::less<>> common = {
       "model", "n", "stream", "stream_options", "temperature", "top_p", "min_p", "top_k", "seed",
       "presence_penalty", "frequency_penalty", "repeat_penalty", "max_tokens", "ignore_eos", "stop",
-      "logit_bias", "logprobs", "user"};
+      "logit_bias", "logprobs", "user", "response_format", "json_schema", "grammar"};
   static const std::set<std::string, std::less<>> chat = {
       "messages", "max_completion_tokens", "tools", "functions", "tool_choice", "function_call", "top_logprobs",
-      "response_format", "parallel_tool_calls", "store", "metadata", "service_tier"};
+      "parallel_tool_calls", "store", "metadata", "service_tier"};
   static const std::set<std::string, std::less<>> completion = {"prompt", "echo", "suffix", "best_of"};
   for (const auto& [key, value] : body.items()) {
     if (common.count(key) || (ep == Endpoint::kChat ? chat : completion).count(key)) continue;
@@ -114,28 +116,13 @@ bool reject_unknown(const json& body, Endpoint ep, ApiError* err) {
 // Fields whose features this server does not have: asking for them is an error rather than a
 // silently different answer.
 bool reject_unsupported(const json& body, Endpoint ep, ApiError* err) {
-  for (const char* key : {"tools", "functions"}) {
+  // The legacy function-calling fields (before `tools`).
+  for (const char* key : {"functions", "function_call"}) {
     auto it = body.find(key);
-    if (it != body.end() && !it->is_null() && !(it->is_array() && it->empty()) && !(it->is_object() && it->empty())) {
-      *err = bad(key, fmt::format("'{}' is not supported by this server", key), "unsupported_parameter");
-      return false;
-    }
-  }
-  for (const char* key : {"tool_choice", "function_call"}) {
-    auto it = body.find(key);
-    if (it != body.end() && !it->is_null() && !(it->is_string() && it->get<std::string>() == "none")) {
-      *err = bad(key, fmt::format("'{}' is not supported by this server", key), "unsupported_parameter");
-      return false;
-    }
-  }
-  auto rf = body.find("response_format");
-  if (rf != body.end() && !rf->is_null()) {
-    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string()) {
-      *err = bad("response_format", "'response_format' must be an object with a 'type'", "invalid_type");
-      return false;
-    }
-    if ((*rf)["type"].get<std::string>() != "text") {
-      *err = bad("response_format", "only response_format {\"type\": \"text\"} is supported", "unsupported_parameter");
+    if (it != body.end() && !it->is_null() && !(it->is_array() && it->empty()) && !(it->is_object() && it->empty()) &&
+        !(it->is_string() && it->get<std::string>() == "none")) {
+      *err = bad(key, fmt::format("'{}' is not supported by this server; use 'tools' and 'tool_choice'", key),
+                 "unsupported_parameter");
       return false;
     }
   }
@@ -152,6 +139,84 @@ bool reject_unsupported(const json& body, Endpoint ep, ApiError* err) {
     }
     int64_t best_of = 1;
     if (!get_int(body, "best_of", 1, 1, &best_of, nullptr, err)) return false;
+  }
+  return true;
+}
+
+// Structured output: response_format {"type": "text" | "json_object" | "json_schema"} (OpenAI;
+// json_object may carry a "schema" as llama-server's does), or llama-server's top-level
+// "json_schema" (a schema) or "grammar" (GBNF text). At most one of them.
+bool parse_format(const nlohmann::ordered_json& body, std::shared_ptr<const llm::Grammar>* out, ApiError* err) {
+  using json = nlohmann::ordered_json;
+  const json* schema = nullptr;
+  const char* from = nullptr;
+  bool any_object = false;
+  int n = 0;
+  auto rf = body.find("response_format");
+  if (rf != body.end() && !rf->is_null()) {
+    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string()) {
+      *err = bad("response_format", "'response_format' must be an object with a 'type'", "invalid_type");
+      return false;
+    }
+    const std::string type = (*rf)["type"].get<std::string>();
+    if (type == "json_object") {
+      ++n;
+      from = "response_format";
+      if (rf->contains("schema") && !(*rf)["schema"].is_null()) schema = &(*rf)["schema"];
+      else any_object = true;
+    } else if (type == "json_schema") {
+      ++n;
+      from = "response_format";
+      auto js = rf->find("json_schema");
+      if (js == rf->end() || !js->is_object() || !js->contains("schema")) {
+        *err = bad("response_format", "response_format json_schema needs {\"json_schema\": {\"name\": ..., \"schema\": {...}}}",
+                   "invalid_value");
+        return false;
+      }
+      schema = &(*js)["schema"];
+    } else if (type != "text") {
+      *err = bad("response_format", fmt::format("response_format type '{}' is not one of text, json_object, json_schema",
+                                                type.substr(0, 40)), "invalid_value");
+      return false;
+    }
+  }
+  auto js = body.find("json_schema");
+  if (js != body.end() && !js->is_null()) {
+    ++n;
+    from = "json_schema";
+    schema = &*js;
+  }
+  auto gr = body.find("grammar");
+  const bool has_grammar = gr != body.end() && !gr->is_null() && !(gr->is_string() && gr->get<std::string>().empty());
+  if (has_grammar) ++n;
+  if (n > 1) {
+    *err = bad("response_format", "give one of response_format (json), json_schema and grammar, not several", "invalid_value");
+    return false;
+  }
+  if (has_grammar) {
+    if (!gr->is_string()) {
+      *err = bad("grammar", "'grammar' must be a string of GBNF rules", "invalid_type");
+      return false;
+    }
+    auto g = llm::parse_gbnf(gr->get<std::string>());
+    if (!g.ok()) {
+      *err = bad("grammar", "invalid grammar: " + std::string(g.status().message()), "invalid_grammar");
+      return false;
+    }
+    *out = std::move(g).value();
+    return true;
+  }
+  if (any_object) {
+    *out = llm::json_object_grammar();
+    return true;
+  }
+  if (schema) {
+    auto g = llm::json_schema_grammar(*schema);
+    if (!g.ok()) {
+      *err = bad(from, "invalid or unsupported JSON schema: " + std::string(g.status().message()), "invalid_schema");
+      return false;
+    }
+    *out = std::move(g).value();
   }
   return true;
 }
@@ -257,7 +322,26 @@ bool message_content(const json& m, size_t i, const std::string& role, std::stri
   return true;
 }
 
-bool chat_prompt(const json& body, const ApiContext& ctx, std::vector<int32_t>* ids, ApiError* err) {
+// An assistant message's tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}].
+bool message_tool_calls(const json& m, size_t i, bool* has) {
+  auto it = m.find("tool_calls");
+  *has = false;
+  if (it == m.end() || it->is_null()) return true;
+  if (!it->is_array()) return false;
+  for (const json& c : *it) {
+    if (!c.is_object() || !c.contains("function") || !c["function"].is_object()) return false;
+    const json& f = c["function"];
+    if (!f.contains("name") || !f["name"].is_string()) return false;
+    if (f.contains("arguments") && !f["arguments"].is_string() && !f["arguments"].is_object()) return false;
+    if (c.contains("id") && !c["id"].is_string() && !c["id"].is_null()) return false;
+  }
+  (void)i;
+  *has = !it->empty();
+  return true;
+}
+
+bool chat_prompt(const json& body, const ApiContext& ctx, const ToolSetup& tools, std::vector<int32_t>* ids,
+                 ApiError* err) {
   auto it = body.find("messages");
   if (it == body.end()) {
     *err = bad("messages", "'messages' is required", "missing_required_parameter");
@@ -268,6 +352,8 @@ bool chat_prompt(const json& body, const ApiContext& ctx, std::vector<int32_t>* 
     return false;
   }
   std::vector<llm::ChatMessage> messages;
+  nlohmann::ordered_json full = nlohmann::ordered_json::array();  // with tool calls and results
+  bool tool_traffic = false;
   for (size_t i = 0; i < it->size(); ++i) {
     const json& m = (*it)[i];
     if (!m.is_object()) {
@@ -281,20 +367,66 @@ bool chat_prompt(const json& body, const ApiContext& ctx, std::vector<int32_t>* 
     }
     std::string role = r->get<std::string>();
     if (role == "developer") role = "system";  // OpenAI's newer name for the system role
-    if (role != "system" && role != "user" && role != "assistant") {
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
       *err = bad(fmt::format("messages[{}].role", i),
-                 fmt::format("role '{}' is not supported (system, developer, user, assistant)", r->get<std::string>()),
+                 fmt::format("role '{}' is not supported (system, developer, user, assistant, tool)", r->get<std::string>()),
                  "invalid_value");
       return false;
     }
     llm::ChatMessage cm;
     cm.role = role;
-    if (!message_content(m, i, role, &cm.content, err)) return false;
+    bool has_calls = false;
+    if (role == "assistant" && !message_tool_calls(m, i, &has_calls)) {
+      *err = bad(fmt::format("messages[{}].tool_calls", i),
+                 "tool_calls must be an array of {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}",
+                 "invalid_type");
+      return false;
+    }
+    if (!(has_calls && (m.find("content") == m.end() || m["content"].is_null())) &&
+        !message_content(m, i, role, &cm.content, err))
+      return false;
+    nlohmann::ordered_json fm = {{"role", role}, {"content", cm.content}};
+    if (has_calls) {
+      fm["tool_calls"] = nlohmann::ordered_json::parse(dump(m["tool_calls"]));
+      for (auto& c : fm["tool_calls"]) {
+        c["type"] = "function";
+        if (!c["function"].contains("arguments")) c["function"]["arguments"] = "{}";
+      }
+      tool_traffic = true;
+    }
+    if (role == "tool") {
+      tool_traffic = true;
+      for (const char* k : {"tool_call_id", "name"})
+        if (m.contains(k) && m[k].is_string()) fm[k] = m[k].get<std::string>();
+    }
+    full.push_back(std::move(fm));
     messages.push_back(std::move(cm));
   }
   if (!ctx.tmpl) {
     *err = bad("messages", "this model has no chat template; use /v1/completions", "no_chat_template");
     return false;
+  }
+  if (tools.active || tool_traffic) {
+    nlohmann::ordered_json turns;
+    std::string extra;
+    Status st = tool_messages(tools, full, &turns, &extra);
+    auto text = st.ok() ? ctx.tmpl->render_json(turns.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace),
+                                                /*add_generation_prompt=*/true, extra)
+                        : Result<std::string>(st);
+    if (!text.ok()) {
+      *err = bad("messages", "the chat template failed on these messages: " + text.status().to_string(),
+                 "template_error");
+      return false;
+    }
+    auto enc = ctx.tok->encode(text.value(), /*add_special=*/false, /*parse_special=*/true);
+    if (!enc.ok()) {
+      *err = bad("messages", "tokenizing the prompt failed: " + enc.status().to_string());
+      return false;
+    }
+    *ids = std::move(enc).value();
+    if (ctx.tok->add_bos() && ctx.tok->bos_id() != llm::kNoToken && (ids->empty() || (*ids)[0] != ctx.tok->bos_id()))
+      ids->insert(ids->begin(), ctx.tok->bos_id());
+    return true;
   }
   auto text = ctx.tmpl->render(messages, /*add_generation_prompt=*/true);
   if (!text.ok()) {
@@ -457,7 +589,7 @@ bool parse_limits(const json& body, GenParams* gen, ApiError* err) {
 bool parse_prompts(const json& body, Endpoint endpoint, const ApiContext& ctx, ApiRequest* r, ApiError* err) {
   if (endpoint == Endpoint::kChat) {
     r->prompts.emplace_back();
-    if (!chat_prompt(body, ctx, &r->prompts.back(), err)) return false;
+    if (!chat_prompt(body, ctx, r->tools, &r->prompts.back(), err)) return false;
   } else if (!completion_prompts(body, ctx, &r->prompts, err)) {
     return false;
   }
@@ -486,7 +618,8 @@ bool parse_prompts(const json& body, Endpoint endpoint, const ApiContext& ctx, A
   return true;
 }
 
-bool parse_body(Endpoint endpoint, const json& body, const ApiContext& ctx, ApiRequest* out, ApiError* err) {
+bool parse_body(Endpoint endpoint, const json& body, const nlohmann::ordered_json& obody, const ApiContext& ctx,
+                ApiRequest* out, ApiError* err) {
   if (!body.is_object()) {
     *err = bad("", "the request body must be a JSON object", "invalid_type");
     return false;
@@ -515,6 +648,29 @@ bool parse_body(Endpoint endpoint, const json& body, const ApiContext& ctx, ApiR
   if (!parse_sampling(body, ctx, &r.gen.sampling, err)) return false;
   if (!get_logprobs(body, endpoint, &r.gen.logprobs, err)) return false;
   if (!parse_limits(body, &r.gen, err)) return false;
+  if (!parse_format(obody, &r.gen.grammar, err)) return false;
+  if (endpoint == Endpoint::kChat) {
+    std::string param;
+    Status ts = parse_tools(obody, &r.tools, &param);
+    if (!ts.ok()) {
+      *err = bad(param, std::string(ts.message()), "invalid_tools");
+      return false;
+    }
+    if (ctx.tmpl) r.tools.format = tool_format_of(*ctx.tmpl);
+    if (r.tools.active) {
+      if (r.gen.grammar) {
+        *err = bad("response_format", "response_format, json_schema and grammar cannot be combined with tools",
+                   "invalid_value");
+        return false;
+      }
+      auto g = tool_grammar(r.tools);
+      if (!g.ok()) {
+        *err = bad("tools", std::string(g.status().message()), "invalid_tools");
+        return false;
+      }
+      r.gen.grammar = std::move(g).value();
+    }
+  }
   if (!parse_prompts(body, endpoint, ctx, &r, err)) return false;
   *out = std::move(r);
   return true;
@@ -529,7 +685,11 @@ bool parse_request(Endpoint endpoint, std::string_view body_text, const ApiConte
       *err = bad("", "the request body is not valid JSON", "invalid_json");
       return false;
     }
-    return parse_body(endpoint, body, ctx, out, err);
+    // Schemas (response_format, tools) keep their property order: read the body again with
+    // ordered keys for them.
+    nlohmann::ordered_json obody =
+        nlohmann::ordered_json::parse(body_text.begin(), body_text.end(), nullptr, /*allow_exceptions=*/false);
+    return parse_body(endpoint, body, obody, ctx, out, err);
   } catch (const std::exception& e) {
     // nlohmann throws only on misuse; a request must still never take the server down.
     *err = bad("", std::string("malformed request: ") + e.what());
@@ -573,6 +733,19 @@ json head(Endpoint ep, const ResponseInfo& info, bool chunk) {
 }  // namespace
 
 namespace {
+
+// OpenAI's tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}], with
+// "index" in stream deltas.
+json tool_calls_json(std::span<const ToolCall> calls, bool indexed) {
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json c = {{"id", calls[i].id}, {"type", "function"},
+              {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (indexed) c["index"] = i;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
 
 json token_bytes(std::string_view piece) {
   json b = json::array();
@@ -630,9 +803,13 @@ std::string completion_body(Endpoint ep, const ResponseInfo& info, std::span<con
     choice["index"] = i;
     if (ep == Endpoint::kChat) choice["message"] = json{{"role", "assistant"}, {"content", c.text}};
     else choice["text"] = c.text;
+    if (!c.tool_calls.empty()) {
+      choice["message"]["content"] = c.text.empty() ? json(nullptr) : json(c.text);
+      choice["message"]["tool_calls"] = tool_calls_json(c.tool_calls, false);
+    }
     int64_t offset = 0;
     choice["logprobs"] = tok ? logprobs_json(ep, *tok, c.logprobs, &offset) : json(nullptr);
-    choice["finish_reason"] = openai_finish_reason(c.finish_reason);
+    choice["finish_reason"] = c.tool_calls.empty() ? json(openai_finish_reason(c.finish_reason)) : json("tool_calls");
     j["choices"].push_back(std::move(choice));
   }
   j["usage"] = usage(prompt_tokens, completion_tokens);
@@ -648,6 +825,7 @@ std::string stream_chunk(Endpoint ep, const ResponseInfo& info, const StreamPiec
     json delta = json::object();
     if (piece.role) delta["role"] = "assistant";
     if (piece.role || !piece.text.empty()) delta["content"] = piece.text;
+    if (!piece.tool_calls.empty()) delta["tool_calls"] = tool_calls_json(piece.tool_calls, true);
     choice["delta"] = delta;
   } else {
     choice["text"] = piece.text;

@@ -11,6 +11,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "loom/serve/scheduler.h"
+#include "loom/serve/tool_calls.h"
 #include "loom/text/chat_template.h"
 #include "loom/text/tokenizer.h"
 
@@ -53,6 +54,7 @@ struct ApiRequest {
   int n = 1;                                 // choices per prompt
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  ToolSetup tools;             // tools offered (tools.active) and how replies carry calls
 };
 
 // The jobs of a request, in choice order: prompt 0's n choices, then prompt 1's... Choice j of a
@@ -78,6 +80,7 @@ struct ChoiceResult {
   std::string text;
   std::string finish_reason;  // the scheduler's reason ("eos", "stop", "length")
   std::vector<llm::SampleLogprobs> logprobs;
+  std::vector<ToolCall> tool_calls;  // when set, the reply is these calls (finish_reason "tool_calls")
 };
 // tok renders the tokens of logprobs (null when the request did not ask for them).
 std::string completion_body(Endpoint endpoint, const ResponseInfo& info, std::span<const ChoiceResult> choices,
@@ -92,6 +95,7 @@ struct StreamPiece {
   std::string finish_reason;
   bool role = false;
   std::span<const llm::SampleLogprobs> logprobs;
+  std::span<const ToolCall> tool_calls;  // a chat delta with these calls
 };
 std::string stream_chunk(Endpoint endpoint, const ResponseInfo& info, const StreamPiece& piece,
                          const llm::Tokenizer* tok = nullptr, int64_t* text_offset = nullptr);

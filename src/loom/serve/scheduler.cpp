@@ -336,6 +336,7 @@ void Scheduler::admit_locked() {
     gen.ignore_eos = params->ignore_eos;
     gen.render_special = false;
     gen.logprobs = params->logprobs;
+    gen.grammar = params->grammar;
     best->gen = std::make_unique<llm::Generation>(tok_, params->sampling, engine_.n_vocab(), std::move(gen));
     best->gen->accept_prompt(params->prompt);
     best->admitted = ++counter;

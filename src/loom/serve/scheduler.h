@@ -18,6 +18,7 @@
 
 #include "loom/base/status.h"
 #include "loom/engine/engine.h"
+#include "loom/engine/grammar.h"
 #include "loom/engine/sampler.h"
 #include "loom/serve/metrics.h"
 #include "loom/text/tokenizer.h"
@@ -32,6 +33,7 @@ struct GenParams {
   bool ignore_eos = false;
   int logprobs = -1;                 // >= 0: each output token's log-probability and this many
                                      // alternatives (llm::SampleLogprobs) come with the text
+  std::shared_ptr<const llm::Grammar> grammar;  // when set, the reply follows it (llm::Generation)
 };
 
 // One request as both sides see it. The scheduler writes (append/finish); the HTTP side reads

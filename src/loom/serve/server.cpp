@@ -88,6 +88,9 @@ struct JobOutput {
   ResponseInfo info;
   int64_t n_prompt;                 // prompt tokens, each prompt counted once
   const llm::Tokenizer* logprobs;   // renders logprobs; null when the request has none
+  bool tools = false;               // replies may be tool calls (parsed at the end, in `format`)
+  ToolFormat format = ToolFormat::kGeneric;
+  uint64_t seq = 0;                 // makes tool call ids distinct between responses
   void set_notify(const std::function<void()>& notify) {
     for (auto& j : jobs) j->set_notify(notify);
   }
@@ -140,6 +143,13 @@ class JobDeferred final : public HttpDeferred {
       *out = error_response(api_error(500, failure_, "server_error"), detail);
     } else {
       out->log_detail = detail;
+      if (o_.tools) {
+        for (size_t i = 0; i < results_.size(); ++i) {
+          ToolOutput t = parse_tool_output(o_.format, results_[i].text, o_.seq * kMaxChoices + i);
+          results_[i].text = std::move(t.content);
+          results_[i].tool_calls = std::move(t.calls);
+        }
+      }
       out->body = completion_body(o_.ep, o_.info, results_, o_.logprobs, o_.n_prompt, o_.n_generated());
     }
     return true;
@@ -159,7 +169,11 @@ class JobDeferred final : public HttpDeferred {
 class JobStream final : public HttpStream {
  public:
   JobStream(JobOutput o, bool include_usage)
-      : o_(std::move(o)), include_usage_(include_usage), done_(o_.jobs.size(), false), offsets_(o_.jobs.size(), 0) {}
+      : o_(std::move(o)),
+        include_usage_(include_usage),
+        done_(o_.jobs.size(), false),
+        offsets_(o_.jobs.size(), 0),
+        held_(o_.jobs.size()) {}
   void set_notify(std::function<void()> notify) override { o_.set_notify(notify); }
   void abort() override {
     o_.cancel();
@@ -177,6 +191,11 @@ class JobStream final : public HttpStream {
     for (size_t i = 0; i < o_.jobs.size() && failure_.empty(); ++i) {
       if (done_[i]) continue;
       Job::Update u = o_.jobs[i]->poll();
+      if (o_.tools) {
+        // Whether the reply is a call shows only at its end: hold the text until then.
+        held_[i] += u.text;
+        u.text.clear();
+      }
       if (!u.text.empty() || (o_.logprobs && !u.logprobs.empty()))
         *out += chunk(i, StreamPiece{static_cast<int>(i), u.text, "", false, u.logprobs});
       if (!u.finished) {
@@ -186,7 +205,18 @@ class JobStream final : public HttpStream {
       done_[i] = true;
       if (reason_.empty() || i == 0) reason_ = u.finish_reason;
       failure_ = failure_message(u);
-      if (failure_.empty()) *out += chunk(i, StreamPiece{static_cast<int>(i), "", u.finish_reason, false, {}});
+      std::string finish = u.finish_reason;
+      if (failure_.empty() && o_.tools) {
+        ToolOutput t = parse_tool_output(o_.format, held_[i], o_.seq * kMaxChoices + i);
+        if (!t.content.empty()) *out += chunk(i, StreamPiece{static_cast<int>(i), t.content, "", false, {}});
+        if (!t.calls.empty()) {
+          StreamPiece p{static_cast<int>(i), "", "", false, {}};
+          p.tool_calls = t.calls;
+          *out += chunk(i, p);
+          finish = "tool_calls";
+        }
+      }
+      if (failure_.empty()) *out += chunk(i, StreamPiece{static_cast<int>(i), "", finish, false, {}});
     }
     if (!failure_.empty()) {
       // One choice failed: the others are of no use without it.
@@ -211,6 +241,7 @@ class JobStream final : public HttpStream {
   bool started_ = false;
   std::vector<bool> done_;
   std::vector<int64_t> offsets_;
+  std::vector<std::string> held_;  // text held back while tools may be called
   std::string reason_, failure_;
 };
 
@@ -412,14 +443,18 @@ class LoomServer final : public Server {
     info.created = static_cast<int64_t>(std::time(nullptr));
     info.model = ctx_.model_id;
     HttpResponse res;
+    JobOutput out{std::move(jobs), ep, info, n_prompt, logprobs};
+    out.tools = r.tools.active;
+    out.format = r.tools.format;
+    out.seq = next_id_.load();
     if (!r.stream) {
-      res.deferred = std::make_shared<JobDeferred>(JobOutput{std::move(jobs), ep, info, n_prompt, logprobs});
+      res.deferred = std::make_shared<JobDeferred>(std::move(out));
       return res;
     }
     res.content_type = "text/event-stream";
     res.headers.emplace_back("Cache-Control", "no-cache");
     res.headers.emplace_back("X-Accel-Buffering", "no");
-    res.stream = std::make_shared<JobStream>(JobOutput{std::move(jobs), ep, info, n_prompt, logprobs}, r.include_usage);
+    res.stream = std::make_shared<JobStream>(std::move(out), r.include_usage);
     return res;
   }
 
