@@ -68,9 +68,14 @@ Status place_quantizes(Program& p, const WeightPlan& plan) {
   for (Launch l : p.launches) {
     for (int32_t v : l.outputs())
       for (auto it = copies.begin(); it != copies.end();) it = it->first.first == v ? copies.erase(it) : std::next(it);
-    if (l.op == OpCode::kMatMul) {
+    if (l.op == OpCode::kMatMul || l.op == OpCode::kMatMulId) {
       const int64_t rows = p.values[static_cast<size_t>(l.in0)].rows, cols = p.values[static_cast<size_t>(l.in0)].cols;
-      LOOM_ASSIGN_OR_RETURN(MatmulKernel k, plan.matmul(l.weight, rows));
+      MatmulKernel k;
+      if (l.op == OpCode::kMatMul) {
+        LOOM_ASSIGN_OR_RETURN(k, plan.matmul(l.weight, rows));
+      } else {
+        LOOM_ASSIGN_OR_RETURN(k, plan.matmul_id(l.weight));
+      }
       if (k.xtype != GgmlType::F32) {
         const auto key = std::make_pair(l.in0, k.xtype);
         auto it = copies.find(key);

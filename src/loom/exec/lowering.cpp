@@ -229,6 +229,45 @@ Result<OpCall> lower_add_bias(const Site& s) {
   return call;
 }
 
+// Expert mat-vecs: the chosen experts' rows of a stacked tensor, per (token, slot).
+Result<OpCall> lower_matmul_id(const Site& s) {
+  const llm::Weight& W = s.c.model.weight(s.l.weight);
+  const llm::ValueDesc& x = s.v(s.l.in0);
+  const llm::ValueDesc& ids = s.v(s.l.in1);
+  LOOM_ASSIGN_OR_RETURN(MatmulKernel k, s.c.plan.matmul_id(s.l.weight));
+  if (x.type != k.xtype)
+    return internal_error("{} reads {} activations of {}, matvec_id reads {}", W.name, llm::ggml_type_name(x.type), x.name,
+                          llm::ggml_type_name(k.xtype));
+  const int64_t n_in = W.view.n_in, n_used = ids.cols;
+  if (x.cols != n_in && x.cols != n_used * n_in)
+    return internal_error("{}: {} has {} cols, rows of {}", W.name, x.name, x.cols, n_in);
+  OpCall call = named(s, fmt::format("matvec_id -> {}", s.name(s.l.out)));
+  call.op = k.op;
+  call.shape.dims = {{"wtype", static_cast<int64_t>(W.view.type)}, {"n_in", n_in}, {"n_out", W.expert_rows()},
+                     {"n_tokens", x.rows}, {"n_expert", W.n_expert}, {"n_used", n_used},
+                     {"x_per_slot", x.cols == n_in ? 0 : 1}};
+  call.bind = {{"w", s.c.at.weight(s.l.weight)}, {"xq", s.at(s.l.in0)}, {"ids", s.at(s.l.in1)}, {"y", s.at(s.l.out)}};
+  return call;
+}
+
+Result<OpCall> lower_moe_route(const Site& s) {
+  OpCall call = named(s, fmt::format("moe_route -> {}, {}", s.name(s.l.out1), s.name(s.l.out)));
+  LOOM_ASSIGN_OR_RETURN(call.op, op("moe_route"));
+  const llm::ValueDesc& x = s.v(s.l.in0);
+  call.shape.dims = {{"n_rows", x.rows}, {"n_expert", x.cols}, {"n_used", s.v(s.l.out).cols}, {"norm", s.l.norm_w ? 1 : 0}};
+  call.bind = {{"logits", s.at(s.l.in0)}, {"ids", s.at(s.l.out1)}, {"w", s.at(s.l.out)}};
+  return call;
+}
+
+Result<OpCall> lower_moe_sum(const Site& s) {
+  OpCall call = named(s, fmt::format("moe_sum -> {}", s.name(s.l.out)));
+  LOOM_ASSIGN_OR_RETURN(call.op, op("moe_sum"));
+  const llm::ValueDesc& y = s.v(s.l.out);
+  call.shape.dims = {{"n_rows", y.rows}, {"n_used", s.v(s.l.in1).cols}, {"n", y.cols}};
+  call.bind = {{"x", s.at(s.l.in0)}, {"w", s.at(s.l.in1)}, {"y", s.at(s.l.out)}};
+  return call;
+}
+
 struct Rule {
   OpCode code;
   std::string_view op;  // the op-library op (matmul, attention: chosen per step)
@@ -236,10 +275,10 @@ struct Rule {
 };
 
 // The table: one entry per Program op, in OpCode order.
-constexpr std::array<Rule, 15> kRules = {{
+constexpr std::array<Rule, 18> kRules = {{
     {OpCode::kGetRows, "get_rows", lower_get_rows},
     {OpCode::kRmsNorm, "rms_norm", lower_norm},
-    {OpCode::kMatMul, "matvec | matmul | matvec_gpu | matmul_mma", lower_matmul},
+    {OpCode::kMatMul, "matvec | matmul | matvec_gpu | matmul_mma | matmul_mmq", lower_matmul},
     {OpCode::kAdd, "add", lower_binary},
     {OpCode::kScale, "scale", lower_unary},
     {OpCode::kSoftcap, "softcap", lower_unary},
@@ -252,6 +291,9 @@ constexpr std::array<Rule, 15> kRules = {{
     {OpCode::kAddRmsNorm, "add_rms_norm", lower_norm},
     {OpCode::kRmsNormQ8, "rms_norm_q8", lower_norm_q8},
     {OpCode::kAddBias, "add_bias", lower_add_bias},
+    {OpCode::kMoeRoute, "moe_route", lower_moe_route},
+    {OpCode::kMatMulId, "matvec_id", lower_matmul_id},
+    {OpCode::kMoeSum, "moe_sum", lower_moe_sum},
 }};
 
 constexpr bool table_in_order() {

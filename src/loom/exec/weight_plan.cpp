@@ -92,3 +92,15 @@ Result<MatmulKernel> WeightPlan::matmul(int32_t weight, int64_t n_tokens) const 
 }
 
 }  // namespace loom::exec
+Result<MatmulKernel> WeightPlan::matmul_id(int32_t weight) const {
+  if (!model_ || weight < 0 || static_cast<size_t>(weight) >= entries_.size())
+    return internal_error("no weight plan for weight {}", weight);
+  const llm::Weight& w = model_->weight(weight);
+  if (w.n_expert <= 0) return internal_error("{} is not a stack of experts", w.name);
+  MatmulKernel k;
+  k.op = kernels::find_op("matvec_id");
+  if (!k.op) return internal_error("the op library has no matvec_id");
+  LOOM_ASSIGN_OR_RETURN(k.xtype, llm::ref::vec_dot_type(w.view.type));
+  return k;
+}
+

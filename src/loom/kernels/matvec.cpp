@@ -1,10 +1,14 @@
 // matvec (n_tokens = 1) and matmul (n_tokens > 1): y[t][r] = dot(W row r, x[t]) with W in its
 // stored (quantized) layout and x already in the activation format ref::vec_dot_type(W) (the
-// output of quantize_act). On the cpp target one thread walks whole rows (a tile of rows shares
+// output of quantize_act). matvec_id is the same kernel over a mixture of experts' stacked
+// matrices: for each token t and slot j, y[t, j][r] = dot(W[ids[t, j]] row r, x), x = xq[t] or
+// (x_per_slot) xq[t, j]; only the chosen experts' rows are read. On the cpp target one thread walks whole rows (a tile of rows shares
 // each activation block), bit-identical to llm::ref::matmul; on GPU targets a warp splits a row
 // over its lanes and reduces with warp_reduce.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "loom/kernels/mat_dot.h"
 #include "loom/kernels/op_list.h"
@@ -22,9 +26,10 @@ using llm::GgmlType;
 
 class MatOp final : public OpSpec {
  public:
-  explicit MatOp(bool multi) : multi_(multi) {}
-  std::string_view name() const override { return multi_ ? "matmul" : "matvec"; }
+  explicit MatOp(bool multi, bool id = false) : multi_(multi), id_(id) {}
+  std::string_view name() const override { return id_ ? "matvec_id" : multi_ ? "matmul" : "matvec"; }
   std::string_view description() const override {
+    if (id_) return "y[t, j] = W[ids[t, j]] x[t] (or x[t, j]): the mat-vecs of the experts each token chose";
     return multi_ ? "y = x W^T for n_tokens > 1 rows of quantized activations (weights in GGUF layout)"
                   : "y = W x for one token (weights in GGUF layout, x in the weight's activation format)";
   }
@@ -40,6 +45,19 @@ class MatOp final : public OpSpec {
     if (n_in <= 0 || n_in % f.block_elems != 0)
       return invalid_argument("{}: n_in={} must be a positive multiple of {}", name(), n_in, f.block_elems);
     if (n_out <= 0 || n_out > (1 << 24)) return invalid_argument("{}: n_out={} out of range", name(), n_out);
+    if (id_) {
+      LOOM_ASSIGN_OR_RETURN(int64_t ne, s.get("n_expert"));
+      LOOM_ASSIGN_OR_RETURN(int64_t nu, s.get("n_used"));
+      LOOM_ASSIGN_OR_RETURN(int64_t ps, s.get("x_per_slot"));
+      if (ne < 1 || ne > 4096 || nu < 1 || nu > ne || (ps != 0 && ps != 1))
+        return invalid_argument("{}: n_expert={} n_used={} x_per_slot={} (1 <= n_used <= n_expert <= 4096, 0|1)", name(),
+                                ne, nu, ps);
+      if (nt < 1 || nt * nu > 65535) return invalid_argument("{}: n_tokens={} x n_used={} above 65535", name(), nt, nu);
+      if (n_out * ne > (1 << 24)) return invalid_argument("{}: {} experts of {} rows", name(), ne, n_out);
+      if (n_in / f.block_elems * f.x_bytes * nt * (ps ? nu : 1) > (int64_t{1} << 31))
+        return invalid_argument("{}: activations too large", name());
+      return Status();
+    }
     if (multi_ ? (nt < 2 || nt > 65535) : nt != 1)
       return invalid_argument("{}: n_tokens={} ({})", name(), nt, multi_ ? "2..65535" : "matvec takes 1; use matmul");
     if (n_in / f.block_elems * f.x_bytes * nt > (int64_t{1} << 31))
@@ -47,20 +65,36 @@ class MatOp final : public OpSpec {
     return Status();
   }
 
+  // matvec_id: the (token, slot) pairs, activation rows, experts.
+  int64_t pairs(const Shape& s) const { return id_ ? s.at("n_tokens") * s.at("n_used") : s.at("n_tokens"); }
+  int64_t x_rows(const Shape& s) const { return id_ && s.at("x_per_slot") ? pairs(s) : s.at("n_tokens"); }
+  int64_t experts(const Shape& s) const { return id_ ? s.at("n_expert") : 1; }
+
   std::vector<ArgSpec> args(const Shape& s) const override {
     DotFormat f = dot_format(static_cast<GgmlType>(s.at("wtype")));
     int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
     int64_t nb = n_in / f.block_elems;
+    if (id_)
+      return {{"w", ArgKind::kBuffer, ArgRole::kInput, experts(s) * n_out * nb * f.w_bytes, Scalar::kU8},
+              {"xq", ArgKind::kBuffer, ArgRole::kInput, x_rows(s) * nb * f.x_bytes, Scalar::kU8},
+              {"ids", ArgKind::kBuffer, ArgRole::kInput, pairs(s) * 4, Scalar::kI32},
+              {"y", ArgKind::kBuffer, ArgRole::kOutput, pairs(s) * n_out * 4, Scalar::kF32}};
     return {{"w", ArgKind::kBuffer, ArgRole::kInput, n_out * nb * f.w_bytes, Scalar::kU8},
             {"xq", ArgKind::kBuffer, ArgRole::kInput, nt * nb * f.x_bytes, Scalar::kU8},
             {"y", ArgKind::kBuffer, ArgRole::kOutput, nt * n_out * 4, Scalar::kF32}};
   }
 
+  // matvec_id counts the weights of the chosen experts (at most n_used per token, never more
+  // than all of them): what a kernel that reads only those must move.
   Cost cost(const Shape& s) const override {
     auto a = args(s);
     double flops = 2.0 * static_cast<double>(s.at("n_in")) * static_cast<double>(s.at("n_out")) *
-                   static_cast<double>(s.at("n_tokens"));
-    return {static_cast<double>(a[0].bytes + a[1].bytes + a[2].bytes), flops};
+                   static_cast<double>(pairs(s));
+    double w = static_cast<double>(a[0].bytes);
+    if (id_) w *= static_cast<double>(std::min(pairs(s), experts(s))) / static_cast<double>(experts(s));
+    double rest = 0;
+    for (size_t i = 1; i < a.size(); ++i) rest += static_cast<double>(a[i].bytes);
+    return {w + rest, flops};
   }
 
   // The cpp kernels are bit-identical to the reference; GPU kernels sum a row's blocks in
@@ -90,7 +124,7 @@ class MatOp final : public OpSpec {
     LOOM_RETURN_IF_ERROR(check_schedule(schedule_space(s, target), sch));
     const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
     const DotFormat f = dot_format(wt);
-    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out");
     const int64_t nb = n_in / f.block_elems;
     const int64_t w_row = nb * f.w_bytes, x_row = nb * f.x_bytes;
     const int64_t rpb = sch.at("rows_per_block");
@@ -101,16 +135,29 @@ class MatOp final : public OpSpec {
     b.cpu = target == ir::TargetKind::kCpp;
     Value* w = b.param(ty::gptr(Scalar::kU8), "w");
     Value* xq = b.param(ty::gptr(Scalar::kU8), "xq");
+    Value* ids = id_ ? b.param(ty::gptr(Scalar::kI32), "ids") : nullptr;
     Value* y = b.param(ty::gptr(Scalar::kF32), "y");
+    // One grid row per token (per token and slot for matvec_id).
     Value* tok = b.block_id(Mode::kY);
-    Value* xrow = b.offset(xq, b.mul(tok, b.i32(static_cast<int32_t>(x_row))));
+    Value* xtok = tok;
+    if (id_) {
+      // The chosen expert's matrix: ids outside [0, n_expert) read expert 0 rather than memory
+      // past the tensor.
+      const int32_t ne = static_cast<int32_t>(s.at("n_expert"));
+      Value* e = b.load(ids, tok);
+      Value* ok = b.bit_and(b.cmp(Mode::kGe, e, b.i32(0)), b.cmp(Mode::kLt, e, b.i32(ne)));
+      e = b.select(ok, e, b.i32(0));
+      w = b.offset(w, b.mul(b.convert(e, ty::s(Scalar::kI64)), b.i64(n_out * w_row)));
+      if (!s.at("x_per_slot")) xtok = b.div(tok, b.i32(static_cast<int32_t>(s.at("n_used"))));
+    }
+    Value* xrow = b.offset(xq, b.mul(xtok, b.i32(static_cast<int32_t>(x_row))));
     Value* yrow = b.offset(y, b.mul(tok, b.i32(static_cast<int32_t>(n_out))));
     auto wrow_of = [&](Value* r) {
       return b.offset(w, b.mul(b.convert(r, ty::s(Scalar::kI64)), b.i64(w_row)));
     };
     KernelLaunch l;
     l.kernel = kname;
-    l.args = {0, 1, 2};
+    l.args = id_ ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0, 1, 2};
     if (target == ir::TargetKind::kCpp) {
       // One thread per block of rows; rows in tiles of row_tile that share each activation step.
       const int64_t tile = std::min(sch.at("row_tile"), rpb);
@@ -152,7 +199,7 @@ class MatOp final : public OpSpec {
           emit_rows(r, 1);
           return std::vector<Value*>{};
         });
-      l.grid = {static_cast<uint32_t>((n_out + rpb - 1) / rpb), static_cast<uint32_t>(nt), 1};
+      l.grid = {static_cast<uint32_t>((n_out + rpb - 1) / rpb), static_cast<uint32_t>(pairs(s)), 1};
       l.block = {1, 1, 1};
     } else {
       // A group of lanes_per_row lanes per row (groups never straddle a warp); lane i of a
@@ -180,7 +227,7 @@ class MatOp final : public OpSpec {
         return std::vector<Value*>{};
       });
       const int64_t rows_per_cta = rpb * 32 / lanes;
-      l.grid = {static_cast<uint32_t>((n_out + rows_per_cta - 1) / rows_per_cta), static_cast<uint32_t>(nt), 1};
+      l.grid = {static_cast<uint32_t>((n_out + rows_per_cta - 1) / rows_per_cta), static_cast<uint32_t>(pairs(s)), 1};
       l.block = {static_cast<uint32_t>(rpb * 32), 1, 1};
     }
     g.launches.push_back(l);
@@ -193,10 +240,23 @@ class MatOp final : public OpSpec {
     const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
     auto specs = args(s);
     a[0].bytes.resize(static_cast<size_t>(specs[0].bytes));
-    random_rows(rng, wt, n_out, n_in, 0.1f, a[0].bytes.data());
+    random_rows(rng, wt, experts(s) * n_out, n_in, 0.1f, a[0].bytes.data());
     a[1].bytes.resize(static_cast<size_t>(specs[1].bytes));
-    const int64_t xr = specs[1].bytes / nt;
-    for (int64_t t = 0; t < nt; ++t) {
+    if (id_) {
+      // Each token's n_used distinct experts, in a random order (the router's form).
+      const int64_t ne = s.at("n_expert"), nu = s.at("n_used");
+      a[2].bytes.resize(static_cast<size_t>(specs[2].bytes));
+      int32_t* ids = reinterpret_cast<int32_t*>(a[2].bytes.data());
+      std::vector<int32_t> perm(static_cast<size_t>(ne));
+      for (int64_t t = 0; t < nt; ++t) {
+        for (int64_t e = 0; e < ne; ++e) perm[static_cast<size_t>(e)] = static_cast<int32_t>(e);
+        std::shuffle(perm.begin(), perm.end(), rng);
+        std::copy(perm.begin(), perm.begin() + nu, ids + t * nu);
+      }
+    }
+    const int64_t nx = x_rows(s);
+    const int64_t xr = specs[1].bytes / nx;
+    for (int64_t t = 0; t < nx; ++t) {
       std::vector<float> x = random_floats(rng, static_cast<size_t>(n_in), -1.0f, 1.0f);
       llm::ref::quantize_activation(f.xtype, x.data(), a[1].bytes.data() + t * xr, n_in);
     }
@@ -206,7 +266,20 @@ class MatOp final : public OpSpec {
     const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
     const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
     auto specs = args(s);
-    const int64_t wr = specs[0].bytes / n_out, xr = specs[1].bytes / nt;
+    const int64_t wr = specs[0].bytes / (experts(s) * n_out), xr = specs[1].bytes / x_rows(s);
+    if (id_) {
+      const int64_t ne = s.at("n_expert"), nu = s.at("n_used"), ps = s.at("x_per_slot");
+      const int32_t* ids = reinterpret_cast<const int32_t*>(a[2].bytes.data());
+      a[3].bytes.resize(static_cast<size_t>(specs[3].bytes));
+      float* y = reinterpret_cast<float*>(a[3].bytes.data());
+      for (int64_t pr = 0; pr < nt * nu; ++pr) {
+        const int64_t e = ids[pr] >= 0 && ids[pr] < ne ? ids[pr] : 0;
+        const uint8_t* x = a[1].bytes.data() + (ps ? pr : pr / nu) * xr;
+        for (int64_t r = 0; r < n_out; ++r)
+          y[pr * n_out + r] = llm::ref::vec_dot(wt, a[0].bytes.data() + (e * n_out + r) * wr, x, n_in);
+      }
+      return Status();
+    }
     a[2].bytes.resize(static_cast<size_t>(specs[2].bytes));
     float* y = reinterpret_cast<float*>(a[2].bytes.data());
     for (int64_t t = 0; t < nt; ++t)
@@ -217,6 +290,22 @@ class MatOp final : public OpSpec {
 
   std::vector<Shape> test_shapes() const override {
     std::vector<Shape> out;
+    if (id_) {
+      // The formats of a Q4_K_M-like mixture of experts (Q4_K gate/up, Q6_K or Q4_K down, the
+      // q8_0 test files; f32 for the generic path), small and at Qwen3-30B-A3B's rows (2048 ->
+      // 768 -> 2048, 4 of its 128 experts): decode (1 token), batches, the per-slot down input.
+      auto id_shape = [](GgmlType t, int64_t n_in, int64_t n_out, int64_t ne, int64_t nu, int64_t nt, int64_t ps) {
+        return Shape{{{"n_in", n_in}, {"n_out", n_out}, {"n_tokens", nt}, {"wtype", static_cast<int64_t>(t)},
+                      {"n_expert", ne}, {"n_used", nu}, {"x_per_slot", ps}}};
+      };
+      out.push_back(id_shape(GgmlType::Q4_K, 256, 40, 8, 2, 1, 0));
+      out.push_back(id_shape(GgmlType::Q6_K, 512, 24, 8, 3, 5, 1));
+      out.push_back(id_shape(GgmlType::Q8_0, 256, 40, 8, 2, 3, 0));
+      out.push_back(id_shape(GgmlType::F32, 64, 16, 4, 2, 3, 1));
+      out.push_back(id_shape(GgmlType::Q4_K, 2048, 768, 4, 2, 1, 0));   // gate / up, decode
+      out.push_back(id_shape(GgmlType::Q6_K, 768, 2048, 4, 2, 3, 1));   // down, 3 tokens
+      return out;
+    }
     const int64_t nt = multi_ ? 5 : 1;
     for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
                        GgmlType::Q8_0}) {
@@ -238,6 +327,7 @@ class MatOp final : public OpSpec {
 
  private:
   bool multi_;
+  bool id_;
 };
 
 }  // namespace
@@ -248,6 +338,10 @@ const OpSpec& matvec_op() {
 }
 const OpSpec& matmul_op() {
   static const MatOp op(true);
+  return op;
+}
+const OpSpec& matvec_id_op() {
+  static const MatOp op(true, /*id=*/true);
   return op;
 }
 

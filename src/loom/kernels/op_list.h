@@ -16,6 +16,9 @@ const OpSpec& matvec_op();
 const OpSpec& matmul_op();
 const OpSpec& get_rows_op();
 const OpSpec& argmax_op();
+const OpSpec& matvec_id_op();
+const OpSpec& moe_route_op();
+const OpSpec& moe_sum_op();
 
 // Element-wise, norm, rope, attention ops.
 const OpSpec& add_op();

@@ -11,6 +11,9 @@ const std::vector<const OpSpec*>& all_ops() {
       &matmul_op(),
       &get_rows_op(),
       &argmax_op(),
+      &matvec_id_op(),
+      &moe_route_op(),
+      &moe_sum_op(),
       // Element-wise, norm, rope, attention.
       &add_op(),
       &add_bias_op(),

@@ -279,7 +279,8 @@ void moe_sum(const float* x, const float* w, int64_t n_rows, int64_t k, int64_t 
     for (int64_t i = 0; i < n; ++i) {
       float acc = xr[i] * wr[0];
       for (int64_t j = 1; j < k; ++j) {
-        const float prod = xr[j * n + i] * wr[j];
+        // Rounded before the add: never contracted into an fma (ggml's mul and add are two ops).
+        const volatile float prod = xr[j * n + i] * wr[j];
         acc = acc + prod;
       }
       yr[i] = acc;
