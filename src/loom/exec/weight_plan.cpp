@@ -91,7 +91,6 @@ Result<MatmulKernel> WeightPlan::matmul(int32_t weight, int64_t n_tokens) const 
   return k;
 }
 
-}  // namespace loom::exec
 Result<MatmulKernel> WeightPlan::matmul_id(int32_t weight) const {
   if (!model_ || weight < 0 || static_cast<size_t>(weight) >= entries_.size())
     return internal_error("no weight plan for weight {}", weight);
@@ -104,3 +103,4 @@ Result<MatmulKernel> WeightPlan::matmul_id(int32_t weight) const {
   return k;
 }
 
+}  // namespace loom::exec
