@@ -340,6 +340,38 @@ GoldenRun mma_tile(std::mt19937& rng) {
   return run;
 }
 
+GoldenRun mma_s8_tile(std::mt19937& rng) {
+  int tiles = uniform_int(rng, 1, 8);
+  std::vector<int8_t> a(tiles * 512), b(tiles * 256);
+  std::uniform_int_distribution<int> d(-128, 127);
+  for (auto& v : a) v = static_cast<int8_t>(d(rng));
+  for (auto& v : b) v = static_cast<int8_t>(d(rng));
+  // Extremes in the first tile: -128 * -128 products summed 32 times, and a C near the i32 range.
+  for (int i = 0; i < 32; ++i) a[i] = -128, b[i] = -128;
+  std::vector<int32_t> c(tiles * 128);
+  std::uniform_int_distribution<int32_t> dc(-(1 << 30), 1 << 30);
+  for (auto& v : c) v = dc(rng);
+  GoldenRun run;
+  run.buffers = {to_bytes(a), to_bytes(b), to_bytes(c), output(c.size() * 4)};
+  run.args = {buf(0), buf(1), buf(2), buf(3)};
+  run.block = {32, 1, 1};
+  run.grid = {static_cast<uint32_t>(tiles), 1, 1};
+  run.check = [a, b, c, tiles](const std::vector<std::vector<uint8_t>>& out) -> std::string {
+    std::vector<int32_t> got = from_bytes<int32_t>(out[3]);
+    for (int t = 0; t < tiles; ++t)
+      for (int i = 0; i < 16; ++i)
+        for (int j = 0; j < 8; ++j) {
+          int64_t acc = c[t * 128 + i * 8 + j];
+          for (int k = 0; k < 32; ++k) acc += int64_t{a[t * 512 + i * 32 + k]} * b[t * 256 + j * 32 + k];
+          const int32_t want = static_cast<int32_t>(acc);
+          if (got[t * 128 + i * 8 + j] != want)
+            return fmt::format("tile {} ({}, {}): {} != {}", t, i, j, got[t * 128 + i * 8 + j], want);
+        }
+    return "";
+  };
+  return run;
+}
+
 float round_f16(float f) { return from_f16_bits(to_f16_bits(f)); }
 
 GoldenRun ldmatrix_tile(std::mt19937& rng) {
@@ -564,6 +596,7 @@ const std::vector<GoldenCase>& golden_cases() {
       {"dot4_lanes", true, dot4_lanes},
       {"warp_sum", false, warp_sum},
       {"mma_tile", false, mma_tile},
+      {"mma_s8_tile", false, mma_s8_tile},
       {"ldmatrix_tile", false, ldmatrix_tile},
   };
   return cases;

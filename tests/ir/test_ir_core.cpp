@@ -203,6 +203,12 @@ const BadCase kBadCases[] = {
     {"ldmatrix index type",
      KERNEL_HEAD "  %s = alloc_shared 64 : ptr<shared, f16>\n  %i = const 0 : i64\n  %d = ldmatrix %s, %i\n}\n", "4:3",
      "'ldmatrix' index must be i32, got i64"},
+    {"mma s8 with an f32 accumulator",
+     KERNEL_HEAD "  %x = const 0 : i32x4\n  %y = const 0 : i32x2\n  %z = const 0.0 : f32x4\n  %d = mma %x, %y, %z\n}\n", "5:3",
+     "'mma' takes (f16x8, f16x4, f32x4) or packed s8 (i32x4, i32x2, i32x4), got (i32x4, i32x2, f32x4)"},
+    {"bounds past 1024 threads", "kernel @k(%n: i32) bounds(2048, 1) {\n}\n", "1:1",
+     "bounds(2048, 1): threads must be 1..1024 and blocks 0..32"},
+    {"bounds without blocks", "kernel @k(%n: i32) bounds(256) {\n}\n", "1:30", "expected ','"},
 };
 
 TEST(IrErrors, MalformedTextGivesOneErrorWithLocation) {

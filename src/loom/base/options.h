@@ -38,6 +38,7 @@ enum class Opt : int {
   kDevice,
   kSchedule,
   kFuse,
+  kPrefillMatmul,
   kDecodeAttentionMax,
   kNoGraphs,
   kProfile,

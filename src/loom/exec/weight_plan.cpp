@@ -14,8 +14,9 @@ kernels::Shape matmul_shape(const llm::ref::WeightView& v, int64_t n_tokens) {
 
 }  // namespace
 
-WeightPlan WeightPlan::make(const llm::Model& model, ir::TargetKind target) {
+WeightPlan WeightPlan::make(const llm::Model& model, ir::TargetKind target, bool int8_prompts) {
   WeightPlan p;
+  p.int8_prompts_ = int8_prompts;
   p.model_ = &model;
   p.target_ = target;
   p.entries_.assign(model.weights().size(), Entry{});
@@ -23,12 +24,14 @@ WeightPlan WeightPlan::make(const llm::Model& model, ir::TargetKind target) {
   if (target != ir::TargetKind::kPtx) return p;
   const kernels::OpSpec* mvg = kernels::find_op("matvec_gpu");
   const kernels::OpSpec* mma = kernels::find_op("matmul_mma");
+  const kernels::OpSpec* mmq = kernels::find_op("matmul_mmq");
   for (size_t i = 0; i < model.weights().size(); ++i) {
     const llm::ref::WeightView& v = model.weights()[i].view;
     kernels::Shape s = matmul_shape(v, 1);
     Entry& e = p.entries_[i];
     e.fast_matvec = mvg && mvg->validate(s).ok();
     s.dims["n_tokens"] = 512;
+    e.mmq = mmq && mmq->validate(s).ok();
     s.dims["xtype"] = 1;
     e.mma = mma && mma->validate(s).ok();
   }
@@ -68,6 +71,13 @@ Result<MatmulKernel> WeightPlan::matmul(int32_t weight, int64_t n_tokens) const 
     if (mvg->validate(k.shape).ok()) {
       k.op = mvg;
       k.fast_matvec = true;
+    }
+  }
+  if (!k.op && int8_prompts_ && e.mmq && n_tokens >= 16) {
+    const kernels::OpSpec* mmq = kernels::find_op("matmul_mmq");
+    if (mmq->validate(k.shape).ok()) {
+      k.op = mmq;
+      k.xtype = llm::GgmlType::Q8_1;
     }
   }
   if (!k.op && e.mma && n_tokens >= 16) {

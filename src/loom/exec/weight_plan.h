@@ -17,7 +17,7 @@ namespace loom::exec {
 
 // The op computing weight · x for one step size, with the activation format it reads.
 struct MatmulKernel {
-  const kernels::OpSpec* op = nullptr;  // matvec, matmul, matvec_gpu or matmul_mma
+  const kernels::OpSpec* op = nullptr;  // matvec, matmul, matvec_gpu, matmul_mma or matmul_mmq
   llm::GgmlType xtype = llm::GgmlType::F32;
   kernels::Shape shape;                 // wtype, n_in, n_out, n_tokens (+ xtype, planar)
   bool fast_matvec = false;             // matvec_gpu: up to 3 weights of one input per launch
@@ -28,11 +28,12 @@ class WeightPlan {
   WeightPlan() = default;
   // PTX targets: 1..16-token steps through matvec_gpu (reads each weight once for all tokens
   // and gives every token the bits it gets alone, so a batched decode step does not change a
-  // request's tokens); longer steps on the tensor cores (matmul_mma, f16 activations); weights
+  // request's tokens); longer steps on the tensor cores (matmul_mmq with Q8_1 activations for
+  // Q4_0 / Q8_0 weights when int8_prompts, else matmul_mma, f16 activations); weights
   // whose type or shape those refuse keep the generic matvec/matmul. Projection weights (q, k,
   // v, o, gate, up, down, an untied output) that only those two ops read are kept in the planar
   // layout (coalesced loads). Other targets: the generic ops, GGUF rows.
-  static WeightPlan make(const llm::Model& model, ir::TargetKind target);
+  static WeightPlan make(const llm::Model& model, ir::TargetKind target, bool int8_prompts = true);
 
   bool planar(int32_t weight) const { return entry(weight).planar; }
   const std::vector<bool>& planar_flags() const { return planar_; }
@@ -43,12 +44,13 @@ class WeightPlan {
   Result<MatmulKernel> matmul_id(int32_t weight) const;
  private:
   struct Entry {
-    bool fast_matvec = false, mma = false, planar = false;
+    bool fast_matvec = false, mma = false, mmq = false, planar = false;
   };
   const Entry& entry(int32_t w) const { return entries_[static_cast<size_t>(w)]; }
 
   const llm::Model* model_ = nullptr;
   ir::TargetKind target_ = ir::TargetKind::kCpp;
+  bool int8_prompts_ = true;
   std::vector<Entry> entries_;
   std::vector<bool> planar_;
 };

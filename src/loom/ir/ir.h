@@ -70,6 +70,11 @@ class Kernel {
 
   std::string name;
   std::vector<Value*> params;  // pointers and scalars, in launch-argument order
+  // Launch bounds (0: none): every launch has at most max_threads threads per block, and the
+  // code generator should leave room for min_blocks blocks per multiprocessor (PTX .maxntid /
+  // .minnctapersm: ptxas caps the registers to fit). `bounds(T, B)` after the parameters.
+  int max_threads = 0;
+  int min_blocks = 0;
   Block body;
   SourceLoc loc;
 

@@ -34,7 +34,7 @@ enum class TypeRule : uint8_t {
   kWarpReduce,  // 32-bit scalar -> same
   kDot4,        // (i32 packed 4 x i8, same, i32 acc) -> i32; lane-wise on i32xN
   kConcat,      // (vector T x N, vector T x N) -> T x 2N: lanes of a, then lanes of b
-  kMma,         // (f16x8 A fragment, f16x4 B fragment, f32x4 C fragment) -> f32x4
+  kMma,         // (f16x8 A, f16x4 B, f32x4 C) -> f32x4, or packed s8 (i32x4 A, i32x2 B, i32x4 C) -> i32x4
   kLdmatrix,    // (ptr<shared, f16>, i32 index) -> f16x8: four 8x8 f16 matrices, fragment order
   kFor,         // (lo, hi, step, inits...) -> types of inits; region(iv, iters...)
   kIf,          // (i1) -> explicit types; regions then, else

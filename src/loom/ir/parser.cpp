@@ -380,6 +380,18 @@ class Parser {
       }
     }
     LOOM_RETURN_IF_ERROR(expect(Tok::kRParen, "',' or ')'"));
+    if (at_word("bounds")) {  // bounds(max threads per block, min blocks per SM)
+      advance();
+      LOOM_RETURN_IF_ERROR(expect(Tok::kLParen));
+      LOOM_ASSIGN_OR_RETURN(int64_t threads, small_int("the most threads per block (1..1024)"));
+      LOOM_RETURN_IF_ERROR(expect(Tok::kComma));
+      LOOM_ASSIGN_OR_RETURN(int64_t blocks, small_int("the fewest blocks per multiprocessor (0..32)"));
+      LOOM_RETURN_IF_ERROR(expect(Tok::kRParen));
+      if (threads < 1 || threads > 1024 || blocks > 32)
+        return error_at(kloc, fmt::format("bounds({}, {}): threads must be 1..1024 and blocks 0..32", threads, blocks));
+      k_->max_threads = static_cast<int>(threads);
+      k_->min_blocks = static_cast<int>(blocks);
+    }
     return region(k_->body, 0);
   }
 

@@ -210,7 +210,9 @@ class Printer {
       out_ += ": ";
       out_ += k.params[i]->type.str();
     }
-    out_ += ") {\n";
+    out_ += ')';
+    if (k.max_threads > 0) out_ += fmt::format(" bounds({}, {})", k.max_threads, k.min_blocks);
+    out_ += " {\n";
     block(k.body, 1);
     out_ += "}\n";
   }

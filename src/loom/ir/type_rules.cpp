@@ -75,7 +75,8 @@ Type infer_result_type(Op op, std::span<const Type> ts) {
     case TypeRule::kConcat:
       return at(0).is_vector() && valid_lanes(2 * at(0).lanes()) ? Type::vector(at(0).elem(), 2 * at(0).lanes())
                                                                  : Type();
-    case TypeRule::kMma: return Type::vector(Scalar::kF32, 4);
+    case TypeRule::kMma:
+      return at(2) == Type::vector(Scalar::kI32, 4) ? Type::vector(Scalar::kI32, 4) : Type::vector(Scalar::kF32, 4);
     case TypeRule::kLdmatrix: return Type::vector(Scalar::kF16, 8);
     default: return Type();
   }
@@ -238,10 +239,15 @@ std::string check_inst_types(const Inst& inst, bool check_results) {
         return fmt::format("'concat' of {} would make {} lanes (at most 16)", t(0).str(), 2 * t(0).lanes());
       return want(Type::vector(t(0).elem(), 2 * t(0).lanes()));
     case TypeRule::kMma:
-      if (t(0) != Type::vector(Scalar::kF16, 8) || t(1) != Type::vector(Scalar::kF16, 4) ||
-          t(2) != Type::vector(Scalar::kF32, 4))
-        return fmt::format("'mma' takes (f16x8, f16x4, f32x4), got ({}, {}, {})", t(0).str(), t(1).str(), t(2).str());
-      return want(Type::vector(Scalar::kF32, 4));
+      // m16n8k16 f16 -> f32, or m16n8k32 s8 -> s32 (each i32 lane four signed bytes, lowest k first).
+      if (t(0) == Type::vector(Scalar::kF16, 8) && t(1) == Type::vector(Scalar::kF16, 4) &&
+          t(2) == Type::vector(Scalar::kF32, 4))
+        return want(Type::vector(Scalar::kF32, 4));
+      if (t(0) == Type::vector(Scalar::kI32, 4) && t(1) == Type::vector(Scalar::kI32, 2) &&
+          t(2) == Type::vector(Scalar::kI32, 4))
+        return want(Type::vector(Scalar::kI32, 4));
+      return fmt::format("'mma' takes (f16x8, f16x4, f32x4) or packed s8 (i32x4, i32x2, i32x4), got ({}, {}, {})",
+                         t(0).str(), t(1).str(), t(2).str());
     case TypeRule::kLdmatrix:
       if (!t(0).is_pointer() || t(0).addr_space() != AddrSpace::kShared || t(0).elem() != Scalar::kF16)
         return fmt::format("'ldmatrix' reads a ptr<shared, f16>, got {}", t(0).str());

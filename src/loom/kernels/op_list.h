@@ -41,5 +41,6 @@ const OpSpec& rms_norm_q8_op();
 // GPU kernels at the memory and tensor-core limits.
 const OpSpec& matvec_gpu_op();
 const OpSpec& matmul_mma_op();
+const OpSpec& matmul_mmq_op();
 
 }  // namespace loom::kernels

@@ -34,6 +34,7 @@ const std::vector<const OpSpec*>& all_ops() {
       // GPU kernels at the memory and tensor-core limits.
       &matvec_gpu_op(),
       &matmul_mma_op(),
+      &matmul_mmq_op(),
   };
   return ops;
 }

@@ -366,6 +366,13 @@ Status KernelEmitter::inst(const Inst& in) {
       const auto& a = regs_[in.operands[0]->id];
       const auto& b = regs_[in.operands[1]->id];
       const auto& c = regs_[in.operands[2]->id];
+      if (in.operands[2]->type.elem() == Scalar::kI32) {  // packed s8: the lanes are the b32 words
+        const auto& d = define(r);
+        line(fmt::format("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {{{}, {}, {}, {}}}, {{{}, {}, {}, {}}}, "
+                         "{{{}, {}}}, {{{}, {}, {}, {}}};",
+                         d[0], d[1], d[2], d[3], a[0], a[1], a[2], a[3], b[0], b[1], c[0], c[1], c[2], c[3]));
+        return Status();
+      }
       std::vector<std::string> pa, pb;
       for (size_t i = 0; i < a.size(); i += 2) {
         pa.push_back(new_reg(RC::kB32));
@@ -442,7 +449,10 @@ Result<std::string> KernelEmitter::run() {
   }
   LOOM_RETURN_IF_ERROR(block(k_.body));
   line("ret;");
-  std::string out = fmt::format("\n.visible .entry {}(\n{}\n)\n{{\n", k_.name, params);
+  std::string bounds;
+  if (k_.max_threads > 0) bounds += fmt::format(".maxntid {}, 1, 1\n", k_.max_threads);
+  if (k_.max_threads > 0 && k_.min_blocks > 0) bounds += fmt::format(".minnctapersm {}\n", k_.min_blocks);
+  std::string out = fmt::format("\n.visible .entry {}(\n{}\n)\n{}{{\n", k_.name, params, bounds);
   static const char* kDecl[] = {".pred \t%p", ".b16 \t%h", ".b32 \t%r", ".b64 \t%rd"};
   for (int i = 0; i < 4; ++i)
     if (counts_[i]) out += fmt::format("\t.reg {}<{}>;\n", kDecl[i], counts_[i]);

@@ -74,6 +74,8 @@ Module clone_module(const Module& module) {
   for (const auto& k : module.kernels) {
     Kernel* c = out.add_kernel(k->name);
     c->loc = k->loc;
+    c->max_threads = k->max_threads;
+    c->min_blocks = k->min_blocks;
     std::vector<Value*> map(k->num_values(), nullptr);
     for (const Value* p : k->params) {
       Value* v = c->new_value(p->type, p->name);

@@ -1,0 +1,508 @@
+// matmul_mmq: y = x W^T for prompts on the tensor cores in integers, as llama.cpp's CPU dot
+// products define it: the activations come quantized once per step (Q8_1 blocks from
+// quantize_act: an f16 scale and 32 signed bytes per 32 values; the block's sum is not read),
+// the Q4_0 / Q8_0 weights stay in their blocks, and every 32-value block is one exact integer
+// product sum (mma m16n8k32 s8 -> s32) scaled by the two block scales and summed in f32.
+//
+// Against matmul_mma (f16 tiles): the weight tile is staged as the raw block bytes (4 words of
+// nibbles per Q4_0 block instead of 32 halves), the activation tile as bytes, so a k step moves
+// a quarter (weights) and half (activations) of the shared-memory bytes and needs no
+// dequantization before the barrier; the nibbles become signed bytes (q - 8) in the registers
+// of each mma fragment. The block sums leave the integer unit through the float adder
+// (i + 1.5 * 2^23 read as a float, minus 1.5 * 2^23: exact for |i| < 2^22) instead of the
+// quarter-rate int-to-float conversion.
+//
+// On the cpu target (mma is PTX-only) the op generates one thread per output with the same
+// integer block sums (dot4), so the cpu tests check the numerics, not the tiling.
+#include <cmath>
+#include <cstring>
+
+#include <functional>
+#include <memory>
+#include <utility>
+
+#include "loom/gguf/planar.h"
+#include "loom/gguf/quant.h"
+#include "loom/kernels/op_list.h"
+#include "loom/kernels/op_util.h"
+#include "loom/ref/ops_ref.h"
+
+namespace loom::kernels {
+namespace {
+
+using ir::AddrSpace;
+using ir::Mode;
+using ir::Scalar;
+using ir::Type;
+using ir::Value;
+using llm::GgmlType;
+
+const Type kI32 = Type::scalar(Scalar::kI32);
+const Type kU32 = Type::scalar(Scalar::kU32);
+const Type kF32 = Type::scalar(Scalar::kF32);
+const Type kF16 = Type::scalar(Scalar::kF16);
+const Type kI64 = Type::scalar(Scalar::kI64);
+
+constexpr int kXBlockBytes = 36;  // Q8_1: f16 d, f16 s, 32 signed bytes
+
+// Weight formats: 32-value blocks whose quants are words of 4 nibbles (Q4_0, 4 words) or of 4
+// signed bytes (Q8_0, 8 words) after a 2-byte f16 scale.
+struct QFormat {
+  int words;        // quant words per block
+  int block_bytes;  // GGUF block
+};
+bool q_format(GgmlType t, QFormat* f) {
+  if (t == GgmlType::Q4_0) *f = {4, 18};
+  else if (t == GgmlType::Q8_0) *f = {8, 34};
+  else return false;
+  return true;
+}
+
+bool is_planar(const Shape& s) { return s.dims.count("planar") && s.at("planar") == 1; }
+
+// The quant words and the scale (u16) of block `blk` (i64) of row `r` (i32), loaded now; the
+// returned function turns them into i32 words when called. Planar layout (gguf/planar.h): the
+// quants are 16-byte pieces at (piece * rows * nb + g) * 16 (one 16-byte load each), the scales
+// follow all pieces; GGUF rows: 2-byte aligned blocks, the words assembled from u16 loads.
+struct BlockLoad {
+  std::function<std::vector<Value*>()> words;
+  Value* d;
+};
+BlockLoad load_block(Emit& b, GgmlType wt, Value* w, bool planar, int64_t rows, int64_t nb, Value* r, Value* blk) {
+  QFormat f{};
+  q_format(wt, &f);
+  Value* g = b.add(b.mul(b.convert(r, kI64), b.i64(nb)), blk);
+  BlockLoad out;
+  if (planar) {
+    const int64_t nblk = rows * nb;
+    const int pieces = f.words / 4;
+    std::vector<Value*> v;
+    for (int p = 0; p < pieces; ++p)
+      v.push_back(b.load_at(w, b.add(b.i64(16 * p * nblk), b.mul(g, b.i64(16))), Type::vector(Scalar::kU32, 4), 16));
+    out.d = b.load_at(w, b.add(b.i64(16 * pieces * nblk), b.mul(g, b.i64(2))), Type::scalar(Scalar::kU16), 2);
+    out.words = [&b, v] {
+      std::vector<Value*> ws;
+      for (Value* p : v)
+        for (int i = 0; i < 4; ++i) ws.push_back(b.bitcast(b.extract(p, i), kI32));
+      return ws;
+    };
+    return out;
+  }
+  Value* base = b.mul(g, b.i64(f.block_bytes));
+  out.d = b.load_at(w, base, Type::scalar(Scalar::kU16), 2);
+  std::vector<Value*> h;
+  for (int i = 0; i < 2 * f.words; ++i) h.push_back(b.load_at(w, b.add(base, b.i64(2 + 2 * i)), Type::scalar(Scalar::kU16), 2));
+  out.words = [&b, h] {
+    std::vector<Value*> ws;
+    for (size_t i = 0; i < h.size(); i += 2)
+      ws.push_back(b.bitcast(b.bit_or(b.convert(h[i], kU32), b.shlc(b.convert(h[i + 1], kU32), 16)), kI32));
+    return ws;
+  };
+  return out;
+}
+
+// Four nibbles (bytes 0..15 of u32 `u`) as the signed bytes q - 8: per byte (q | 0x80) - 8
+// borrows nothing from its neighbour, and flipping bit 7 back gives q - 8 in two's complement.
+Value* nibbles_to_s8(Emit& b, Value* u) {
+  return b.bitcast(b.bit_xor(b.sub(b.bit_or(u, b.c(kU32, 0x80808080)), b.c(kU32, 0x08080808)), b.c(kU32, 0x80808080)), kI32);
+}
+// The low (elements 4q..4q+3 of a Q4_0 block) and high (16+4q..) nibbles of quant word `w`.
+Value* lo_s8(Emit& b, Value* w) { return nibbles_to_s8(b, b.andc(b.bitcast(w, kU32), 0x0F0F0F0F)); }
+Value* hi_s8(Emit& b, Value* w) { return nibbles_to_s8(b, b.andc(b.shrc(b.bitcast(w, kU32), 4), 0x0F0F0F0F)); }
+
+// An exact integer |i| < 2^22 as f32 through the float adder.
+Value* small_int_to_f32(Emit& b, Value* i) {
+  return b.sub(b.bitcast(b.addc(i, 0x4B400000), kF32), b.f32(12582912.0));
+}
+
+Value* f16_bits_to_f32(Emit& b, Value* h) { return b.convert(b.bitcast(h, kF16), kF32); }
+
+class MatmulMmqOp final : public OpSpec {
+ public:
+  std::string_view name() const override { return "matmul_mmq"; }
+  std::string_view description() const override {
+    return "y = x W^T for prompts on tensor cores in integers (mma m16n8k32 s8): Q4_0/Q8_0 weight blocks times Q8_1 "
+           "activation blocks, exact block sums scaled in f32";
+  }
+
+  Status validate(const Shape& s) const override {
+    LOOM_ASSIGN_OR_RETURN(GgmlType wt, shape_type(s, "wtype"));
+    QFormat f{};
+    if (!q_format(wt, &f))
+      return invalid_argument("matmul_mmq: weight type {} is not supported (Q4_0, Q8_0)", llm::ggml_type_name(wt));
+    LOOM_ASSIGN_OR_RETURN(int64_t n_in, s.get("n_in"));
+    LOOM_ASSIGN_OR_RETURN(int64_t n_out, s.get("n_out"));
+    LOOM_ASSIGN_OR_RETURN(int64_t nt, s.get("n_tokens"));
+    if (n_in <= 0 || n_in % 32 != 0) return invalid_argument("matmul_mmq: n_in={} must be a positive multiple of 32", n_in);
+    if (n_out <= 0 || n_out > (1 << 24)) return invalid_argument("matmul_mmq: n_out={} out of range", n_out);
+    if (nt < 1 || nt > 65535) return invalid_argument("matmul_mmq: n_tokens={} out of range 1..65535", nt);
+    if (nt * (n_in / 32) * kXBlockBytes > (int64_t{1} << 31)) return invalid_argument("matmul_mmq: activations too large");
+    if (s.dims.count("planar") && s.at("planar") != 0 && s.at("planar") != 1)
+      return invalid_argument("matmul_mmq: planar={} (0: GGUF rows, 1: matvec_gpu's planar layout)", s.at("planar"));
+    return Status();
+  }
+
+  std::vector<ArgSpec> args(const Shape& s) const override {
+    QFormat f{};
+    q_format(static_cast<GgmlType>(s.at("wtype")), &f);
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens"), nb = n_in / 32;
+    return {{"w", ArgKind::kBuffer, ArgRole::kInput, n_out * nb * f.block_bytes, Scalar::kU8},
+            {"xq", ArgKind::kBuffer, ArgRole::kInput, nt * nb * kXBlockBytes, Scalar::kU8},
+            {"y", ArgKind::kBuffer, ArgRole::kOutput, nt * n_out * 4, Scalar::kF32}};
+  }
+
+  Cost cost(const Shape& s) const override {
+    auto a = args(s);
+    return {static_cast<double>(a[0].bytes + a[1].bytes + a[2].bytes),
+            2.0 * static_cast<double>(s.at("n_in")) * static_cast<double>(s.at("n_out")) * static_cast<double>(s.at("n_tokens"))};
+  }
+
+  // Block sums are exact; each block's dw dx i rounds twice and the f32 sum over n_in / 32
+  // blocks adds about sqrt(blocks) ulps of the result's magnitude. A wrong block is off by
+  // its whole product sum.
+  Tolerance tolerance(const Shape& s) const override {
+    return {2e-6 * std::sqrt(static_cast<double>(s.at("n_in"))), 1e-5, false};
+  }
+
+  std::vector<Knob> schedule_space(const Shape& s, ir::TargetKind t) const override {
+    if (t != ir::TargetKind::kPtx) return {{"threads", {32, 64, 128}}};
+    std::vector<int64_t> kbs;
+    for (int64_t kb : {1, 2, 4})
+      if ((s.at("n_in") / 32) % kb == 0) kbs.push_back(kb);
+    return {{"warps_m", {1, 2, 4}}, {"warps_n", {1, 2, 4}}, {"k_blocks", kbs}, {"warp_m_tiles", {1, 2, 4}},
+            {"warp_n_tiles", {2, 4, 8}}, {"ctas", {0, 1, 2}}};
+  }
+  // 128 x 128 CTA tiles of 8 warps (32 rows x 64 tokens each), 64 values per k step: the shape
+  // matmul_mma's sweep found best for its pipelined kernel, kept until this one is swept.
+  // ctas: the CTAs per SM the kernel's registers must leave room for (0: as many as ptxas gives).
+  Schedule default_schedule(const Shape& s, ir::TargetKind t) const override {
+    if (t != ir::TargetKind::kPtx) return {{"threads", 64}};
+    const int64_t nt = s.at("n_tokens"), nb = s.at("n_in") / 32;
+    return {{"warps_m", 4}, {"warps_n", nt > 64 ? 2 : 1}, {"k_blocks", nb % 2 == 0 ? 2 : 1}, {"warp_m_tiles", 2},
+            {"warp_n_tiles", nt > 32 ? 8 : 4}, {"ctas", 0}};
+  }
+
+  Result<Generated> generate(const Shape& s, const Schedule& sch, ir::TargetKind target) const override {
+    LOOM_RETURN_IF_ERROR(validate(s));
+    LOOM_RETURN_IF_ERROR(check_schedule(schedule_space(s, target), sch));
+    if (target == ir::TargetKind::kPtx) return generate_mma(s, sch);
+    return generate_scalar(s, sch, target);
+  }
+
+  void fill_inputs(const Shape& s, std::mt19937_64& rng, std::span<HostArg> a) const override {
+    const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
+    auto specs = args(s);
+    a[0].bytes.resize(static_cast<size_t>(specs[0].bytes));
+    random_rows(rng, wt, n_out, n_in, 0.1f, a[0].bytes.data());
+    if (is_planar(s)) {  // as the engine repacks its weights
+      std::vector<uint8_t> gguf = a[0].bytes;
+      Status st = llm::to_planar(wt, n_out, n_in, gguf.data(), a[0].bytes.data());
+      (void)st;
+    }
+    std::vector<float> x = random_floats(rng, static_cast<size_t>(nt * n_in), -1.0f, 1.0f);
+    a[1].bytes.resize(static_cast<size_t>(specs[1].bytes));
+    const int64_t row = n_in / 32 * kXBlockBytes;
+    for (int64_t t = 0; t < nt; ++t)
+      llm::ref::quantize_activation(GgmlType::Q8_1, x.data() + t * n_in, a[1].bytes.data() + t * row, n_in);
+  }
+
+  // Per 32-value block: d_w d_x times the exact sum of (weight quant) x (activation quant), the
+  // Q4_0 quants taken as q - 8; summed in double.
+  Status reference(const Shape& s, std::span<HostArg> a) const override {
+    const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
+    QFormat f{};
+    q_format(wt, &f);
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens"), nb = n_in / 32;
+    const uint8_t* wb = a[0].bytes.data();
+    std::vector<uint8_t> gguf;
+    if (is_planar(s)) {
+      gguf.resize(a[0].bytes.size());
+      LOOM_RETURN_IF_ERROR(llm::from_planar(wt, n_out, n_in, wb, gguf.data()));
+      wb = gguf.data();
+    }
+    const uint8_t* xq = a[1].bytes.data();
+    a[2].bytes.resize(static_cast<size_t>(nt * n_out * 4));
+    float* y = reinterpret_cast<float*>(a[2].bytes.data());
+    auto f16 = [](const uint8_t* p) {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return static_cast<double>(llm::fp16_to_fp32(h));
+    };
+    for (int64_t r = 0; r < n_out; ++r)
+      for (int64_t t = 0; t < nt; ++t) {
+        double acc = 0;
+        for (int64_t k = 0; k < nb; ++k) {
+          const uint8_t* wblk = wb + (r * nb + k) * f.block_bytes;
+          const uint8_t* xblk = xq + (t * nb + k) * kXBlockBytes;
+          int64_t isum = 0;
+          for (int e = 0; e < 32; ++e) {
+            const int xv = static_cast<int8_t>(xblk[4 + e]);
+            int wv;
+            if (wt == GgmlType::Q4_0) wv = (e < 16 ? (wblk[2 + e] & 15) : (wblk[2 + e - 16] >> 4)) - 8;
+            else wv = static_cast<int8_t>(wblk[2 + e]);
+            isum += int64_t{wv} * xv;
+          }
+          acc += f16(wblk) * f16(xblk) * static_cast<double>(isum);
+        }
+        y[t * n_out + r] = static_cast<float>(acc);
+      }
+    return Status();
+  }
+
+  std::vector<Shape> test_shapes() const override {
+    std::vector<Shape> out;
+    auto add = [&](int64_t n_in, int64_t n_out, int64_t nt, GgmlType t, int planar) {
+      out.push_back({{{"n_in", n_in}, {"n_out", n_out}, {"n_tokens", nt}, {"wtype", static_cast<int64_t>(t)},
+                      {"planar", planar}}});
+    };
+    for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0}) {
+      add(64, 37, 5, t, 0);      // one k step, ragged rows and tokens
+      add(576, 200, 70, t, 0);   // 18 blocks: odd k steps of 2
+      add(576, 200, 100, t, 1);  // the engine's planar layout
+      add(1024, 1030, 137, t, 1);
+      add(96, 19, 17, t, 1);     // 3 blocks: k steps of 1
+    }
+    return out;
+  }
+
+ private:
+  // cpu (and any non-PTX target): one thread per (row, token), the same integer block sums.
+  Result<Generated> generate_scalar(const Shape& s, const Schedule& sch, ir::TargetKind target) const {
+    const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
+    QFormat f{};
+    q_format(wt, &f);
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens"), nb = n_in / 32;
+    const int64_t threads = sch.at("threads");
+    Generated g;
+    const std::string kname = fmt::format("matmul_mmq_scalar_{}", llm::ggml_type_name(wt));
+    ir::Kernel* k = g.module.add_kernel(kname);
+    Emit b(*k);
+    b.cpu = target == ir::TargetKind::kCpp;
+    Value* w = b.param(ty::gptr(Scalar::kU8), "w");
+    Value* xq = b.param(ty::gptr(Scalar::kU8), "xq");
+    Value* y = b.param(ty::gptr(Scalar::kF32), "y");
+    Value* r = b.global_x();
+    Value* t = b.block_id(Mode::kY);
+    b.if_then_else(b.cmp(Mode::kLt, r, b.i32(static_cast<int32_t>(n_out))), {}, [&] {
+      auto acc = b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(nb)), b.i32(1), {b.f32(0)},
+                            [&](Value* blk, std::span<Value* const> it) {
+        BlockLoad wl = load_block(b, wt, w, is_planar(s), n_out, nb, r, b.convert(blk, kI64));
+        std::vector<Value*> ww = wl.words();
+        Value* xb = b.mul(b.convert(b.add(b.mul(t, b.i32(static_cast<int32_t>(nb))), blk), kI64), b.i64(kXBlockBytes));
+        Value* dx = f16_bits_to_f32(b, b.load_at(xq, xb, Type::scalar(Scalar::kU16), 2));
+        Value* isum = b.i32(0);
+        for (int i = 0; i < 8; ++i) {
+          Value* xw = b.load_at(xq, b.add(xb, b.i64(4 + 4 * i)), kI32, 4);
+          Value* wv = wt == GgmlType::Q4_0 ? (i < 4 ? lo_s8(b, ww[static_cast<size_t>(i)]) : hi_s8(b, ww[static_cast<size_t>(i - 4)]))
+                                           : ww[static_cast<size_t>(i)];
+          isum = b.dot4(wv, xw, isum);
+        }
+        Value* scale = b.mul(f16_bits_to_f32(b, wl.d), dx);
+        return std::vector<Value*>{b.fma(scale, b.convert(isum, kF32), it[0])};
+      });
+      b.store(y, b.add(b.mul(t, b.i32(static_cast<int32_t>(n_out))), r), acc[0]);
+      return std::vector<Value*>{};
+    });
+    KernelLaunch l;
+    l.kernel = kname;
+    l.args = {0, 1, 2};
+    l.grid = {static_cast<uint32_t>((n_out + threads - 1) / threads), static_cast<uint32_t>(nt), 1};
+    l.block = {static_cast<uint32_t>(threads), 1, 1};
+    g.launches.push_back(l);
+    return g;
+  }
+
+  // PTX: a CTA computes 16 warp_m_tiles warps_m weight rows x 8 warp_n_tiles warps_n tokens.
+  // Per k step of k_blocks 32-value blocks, shared memory holds
+  //   wq  [bm rows][k_blocks * words + pad] the weight blocks' quant words as stored,
+  //   wd  [k_blocks][bm]                    their scales (f32),
+  //   xs  [bn tokens][8 k_blocks + 4]       the activation bytes, words (q, q + 4) adjacent,
+  //   xd  [k_blocks][bn]                    their scales (f32).
+  // Row strides are odd multiples of 4 words, so a fragment's 8 rows x 4 lanes hit 32 banks. The
+  // next step's global loads are issued before the current step's mma work and stored after it
+  // (two barriers per step, one buffer).
+  Result<Generated> generate_mma(const Shape& s, const Schedule& sch) const {
+    const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
+    QFormat f{};
+    q_format(wt, &f);
+    const bool q4 = wt == GgmlType::Q4_0;
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens"), nb = n_in / 32;
+    const int64_t wm = sch.at("warps_m"), wn = sch.at("warps_n"), threads = 32 * wm * wn;
+    int64_t mtiles = sch.at("warp_m_tiles"), ntiles = sch.at("warp_n_tiles"), kb = sch.at("k_blocks");
+    // Warp tiles whose accumulators would not fit the 64 K registers of an SM for one CTA (about
+    // 1.5 per accumulator plus 48) are narrowed, so every schedule of the space launches.
+    while ((6 * mtiles * ntiles + 48) * threads > 65536 && ntiles > 2) ntiles /= 2;
+    while ((6 * mtiles * ntiles + 48) * threads > 65536 && mtiles > 1) mtiles /= 2;
+    const int64_t bm = 16 * mtiles * wm, bn = 8 * ntiles * wn;
+    const int64_t nw = f.words;
+    // Row strides in words: odd multiples of 4. The tiles must fit 48 KiB of static shared memory.
+    auto strides = [&](int64_t kbv) { return std::pair<int64_t, int64_t>{kbv * nw + ((kbv * nw / 4) % 2 ? 0 : 4), 8 * kbv + 4}; };
+    while (kb > 1 && 4 * (bm * strides(kb).first + bn * strides(kb).second + kb * (bm + bn)) > 48 * 1024) kb /= 2;
+    const int64_t sw = strides(kb).first, sx = strides(kb).second;
+    Generated g;
+    const std::string kname = fmt::format("matmul_mmq_{}", llm::ggml_type_name(wt));
+    ir::Kernel* k = g.module.add_kernel(kname);
+    // Two CTAs per SM where the registers allow it (ptxas caps them at 128 for 256 threads), so
+    // that one CTA's mma work covers the other's wait at a barrier or for its loads.
+    k->max_threads = static_cast<int>(threads);
+    k->min_blocks = sch.count("ctas") ? static_cast<int>(sch.at("ctas")) : 0;
+    Emit b(*k);
+    Value* w = b.param(Type::pointer(AddrSpace::kConstant, Scalar::kU8), "w");
+    Value* xq = b.param(Type::pointer(AddrSpace::kConstant, Scalar::kU8), "xq");
+    Value* y = b.param(ty::gptr(Scalar::kF32), "y");
+    Value* wq = b.alloc_shared(Scalar::kI32, bm * sw);
+    Value* wd = b.alloc_shared(Scalar::kF32, kb * bm);
+    Value* xs = b.alloc_shared(Scalar::kI32, bn * sx);
+    Value* xd = b.alloc_shared(Scalar::kF32, kb * bn);
+    auto i32c = [&](int64_t v) { return b.i32(static_cast<int32_t>(v)); };
+    Value* tid = b.thread_id(Mode::kX);
+    Value* warp = b.div(tid, b.i32(32));
+    Value* lane = b.rem(tid, b.i32(32));
+    Value* gq = b.div(lane, b.i32(4));
+    Value* qq = b.rem(lane, b.i32(4));
+    Value* m0 = b.mul(b.block_id(Mode::kX), i32c(bm));
+    Value* n0 = b.mul(b.block_id(Mode::kY), i32c(bn));
+    Value* wm0 = b.mul(b.rem(warp, i32c(wm)), i32c(16 * mtiles));
+    Value* wn0 = b.mul(b.div(warp, i32c(wm)), i32c(8 * ntiles));
+    // Tile items: weight (row, block) and activation (token, block) pairs, spread over the
+    // threads; unrolled (every item's loads in flight together) where they divide evenly.
+    const int64_t n_witems = bm * kb, n_xitems = bn * kb;
+    const int64_t wper = (n_witems + threads - 1) / threads, xper = (n_xitems + threads - 1) / threads;
+    struct Staged {
+      std::vector<std::function<void()>> stores;
+    };
+    auto stage = [&](Value* kblk) {  // loads of the k step starting at block kblk (i32)
+      auto st = std::make_shared<Staged>();
+      for (int64_t j = 0; j < wper; ++j) {
+        Value* item = b.addc(tid, j * threads);
+        Value* valid = n_witems % threads == 0 || (j + 1) * threads <= n_witems ? nullptr : b.cmp(Mode::kLt, item, i32c(n_witems));
+        Value* it = valid ? b.min(item, i32c(n_witems - 1)) : item;
+        Value* lr = b.div(it, i32c(kb));
+        Value* lb = b.rem(it, i32c(kb));
+        Value* r = b.min(b.add(m0, lr), i32c(n_out - 1));
+        BlockLoad bl = load_block(b, wt, w, is_planar(s), n_out, nb, r, b.convert(b.add(kblk, lb), kI64));
+        st->stores.push_back([&b, bl, lr, lb, valid, sw, nw, bm, wq, wd] {
+          std::vector<Value*> ws = bl.words();
+          Value* d = f16_bits_to_f32(b, bl.d);
+          auto body = [&] {
+            for (int64_t p = 0; p < nw / 4; ++p)
+              b.store(wq, b.add(b.mulc(lr, sw), b.addc(b.mulc(lb, nw), 4 * p)),
+                      b.build({ws[4 * p], ws[4 * p + 1], ws[4 * p + 2], ws[4 * p + 3]}), 16);
+            b.store(wd, b.add(b.mulc(lb, bm), lr), d);
+            return std::vector<Value*>{};
+          };
+          if (valid) b.if_then_else(valid, {}, body);
+          else body();
+        });
+      }
+      for (int64_t j = 0; j < xper; ++j) {
+        Value* item = b.addc(tid, j * threads);
+        Value* valid = n_xitems % threads == 0 || (j + 1) * threads <= n_xitems ? nullptr : b.cmp(Mode::kLt, item, i32c(n_xitems));
+        Value* it = valid ? b.min(item, i32c(n_xitems - 1)) : item;
+        Value* lt = b.div(it, i32c(kb));
+        Value* lb = b.rem(it, i32c(kb));
+        Value* t = b.min(b.add(n0, lt), i32c(nt - 1));
+        Value* base = b.mul(b.convert(b.add(b.mul(t, i32c(nb)), b.add(kblk, lb)), kI64), b.i64(kXBlockBytes));
+        std::vector<Value*> words;
+        for (int i = 0; i < 9; ++i) words.push_back(b.load_at(xq, b.add(base, b.i64(4 * i)), kI32, 4));
+        st->stores.push_back([&b, words, lt, lb, valid, sx, bn, xs, xd] {
+          auto body = [&] {
+            Value* d = f16_bits_to_f32(b, b.convert(b.andc(b.bitcast(words[0], kU32), 0xFFFF), Type::scalar(Scalar::kU16)));
+            // words q and q + 4 side by side: one 8-byte load gives a B fragment.
+            for (int h = 0; h < 2; ++h)
+              b.store(xs, b.add(b.mulc(lt, sx), b.addc(b.mulc(lb, 8), 4 * h)),
+                      b.build({words[1 + 2 * h], words[5 + 2 * h], words[2 + 2 * h], words[6 + 2 * h]}), 16);
+            b.store(xd, b.add(b.mulc(lb, bn), lt), d);
+            return std::vector<Value*>{};
+          };
+          if (valid) b.if_then_else(valid, {}, body);
+          else body();
+        });
+      }
+      return st;
+    };
+    auto flush = [](const std::shared_ptr<Staged>& st) {
+      for (auto& fn : st->stores) fn();
+    };
+    flush(stage(b.i32(0)));
+    b.barrier();
+    std::vector<Value*> init(static_cast<size_t>(mtiles * ntiles), b.const_float(Type::vector(Scalar::kF32, 4), 0.0));
+    const Type i32x2 = Type::vector(Scalar::kI32, 2), f32x2 = Type::vector(Scalar::kF32, 2);
+    Value* zero4 = b.c(Type::vector(Scalar::kI32, 4), 0);
+    Value* magic = b.f32(12582912.0);
+    auto acc = b.for_loop(b.i32(0), i32c(nb), i32c(kb), init, [&](Value* kblk, std::span<Value* const> itv) {
+      Value* next = b.min(b.addc(kblk, kb), i32c(nb - kb));
+      auto pending = stage(next);
+      std::vector<Value*> a(itv.begin(), itv.end());
+      for (int64_t blk = 0; blk < kb; ++blk) {
+        std::vector<Value*> af(static_cast<size_t>(mtiles)), dw0(static_cast<size_t>(mtiles)), dw8(static_cast<size_t>(mtiles));
+        for (int64_t mt = 0; mt < mtiles; ++mt) {
+          Value* row = b.add(wm0, b.addc(gq, 16 * mt));
+          Value* i0 = b.add(b.mulc(row, sw), b.addc(qq, blk * nw));
+          Value* i8 = b.addc(i0, 8 * sw);
+          if (q4) {
+            Value* w0 = b.load(wq, i0);
+            Value* w8 = b.load(wq, i8);
+            af[static_cast<size_t>(mt)] = b.build({lo_s8(b, w0), lo_s8(b, w8), hi_s8(b, w0), hi_s8(b, w8)});
+          } else {
+            af[static_cast<size_t>(mt)] = b.build({b.load(wq, i0), b.load(wq, i8), b.load(wq, b.addc(i0, 4)), b.load(wq, b.addc(i8, 4))});
+          }
+          dw0[static_cast<size_t>(mt)] = b.load(wd, b.addc(row, blk * bm));
+          dw8[static_cast<size_t>(mt)] = b.load(wd, b.addc(row, blk * bm + 8));
+        }
+        for (int64_t n8 = 0; n8 < ntiles; ++n8) {
+          Value* tok = b.add(wn0, b.addc(gq, 8 * n8));
+          Value* bf = b.load(xs, b.add(b.mulc(tok, sx), b.addc(b.mulc(qq, 2), 8 * blk)), i32x2, 8);
+          Value* dx = b.load(xd, b.add(b.addc(wn0, blk * bn + 8 * n8), b.mulc(qq, 2)), f32x2, 8);
+          Value* dx0 = b.extract(dx, 0);
+          Value* dx1 = b.extract(dx, 1);
+          for (int64_t mt = 0; mt < mtiles; ++mt) {
+            Value* c = b.mma(af[static_cast<size_t>(mt)], bf, zero4);
+            const size_t ai = static_cast<size_t>(mt * ntiles + n8);
+            std::vector<Value*> lanes;
+            for (int i = 0; i < 4; ++i) {
+              Value* fi = b.sub(b.bitcast(b.addc(b.extract(c, i), 0x4B400000), kF32), magic);
+              Value* scale = b.mul(i / 2 ? dw8[static_cast<size_t>(mt)] : dw0[static_cast<size_t>(mt)], i % 2 ? dx1 : dx0);
+              lanes.push_back(b.fma(fi, scale, b.extract(a[ai], i)));
+            }
+            a[ai] = b.build(lanes);
+          }
+        }
+      }
+      b.barrier();
+      flush(pending);
+      b.barrier();
+      return a;
+    });
+    // Accumulators to y [tokens][n_out]: lane i of tile (mt, n8) is row g + 8 (i / 2), token 2q + i % 2.
+    for (int64_t mt = 0; mt < mtiles; ++mt)
+      for (int64_t n8 = 0; n8 < ntiles; ++n8)
+        for (int i = 0; i < 4; ++i) {
+          Value* r = b.add(m0, b.add(wm0, b.addc(gq, 16 * mt + 8 * (i / 2))));
+          Value* tk = b.add(n0, b.add(wn0, b.addc(b.mulc(qq, 2), 8 * n8 + i % 2)));
+          Value* ok = b.bit_and(b.cmp(Mode::kLt, r, i32c(n_out)), b.cmp(Mode::kLt, tk, i32c(nt)));
+          Value* v = b.extract(acc[static_cast<size_t>(mt * ntiles + n8)], i);
+          b.if_then_else(ok, {}, [&] {
+            b.store(y, b.add(b.mul(tk, i32c(n_out)), r), v);
+            return std::vector<Value*>{};
+          });
+        }
+    KernelLaunch l;
+    l.kernel = kname;
+    l.args = {0, 1, 2};
+    l.grid = {static_cast<uint32_t>((n_out + bm - 1) / bm), static_cast<uint32_t>((nt + bn - 1) / bn), 1};
+    l.block = {static_cast<uint32_t>(threads), 1, 1};
+    g.launches.push_back(l);
+    return g;
+  }
+};
+
+}  // namespace
+
+const OpSpec& matmul_mmq_op() {
+  static const MatmulMmqOp op;
+  return op;
+}
+
+}  // namespace loom::kernels
