@@ -38,10 +38,10 @@ class WeightPlan {
   bool planar(int32_t weight) const { return entry(weight).planar; }
   const std::vector<bool>& planar_flags() const { return planar_; }
   Result<MatmulKernel> matmul(int32_t weight, int64_t n_tokens) const;
-
   // Stacked expert matrices (Weight::n_expert > 0): matvec_id in GGUF rows on every target, its
   // activations in the weight's format (the shape is the lowering's: it depends on the ids).
   Result<MatmulKernel> matmul_id(int32_t weight) const;
+
  private:
   struct Entry {
     bool fast_matvec = false, mma = false, mmq = false, planar = false;
