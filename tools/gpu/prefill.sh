@@ -3,8 +3,10 @@
 # (run from the repository root after tools/gpu/remote_build.sh; llama.cpp's llama-bench from
 # tools/gpu/llama_peer.sh build, started at the beginning of the same call):
 #   1. synthesizes the models of PREFILL_MODELS (default: 8B Q4_0, 8B Q4_K_M-like, SmolLM2 Q4_0)
-#   2. pp512 of each model under every matmul_mma schedule of PREFILL_VARIANTS (LOOM_SCHEDULE
-#      overrides merged into the default; "default" is the built-in one): $OUT/prefill_sweep.jsonl
+#   2. pp512 of each model under every variant of PREFILL_VARIANTS: "default" (the built-in
+#      choice), "KNOBS" (LOOM_SCHEDULE=matmul_mmq:KNOBS merged into its default), "f16" or
+#      "f16:KNOBS" (LOOM_PREFILL_MATMUL=f16: matmul_mma, with LOOM_SCHEDULE=matmul_mma:KNOBS):
+#      $OUT/prefill_sweep.jsonl
 #   3. the best variant per model: the engine on cuda against the CPU reference under the 8B
 #      Q4_0 model's best (test_exec), then `loom bench -r 3` (pp512, tg128) per model under its
 #      best, beside llama-bench -fa 1 on the same files: $OUT/prefill_loom.jsonl, llama_bench.jsonl
@@ -26,11 +28,22 @@ for sq in $models; do
   [[ -f "$f" ]] || "$bin/loom" model synth --arch llama --shape "${sq%%:*}" --quant "${sq##*:}" -o "$f" 2>&1 | tail -1 &
 done
 wait
+# The environment of a variant (see above) for the command that follows: `variant_env V cmd...`.
+variant_env() {
+  local v="$1" m=int8 sched=""; shift
+  case "$v" in
+    default) ;;
+    f16) m=f16 ;;
+    f16:*) m=f16; sched="matmul_mma:${v#f16:}" ;;
+    *) sched="matmul_mmq:$v" ;;
+  esac
+  LOOM_PREFILL_MATMUL="$m" LOOM_SCHEDULE="$sched" "$@"
+}
 has sweep && echo "=== sweep (pp512)"
 has sweep && for f in "${files[@]}"; do
   for v in $variants; do
-    sched=""; [[ "$v" != default ]] && sched="matmul_mma:$v"
-    LOOM_SCHEDULE="$sched" "$bin/loom" bench -m "$f" --device cuda:0 -p 512 -n 1 -r 3 --json 2>/dev/null |
+    sched="$v"; [[ "$v" == default ]] && sched=""
+    variant_env "$v" "$bin/loom" bench -m "$f" --device cuda:0 -p 512 -n 1 -r 3 --json 2>/dev/null |
       python3 -c 'import json,sys
 for l in sys.stdin:
     o=json.loads(l)
@@ -47,17 +60,17 @@ print(max(rows, key=lambda o: o["tokens_per_s"])["schedule_override"] if rows el
 b0="$(best "${files[0]}")"
 has engine && {
 echo "=== engine on cuda vs the reference under '${b0:-default}'"
-LOOM_SCHEDULE="$b0" LOOM_SYNTH_DIR=/tmp/models timeout 240 "$bin/test_exec" --gtest_filter="${PREFILL_ENGINE_FILTER:-*LogitsMatch*cuda_synth*}" \
+LOOM_SYNTH_DIR=/tmp/models variant_env "${b0:-default}" timeout 240 "$bin/test_exec" --gtest_filter="${PREFILL_ENGINE_FILTER:-*LogitsMatch*cuda_synth*}" \
   --gtest_output="json:/tmp/prefill_engine.json" 2>&1 | grep -E "worst cosine|FAILED|PASSED" | head -20
 [[ ${PIPESTATUS[0]} -ne 0 ]] && rc=1
-python3 tools/gpu/gtest_summary.py "$out/prefill_engine.json" "$commit" "LOOM_SCHEDULE='$b0' test_exec (tools/gpu/prefill.sh)" /tmp/prefill_engine.json
+python3 tools/gpu/gtest_summary.py "$out/prefill_engine.json" "$commit" "variant '${b0:-default}' test_exec (tools/gpu/prefill.sh)" /tmp/prefill_engine.json
 }
 has side || { echo "commit $commit, exit $rc"; exit $rc; }
 echo "=== side by side"
 bash tools/gpu/llama_peer.sh wait > /dev/null || { echo "llama.cpp build failed"; tail -20 /tmp/llama-cuda/build.log; rc=1; }
 for f in "${files[@]}"; do
   sched="$(best "$f")"
-  LOOM_SCHEDULE="$sched" "$bin/loom" bench -m "$f" --device cuda:0 -r 3 --json 2>/dev/null |
+  variant_env "${sched:-default}" "$bin/loom" bench -m "$f" --device cuda:0 -r 3 --json 2>/dev/null |
     python3 -c 'import json,sys
 for l in sys.stdin:
     o=json.loads(l); o["schedule_override"]=sys.argv[1]; print(json.dumps(o))
