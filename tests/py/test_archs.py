@@ -67,6 +67,13 @@ def arch_specs():
         # The GPU's grouped mat-vec (matvec_gpu) has no 5-bit path: each matrix is its own launch.
         "llama-q5": dict(base, arch="llama", mtype=Q.Q5_0, ffn_mtype=Q.Q5_1, emb_mtype=Q.Q5_0, out_mtype=Q.Q5_1,
                          gpu_grouped=False),
+        # Qwen3-MoE: Qwen 3's attention, 8 experts of 64 per layer, 2 per token (router in f32, as
+        # converters and quantizers keep it). No dense FFN: the GPU's grouped gate|up check
+        # does not apply.
+        "qwen3moe": dict(base, arch="qwen3moe", head_dim=64, rope_base=1e6, qk_norm=True, layout="moe",
+                         n_expert=8, n_expert_used=2, n_ff_exp=64, gpu_grouped=False,
+                         meta={"expert_count": ("u32", 8), "expert_used_count": ("u32", 2),
+                               "expert_feed_forward_length": ("u32", 64)}),
         # Mistral 7B v0.1-like: a sliding window (4, shorter than the prompt) on all 3 layers.
         "mistral-swa": dict(base, arch="llama", n_layer=3, window=4, meta={"attention.sliding_window": ("u32", 4)}),
     }
@@ -173,6 +180,13 @@ def write_model(path, s, drop_keys=(), drop_tensors=(), extra_tensors=()):
             norm(p + "attn_k_norm.weight", hd)
         mat(p + "attn_output.weight", nq, n_embd)
         norm(p + "ffn_norm.weight", n_embd)
+        if s["layout"] == "moe":
+            ne, nf = s["n_expert"], s["n_ff_exp"]
+            add(p + "ffn_gate_inp.weight", rng.normal(0.0, 0.1, size=(ne, n_embd)))
+            for name, n_in, n_out in (("ffn_gate_exps", n_embd, nf), ("ffn_up_exps", n_embd, nf),
+                                      ("ffn_down_exps", nf, n_embd)):
+                add(p + name + ".weight", rng.normal(0.0, 0.1, size=(ne, n_out, n_in)), s["mtype"])
+            continue
         if s["layout"] == "phi3":
             mat(p + "ffn_up.weight", n_embd, 2 * n_ff)
         else:
@@ -308,6 +322,9 @@ DUMP_EXPECT = {
     "gemma2": ["blk.0.post_attention_norm.weight", "blk.0.post_ffw_norm.weight", "scale        %6[1x256] <- %3[1x256], 0.125",
                "softcap      %52[1x49152] <- %51[1x49152], 3", "layer 0, window 4", "layer 2, window 4"],
     "mistral-swa": ["layer 0, window 4", "layer 1, window 4", "layer 2, window 4"],
+    "qwen3moe": ["blk.0.attn_q.weight, blk.0.attn_k.weight, blk.0.attn_v.weight", "<- %2[1x256], blk.0.attn_q_norm.weight",
+                 "blk.0.ffn_gate_inp.weight", "moe_route", "matmul_id", "blk.0.ffn_gate_exps.weight",
+                 "blk.0.ffn_down_exps.weight", "moe_sum"],
     "llama-q5": ["matmul       %2[1x128] <- %29[1x128 q8_0], blk.0.attn_q.weight",
                  "matmul       %9[1x256] <- %31[1x128 q8_1], blk.0.ffn_gate.weight"],
 }
@@ -345,9 +362,23 @@ BAD = {
     "phi3-both-qkv-forms": ("phi3", [], [], [("blk.0.attn_q.weight", np.zeros((128, 128)))],
                             "has both a fused attn_qkv.weight and attn_q.weight"),
     "gemma2-no-ff-length": ("gemma2", ["feed_forward_length"], [], [], "metadata key 'gemma2.feed_forward_length' is missing"),
+    "qwen3moe-no-used-count": ("qwen3moe", ["expert_used_count"], [], [],
+                               "metadata key 'qwen3moe.expert_used_count' is missing"),
+    "qwen3moe-no-down-exps": ("qwen3moe", [], ["blk.1.ffn_down_exps.weight"], [],
+                              "tensor 'blk.1.ffn_down_exps.weight' is missing"),
+    "qwen3moe-flat-experts": ("qwen3moe", [], ["blk.0.ffn_up_exps.weight"], [("blk.0.ffn_up_exps.weight", np.zeros((512, 128)))],
+                              "tensor 'blk.0.ffn_up_exps.weight' has shape [128, 512], expected [128, 64, 8]"),
+    "qwen3moe-dense-ffn-too": ("qwen3moe", [], [], [("blk.0.ffn_up.weight", np.zeros((64, 128)))],
+                               "layer 'blk.0.' of a mixture-of-experts model has a dense ffn_up.weight"),
     "llama3-short-rope-freqs": ("llama3", [], ["rope_freqs.weight"], [("rope_freqs.weight", np.ones(8))],
                                 "tensor 'rope_freqs.weight' has shape [8], expected [16, 1]"),
 }
+
+
+# A router asked for more experts than there are.
+BAD["qwen3moe-used-above-count"] = (
+    dict(SPECS["qwen3moe"], meta=dict(SPECS["qwen3moe"]["meta"], expert_used_count=("u32", 9))), [], [], [],
+    "metadata key 'qwen3moe.expert_used_count' = 9 must be in 1..qwen3moe.expert_count (8)")
 
 
 # Variants of the sliding-window model: the layers named by a pattern, and contradictions.
@@ -434,7 +465,7 @@ def test_mistral_architecture_reads_the_same_window(loom_bin, models, tmp_path):
 
 # ---- `loom model synth --arch`: every architecture, in the layout llama.cpp loads -----------
 
-SYNTH_ARCHS = ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"]
+SYNTH_ARCHS = ["llama", "mistral", "qwen2", "qwen3", "qwen3moe", "phi3", "gemma2", "gemma3"]
 # Byte tokens of "Hello, world" after the synthetic vocabulary's BOS (256); longer than the
 # 8-token window of the tiny-swa shape.
 SYNTH_PROMPT = [256, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100]
@@ -479,6 +510,24 @@ def test_synth_matches_llama_cpp(loom_bin, synth_models, arch, tmp_path):
     cos, diff = check_logits(np.fromfile(f, dtype=np.float32), ref_logits, f"synth {arch}")
     check_greedy(out["tokens"], ref_tokens, gaps, f"synth {arch}")
     print(f"\n[synth {arch}] last prompt token cosine {cos:.7f}, max|diff| {diff:.3g}; {N_GEN} greedy tokens checked")
+
+
+def test_synth_moe_q4_k_matches_llama_cpp(loom_bin, tmp_path):
+    """The Q4_K_M-like mixture of experts (Q4_K gate/up experts, Q6_K down experts on the layer
+    the mix gives more bits, the f32 router): the expert ops in K-quant formats on cpu-ref and on
+    the cpu kernels give llama.cpp's logits and greedy tokens."""
+    path = tmp_path / "moe-q4k.gguf"
+    run_loom(loom_bin, "model", "synth", "--arch", "qwen3moe", "--shape", "tiny-swa", "--quant", "q4_k", "-o", path)
+    types = {t.name: t.tensor_type for t in gguf.GGUFReader(str(path)).tensors}
+    assert types["blk.0.ffn_gate_exps.weight"] == Q.Q4_K and types["blk.2.ffn_down_exps.weight"] == Q.Q6_K, types
+    assert types["blk.0.ffn_gate_inp.weight"] == Q.F32, types
+    ref_logits, ref_tokens, gaps = Oracle(path).greedy(SYNTH_PROMPT, N_GEN)
+    for device in ("cpu-ref", "cpu"):
+        f = tmp_path / f"{device}.f32"
+        out = loom_run(loom_bin, path, SYNTH_PROMPT, N_GEN, device, f)
+        cos, diff = check_logits(np.fromfile(f, dtype=np.float32), ref_logits, f"synth qwen3moe q4_k on {device}")
+        check_greedy(out["tokens"], ref_tokens, gaps, f"synth qwen3moe q4_k on {device}")
+        print(f"\n[synth qwen3moe q4_k/{device}] cosine {cos:.7f}, max|diff| {diff:.3g}; {N_GEN} greedy tokens checked")
 
 
 def test_synth_shape_keeps_its_architecture(loom_bin, tmp_path):
