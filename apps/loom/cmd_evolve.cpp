@@ -19,6 +19,7 @@
 #include "loom/evolve/ncu.h"
 #include "loom/evolve/report.h"
 #include "loom/evolve/user_op.h"
+#include "loom/evolve/queue.h"
 #include "loom/evolve/worker.h"
 #include "loom/kernels/op_spec.h"
 
@@ -37,8 +38,11 @@ struct EvolveFlags {
   std::vector<std::string> knobs;  // check: schedule candidates ("k=v,k=v")
   int repeat = 1;
   double ws_factor = 4.0;
-  std::string request;  // worker
-  int fd = 3;           // worker
+  std::string request;  // worker REQUEST (internal)
+  int fd = 3;           // worker REQUEST (internal)
+  int workers = -1;     // run/resume: -1 evaluate here; N >= 0 through the queue with N local workers
+  double lease_s = 30;  // worker --db, run/resume --workers
+  WorkerOptions queue_worker;
 };
 
 Result<Db> open_db(const EvolveFlags& f) { return Db::open(f.db.empty() ? Db::default_path() : f.db); }
@@ -59,6 +63,10 @@ Status run_cmd(EvolveFlags& f) {
   std::printf("job %lld in %s\n", static_cast<long long>(job), db.path().c_str());
   RunOptions ro;
   ro.llm_key = f.llm_key;
+  ro.queue = f.workers >= 0;
+  ro.local_workers = std::max(0, f.workers);
+  ro.db_url = f.db;
+  ro.worker_lease_s = f.lease_s;
   return run_job(db, job, ro);
 }
 
@@ -67,7 +75,21 @@ Status resume_cmd(const EvolveFlags& f) {
   RunOptions ro;
   ro.llm_key = f.llm_key;
   ro.llm_url = f.llm_url;
+  ro.queue = f.workers >= 0;
+  ro.local_workers = std::max(0, f.workers);
+  ro.db_url = f.db;
+  ro.worker_lease_s = f.lease_s;
   return run_job(db, f.job, ro);
+}
+
+// `loom evolve worker --db URL`: the long-lived queue worker (queue.h).
+Status queue_worker_cmd(EvolveFlags& f) {
+  if (f.db.empty()) return invalid_argument("worker needs --db (the database its coordinator uses) or a request file");
+  if (f.lease_s < 1) return invalid_argument("--lease {}: at least 1 second", f.lease_s);
+  f.queue_worker.db = f.db;
+  f.queue_worker.device = f.cfg.device;
+  f.queue_worker.lease_s = f.lease_s;
+  return serve_queue(f.queue_worker);
 }
 
 Status status_cmd(const EvolveFlags& f) {
@@ -220,12 +242,18 @@ LOOM_COMMAND(kEvolve, "evolve", "Search for faster kernels (jobs in an SQLite fi
                run->add_option("--llm-max-tokens", f->cfg.llm.max_tokens, "reply length limit (default 768)");
                run->add_option("--llm-memory", f->cfg.llm_memory,
                                "what a prompt carries of the tree: parent (its code, default), siblings (its other children's results), both, none");
+               run->add_option("--workers", f->workers,
+                               "evaluate through the database's queue: start N local `evolve worker`s (0: only "
+                               "other workers evaluate; default: evaluate here)");
+               run->add_option("--worker-lease", f->lease_s, "lease of a queued evaluation in seconds (default 30)");
                db_flag(run);
                run->callback([which] { *which = "run"; });
                auto* resume = sub.add_subcommand("resume", "continue a job (after a kill, or with more budget spent)");
                resume->add_option("job", f->job, "job id")->required();
                resume->add_option("--llm-key", f->llm_key, "API key (or LOOM_LLM_KEY)");
                resume->add_option("--llm-url", f->llm_url, "override the job's endpoint");
+               resume->add_option("--workers", f->workers, "as for run: N local queue workers (0: only others)");
+               resume->add_option("--worker-lease", f->lease_s, "lease of a queued evaluation in seconds (default 30)");
                db_flag(resume);
                resume->callback([which] { *which = "resume"; });
                auto* status = sub.add_subcommand("status", "jobs, or one job's counts by status");
@@ -260,13 +288,21 @@ LOOM_COMMAND(kEvolve, "evolve", "Search for faster kernels (jobs in an SQLite fi
                kb->add_option("--dir", f->kb_dir, "directory of markdown documents (default: kb/ of the source tree)");
                db_flag(kb);
                kb->callback([which] { *which = "kb"; });
-               auto* worker = sub.add_subcommand("worker", "(internal) evaluate one request file in this process");
-               worker->group("");  // hidden: spawned by the evaluator
-               worker->add_option("request", f->request, "request file (JSON)")->required();
-               worker->add_option("--fd", f->fd, "file descriptor of the result pipe");
+               auto* worker = sub.add_subcommand("worker", "evaluate queued candidates of jobs in --db on --device until "
+                                                           "killed (`loom evolve run --workers`)");
+               worker->add_option("request", f->request, "(internal) one request file (JSON), or @serve");
+               worker->add_option("--fd", f->fd, "(internal) file descriptor of the result pipe");
+               worker->add_option("--db", f->db, "the coordinator's database (postgresql://... or a file)");
+               worker->add_option("--device", f->cfg.device, "this worker's device: cpu or cuda[:N] (default cpu)");
+               worker->add_option("--lease", f->lease_s, "seconds a leased evaluation stays this worker's without a heartbeat (default 30)");
+               worker->add_option("--idle-exit", f->queue_worker.idle_exit_s, "exit after this many seconds with nothing to do");
+               worker->add_option("--max-evaluations", f->queue_worker.max_evaluations, "exit after this many evaluations");
                worker->callback([which] { *which = "worker"; });
                return [f, which]() -> int {
-                 if (*which == "worker") return worker_main(f->request, f->fd);
+                 if (*which == "worker" && !f->request.empty()) {
+                   if (!f->db.empty()) return report(invalid_argument("worker: a request file and --db exclude each other"));
+                   return worker_main(f->request, f->fd);
+                 }
                  // Isolated evaluations that must not fork this process (cuda) exec this binary.
                  {
                    char exe[4096];
@@ -274,7 +310,7 @@ LOOM_COMMAND(kEvolve, "evolve", "Search for faster kernels (jobs in an SQLite fi
                    if (n > 0) set_worker_binary(std::string(exe, static_cast<size_t>(n)));
                  }
                  if (*which == "ops") return ops_cmd();
-                 Status s = *which == "run" ? run_cmd(*f) : *which == "resume" ? resume_cmd(*f) : *which == "status" ? status_cmd(*f)
+                 Status s = *which == "worker" ? queue_worker_cmd(*f) : *which == "run" ? run_cmd(*f) : *which == "resume" ? resume_cmd(*f) : *which == "status" ? status_cmd(*f)
                           : *which == "kb" ? kb_cmd(*f) : *which == "check" ? check_cmd(*f) : report_cmd(*f);
                  return s.ok() ? 0 : report(s);
                };

@@ -22,6 +22,7 @@
 #include "loom/evolve/kb.h"
 #include "loom/evolve/lease.h"
 #include "loom/evolve/ncu.h"
+#include "loom/evolve/queue.h"
 #include "loom/evolve/search.h"
 #include "loom/store/store.h"
 #include "loom/evolve/store_names.h"
@@ -80,7 +81,9 @@ Result<double> peak_for(Db& db, const std::string& spec, DeviceFacts& p, const s
   if (has) return s.f64(0);
   log(fmt::format("measuring the peak read bandwidth of {} ({} threads)...", p.arch, p.threads));
   LOOM_ASSIGN_OR_RETURN(DeviceFacts m, probe_device(spec, true));
-  LOOM_ASSIGN_OR_RETURN(Stmt ins, db.prepare("INSERT OR REPLACE INTO device_peaks VALUES (?1, ?2, ?3, julianday('now'))"));
+  LOOM_ASSIGN_OR_RETURN(Stmt ins, db.prepare("INSERT INTO device_peaks VALUES (?1, ?2, ?3, julianday('now')) ON CONFLICT(device_arch) "
+                                                       "DO UPDATE SET read_gbps = excluded.read_gbps, method = excluded.method, "
+                                                       "measured = excluded.measured"));
   ins.bind(1, key).bind(2, m.peak_gbps).bind(3, p.arch.rfind("cuda", 0) == 0 ? "ir read kernel, 1 GiB, best of 5"
                                                                               : "cpp kernel reading 4 MiB per launch over 256 MiB, median of launches");
   LOOM_RETURN_IF_ERROR(ins.run());
@@ -121,18 +124,21 @@ struct Record {
   double speedup = 0, at_s = 0;
   int island = 0;
   bool needs_eval = true;  // false: the synthesizer already failed (ev holds why)
+  std::string worker;      // host:pid of the queue worker that evaluated it ("" here)
 };
 
 Result<int64_t> insert(Db& db, int64_t job, const Record& r) {
   LOOM_ASSIGN_OR_RETURN(
       Stmt s, db.prepare("INSERT INTO candidates(job, seq, parent, synth, kind, hash, body, diff, status, reason, median_us, "
-                         "p10_us, p90_us, reps, speedup, gbps, frac_peak, diagnosis, eval_s, at_s, island) VALUES "
-                         "(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21)"));
+                         "p10_us, p90_us, reps, speedup, gbps, frac_peak, diagnosis, eval_s, at_s, island, worker) VALUES "
+                         "(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22)"));
   s.bind(1, job).bind(2, r.seq).bind(3, r.parent).bind(4, r.synth).bind(5, cand_kind_name(r.cand.kind));
   s.bind(6, r.cand.hash()).bind(7, r.cand.body()).bind(8, r.diff).bind(9, r.ev.status).bind(10, r.ev.reason);
   s.bind(11, r.ev.median_us).bind(12, r.ev.p10_us).bind(13, r.ev.p90_us).bind(14, r.ev.reps).bind(15, r.speedup);
   s.bind(16, r.ev.gbps).bind(17, r.ev.frac_peak).bind(18, r.ev.diagnosis).bind(19, r.ev.eval_s).bind(20, r.at_s);
   s.bind(21, r.island);
+  if (r.worker.empty()) s.bind_null(22);
+  else s.bind(22, r.worker);
   LOOM_RETURN_IF_ERROR(s.run());
   return db.last_insert_id();
 }
@@ -311,11 +317,11 @@ EvalOptions job_eval_options(const std::string& db_path, int64_t job, const JobC
 // the highest one is the job's winner. (One search-time sample decides little on a shared
 // machine: a baseline timed in a slow moment makes any candidate look 2x faster, so the
 // search's single best is often a lucky sample.) Without finalists the winner is the search's
-// best (the baseline when nothing was faster), not re-timed.
+// best (the baseline when nothing was faster), not re-timed. The rounds run here, or all on one
+// queue worker (interleaving needs one device).
 Result<Winner> confirm_finalists(Db& db, int64_t job, const JobConfig& cfg, const kernels::OpSpec& op,
                                  const kernels::Shape& shape, const History& h, EvalOptions o,
-                                 const std::function<double(const EvalResult&)>& objective_us, JobLease& lease,
-                                 const Log& log) {
+                                 JobLease& lease, JobQueue* remote, const Log& log) {
   constexpr size_t kFinalists = 3;
   const Node* best = h.best();
   std::vector<const Node*> finalists;
@@ -333,17 +339,32 @@ Result<Winner> confirm_finalists(Db& db, int64_t job, const JobConfig& cfg, cons
   };
   std::vector<std::vector<double>> ratios(finalists.size()), times(finalists.size());
   std::vector<double> base;
-  for (int round = 0; round < std::max(1, cfg.confirm_rounds); ++round) {
-    EvalResult b = evaluate_isolated(cfg.device, op, shape, h.nodes[0].cand, o, cfg.timeout_s);
-    LOOM_RETURN_IF_ERROR(lease.beat());
-    if (!b.ok()) continue;
-    base.push_back(objective_us(b));
-    for (size_t i = 0; i < finalists.size(); ++i) {
-      EvalResult w = evaluate_isolated(cfg.device, op, shape, finalists[i]->cand, o, cfg.timeout_s);
-      LOOM_RETURN_IF_ERROR(lease.beat());
-      if (!w.ok()) continue;
-      ratios[i].push_back(objective_us(b) / objective_us(w));
-      times[i].push_back(objective_us(w));
+  std::vector<Candidate> cands;
+  for (const Node* f : finalists) cands.push_back(f->cand);
+  nlohmann::json rounds;
+  if (remote) {
+    nlohmann::json req = evaluate_request(cfg.device, op, shape, h.nodes[0].cand, o);
+    req["finalists"] = nlohmann::json::array();
+    for (const Candidate& c : cands) req["finalists"].push_back(c.body());
+    req["rounds"] = cfg.confirm_rounds;
+    LOOM_RETURN_IF_ERROR(remote->enqueue("confirm", 0, req));
+    LOOM_ASSIGN_OR_RETURN(std::optional<QueueRow> r, remote->wait("confirm", 0));
+    if (r) rounds = r->result;
+    if (r) log(fmt::format("confirmation rounds timed by worker {}", r->worker));
+  } else {
+    rounds = confirm_rounds(cfg.device, op, shape, h.nodes[0].cand, cands, o, cfg.confirm_rounds, cfg.timeout_s,
+                            [&] { return lease.beat(); });
+  }
+  if (rounds.is_object() && rounds.contains("error")) return failed_precondition("{}", rounds["error"].get<std::string>());
+  for (const auto& row : rounds.is_array() ? rounds : nlohmann::json::array()) {
+    if (!row.is_array() || row.empty() || !row[0].is_number()) continue;
+    const double b = row[0].get<double>();
+    base.push_back(b);
+    for (size_t i = 0; i < finalists.size() && i + 1 < row.size(); ++i) {
+      if (!row[i + 1].is_number()) continue;
+      const double w = row[i + 1].get<double>();
+      ratios[i].push_back(b / w);
+      times[i].push_back(w);
     }
   }
   size_t pick = finalists.size();
@@ -381,7 +402,7 @@ Result<Winner> confirm_finalists(Db& db, int64_t job, const JobConfig& cfg, cons
 // cannot be instrumented: then the best Loom IR kernel is. Hardware counters, where Nsight
 // Compute is installed, go into the winner's diagnosis.
 Result<std::string> best_kernel_regions(Db& db, const JobConfig& cfg, const kernels::OpSpec& op, const kernels::Shape& shape,
-                                const History& h, const Node& best, EvalOptions o, const Log& log) {
+                                const History& h, const Node& best, EvalOptions o, JobQueue* remote, const Log& log) {
   o.trials = 1;
   o.holdout.clear();
   o.time_budget_s = 0.05;
@@ -399,13 +420,22 @@ Result<std::string> best_kernel_regions(Db& db, const JobConfig& cfg, const kern
   }
   std::string regions = "not measured: no Loom IR kernel passed";
   if (target_node) {
-    EvalResult w = evaluate_isolated(cfg.device, op, shape, target_node->cand, o, cfg.timeout_s);
+    EvalResult w;
+    if (remote) {
+      LOOM_RETURN_IF_ERROR(remote->enqueue("regions", target_node->seq, evaluate_request(cfg.device, op, shape, target_node->cand, o)));
+      LOOM_ASSIGN_OR_RETURN(std::optional<QueueRow> r, remote->wait("regions", target_node->seq));
+      if (r) w = EvalResult::from_json(r->result.dump());
+      else w.reason = "cancelled";
+    } else {
+      w = evaluate_isolated(cfg.device, op, shape, target_node->cand, o, cfg.timeout_s);
+    }
     regions = w.ok() ? w.regions : "not measured: " + w.status + " " + w.reason.substr(0, 200);
     if (target_node != &best)
       regions = fmt::format("best #{} is C++ text (not instrumented); best Loom IR kernel #{} ({:.2f}x): {}", best.seq,
                             target_node->seq, target_node->speedup, regions);
   }
   log(fmt::format("regions of best #{}: {}", best.seq, regions));
+  if (remote) return regions;  // the profiler runs where the device is: not on a queue worker yet
   // With this job's persistent worker ended first: the profiler gets a quiet device.
   stop_persistent_workers();
   const std::string hw = ncu_diagnosis(cfg.device, op, shape, best.cand, o);
@@ -477,10 +507,29 @@ Status run_leased(Db& db, int64_t job, const JobRow& row, const RunOptions& ro, 
                     return s.empty() ? std::string("none") : s;
                   }()));
 
-  auto evaluate_one = [&](const Candidate& c, uint64_t seed) {
+  // Out of time (the time budget): the queue's pending rows are cancelled, not waited for.
+  JobQueue remote_evals{db, job, pr.arch, cfg.device, cfg.timeout_s, lease, log,
+                        [&] { return cfg.budget_s > 0 && elapsed() >= cfg.budget_s; }};
+  JobQueue* remote = ro.queue ? &remote_evals : nullptr;
+  auto request_of = [&](const Candidate& c, uint64_t seed) {
     EvalOptions o = eo;
     o.seed = seed;
-    return evaluate_isolated(cfg.device, *op, shape, c, o, cfg.timeout_s);
+    return evaluate_request(cfg.device, *op, shape, c, o);
+  };
+  // Returns false when the queue cancelled it (out of time before any worker took it).
+  auto evaluate_one = [&](Record& r, uint64_t seed) -> Result<bool> {
+    if (!remote) {
+      EvalOptions o = eo;
+      o.seed = seed;
+      r.ev = evaluate_isolated(cfg.device, *op, shape, r.cand, o, cfg.timeout_s);
+      return true;
+    }
+    LOOM_RETURN_IF_ERROR(remote->enqueue("eval", r.seq, request_of(r.cand, seed)));
+    LOOM_ASSIGN_OR_RETURN(std::optional<QueueRow> q, remote->wait("eval", r.seq));
+    if (!q) return false;
+    r.ev = EvalResult::from_json(q->result.dump());
+    r.worker = q->worker;
+    return true;
   };
 
   std::string last_phases;  // where the last search evaluation's time went (logged after the search)
@@ -489,7 +538,8 @@ Status run_leased(Db& db, int64_t job, const JobRow& row, const RunOptions& ro, 
     r.synth = "baseline";
     r.diff = "the op's default schedule";
     r.cand = baseline_candidate(*op, shape, target);
-    r.ev = evaluate_one(r.cand, step_seed(cfg.seed, 0));
+    LOOM_ASSIGN_OR_RETURN(bool got, evaluate_one(r, step_seed(cfg.seed, 0)));
+    if (!got) return failed_precondition("the search ran out of time before a worker evaluated the baseline");
     if (!r.ev.ok()) return failed_precondition("the baseline (default schedule) fails: {} {}", r.ev.status, r.ev.reason);
     baseline_us = objective_us(r.ev);
     r.speedup = 1;
@@ -622,7 +672,10 @@ Status run_leased(Db& db, int64_t job, const JobRow& row, const RunOptions& ro, 
     std::vector<Candidate> to_build;
     for (const Record& r : todo)
       if (r.needs_eval) to_build.push_back(r.cand);
-    if (to_build.size() > 1) {
+    if (remote) {  // every worker can start on the batch at once
+      for (const Record& r : todo)
+        if (r.needs_eval) LOOM_RETURN_IF_ERROR(remote->enqueue("eval", r.seq, request_of(r.cand, step_seed(cfg.seed, r.seq))));
+    } else if (to_build.size() > 1) {
       std::vector<kernels::Shape> shapes = {shape};
       for (const kernels::Shape& x : eo.holdout) shapes.push_back(x);
       const auto t0 = clock_type::now();
@@ -640,7 +693,8 @@ Status run_leased(Db& db, int64_t job, const JobRow& row, const RunOptions& ro, 
       if (parent) parent_node = *parent;  // a copy: h.add() below may move the nodes
       parent = parent_node ? &*parent_node : nullptr;
       if (r.needs_eval) {
-        r.ev = evaluate_one(r.cand, step_seed(cfg.seed, r.seq));
+        LOOM_ASSIGN_OR_RETURN(bool got, evaluate_one(r, step_seed(cfg.seed, r.seq)));
+        if (!got) break;  // out of time: the rest of the batch was cancelled
         if (!r.ev.phases.empty()) last_phases = fmt::format("#{} {:.1f} s: {}", r.seq, r.ev.eval_s, r.ev.phases);
       }
       r.speedup = r.ev.ok() && objective_us(r.ev) > 0 ? baseline_us / objective_us(r.ev) : 0;
@@ -658,17 +712,22 @@ Status run_leased(Db& db, int64_t job, const JobRow& row, const RunOptions& ro, 
       if (r.ev.ok())
         log(fmt::format("[{:4} {:6.1f}s] {}<-#{} {:6} {:<34} {:8.1f} us {:5.2f}x (best {:.2f}x) {:3.0f}% peak", r.seq, elapsed(),
                         cfg.strategy, parent ? parent->seq : -1, r.synth, what.substr(0, 34), r.ev.median_us, r.speedup,
-                        best ? best->speedup : 0, 100 * r.ev.frac_peak));
+                        best ? best->speedup : 0, 100 * r.ev.frac_peak) +
+            (r.worker.empty() ? "" : " [" + r.worker + "]"));
       else
         log(fmt::format("[{:4} {:6.1f}s] {}<-#{} {:6} {:<34} {}: {}", r.seq, elapsed(), cfg.strategy, parent ? parent->seq : -1,
                         r.synth, what.substr(0, 34), r.ev.status, short_reason(r.ev)));
+    }
+    if (remote) {
+      LOOM_ASSIGN_OR_RETURN(int64_t n, cancel_pending(db, job));
+      if (n > 0) log(fmt::format("out of time: {} queued evaluations cancelled", n));
     }
     if (exhausted) log("the search space is exhausted: every candidate the mutate synthesizer can reach is evaluated");
   }
 
   if (!last_phases.empty()) log("last search evaluation " + last_phases);
   if (!h.best()) return internal_error("job {} has no evaluated baseline", job);
-  LOOM_ASSIGN_OR_RETURN(Winner w, confirm_finalists(db, job, cfg, *op, shape, h, eo, objective_us, lease, log));
+  LOOM_ASSIGN_OR_RETURN(Winner w, confirm_finalists(db, job, cfg, *op, shape, h, eo, lease, remote, log));
   w.final = true;
   std::optional<StoredKernel> k;
   if (cfg.store && w.seq != 0 && w.rounds > 0 && w.claim() > 1.05) k = stored_kernel_of(w, cfg.op, shape, pr.arch);
@@ -681,7 +740,7 @@ Status run_leased(Db& db, int64_t job, const JobRow& row, const RunOptions& ro, 
   const Node* best = h.find(w.candidate);
   std::string regions;
   if (best) {
-    LOOM_ASSIGN_OR_RETURN(regions, best_kernel_regions(db, cfg, *op, shape, h, *best, eo, log));
+    LOOM_ASSIGN_OR_RETURN(regions, best_kernel_regions(db, cfg, *op, shape, h, *best, eo, remote, log));
   }
   LOOM_ASSIGN_OR_RETURN(Stmt u, db.prepare("UPDATE jobs SET status = 'done', elapsed_s = ?2, regions = ?3 WHERE id = ?1"));
   LOOM_RETURN_IF_ERROR(u.bind(1, job).bind(2, elapsed()).bind(3, regions).run());
@@ -703,6 +762,11 @@ Status run_job(Db& db, int64_t job, const RunOptions& ro) {
     return Status();
   }
   LOOM_ASSIGN_OR_RETURN(JobLease lease, JobLease::acquire(db, job));
+  std::optional<LocalWorkers> workers;
+  if (ro.queue && ro.local_workers > 0) {
+    workers.emplace(ro.local_workers, ro.db_url.empty() ? db.path() : ro.db_url, row.cfg.device, ro.worker_lease_s);
+    log(fmt::format("job {}: started {} local workers (`loom evolve worker`) on {}", job, workers->size(), row.cfg.device));
+  }
   return lease.release(run_leased(db, job, row, ro, lease, log));
 }
 

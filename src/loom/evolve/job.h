@@ -56,6 +56,12 @@ struct RunOptions {
   std::function<void(const std::string&)> log;  // progress lines (default: stdout)
   std::string llm_key;                          // for resumed jobs
   std::string llm_url;                          // override the stored URL (tests)
+  // Evaluations go through the database's queue (queue.h) to `loom evolve worker` processes;
+  // this process only proposes, records and confirms from their results.
+  bool queue = false;
+  int local_workers = 0;     // workers this process starts for the job (queue only)
+  std::string db_url;        // what they open (the --db text, password included)
+  double worker_lease_s = 30;
 };
 // Errors: those of the search; failed_precondition naming the process (pid, host) when another
 // live process runs the job. A failed job is recorded as failed with the error's message.

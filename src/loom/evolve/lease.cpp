@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <ctime>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -42,15 +43,30 @@ std::string host_name() {
   return buf;
 }
 
-Result<std::pair<std::string, Holder>> read_lease(Db& db, int64_t job, std::string* reason = nullptr) {
-  LOOM_ASSIGN_OR_RETURN(Stmt s, db.prepare("SELECT status, lease_host, lease_pid, lease_start, heartbeat, reason "
-                                           "FROM jobs WHERE id = ?1"));
+Result<std::pair<std::string, Holder>> read_lease(Db& db, int64_t job, std::string* reason = nullptr,
+                                                 bool for_update = false) {
+  LOOM_ASSIGN_OR_RETURN(Stmt s, db.prepare("SELECT status, lease_host, lease_pid, lease_start, heartbeat, reason, "
+                                           "leased_at FROM jobs WHERE id = ?1" +
+                                           std::string(for_update ? " FOR UPDATE" : "")));
   s.bind(1, job);
   LOOM_ASSIGN_OR_RETURN(bool has, s.step());
   if (!has) return not_found("no evolve job {} in {}", job, db.path());
-  Holder h{s.text(1), s.is_null(2) ? 0 : s.i64(2), s.text(3), s.f64(4)};
+  Holder h{s.text(1), s.is_null(2) ? 0 : s.i64(2), s.text(3), s.f64(4), s.f64(6)};
   if (reason) *reason = s.text(5);
-  return std::make_pair(s.text(0), h);
+  std::string status = s.text(0);
+  LOOM_RETURN_IF_ERROR(s.reset());
+  return std::make_pair(std::move(status), h);
+}
+
+// " since 2026-12-03 17:40:02 UTC" (empty when unknown).
+std::string since_text(const Holder& h) {
+  if (h.since <= 0) return "";
+  const time_t t = static_cast<time_t>(h.since);
+  struct tm tm {};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return std::string(" since ") + buf;
 }
 
 bool is_self(const Holder& h) {
@@ -88,7 +104,7 @@ Result<std::string> job_state(Db& db, int64_t job) {
   if (status == "failed") return "failed: " + reason;
   const double age = unix_now() - h.heartbeat;
   if (h.pid > 0 && holder_alive(h))
-    return fmt::format("running (pid {} on {}, heartbeat {:.0f} s ago)", h.pid, h.host, age);
+    return fmt::format("running (pid {} on {}{}, heartbeat {:.0f} s ago)", h.pid, h.host, since_text(h), age);
   if (h.pid > 0)
     return fmt::format("interrupted (pid {} on {} is gone, last heartbeat {:.0f} s ago): `loom evolve resume {}` "
                        "finishes it", h.pid, h.host, age, job);
@@ -100,15 +116,18 @@ Result<std::string> job_state(Db& db, int64_t job) {
 Result<JobLease> JobLease::acquire(Db& db, int64_t job) {
   // Read and take under the write lock: two resumes cannot both see the job free.
   LOOM_ASSIGN_OR_RETURN(Transaction tx, Transaction::begin(db));
-  LOOM_ASSIGN_OR_RETURN(auto row, read_lease(db, job));
+  LOOM_ASSIGN_OR_RETURN(auto row, read_lease(db, job, nullptr, true));
   const Holder& h = row.second;
   if (h.pid > 0 && !is_self(h) && holder_alive(h))
-    return failed_precondition("job {} is being run by pid {} on {} (heartbeat {:.0f} s ago); `loom evolve status {}` "
-                               "follows it, and `resume` works once that process has ended",
-                               job, h.pid, h.host, unix_now() - h.heartbeat, job);
+    return failed_precondition("job {} is being run by pid {} on {}{} (heartbeat {:.0f} s ago); `loom evolve status {}` "
+                               "follows it, and `resume` works once that process has ended{}",
+                               job, h.pid, h.host, since_text(h), unix_now() - h.heartbeat, job,
+                               h.host == this_process().host ? ""
+                                   : fmt::format(" (a holder on another host counts as gone once its heartbeat is "
+                                                 "{:.0f} s old)", kLeaseStaleS));
   const Holder me = this_process();
   LOOM_ASSIGN_OR_RETURN(Stmt u, db.prepare("UPDATE jobs SET lease_host = ?2, lease_pid = ?3, lease_start = ?4, "
-                                           "heartbeat = ?5, reason = NULL, status = CASE status WHEN 'done' THEN "
+                                           "heartbeat = ?5, leased_at = ?5, reason = NULL, status = CASE status WHEN 'done' THEN "
                                            "'done' ELSE 'running' END WHERE id = ?1"));
   LOOM_RETURN_IF_ERROR(u.bind(1, job).bind(2, me.host).bind(3, me.pid).bind(4, me.start).bind(5, me.heartbeat).run());
   LOOM_RETURN_IF_ERROR(tx.commit());

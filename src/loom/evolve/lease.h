@@ -24,6 +24,7 @@ struct Holder {
   int64_t pid = 0;       // 0: nobody
   std::string start;     // the process's start time (/proc/PID/stat), so a reused pid is not the holder
   double heartbeat = 0;  // unix seconds of its last heartbeat
+  double since = 0;      // unix seconds when it took the lease (0: unknown, older files)
 };
 
 // A holder on another host is taken for gone when its heartbeat is older than this (seconds;

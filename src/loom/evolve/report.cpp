@@ -37,7 +37,60 @@ struct Row {
   std::string synth, kind, body, diff, status, reason, diagnosis;
   double median, speedup, gbps, frac, at;
   double confirmed;  // re-timed speed-up of a finalist; 0: not re-timed
+  std::string worker;  // host:pid of the queue worker that evaluated it; "" in a one-process job
 };
+
+// Best speed-up against evaluations, one step line per queue worker (each worker's own best so
+// far over the job's evaluation count), with a table of evaluations per worker. Empty for a job
+// that evaluated in its own process.
+std::string per_worker_html(const std::vector<Row>& rows) {
+  std::vector<std::string> workers;
+  for (const Row& r : rows)
+    if (!r.worker.empty() && std::find(workers.begin(), workers.end(), r.worker) == workers.end()) workers.push_back(r.worker);
+  if (workers.empty()) return "";
+  static constexpr const char* kColors[] = {"#36c", "#c60", "#090", "#909", "#099", "#c03", "#660", "#333"};
+  const double W = 760, H = 260, L = 50, B = 30, T = 10, R = 10;
+  double smax = 1.2;
+  for (const Row& r : rows) smax = std::max(smax, r.speedup * 1.1);
+  const double n = std::max<double>(1, static_cast<double>(rows.size()));
+  auto X = [&](double i) { return L + (W - L - R) * i / n; };
+  auto Y = [&](double sp) { return H - B - (H - B - T) * sp / smax; };
+  std::string svg = fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' font-size='11'>", W, H);
+  svg += fmt::format("<line x1='{}' y1='{}' x2='{}' y2='{}' stroke='#000'/><line x1='{}' y1='{}' x2='{}' y2='{}' stroke='#000'/>",
+                     L, H - B, W - R, H - B, L, T, L, H - B);
+  for (double g = 0; g <= smax; g += smax > 3 ? 1 : 0.25)
+    svg += fmt::format("<line x1='{}' y1='{:.1f}' x2='{}' y2='{:.1f}' stroke='#ddd'/><text x='5' y='{:.1f}'>{:.2f}x</text>", L,
+                       Y(g), W - R, Y(g), Y(g) + 4, g);
+  svg += fmt::format("<text x='{}' y='{}'>evaluations (0 .. {})</text>", W / 2 - 50, H - 8, rows.size());
+  std::string table = "<table><tr><th>worker</th><th>evaluations</th><th>passed</th><th>best</th></tr>";
+  for (size_t w = 0; w < workers.size(); ++w) {
+    const char* color = kColors[w % std::size(kColors)];
+    std::string path;
+    double best = 0;
+    int evals = 0, ok = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      if (r.worker != workers[w]) continue;
+      ++evals;
+      if (r.status != "ok") continue;
+      ++ok;
+      svg += fmt::format("<circle cx='{:.1f}' cy='{:.1f}' r='3' fill='{}'><title>#{} on {}: {:.2f}x</title></circle>",
+                         X(static_cast<double>(i)), Y(r.speedup), color, r.seq, esc(workers[w]), r.speedup);
+      if (r.speedup > best) {
+        path += fmt::format("{}{:.1f},{:.1f} L{:.1f},{:.1f} ", path.empty() ? "M" : "L", X(static_cast<double>(i)),
+                            Y(best ? best : r.speedup), X(static_cast<double>(i)), Y(r.speedup));
+        best = r.speedup;
+      }
+    }
+    if (!path.empty())
+      svg += fmt::format("<path d='{}L{:.1f},{:.1f}' fill='none' stroke='{}' stroke-width='2'/>", path, X(n), Y(best), color);
+    table += fmt::format("<tr><td style='color:{}'>{}</td><td>{}</td><td>{}</td><td>{:.2f}x</td></tr>", color,
+                         esc(workers[w]), evals, ok, best);
+  }
+  svg += "</svg>";
+  return "<h2>Workers</h2><p>Each worker's best speed-up so far against the job's evaluations (queue workers, "
+         "docs/evolve.md \"Several machines\").</p>" + svg + table + "</table>";
+}
 
 }  // namespace
 
@@ -62,13 +115,14 @@ Result<std::string> job_report_html(Db& db, int64_t job) {
   }
   std::vector<Row> rows;
   LOOM_ASSIGN_OR_RETURN(Stmt s, db.prepare("SELECT id, seq, parent, synth, kind, body, diff, status, reason, diagnosis, median_us, "
-                                           "speedup, gbps, frac_peak, at_s, confirmed_speedup FROM candidates WHERE job = ?1 ORDER BY seq"));
+                                           "speedup, gbps, frac_peak, at_s, confirmed_speedup, worker FROM candidates WHERE job = ?1 "
+                                           "ORDER BY seq"));
   s.bind(1, job);
   while (true) {
     LOOM_ASSIGN_OR_RETURN(bool hr, s.step());
     if (!hr) break;
     rows.push_back({s.i64(0), s.i64(1), s.i64(2), s.text(3), s.text(4), s.text(5), s.text(6), s.text(7), s.text(8), s.text(9),
-                    s.f64(10), s.f64(11), s.f64(12), s.f64(13), s.f64(14), s.f64(15)});
+                    s.f64(10), s.f64(11), s.f64(12), s.f64(13), s.f64(14), s.f64(15), s.text(16)});
   }
   // The winner is the job's record (winner.h), as `loom evolve status` and the store have it;
   // the search's fastest sample is named beside it when that is another candidate.
@@ -155,6 +209,7 @@ Result<std::string> job_report_html(Db& db, int64_t job) {
   }
   html += "<h2>Search</h2><p>Dots: candidates that passed (blue: mutate, orange: llm), at their speed-up over the baseline; "
           "red x: rejected or failed; green: best so far.</p>" + svg;
+  html += per_worker_html(rows);
   if (!roof.empty()) html += "<h2>Roofline position</h2>" + roof;
   if (best) {
     html += "<h2>Winning kernel</h2><pre>" + esc(best->body) + "</pre><p>" + esc(best->diagnosis) + "</p>";

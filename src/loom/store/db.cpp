@@ -69,6 +69,7 @@ constexpr std::string_view kTablesV2[] = {
   created REAL, finished REAL, UNIQUE(job, kind, seq)))SQL",
     "CREATE INDEX IF NOT EXISTS evaluations_status ON evaluations(status, device_arch, id)",
     "ALTER TABLE candidates ADD COLUMN worker TEXT",
+    "ALTER TABLE jobs ADD COLUMN leased_at REAL",  // when the lease's holder took it (unix seconds)
 };
 
 std::string replace_all(std::string s, std::string_view from, std::string_view to) {
