@@ -33,7 +33,8 @@ if [[ $dev -eq 1 ]]; then
   need=()
   # Pinned so the oracles do not move under the tests.
   for m in "pytest:pytest==9.2.0" "numpy:numpy==2.4.6" "gguf:gguf==0.19.0" "jinja2:jinja2==3.1.6" \
-           "llama_cpp:llama-cpp-python==0.3.36" "openai:openai==3.57.0" "requests:requests==2.34.2"; do
+           "llama_cpp:llama-cpp-python==0.3.36" "openai:openai==3.57.0" "requests:requests==2.34.2" \
+           "jsonschema:jsonschema==4.26.0"; do
     mod="${m%%:*}"; spec="${m#*:}"
     $py -c "import importlib.metadata as m, sys; sys.exit(m.version('${spec%%==*}') != '${spec##*==}')" \
       2>/dev/null || need+=("$spec")
