@@ -78,15 +78,24 @@ TEST(Synth, EveryArchitectureGetsItsLayout) {
     EXPECT_EQ(f->architecture(), stored);
     EXPECT_EQ(*f->get_u64(stored + ".block_count"), 2u);
     EXPECT_EQ(*f->get_u64(stored + ".attention.key_length"), 64u);
-    const bool fused = arch == "phi3", gemma = arch.starts_with("gemma");
+    const bool fused = arch == "phi3", gemma = arch.starts_with("gemma"), moe = arch == "qwen3moe";
     EXPECT_EQ(f->tensor("blk.1.attn_qkv.weight") != nullptr, fused);
     EXPECT_EQ(f->tensor("blk.1.attn_q.weight") != nullptr, !fused);
-    EXPECT_EQ(f->tensor("blk.1.ffn_gate.weight") != nullptr, !fused);
+    EXPECT_EQ(f->tensor("blk.1.ffn_gate.weight") != nullptr, !fused && !moe);
     EXPECT_EQ(f->tensor("blk.1.attn_q.bias") != nullptr, arch == "qwen2");
-    EXPECT_EQ(f->tensor("blk.1.attn_k_norm.weight") != nullptr, arch == "qwen3" || arch == "gemma3");
+    EXPECT_EQ(f->tensor("blk.1.attn_k_norm.weight") != nullptr, arch == "qwen3" || arch == "qwen3moe" || arch == "gemma3");
     EXPECT_EQ(f->tensor("blk.1.post_ffw_norm.weight") != nullptr, gemma);
     EXPECT_EQ(f->tensor("output.weight") != nullptr, !gemma);  // Gemma always ties its output
     EXPECT_EQ(f->has(stored + ".attention.sliding_window"), gemma);
+    EXPECT_EQ(f->has(stored + ".expert_count"), moe);
+    if (moe) {
+      // The test default: 8 experts of 256, 2 per token; stacked [n_in, n_out, n_expert]; f32 router.
+      EXPECT_EQ(*f->get_u64("qwen3moe.expert_used_count"), 2u);
+      EXPECT_EQ(f->tensor("blk.1.ffn_gate_inp.weight")->shape, (std::vector<int64_t>{256, 8}));
+      EXPECT_EQ(f->tensor("blk.1.ffn_gate_inp.weight")->type, GgmlType::F32);
+      EXPECT_EQ(f->tensor("blk.1.ffn_up_exps.weight")->shape, (std::vector<int64_t>{256, 256, 8}));
+      EXPECT_EQ(f->tensor("blk.1.ffn_down_exps.weight")->shape, (std::vector<int64_t>{256, 256, 8}));
+    }
     if (fused) {
       EXPECT_EQ(f->tensor("blk.0.attn_qkv.weight")->shape, (std::vector<int64_t>{256, 256 + 2 * 128}));
       EXPECT_EQ(f->tensor("blk.0.ffn_up.weight")->shape, (std::vector<int64_t>{256, 2 * 512}));
