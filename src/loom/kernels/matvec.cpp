@@ -109,13 +109,19 @@ class MatOp final : public OpSpec {
     if (t == ir::TargetKind::kCpp) return {{"rows_per_block", {1, 2, 4, 8, 16}}, {"row_tile", {1, 2, 4}}};
     return {{"rows_per_block", {1, 2, 4, 8}}, {"lanes_per_row", {8, 16, 32}}};
   }
-  Schedule default_schedule(const Shape&, ir::TargetKind t) const override {
+  Schedule default_schedule(const Shape& s, ir::TargetKind t) const override {
     // One row at a time: in the engine every weight streams from DRAM once per token, and rows
     // read one after another are one sequential stream for the hardware prefetchers. Tiles of
     // rows sharing each activation block win only on cache-resident weights (e.g. Q4_1 576x1536,
     // 2 threads: tile 4 50 us, tile 1 57 us) and lose when streaming (Q8_0 576x98304: tile 4
     // 10.2 ms, tile 1 5.9 ms); see docs/kernels.md.
     if (t == ir::TargetKind::kCpp) return {{"rows_per_block", 4}, {"row_tile", 1}};
+    if (id_) {
+      // Expert rows are short (Qwen3-30B-A3B: 8 Q4_K blocks per gate/up row, 3 per down row):
+      // the fewest lanes that still give every lane a block, so fewer lanes sit idle.
+      const int64_t nb = s.at("n_in") / dot_format(static_cast<GgmlType>(s.at("wtype"))).block_elems;
+      return {{"rows_per_block", 4}, {"lanes_per_row", nb >= 32 ? 32 : nb >= 16 ? 16 : 8}};
+    }
     return {{"rows_per_block", 4}, {"lanes_per_row", 32}};
   }
 
