@@ -158,7 +158,9 @@ std::string generic_system_text(const ToolSetup& t) {
   s += "\nReply with one JSON object and nothing else. To call tools: "
        "{\"tool_calls\": [{\"name\": \"<tool name>\", \"arguments\": {<the arguments>}}]}";
   if (t.choice == "auto") s += ". To answer without calling a tool: {\"response\": \"<your answer>\"}";
-  s += ". A tool's result comes back as {\"tool_response\": {\"name\": ..., \"content\": ...}}.";
+  s += ". A tool's result comes back as {\"tool_response\": {\"name\": ..., \"content\": ...}}";
+  if (t.choice == "auto") s += "; once the results answer the question, reply with {\"response\": \"<your answer>\"}";
+  s += ".";
   return s;
 }
 
@@ -211,14 +213,23 @@ Status tool_messages(const ToolSetup& t, const json& messages, json* out, std::s
         if (c.contains("id") && c["id"].is_string()) call_names[c["id"].get<std::string>()] = name;
         calls.push_back(json{{"name", name}, {"arguments", arguments_value(c["function"]["arguments"])}});
       }
-      add("assistant", dump(json{{"tool_calls", calls}}));
+      if (t.active) {
+        add("assistant", dump(json{{"tool_calls", calls}}));
+      } else {
+        // No tools on offer now (tool_choice none): the history in words, so the model answers in
+        // words too.
+        std::string said;
+        for (const json& c : calls) said += fmt::format("I called the tool {} with {}.\n", c["name"].get<std::string>(), dump(c["arguments"]));
+        add("assistant", trim(said));
+      }
     } else if (role == "assistant" && t.active) {
       add("assistant", dump(json{{"response", content}}));
     } else if (role == "tool") {
       std::string name = m.contains("name") && m["name"].is_string() ? m["name"].get<std::string>() : "";
       if (name.empty() && m.contains("tool_call_id") && m["tool_call_id"].is_string())
         name = call_names[m["tool_call_id"].get<std::string>()];
-      add("user", dump(json{{"tool_response", {{"name", name}, {"content", content}}}}));
+      if (t.active) add("user", dump(json{{"tool_response", {{"name", name}, {"content", content}}}}));
+      else add("user", fmt::format("The tool {} returned: {}", name, content));
     } else {
       add(role, content);
     }

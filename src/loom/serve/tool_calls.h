@@ -43,7 +43,9 @@ struct ToolSetup {
   ToolFormat format = ToolFormat::kGeneric;
   std::string choice = "auto";     // auto | required | function
   std::string forced;              // the function's name when choice is "function"
-  bool parallel = true;            // parallel_tool_calls
+  bool parallel = false;           // parallel_tool_calls given as true: up to 8 calls in a
+                                   // forced or generic reply (small models repeat a call until
+                                   // the limit when allowed to, so one is the default)
   nlohmann::ordered_json tools;            // the request's tools (OpenAI shape), validated
 };
 
