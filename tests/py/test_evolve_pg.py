@@ -210,3 +210,46 @@ def test_coordinator_three_workers_sigkill_second_coordinator_and_restart(loom_b
     assert winner_passes(pg, job1) == winner_passes(pg, job) == min(ok), (winner_passes(pg, job1), winner_passes(pg, job), ok)
     st = run_loom(loom_bin, "evolve", "status", job1, "--db", pg.url).stdout
     assert "  status: done\n" in st, st
+
+
+def test_schema_versions_upgrade_an_old_file_and_refuse_a_newer_one(loom_bin, tmp_path):
+    """The same schema code serves SQLite: a file from before schema versions (no schema_version
+    table, jobs without the lease columns) is upgraded in place; a newer one is refused."""
+    import sqlite3
+    db = tmp_path / "old.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE jobs(id INTEGER PRIMARY KEY, op TEXT, shape TEXT, device TEXT, device_arch TEXT, "
+                "strategy TEXT, synth TEXT, seed INTEGER, budget TEXT, config TEXT, loom_version TEXT, status TEXT, "
+                "created REAL, elapsed_s REAL DEFAULT 0, baseline_us REAL, best_candidate INTEGER, confirmed_speedup REAL)")
+    con.execute("INSERT INTO jobs(op, shape, device, strategy, synth, budget, status) "
+                "VALUES ('add', 'n=1000', 'cpu', 'mcts', 'mutate', '8', 'done')")
+    con.commit()
+    con.close()
+    st = run_loom(loom_bin, "evolve", "status", "--db", db)
+    assert "job 1: add {n=1000}" in st.stdout and "status: done" in st.stdout, st.stdout
+    con = sqlite3.connect(db)
+    assert [v for (v,) in con.execute("SELECT version FROM schema_version ORDER BY version")] == [1, 2]
+    cols = {row[1] for row in con.execute("PRAGMA table_info(jobs)")}
+    assert {"lease_pid", "heartbeat", "leased_at", "reason"} <= cols, cols
+    assert "worker" in {row[1] for row in con.execute("PRAGMA table_info(candidates)")}
+    con.execute("INSERT INTO schema_version(version) VALUES (99)")
+    con.commit()
+    con.close()
+    r = run_loom(loom_bin, "evolve", "status", "--db", db, check=False)
+    assert r.returncode != 0 and "schema version 99, newer than this Loom's 2" in r.stderr, r.stderr
+
+
+def test_worker_bad_arguments_fail_cleanly(loom_bin, tmp_path):
+    r = run_loom(loom_bin, "evolve", "worker", check=False, timeout=30)
+    assert r.returncode != 0 and "worker needs --db" in r.stderr, r.stderr
+    req = tmp_path / "req.json"
+    req.write_text("{}")
+    r = run_loom(loom_bin, "evolve", "worker", req, "--db", tmp_path / "x.db", check=False, timeout=30)
+    assert r.returncode != 0 and "exclude each other" in r.stderr, r.stderr
+    r = run_loom(loom_bin, "evolve", "worker", "--db", tmp_path / "x.db", "--lease", "0", check=False, timeout=30)
+    assert r.returncode != 0 and "--lease 0" in r.stderr, r.stderr
+    # A malformed URL is refused at once (no reconnection loop for a typo).
+    t0 = time.time()
+    r = run_loom(loom_bin, "evolve", "status", "--db", "postgresql://loom@/x?no_such_option=1", check=False, timeout=30)
+    assert r.returncode != 0 and "--db postgresql://loom@/x?no_such_option=1" in r.stderr, r.stderr
+    assert time.time() - t0 < 5

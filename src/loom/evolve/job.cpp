@@ -127,11 +127,21 @@ struct Record {
   std::string worker;      // host:pid of the queue worker that evaluated it ("" here)
 };
 
+// The id of the row an `INSERT ... RETURNING id` made (one statement on both engines: no
+// separate "last id" query that a reconnection in between could answer for another session).
+Result<int64_t> inserted_id(Stmt& s) {
+  LOOM_ASSIGN_OR_RETURN(bool row, s.step());
+  if (!row) return internal_error("INSERT ... RETURNING id returned no row");
+  const int64_t id = s.i64(0);
+  LOOM_RETURN_IF_ERROR(s.reset());
+  return id;
+}
+
 Result<int64_t> insert(Db& db, int64_t job, const Record& r) {
   LOOM_ASSIGN_OR_RETURN(
       Stmt s, db.prepare("INSERT INTO candidates(job, seq, parent, synth, kind, hash, body, diff, status, reason, median_us, "
                          "p10_us, p90_us, reps, speedup, gbps, frac_peak, diagnosis, eval_s, at_s, island, worker) VALUES "
-                         "(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22)"));
+                         "(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22) RETURNING id"));
   s.bind(1, job).bind(2, r.seq).bind(3, r.parent).bind(4, r.synth).bind(5, cand_kind_name(r.cand.kind));
   s.bind(6, r.cand.hash()).bind(7, r.cand.body()).bind(8, r.diff).bind(9, r.ev.status).bind(10, r.ev.reason);
   s.bind(11, r.ev.median_us).bind(12, r.ev.p10_us).bind(13, r.ev.p90_us).bind(14, r.ev.reps).bind(15, r.speedup);
@@ -139,8 +149,7 @@ Result<int64_t> insert(Db& db, int64_t job, const Record& r) {
   s.bind(21, r.island);
   if (r.worker.empty()) s.bind_null(22);
   else s.bind(22, r.worker);
-  LOOM_RETURN_IF_ERROR(s.run());
-  return db.last_insert_id();
+  return inserted_id(s);
 }
 
 std::string short_reason(const EvalResult& e) {
@@ -229,14 +238,14 @@ Result<int64_t> create_job(Db& db, const JobConfig& cfg) {
   if (c.compile_jobs <= 0)
     c.compile_jobs = c.device.rfind("cpu", 0) == 0 ? static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u)) : 1;
   LOOM_ASSIGN_OR_RETURN(Stmt s, db.prepare("INSERT INTO jobs(op, shape, device, strategy, synth, seed, budget, config, "
-                                           "loom_version, status, created) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,'new',julianday('now'))"));
+                                           "loom_version, status, created) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,'new',julianday('now')) "
+                                           "RETURNING id"));
   s.bind(1, c.op).bind(2, c.shape).bind(3, c.device).bind(4, c.strategy).bind(5, c.synth).bind(6, static_cast<int64_t>(c.seed));
   s.bind(7, fmt::format("{}{}{}", c.budget_s > 0 ? fmt::format("{}s", c.budget_s) : "",
                         c.budget_s > 0 && c.budget_count > 0 ? "," : "",
                         c.budget_count > 0 ? std::to_string(c.budget_count) : ""));
   s.bind(8, to_json(c).dump()).bind(9, loom_version());
-  LOOM_RETURN_IF_ERROR(s.run());
-  return db.last_insert_id();
+  return inserted_id(s);
 }
 
 Candidate baseline_candidate(const kernels::OpSpec& op, const kernels::Shape& shape, ir::TargetKind target) {

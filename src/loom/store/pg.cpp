@@ -41,6 +41,9 @@ struct Lib {
   decltype(&PQgetisnull) getisnull = nullptr;
   decltype(&PQcmdTuples) cmd_tuples = nullptr;
   decltype(&PQsetNoticeProcessor) set_notice_processor = nullptr;
+  decltype(&PQconninfoParse) conninfo_parse = nullptr;
+  decltype(&PQconninfoFree) conninfo_free = nullptr;
+  decltype(&PQfreemem) freemem = nullptr;
 };
 
 const Lib& lib() {
@@ -75,6 +78,9 @@ const Lib& lib() {
     get(l.getisnull, "PQgetisnull");
     get(l.cmd_tuples, "PQcmdTuples");
     get(l.set_notice_processor, "PQsetNoticeProcessor");
+    get(l.conninfo_parse, "PQconninfoParse");
+    get(l.conninfo_free, "PQconninfoFree");
+    get(l.freemem, "PQfreemem");
     if (!ok) l.error = "libpq.so.5 lacks the expected entry points";
     return l;
   }();
@@ -116,11 +122,12 @@ std::string result_error(const PgConn& c, const PGresult* r) {
 }
 
 // Reconnects with backoff (0.2 s doubling to 5 s) for up to LOOM_EVOLVE_DB_RETRY_S seconds.
-Status reconnect(PgConn& c, const std::string& why) {
+Status reconnect(PgConn& c, const std::string& why, bool first = false) {
   const double limit = opt::get_double(opt::Opt::kEvolveDbRetry);
   const auto t0 = std::chrono::steady_clock::now();
   double delay = 0.2;
-  log_warn("database {}: connection lost ({}); reconnecting for up to {:.0f} s", c.display, why, limit);
+  log_warn("database {}: {} ({}); {} for up to {:.0f} s", c.display, first ? "cannot connect" : "connection lost", why,
+           first ? "trying again" : "reconnecting", limit);
   while (true) {
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (waited >= limit)
@@ -176,11 +183,20 @@ Result<std::unique_ptr<PgConn>> pg_connect(const std::string& url) {
   auto c = std::make_unique<PgConn>();
   c->url = url;
   c->display = without_password(url);
+  // A malformed URL is the caller's error at once, not a server to wait for.
+  char* err = nullptr;
+  PQconninfoOption* parsed = lib().conninfo_parse(url.c_str(), &err);
+  if (!parsed) {
+    std::string m = err ? trim(err) : "out of memory";
+    if (err) lib().freemem(err);
+    return invalid_argument("--db {}: {}", c->display, m);
+  }
+  lib().conninfo_free(parsed);
   c->conn = lib().connectdb(url.c_str());
   if (!c->conn) return unavailable("cannot connect to the database {}: out of memory", c->display);
   if (lib().status(pc(*c)) != CONNECTION_OK) {
     // The server may be starting (a worker launched beside it): the same backoff as a lost one.
-    LOOM_RETURN_IF_ERROR(reconnect(*c, trim(lib().error_message(pc(*c)))).with_context("connecting to " + c->display));
+    LOOM_RETURN_IF_ERROR(reconnect(*c, trim(lib().error_message(pc(*c))), true).with_context("connecting to " + c->display));
   }
   lib().set_notice_processor(pc(*c), quiet_notices, nullptr);
   LOOM_RETURN_IF_ERROR(pg_exec(*c, "SET client_min_messages = warning"));
