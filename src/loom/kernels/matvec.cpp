@@ -53,6 +53,8 @@ class MatOp final : public OpSpec {
         return invalid_argument("{}: n_expert={} n_used={} x_per_slot={} (1 <= n_used <= n_expert <= 4096, 0|1)", name(),
                                 ne, nu, ps);
       if (nt < 1 || nt * nu > 65535) return invalid_argument("{}: n_tokens={} x n_used={} above 65535", name(), nt, nu);
+      if (s.dims.count("grouped") && s.at("grouped") != 0 && s.at("grouped") != 1)
+        return invalid_argument("{}: grouped={} (0|1)", name(), s.at("grouped"));
       if (n_out * ne > (1 << 24)) return invalid_argument("{}: {} experts of {} rows", name(), ne, n_out);
       if (n_in / f.block_elems * f.x_bytes * nt * (ps ? nu : 1) > (int64_t{1} << 31))
         return invalid_argument("{}: activations too large", name());
@@ -69,6 +71,9 @@ class MatOp final : public OpSpec {
   int64_t pairs(const Shape& s) const { return id_ ? s.at("n_tokens") * s.at("n_used") : s.at("n_tokens"); }
   int64_t x_rows(const Shape& s) const { return id_ && s.at("x_per_slot") ? pairs(s) : s.at("n_tokens"); }
   int64_t experts(const Shape& s) const { return id_ ? s.at("n_expert") : 1; }
+  // matvec_id grouped (prompts): the pairs listed per expert first, then each expert's rows
+  // read once for all the pairs that chose it.
+  bool grouped(const Shape& s) const { return id_ && s.dims.count("grouped") && s.at("grouped") != 0; }
 
   std::vector<ArgSpec> args(const Shape& s) const override {
     DotFormat f = dot_format(static_cast<GgmlType>(s.at("wtype")));
@@ -78,7 +83,10 @@ class MatOp final : public OpSpec {
       return {{"w", ArgKind::kBuffer, ArgRole::kInput, experts(s) * n_out * nb * f.w_bytes, Scalar::kU8},
               {"xq", ArgKind::kBuffer, ArgRole::kInput, x_rows(s) * nb * f.x_bytes, Scalar::kU8},
               {"ids", ArgKind::kBuffer, ArgRole::kInput, pairs(s) * 4, Scalar::kI32},
-              {"y", ArgKind::kBuffer, ArgRole::kOutput, pairs(s) * n_out * 4, Scalar::kF32}};
+              {"y", ArgKind::kBuffer, ArgRole::kOutput, pairs(s) * n_out * 4, Scalar::kF32},
+              // grouped: per expert its pair count, then per expert a list of up to all pairs.
+              {"groups", ArgKind::kBuffer, ArgRole::kScratch, grouped(s) ? experts(s) * (1 + pairs(s)) * 4 : 4,
+               Scalar::kI32}};
     return {{"w", ArgKind::kBuffer, ArgRole::kInput, n_out * nb * f.w_bytes, Scalar::kU8},
             {"xq", ArgKind::kBuffer, ArgRole::kInput, nt * nb * f.x_bytes, Scalar::kU8},
             {"y", ArgKind::kBuffer, ArgRole::kOutput, nt * n_out * 4, Scalar::kF32}};
@@ -128,6 +136,7 @@ class MatOp final : public OpSpec {
   Result<Generated> generate(const Shape& s, const Schedule& sch, ir::TargetKind target) const override {
     LOOM_RETURN_IF_ERROR(validate(s));
     LOOM_RETURN_IF_ERROR(check_schedule(schedule_space(s, target), sch));
+    if (grouped(s)) return generate_grouped(s, sch, target);
     const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
     const DotFormat f = dot_format(wt);
     const int64_t n_in = s.at("n_in"), n_out = s.at("n_out");
@@ -240,6 +249,123 @@ class MatOp final : public OpSpec {
     return g;
   }
 
+  // matvec_id, grouped. Kernel 1 (one block): for each expert, the pairs (t * n_used + j) that
+  // chose it, in ascending order, and their count. Kernel 2: a grid row per expert; each row of
+  // the expert's matrix is multiplied with every listed pair's activations (the row stays in
+  // cache), so every chosen expert's weights stream from memory once per step. Each element is
+  // the same dot product as the ungrouped kernel computes.
+  Result<Generated> generate_grouped(const Shape& s, const Schedule& sch, ir::TargetKind target) const {
+    const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
+    const DotFormat f = dot_format(wt);
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), ne = s.at("n_expert"), nu = s.at("n_used");
+    const int64_t np = pairs(s), ps = s.at("x_per_slot");
+    const int64_t nb = n_in / f.block_elems;
+    const int64_t w_row = nb * f.w_bytes, x_row = nb * f.x_bytes;
+    const int64_t rpb = sch.at("rows_per_block");
+    const bool cpu = target == ir::TargetKind::kCpp;
+    const std::string gname = fmt::format("{}_group", name()), kname = fmt::format("{}_{}_grouped", name(), llm::ggml_type_name(wt));
+    Generated g;
+    {
+      ir::Kernel* k = g.module.add_kernel(gname);
+      Emit b(*k);
+      b.cpu = cpu;
+      Value* ids = b.param(ty::gptr(Scalar::kI32), "ids");
+      Value* groups = b.param(ty::gptr(Scalar::kI32), "groups");
+      const int32_t threads = cpu ? 1 : 128;
+      Value* tid = cpu ? b.i32(0) : b.thread_id(Mode::kX);
+      b.for_loop(tid, b.i32(static_cast<int32_t>(ne)), b.i32(threads), {}, [&](Value* e, std::span<Value* const>) {
+        Value* list = b.offset(groups, b.add(b.i32(static_cast<int32_t>(ne)), b.mul(e, b.i32(static_cast<int32_t>(np)))));
+        auto cnt = b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(np)), b.i32(1), {b.i32(0)},
+                              [&](Value* p, std::span<Value* const> it) {
+                                Value* id = b.load(ids, p);
+                                Value* ok = b.bit_and(b.cmp(Mode::kGe, id, b.i32(0)),
+                                                      b.cmp(Mode::kLt, id, b.i32(static_cast<int32_t>(ne))));
+                                Value* hit = b.cmp(Mode::kEq, b.select(ok, id, b.i32(0)), e);
+                                b.when(hit, [&] { b.store(list, it[0], p); });
+                                return std::vector<Value*>{b.select(hit, b.add(it[0], b.i32(1)), it[0])};
+                              });
+        b.store(groups, e, cnt[0]);
+        return std::vector<Value*>{};
+      });
+      KernelLaunch l;
+      l.kernel = gname;
+      l.grid = {1, 1, 1};
+      l.block = {static_cast<uint32_t>(threads), 1, 1};
+      l.args = {2, 4};
+      g.launches.push_back(l);
+    }
+    ir::Kernel* k = g.module.add_kernel(kname);
+    Emit b(*k);
+    b.cpu = cpu;
+    Value* w = b.param(ty::gptr(Scalar::kU8), "w");
+    Value* xq = b.param(ty::gptr(Scalar::kU8), "xq");
+    Value* groups = b.param(ty::gptr(Scalar::kI32), "groups");
+    Value* y = b.param(ty::gptr(Scalar::kF32), "y");
+    Value* e = b.block_id(Mode::kY);
+    Value* cnt = b.load(groups, e);
+    Value* list = b.offset(groups, b.add(b.i32(static_cast<int32_t>(ne)), b.mul(e, b.i32(static_cast<int32_t>(np)))));
+    Value* we = b.offset(w, b.mul(b.convert(e, ty::s(Scalar::kI64)), b.i64(n_out * w_row)));
+    auto wrow_of = [&](Value* r) { return b.offset(we, b.mul(b.convert(r, ty::s(Scalar::kI64)), b.i64(w_row))); };
+    auto xrow_of = [&](Value* pair) {
+      Value* xt = ps ? pair : b.div(pair, b.i32(static_cast<int32_t>(nu)));
+      return b.offset(xq, b.mul(xt, b.i32(static_cast<int32_t>(x_row))));
+    };
+    auto yrow_of = [&](Value* pair) { return b.offset(y, b.mul(pair, b.i32(static_cast<int32_t>(n_out)))); };
+    KernelLaunch l;
+    l.kernel = kname;
+    l.args = {0, 1, 4, 3};
+    if (cpu) {
+      Value* r0 = b.mul(b.block_id(Mode::kX), b.i32(static_cast<int32_t>(rpb)));
+      Value* rend = b.min(b.add(r0, b.i32(static_cast<int32_t>(rpb))), b.i32(static_cast<int32_t>(n_out)));
+      b.for_loop(r0, rend, b.i32(1), {}, [&](Value* r, std::span<Value* const>) {
+        Value* wr = wrow_of(r);
+        b.for_loop(b.i32(0), cnt, b.i32(1), {}, [&](Value* i, std::span<Value* const>) {
+          Value* pair = b.load(list, i);
+          Value* xrow = xrow_of(pair);
+          auto acc = b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(nb)), b.i32(1), dot_init(b, f),
+                                [&](Value* blk, std::span<Value* const> it) {
+                                  DotX x = dot_prep_x(b, f, xrow, b.mul(blk, b.i32(f.x_bytes)));
+                                  return dot_step(b, f, wr, b.mul(blk, b.i32(f.w_bytes)), x, it);
+                                });
+          b.store(yrow_of(pair), r, dot_finish(b, f, acc));
+          return std::vector<Value*>{};
+        });
+        return std::vector<Value*>{};
+      });
+      l.grid = {static_cast<uint32_t>((n_out + rpb - 1) / rpb), static_cast<uint32_t>(ne), 1};
+      l.block = {1, 1, 1};
+    } else {
+      const int64_t lanes = sch.at("lanes_per_row");
+      Value* tx = b.thread_id(Mode::kX);
+      Value* lane = b.rem(tx, b.i32(static_cast<int32_t>(lanes)));
+      Value* r = b.add(b.mul(b.block_id(Mode::kX), b.i32(static_cast<int32_t>(rpb * 32 / lanes))),
+                       b.div(tx, b.i32(static_cast<int32_t>(lanes))));
+      Value* valid = b.cmp(Mode::kLt, r, b.i32(static_cast<int32_t>(n_out)));
+      Value* wr = wrow_of(b.select(valid, r, b.i32(0)));
+      Value* store = b.bit_and(valid, b.cmp(Mode::kEq, lane, b.i32(0)));
+      // The trip count is the expert's (the same for every lane of the block).
+      b.for_loop(b.i32(0), cnt, b.i32(1), {}, [&](Value* i, std::span<Value* const>) {
+        Value* pair = b.load(list, i);
+        Value* xrow = xrow_of(pair);
+        auto acc = b.for_loop(lane, b.i32(static_cast<int32_t>(nb)), b.i32(static_cast<int32_t>(lanes)), dot_init(b, f),
+                              [&](Value* blk, std::span<Value* const> it) {
+                                DotX x = dot_prep_x(b, f, xrow, b.mul(blk, b.i32(f.x_bytes)));
+                                return dot_step(b, f, wr, b.mul(blk, b.i32(f.w_bytes)), x, it);
+                              });
+        Value* part = dot_finish(b, f, acc);
+        for (int64_t o = lanes / 2; o >= 1; o /= 2)
+          part = b.add(part, b.shfl(Mode::kXor, part, b.i32(static_cast<int32_t>(o))));
+        b.when(store, [&] { b.store(yrow_of(pair), r, part); });
+        return std::vector<Value*>{};
+      });
+      const int64_t rows_per_cta = rpb * 32 / lanes;
+      l.grid = {static_cast<uint32_t>((n_out + rows_per_cta - 1) / rows_per_cta), static_cast<uint32_t>(ne), 1};
+      l.block = {static_cast<uint32_t>(rpb * 32), 1, 1};
+    }
+    g.launches.push_back(l);
+    return g;
+  }
+
   void fill_inputs(const Shape& s, std::mt19937_64& rng, std::span<HostArg> a) const override {
     const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
     const DotFormat f = dot_format(wt);
@@ -252,6 +378,7 @@ class MatOp final : public OpSpec {
       // Each token's n_used distinct experts, in a random order (the router's form).
       const int64_t ne = s.at("n_expert"), nu = s.at("n_used");
       a[2].bytes.resize(static_cast<size_t>(specs[2].bytes));
+      a[4].bytes.assign(static_cast<size_t>(specs[4].bytes), 0);  // scratch
       int32_t* ids = reinterpret_cast<int32_t*>(a[2].bytes.data());
       std::vector<int32_t> perm(static_cast<size_t>(ne));
       for (int64_t t = 0; t < nt; ++t) {
@@ -310,6 +437,12 @@ class MatOp final : public OpSpec {
       out.push_back(id_shape(GgmlType::F32, 64, 16, 4, 2, 3, 1));
       out.push_back(id_shape(GgmlType::Q4_K, 2048, 768, 4, 2, 1, 0));   // gate / up, decode
       out.push_back(id_shape(GgmlType::Q6_K, 768, 2048, 4, 2, 3, 1));   // down, 3 tokens
+      // Grouped (prompts): per expert its pairs, then its rows once for all of them.
+      for (Shape sh : {id_shape(GgmlType::Q4_K, 256, 40, 8, 2, 7, 0), id_shape(GgmlType::Q6_K, 512, 24, 8, 3, 6, 1),
+                       id_shape(GgmlType::Q8_0, 2048, 64, 16, 8, 9, 0)}) {
+        sh.dims["grouped"] = 1;
+        out.push_back(sh);
+      }
       return out;
     }
     const int64_t nt = multi_ ? 5 : 1;
