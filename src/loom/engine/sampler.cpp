@@ -144,6 +144,11 @@ int32_t Sampler::sample(const float* logits, SampleLogprobs* logprobs, int n_top
     if (logprobs) describe(logits, id, n_top, logprobs);
     return id;
   }
+  if (constraint && params_.temp <= 0.0f && !penalties_active() && params_.logit_bias.empty() && !logprobs) {
+    // Greedy under a grammar: the model's own choice is usually acceptable.
+    const int32_t id = static_cast<int32_t>(ref::argmax(logits, n_vocab_));
+    if (constraint->accepts(id)) return id;
+  }
   cand_.resize(static_cast<size_t>(n_vocab_));
   for (int64_t i = 0; i < n_vocab_; ++i) cand_[static_cast<size_t>(i)] = {static_cast<int32_t>(i), logits[i], 0.0f};
   apply_logit_bias(cand_);
