@@ -5,7 +5,8 @@
 - one coordinator (`evolve run --workers 0`) and three `evolve worker` processes on the cpu device
   complete a bounded search; one worker is killed with SIGKILL in the middle of an evaluation: its
   lease runs out, another worker evaluates it, and nothing is lost or counted twice (one candidate
-  per proposal, one result per queued evaluation, the killed worker's answer in none);
+  per proposal, one result per queued evaluation); another is stopped (SIGSTOP) in the middle of
+  one and woken after the search: its late answer is dropped;
 - a second coordinator of the running job is refused with a message naming the first (pid, host,
   since when);
 - the same search with one worker (`--workers 1`), its database server stopped and started in the
@@ -34,7 +35,7 @@ OP = ROOT / "tests" / "evolve" / "ops" / "row_sum_passes.json"
 SEARCH = ["--op-file", OP, "--shape", "rows=256,cols=1024", "--device", "cpu", "--budget", "8", "--strategy", "random",
           "--seed", "7", "--trials", "1", "--holdout", "1", "--time-per-candidate", "0.05", "--ws-factor", "0.25",
           "--confirm-rounds", "1", "--compile-jobs", "3", "--no-store"]
-LEASE = "3"
+LEASE = "5"
 
 
 def pg_bin(name):
@@ -144,28 +145,41 @@ def test_coordinator_three_workers_sigkill_second_coordinator_and_restart(loom_b
     coord = Proc(loom_bin, "evolve", "run", *SEARCH, "--workers", "0", "--db", pg.url)
     try:
         job = job_of(coord)
-        # A worker holding a search evaluation is killed in the middle of it.
-        victim, seq = None, None
-        deadline = time.time() + 120
-        while victim is None:
-            assert time.time() < deadline, "no worker leased a search evaluation:\n" + coord.text()
-            for w in workers:
-                m = re.search(r"worker (\S+): leased job \d+ eval #([1-9]\d*) ", w.text())
-                if m:
-                    victim, name, seq = w, m.group(1), int(m.group(2))
-                    break
-            time.sleep(0.05)
+
+        def holder(pattern, among):
+            deadline = time.time() + 120
+            while True:
+                assert time.time() < deadline, f"no worker printed {pattern!r}:\n" + coord.text()
+                for w in among:
+                    m = re.search(pattern, w.text())
+                    if m:
+                        return w, m
+                time.sleep(0.02)
+
+        # The worker that leased the baseline (the slowest kernel) is killed in the middle of it.
+        victim, m = holder(r"worker (\S+): leased job \d+ eval #(0) ", workers)
         victim.p.send_signal(signal.SIGKILL)
         victim.p.wait()
+        name, seq = m.group(1), int(m.group(2))
+        # Another is stopped in the middle of a search evaluation; it wakes after the search, when
+        # its lease has passed to a third worker, and its late answer must not count.
+        others = [w for w in workers if w is not victim]
+        sleeper, m = holder(r"worker (\S+): leased job \d+ eval #([1-9]\d*) ", others)
+        sleeper.p.send_signal(signal.SIGSTOP)
+        sleeper_name, sleeper_seq = m.group(1), int(m.group(2))
         # A second coordinator of the running job is refused and names the first.
         other = run_loom(loom_bin, "evolve", "resume", job, "--workers", "0", "--db", pg.url, check=False)
         assert other.returncode != 0
         assert re.search(rf"job {job} is being run by pid {coord.p.pid} on {re.escape(socket.gethostname())} since "
                          r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \(heartbeat \d+ s ago\)", other.stderr), other.stderr
         assert coord.p.wait(timeout=240) == 0, coord.text()
+        sleeper.p.send_signal(signal.SIGCONT)
+        sleeper.wait_for(rf"worker {re.escape(sleeper_name)}: job {job} eval #{sleeper_seq}: result dropped, the lease "
+                         "passed to another worker")
     finally:
         for w in workers:
             if w.p.poll() is None:
+                w.p.send_signal(signal.SIGCONT)
                 w.p.send_signal(signal.SIGTERM)
                 w.p.wait(timeout=30)
         if coord.p.poll() is None:
@@ -180,10 +194,12 @@ def test_coordinator_three_workers_sigkill_second_coordinator_and_restart(loom_b
     evals = pg.sql(f"SELECT seq, status, attempts, worker FROM evaluations WHERE job = {job} AND kind = 'eval' ORDER BY seq")
     assert [int(e[0]) for e in evals] == list(range(9)) and all(e[1] == "done" for e in evals), evals
     retried = {int(e[0]): e for e in evals if int(e[2]) > 1}
-    assert list(retried) == [seq], evals
+    assert sorted(retried) == sorted([seq, sleeper_seq]), evals
     assert retried[seq][3] != name, "the killed worker's evaluation was finished by another worker"
-    assert all(c[3] and c[3] != name for c in cands), "every candidate names the live worker that evaluated it"
-    assert len({c[3] for c in cands}) >= 2, "the evaluations were spread over the workers"
+    assert retried[sleeper_seq][3] != sleeper_name, "the stopped worker's evaluation was finished by another worker"
+    assert all(c[3] and c[3] not in (name, sleeper_name) for c in cands), \
+        "every candidate names the live worker whose answer counted"
+    assert all(re.search(r"leased job \d+ eval", w.text()) for w in workers), "all three workers took evaluations"
     report = pathlib.Path(pg.dir) / "report.html"
     run_loom(loom_bin, "evolve", "report", job, "-o", report, "--db", pg.url)
     html = report.read_text()
