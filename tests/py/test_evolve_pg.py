@@ -92,9 +92,9 @@ def pg():
 class Proc:
     """A loom process whose output lines are collected by a thread (and can be waited for)."""
 
-    def __init__(self, loom_bin, *args):
+    def __init__(self, loom_bin, *args, env=None):
         self.p = subprocess.Popen([str(loom_bin), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True)
+                                  text=True, env=env)
         self.lines = []
         self.cv = threading.Condition()
         threading.Thread(target=self._read, daemon=True).start()
@@ -140,8 +140,10 @@ def winner_passes(pg, job):
 
 
 def test_coordinator_three_workers_sigkill_second_coordinator_and_restart(loom_bin, pg):
-    workers = [Proc(loom_bin, "evolve", "worker", "--db", pg.url, "--device", "cpu", "--lease", LEASE)
-               for _ in range(3)]
+    wtmp = pathlib.Path(pg.dir) / "worker-tmp"  # the workers' pools of input sets
+    wtmp.mkdir()
+    workers = [Proc(loom_bin, "evolve", "worker", "--db", pg.url, "--device", "cpu", "--lease", LEASE,
+                    env={**os.environ, "TMPDIR": str(wtmp)}) for _ in range(3)]
     coord = Proc(loom_bin, "evolve", "run", *SEARCH, "--workers", "0", "--db", pg.url)
     try:
         job = job_of(coord)
@@ -176,6 +178,13 @@ def test_coordinator_three_workers_sigkill_second_coordinator_and_restart(loom_b
         sleeper.p.send_signal(signal.SIGCONT)
         sleeper.wait_for(rf"worker {re.escape(sleeper_name)}: job {job} eval #{sleeper_seq}: result dropped, the lease "
                          "passed to another worker")
+        # Between evaluations SIGTERM ends a worker cleanly, its pools of the ended job removed.
+        for w in workers[:]:
+            if w is not victim:
+                w.p.send_signal(signal.SIGTERM)
+                assert w.p.wait(timeout=30) == 0, w.text()
+                assert "stopped between evaluations" in w.text(), w.text()
+        assert not list(wtmp.glob("loom-evolve-pool-*")), list(wtmp.iterdir())
     finally:
         for w in workers:
             if w.p.poll() is None:

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "loom/base/hash.h"
@@ -31,6 +32,19 @@ void say(const std::string& line) {
 std::string worker_name() {
   const Holder me = this_process();
   return fmt::format("{}:{}", me.host, me.pid);
+}
+
+// SIGTERM/SIGINT: a worker between evaluations removes its pools and exits 0; one in the middle
+// of an evaluation dies as before (its lease passes to another worker): finishing would turn an
+// evaluation whose child was signalled too (a Slurm step, a process group) into a wrong result.
+std::atomic<bool> g_idle{false}, g_stop{false};
+void on_stop_signal(int sig) {
+  if (g_idle.load()) {
+    g_stop.store(true);
+    return;
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
 }
 
 struct Leased {
@@ -145,6 +159,33 @@ struct Parsed {
   double timeout_s = 120;
 };
 
+// This host's pool of a job's input sets (the coordinator's directory may be on another
+// machine); the sets are drawn from the job's pool seed, so every host makes the same ones.
+std::filesystem::path worker_pool_dir(const std::string& db_key, int64_t job) {
+  return std::filesystem::path(opt::get_string(opt::Opt::kTmpdir)) /
+         fmt::format("loom-evolve-pool-{:016x}-{}-w", key_hash64(db_key), job);
+}
+
+// Removes the pools of jobs that have ended (done or failed); the others stay for their next
+// evaluations (a pool at Llama-3-8B shapes holds hundreds of MB).
+void remove_ended_pools(Db& db, std::set<int64_t>& jobs) {
+  for (auto it = jobs.begin(); it != jobs.end();) {
+    auto s = db.prepare("SELECT status FROM jobs WHERE id = ?1");
+    if (!s.ok()) return;
+    s->bind(1, *it);
+    auto has = s->step();
+    if (!has.ok()) return;
+    const bool ended = !*has || s->text(0) == "done" || s->text(0) == "failed";
+    if (!ended) {
+      ++it;
+      continue;
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(worker_pool_dir(db.path(), *it), ec);
+    it = jobs.erase(it);
+  }
+}
+
 Result<Parsed> parse_request(const nlohmann::json& req, const std::string& db_key, int64_t job) {
   if (!req.is_object()) return invalid_argument("the queued request is not a JSON object");
   Parsed p;
@@ -153,11 +194,8 @@ Result<Parsed> parse_request(const nlohmann::json& req, const std::string& db_ke
   LOOM_ASSIGN_OR_RETURN(p.cand, Candidate::from_body(req.value("candidate", "")));
   LOOM_ASSIGN_OR_RETURN(p.options, eval_options_from_json(req.value("options", nlohmann::json::object())));
   p.timeout_s = req.value("timeout_s", 120.0);
-  // This host's pool of the job's input sets (the coordinator's directory may be on another
-  // machine); the sets are drawn from the job's pool seed, so every host makes the same ones.
   std::error_code ec;
-  const std::filesystem::path dir = std::filesystem::path(opt::get_string(opt::Opt::kTmpdir)) /
-                                    fmt::format("loom-evolve-pool-{:016x}-{}-w", key_hash64(db_key), job);
+  const std::filesystem::path dir = worker_pool_dir(db_key, job);
   p.options.pool_dir = std::filesystem::create_directories(dir, ec) || std::filesystem::is_directory(dir, ec)
                            ? dir.string() : std::string();
   return p;
@@ -314,9 +352,13 @@ Status serve_queue(const WorkerOptions& o) {
     LOOM_RETURN_IF_ERROR(opt::registry().set_from_flag(opt::Opt::kEvolveIsolation, "exec"));
   LOOM_ASSIGN_OR_RETURN(Db db, Db::open(o.db));
   LOOM_ASSIGN_OR_RETURN(DeviceFacts facts, probe_device(o.device, false));
+  signal(SIGTERM, on_stop_signal);
+  signal(SIGINT, on_stop_signal);
   const std::string me = worker_name();
   say(fmt::format("worker {}: device {} ({}), database {}, lease {:.0f} s", me, o.device, facts.arch, db.path(), o.lease_s));
   auto idle_since = std::chrono::steady_clock::now();
+  auto last_cleanup = idle_since;
+  std::set<int64_t> pools;  // jobs whose input sets this worker keeps
   int done = 0, failures = 0;
   while (o.max_evaluations <= 0 || done < o.max_evaluations) {
     auto next = lease_next(db, facts.arch, me, o.lease_s);
@@ -330,15 +372,28 @@ Status serve_queue(const WorkerOptions& o) {
     }
     failures = 0;
     if (!*next) {
+      if (!pools.empty() && std::chrono::steady_clock::now() - last_cleanup > std::chrono::seconds(2)) {
+        remove_ended_pools(db, pools);
+        last_cleanup = std::chrono::steady_clock::now();
+      }
       const double idle = std::chrono::duration<double>(std::chrono::steady_clock::now() - idle_since).count();
       if (o.idle_exit_s > 0 && idle >= o.idle_exit_s) {
+        remove_ended_pools(db, pools);
         say(fmt::format("worker {}: idle for {:.0f} s, {} evaluations done; exiting", me, idle, done));
         return Status();
       }
-      std::this_thread::sleep_for(std::chrono::duration<double>(o.poll_s));
+      g_idle.store(true);
+      if (!g_stop.load()) std::this_thread::sleep_for(std::chrono::duration<double>(o.poll_s));
+      g_idle.store(false);
+      if (g_stop.load()) {
+        remove_ended_pools(db, pools);
+        say(fmt::format("worker {}: stopped between evaluations, {} done", me, done));
+        return Status();
+      }
       continue;
     }
     const Leased& l = **next;
+    pools.insert(l.job);
     say(fmt::format("worker {}: leased job {} {} #{} (attempt {})", me, l.job, l.kind, l.seq, l.attempt));
     const auto t0 = std::chrono::steady_clock::now();
     std::string answer;
@@ -365,6 +420,7 @@ Status serve_queue(const WorkerOptions& o) {
     ++done;
     idle_since = std::chrono::steady_clock::now();
   }
+  remove_ended_pools(db, pools);
   say(fmt::format("worker {}: {} evaluations done; exiting", me, done));
   return Status();
 }

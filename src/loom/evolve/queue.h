@@ -74,8 +74,11 @@ struct WorkerOptions {
   double idle_exit_s = 0;       // > 0: exit after this long with nothing to do
   int max_evaluations = 0;      // > 0: exit after this many
 };
-// Runs until killed (or idle_exit_s / max_evaluations); progress lines on stdout. Errors: the
-// database cannot be reached (after db.h's reconnection), the device cannot be probed.
+// Runs until killed (or idle_exit_s / max_evaluations); progress lines on stdout. SIGTERM or
+// SIGINT between evaluations ends it cleanly (exit 0); in the middle of one they end it as a
+// kill does (the lease passes on). Keeps a pool of input sets per job under TMPDIR and removes
+// it once the job has ended. Errors: the database cannot be reached (after db.h's
+// reconnection), the device cannot be probed.
 Status serve_queue(const WorkerOptions& o);
 
 // `n` local workers (`loom evolve worker --db DB --device D --lease L`, the running loom binary)
