@@ -1,6 +1,8 @@
 // libFuzzer target: arbitrary bytes through the HTTP request parser that `loom serve` reads
 // requests with (its limits included), and the body of a parsed request through the OpenAI
-// request validation (JSON -> ApiRequest, chat template and tokenizer), /v1/embeddings bodies,
+// request validation (JSON -> ApiRequest, chat template and tokenizer, schemas, grammars and
+// tools, the body's bytes then walked through the request's grammar), the tool-call parsers,
+// /v1/embeddings bodies,
 // and llama-server's /tokenize and /detokenize bodies. Any crash, sanitizer
 // report, hang or unbounded allocation is a bug.
 #include <cstddef>
@@ -10,10 +12,12 @@
 #include <string>
 #include <string_view>
 
+#include "loom/engine/grammar.h"
 #include "loom/serve/embeddings_api.h"
 #include "loom/serve/http.h"
 #include "loom/serve/llama_api.h"
 #include "loom/serve/openai_api.h"
+#include "loom/serve/tool_calls.h"
 #include "loom/text/chat_template.h"
 #include "loom/text/tokenizer.h"
 
@@ -94,11 +98,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (p.empty() || static_cast<int64_t>(p.size()) >= ctx.n_ctx) std::abort();
       const auto jobs = serve::expand_choices(r);
       if (jobs.empty() || static_cast<int64_t>(jobs.size()) > serve::kMaxChoices) std::abort();
+      if (r.gen.grammar) {  // the body's bytes walked through the request's own grammar
+        llm::GrammarMatcher m(r.gen.grammar);
+        for (char c : req.body) m.accept_bytes(std::string_view(&c, 1));
+      }
     } else if (err.status < 400 || err.status > 499 || err.message.empty()) {
       std::abort();
     }
     (void)serve::error_body(err);
   }
+  // The body as a reply: each tool-call format's parser takes any text.
+  for (serve::ToolFormat f : {serve::ToolFormat::kGeneric, serve::ToolFormat::kHermes, serve::ToolFormat::kLlama3,
+                              serve::ToolFormat::kMistral})
+    (void)serve::parse_tool_output(f, req.body, 1);
   // /v1/embeddings bodies: inputs that fit the context, or a 4xx.
   {
     serve::EmbeddingRequest r;
