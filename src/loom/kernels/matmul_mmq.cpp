@@ -1,16 +1,17 @@
-// matmul_mmq: y = x W^T for prompts on the tensor cores in integers, as llama.cpp's CPU dot
-// products define it: the activations come quantized once per step (Q8_1 blocks from
-// quantize_act: an f16 scale and 32 signed bytes per 32 values; the block's sum is not read),
-// the Q4_0 / Q8_0 weights stay in their blocks, and every 32-value block is one exact integer
-// product sum (mma m16n8k32 s8 -> s32) scaled by the two block scales and summed in f32.
+// matmul_mmq: y = x W^T for prompts on the tensor cores in integers: the activations come
+// quantized once per step (Q8_1 blocks from quantize_act: an f16 scale, an f16 sum and 32 signed
+// bytes per 32 values), the Q4_0 / Q8_0 / Q4_K weights stay in their blocks, and every 32 values
+// are one exact integer product sum (mma m16n8k32 s8 -> s32) scaled by the two block scales and
+// summed in f32 (Q4_K: minus its sub-block's min times the activation block's sum, the form
+// llama.cpp's CUDA MMQ uses). Q4_0 / Q8_0 give llama.cpp's CPU dot products' terms exactly.
 //
 // Against matmul_mma (f16 tiles): the weight tile is staged as the raw block bytes (4 words of
 // nibbles per Q4_0 block instead of 32 halves), the activation tile as bytes, so a k step moves
 // a quarter (weights) and half (activations) of the shared-memory bytes and needs no
 // dequantization before the barrier; the nibbles become signed bytes (q - 8) in the registers
-// of each mma fragment. The block sums leave the integer unit through the float adder
-// (i + 1.5 * 2^23 read as a float, minus 1.5 * 2^23: exact for |i| < 2^22) instead of the
-// quarter-rate int-to-float conversion.
+// of each mma fragment. The block sums leave the integer unit through the float adder (the mma
+// adds 1.5 * 2^23 to i; read as a float, minus 1.5 * 2^23, that is i exactly for |i| < 2^22)
+// instead of the quarter-rate int-to-float conversion.
 //
 // On the cpu target (mma is PTX-only) the op generates one thread per output with the same
 // integer block sums (dot4), so the cpu tests check the numerics, not the tiling.
@@ -45,59 +46,102 @@ const Type kI64 = Type::scalar(Scalar::kI64);
 
 constexpr int kXBlockBytes = 36;  // Q8_1: f16 d, f16 s, 32 signed bytes
 
-// Weight formats: 32-value blocks whose quants are words of 4 nibbles (Q4_0, 4 words) or of 4
-// signed bytes (Q8_0, 8 words) after a 2-byte f16 scale.
+// Weight formats. The kernel walks k in units of 32 values: a Q4_0 / Q8_0 block, or one of the
+// eight sub-blocks of a Q4_K super-block (own 6-bit scale and min; its nibbles are the low or
+// high halves of the 32 bytes it shares with its neighbour).
 struct QFormat {
-  int words;        // quant words per block
+  int words;        // quant words per 32-value unit as staged: 4 (Q4_0 nibbles), 8 (signed bytes)
   int block_bytes;  // GGUF block
+  int block_elems;  // 32, or 256 for Q4_K
 };
 bool q_format(GgmlType t, QFormat* f) {
-  if (t == GgmlType::Q4_0) *f = {4, 18};
-  else if (t == GgmlType::Q8_0) *f = {8, 34};
+  if (t == GgmlType::Q4_0) *f = {4, 18, 32};
+  else if (t == GgmlType::Q8_0) *f = {8, 34, 32};
+  else if (t == GgmlType::Q4_K) *f = {8, 144, 256};
   else return false;
   return true;
 }
 
 bool is_planar(const Shape& s) { return s.dims.count("planar") && s.at("planar") == 1; }
 
-// The quant words and the scale (u16) of block `blk` (i64) of row `r` (i32), loaded now; the
-// returned function turns them into i32 words when called. Planar layout (gguf/planar.h): the
-// quants are 16-byte pieces at (piece * rows * nb + g) * 16 (one 16-byte load each), the scales
-// follow all pieces; GGUF rows: 2-byte aligned blocks, the words assembled from u16 loads.
-struct BlockLoad {
+Value* f16_bits_to_f32(Emit& b, Value* h) { return b.convert(b.bitcast(h, kF16), kF32); }
+
+// Unit `unit` (i64, 0 .. n_in / 32) of row `r` (i32), its loads issued now. words() gives its
+// quant words as staged (Q4_0: the 4 nibble words; Q8_0: 8 signed-byte words; Q4_K: the unit's
+// nibbles as 8 byte words, 0..15), scales() its f32 scale d (Q4_K: d * sc) and, for Q4_K, the
+// min dmin * m (else null). Planar layout (gguf/planar.h): quants in 16-byte pieces at
+// (piece * rows * nb + g) * 16, headers after all pieces; GGUF rows: the block as stored.
+struct UnitLoad {
   std::function<std::vector<Value*>()> words;
-  Value* d;
+  std::function<std::pair<Value*, Value*>()> scales;
 };
-BlockLoad load_block(Emit& b, GgmlType wt, Value* w, bool planar, int64_t rows, int64_t nb, Value* r, Value* blk) {
+UnitLoad load_unit(Emit& b, GgmlType wt, Value* w, bool planar, int64_t rows, int64_t n_in, Value* r, Value* unit) {
   QFormat f{};
   q_format(wt, &f);
-  Value* g = b.add(b.mul(b.convert(r, kI64), b.i64(nb)), blk);
-  BlockLoad out;
+  const int64_t nb = n_in / f.block_elems, nblk = rows * nb;
+  UnitLoad out;
+  if (wt == GgmlType::Q4_K) {
+    Value* sb = b.div(unit, b.i64(8));
+    Value* sub = b.convert(b.rem(unit, b.i64(8)), kI32);
+    Value* g = b.add(b.mul(b.convert(r, kI64), b.i64(nb)), sb);
+    Value* pp = b.convert(b.div(sub, b.i32(2)), kI64);
+    std::vector<Value*> v;
+    for (int h = 0; h < 2; ++h) {  // qs bytes 32 pp + 16 h .. +15
+      Value* at = planar ? b.mul(b.add(b.mul(b.add(b.mulc(pp, 2), b.i64(h)), b.i64(nblk)), g), b.i64(16))
+                         : b.add(b.mul(g, b.i64(144)), b.add(b.i64(16 + 16 * h), b.mulc(pp, 32)));
+      v.push_back(b.load_at(w, at, Type::vector(Scalar::kU32, 4), 16));
+    }
+    Value* hdr = planar ? b.add(b.i64(8 * 16 * nblk), b.mul(g, b.i64(16))) : b.mul(g, b.i64(144));
+    Value* dd = b.load_at(w, hdr, kU32, 4);  // d | dmin << 16
+    // get_scale_min_k4 reads scale bytes j % 4, j % 4 + 4 and j % 4 + 8.
+    Value* j4 = b.convert(b.rem(sub, b.i32(4)), kI64);
+    std::vector<Value*> q;
+    for (int o : {4, 8, 12}) q.push_back(b.load_at(w, b.add(hdr, b.add(j4, b.i64(o))), Type::scalar(Scalar::kU8), 1));
+    out.words = [&b, v, sub] {
+      Value* sh = b.convert(b.mulc(b.rem(sub, b.i32(2)), 4), kU32);
+      std::vector<Value*> ws;
+      for (Value* p : v)
+        for (int i = 0; i < 4; ++i) ws.push_back(b.bitcast(b.andc(b.shr(b.extract(p, i), sh), 0x0F0F0F0F), kI32));
+      return ws;
+    };
+    out.scales = [&b, dd, q, sub] {
+      Value* d = f16_bits_to_f32(b, b.convert(b.andc(dd, 0xFFFF), Type::scalar(Scalar::kU16)));
+      Value* dmin = f16_bits_to_f32(b, b.convert(b.shrc(dd, 16), Type::scalar(Scalar::kU16)));
+      Value* a = b.convert(q[0], kI32), *bb = b.convert(q[1], kI32), *c = b.convert(q[2], kI32);
+      Value* lo = b.cmp(Mode::kLt, sub, b.i32(4));
+      Value* sc = b.select(lo, b.andc(a, 63), b.bit_or(b.andc(c, 0xF), b.shlc(b.shrc(a, 6), 4)));
+      Value* mn = b.select(lo, b.andc(bb, 63), b.bit_or(b.shrc(c, 4), b.shlc(b.shrc(bb, 6), 4)));
+      return std::pair<Value*, Value*>{b.mul(d, b.convert(sc, kF32)), b.mul(dmin, b.convert(mn, kF32))};
+    };
+    return out;
+  }
+  Value* g = b.add(b.mul(b.convert(r, kI64), b.i64(nb)), unit);
+  Value* d;
   if (planar) {
-    const int64_t nblk = rows * nb;
     const int pieces = f.words / 4;
     std::vector<Value*> v;
     for (int p = 0; p < pieces; ++p)
       v.push_back(b.load_at(w, b.add(b.i64(16 * p * nblk), b.mul(g, b.i64(16))), Type::vector(Scalar::kU32, 4), 16));
-    out.d = b.load_at(w, b.add(b.i64(16 * pieces * nblk), b.mul(g, b.i64(2))), Type::scalar(Scalar::kU16), 2);
+    d = b.load_at(w, b.add(b.i64(16 * pieces * nblk), b.mul(g, b.i64(2))), Type::scalar(Scalar::kU16), 2);
     out.words = [&b, v] {
       std::vector<Value*> ws;
       for (Value* p : v)
         for (int i = 0; i < 4; ++i) ws.push_back(b.bitcast(b.extract(p, i), kI32));
       return ws;
     };
-    return out;
+  } else {
+    Value* base = b.mul(g, b.i64(f.block_bytes));
+    d = b.load_at(w, base, Type::scalar(Scalar::kU16), 2);
+    std::vector<Value*> h;
+    for (int i = 0; i < 2 * f.words; ++i) h.push_back(b.load_at(w, b.add(base, b.i64(2 + 2 * i)), Type::scalar(Scalar::kU16), 2));
+    out.words = [&b, h] {
+      std::vector<Value*> ws;
+      for (size_t i = 0; i < h.size(); i += 2)
+        ws.push_back(b.bitcast(b.bit_or(b.convert(h[i], kU32), b.shlc(b.convert(h[i + 1], kU32), 16)), kI32));
+      return ws;
+    };
   }
-  Value* base = b.mul(g, b.i64(f.block_bytes));
-  out.d = b.load_at(w, base, Type::scalar(Scalar::kU16), 2);
-  std::vector<Value*> h;
-  for (int i = 0; i < 2 * f.words; ++i) h.push_back(b.load_at(w, b.add(base, b.i64(2 + 2 * i)), Type::scalar(Scalar::kU16), 2));
-  out.words = [&b, h] {
-    std::vector<Value*> ws;
-    for (size_t i = 0; i < h.size(); i += 2)
-      ws.push_back(b.bitcast(b.bit_or(b.convert(h[i], kU32), b.shlc(b.convert(h[i + 1], kU32), 16)), kI32));
-    return ws;
-  };
+  out.scales = [&b, d] { return std::pair<Value*, Value*>{f16_bits_to_f32(b, d), nullptr}; };
   return out;
 }
 
@@ -110,30 +154,25 @@ Value* nibbles_to_s8(Emit& b, Value* u) {
 Value* lo_s8(Emit& b, Value* w) { return nibbles_to_s8(b, b.andc(b.bitcast(w, kU32), 0x0F0F0F0F)); }
 Value* hi_s8(Emit& b, Value* w) { return nibbles_to_s8(b, b.andc(b.shrc(b.bitcast(w, kU32), 4), 0x0F0F0F0F)); }
 
-// An exact integer |i| < 2^22 as f32 through the float adder.
-Value* small_int_to_f32(Emit& b, Value* i) {
-  return b.sub(b.bitcast(b.addc(i, 0x4B400000), kF32), b.f32(12582912.0));
-}
-
-Value* f16_bits_to_f32(Emit& b, Value* h) { return b.convert(b.bitcast(h, kF16), kF32); }
 
 class MatmulMmqOp final : public OpSpec {
  public:
   std::string_view name() const override { return "matmul_mmq"; }
   std::string_view description() const override {
-    return "y = x W^T for prompts on tensor cores in integers (mma m16n8k32 s8): Q4_0/Q8_0 weight blocks times Q8_1 "
-           "activation blocks, exact block sums scaled in f32";
+    return "y = x W^T for prompts on tensor cores in integers (mma m16n8k32 s8): Q4_0/Q8_0/Q4_K weight blocks times "
+           "Q8_1 activation blocks, exact 32-value sums scaled in f32";
   }
 
   Status validate(const Shape& s) const override {
     LOOM_ASSIGN_OR_RETURN(GgmlType wt, shape_type(s, "wtype"));
     QFormat f{};
     if (!q_format(wt, &f))
-      return invalid_argument("matmul_mmq: weight type {} is not supported (Q4_0, Q8_0)", llm::ggml_type_name(wt));
+      return invalid_argument("matmul_mmq: weight type {} is not supported (Q4_0, Q8_0, Q4_K)", llm::ggml_type_name(wt));
     LOOM_ASSIGN_OR_RETURN(int64_t n_in, s.get("n_in"));
     LOOM_ASSIGN_OR_RETURN(int64_t n_out, s.get("n_out"));
     LOOM_ASSIGN_OR_RETURN(int64_t nt, s.get("n_tokens"));
-    if (n_in <= 0 || n_in % 32 != 0) return invalid_argument("matmul_mmq: n_in={} must be a positive multiple of 32", n_in);
+    if (n_in <= 0 || n_in % f.block_elems != 0)
+      return invalid_argument("matmul_mmq: n_in={} must be a positive multiple of {}", n_in, f.block_elems);
     if (n_out <= 0 || n_out > (1 << 24)) return invalid_argument("matmul_mmq: n_out={} out of range", n_out);
     if (nt < 1 || nt > 65535) return invalid_argument("matmul_mmq: n_tokens={} out of range 1..65535", nt);
     if (nt * (n_in / 32) * kXBlockBytes > (int64_t{1} << 31)) return invalid_argument("matmul_mmq: activations too large");
@@ -146,7 +185,7 @@ class MatmulMmqOp final : public OpSpec {
     QFormat f{};
     q_format(static_cast<GgmlType>(s.at("wtype")), &f);
     const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens"), nb = n_in / 32;
-    return {{"w", ArgKind::kBuffer, ArgRole::kInput, n_out * nb * f.block_bytes, Scalar::kU8},
+    return {{"w", ArgKind::kBuffer, ArgRole::kInput, n_out * (n_in / f.block_elems) * f.block_bytes, Scalar::kU8},
             {"xq", ArgKind::kBuffer, ArgRole::kInput, nt * nb * kXBlockBytes, Scalar::kU8},
             {"y", ArgKind::kBuffer, ArgRole::kOutput, nt * n_out * 4, Scalar::kF32}};
   }
@@ -172,14 +211,16 @@ class MatmulMmqOp final : public OpSpec {
     return {{"warps_m", {1, 2, 4}}, {"warps_n", {1, 2, 4}}, {"k_blocks", kbs}, {"warp_m_tiles", {1, 2, 4}},
             {"warp_n_tiles", {2, 4, 8}}, {"ctas", {0, 1, 2}}};
   }
-  // 128 x 128 CTA tiles of 8 warps (32 rows x 64 tokens each), 64 values per k step: the shape
-  // matmul_mma's sweep found best for its pipelined kernel, kept until this one is swept.
-  // ctas: the CTAs per SM the kernel's registers must leave room for (0: as many as ptxas gives).
+  // 128 x 128 CTA tiles of 8 warps (32 rows x 64 tokens each), 128 values per k step, registers
+  // capped for two CTAs per SM: the best of the H200 sweep of the 8B Q4_0 model's pp512
+  // (bench/results/2026-12-03-h200-mmq.json): 7800 tok/s; 64 values per step 6172, one CTA per
+  // SM 7278, 64 x 256 CTA tiles 4515. ctas: the CTAs per SM the registers must leave room for
+  // (0: as many as ptxas gives).
   Schedule default_schedule(const Shape& s, ir::TargetKind t) const override {
     if (t != ir::TargetKind::kPtx) return {{"threads", 64}};
     const int64_t nt = s.at("n_tokens"), nb = s.at("n_in") / 32;
-    return {{"warps_m", 4}, {"warps_n", nt > 64 ? 2 : 1}, {"k_blocks", nb % 2 == 0 ? 2 : 1}, {"warp_m_tiles", 2},
-            {"warp_n_tiles", nt > 32 ? 8 : 4}, {"ctas", 0}};
+    return {{"warps_m", 4}, {"warps_n", nt > 64 ? 2 : 1}, {"k_blocks", nb % 4 == 0 ? 4 : nb % 2 == 0 ? 2 : 1},
+            {"warp_m_tiles", 2}, {"warp_n_tiles", nt > 32 ? 8 : 4}, {"ctas", 2}};
   }
 
   Result<Generated> generate(const Shape& s, const Schedule& sch, ir::TargetKind target) const override {
@@ -207,13 +248,15 @@ class MatmulMmqOp final : public OpSpec {
       llm::ref::quantize_activation(GgmlType::Q8_1, x.data() + t * n_in, a[1].bytes.data() + t * row, n_in);
   }
 
-  // Per 32-value block: d_w d_x times the exact sum of (weight quant) x (activation quant), the
-  // Q4_0 quants taken as q - 8; summed in double.
+  // Per 32-value unit: d_w d_x times the exact sum of (weight quant) x (activation quant), the
+  // Q4_0 quants taken as q - 8; Q4_K: (d sc) d_x sum(q x) - (dmin m) s_x with s_x the Q8_1
+  // block's f16 d_x sum(x); summed in double.
   Status reference(const Shape& s, std::span<HostArg> a) const override {
     const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
     QFormat f{};
     q_format(wt, &f);
     const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens"), nb = n_in / 32;
+    const int64_t row_bytes = n_in / f.block_elems * f.block_bytes;
     const uint8_t* wb = a[0].bytes.data();
     std::vector<uint8_t> gguf;
     if (is_planar(s)) {
@@ -233,17 +276,31 @@ class MatmulMmqOp final : public OpSpec {
       for (int64_t t = 0; t < nt; ++t) {
         double acc = 0;
         for (int64_t k = 0; k < nb; ++k) {
-          const uint8_t* wblk = wb + (r * nb + k) * f.block_bytes;
           const uint8_t* xblk = xq + (t * nb + k) * kXBlockBytes;
           int64_t isum = 0;
-          for (int e = 0; e < 32; ++e) {
-            const int xv = static_cast<int8_t>(xblk[4 + e]);
-            int wv;
-            if (wt == GgmlType::Q4_0) wv = (e < 16 ? (wblk[2 + e] & 15) : (wblk[2 + e - 16] >> 4)) - 8;
-            else wv = static_cast<int8_t>(wblk[2 + e]);
-            isum += int64_t{wv} * xv;
+          double dw = 0, dm = 0;
+          if (wt == GgmlType::Q4_K) {
+            const uint8_t* blk = wb + r * row_bytes + (k / 8) * 144;
+            const int j = static_cast<int>(k % 8);
+            const uint8_t* sc = blk + 4;
+            const int scv = j < 4 ? sc[j] & 63 : (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
+            const int mv = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+            dw = f16(blk) * scv;
+            dm = f16(blk + 2) * mv;
+            const uint8_t* qs = blk + 16 + 32 * (j / 2);
+            for (int e = 0; e < 32; ++e) isum += int64_t{(qs[e] >> (4 * (j % 2))) & 15} * static_cast<int8_t>(xblk[4 + e]);
+          } else {
+            const uint8_t* wblk = wb + (r * nb + k) * f.block_bytes;
+            dw = f16(wblk);
+            for (int e = 0; e < 32; ++e) {
+              const int xv = static_cast<int8_t>(xblk[4 + e]);
+              int wv;
+              if (wt == GgmlType::Q4_0) wv = (e < 16 ? (wblk[2 + e] & 15) : (wblk[2 + e - 16] >> 4)) - 8;
+              else wv = static_cast<int8_t>(wblk[2 + e]);
+              isum += int64_t{wv} * xv;
+            }
           }
-          acc += f16(wblk) * f16(xblk) * static_cast<double>(isum);
+          acc += dw * f16(xblk) * static_cast<double>(isum) - dm * f16(xblk + 2);
         }
         y[t * n_out + r] = static_cast<float>(acc);
       }
@@ -263,6 +320,10 @@ class MatmulMmqOp final : public OpSpec {
       add(1024, 1030, 137, t, 1);
       add(96, 19, 17, t, 1);     // 3 blocks: k steps of 1
     }
+    add(256, 37, 5, GgmlType::Q4_K, 0);
+    add(512, 200, 70, GgmlType::Q4_K, 0);
+    add(768, 200, 100, GgmlType::Q4_K, 1);  // 3 super-blocks
+    add(1024, 1030, 137, GgmlType::Q4_K, 1);
     return out;
   }
 
@@ -270,8 +331,6 @@ class MatmulMmqOp final : public OpSpec {
   // cpu (and any non-PTX target): one thread per (row, token), the same integer block sums.
   Result<Generated> generate_scalar(const Shape& s, const Schedule& sch, ir::TargetKind target) const {
     const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
-    QFormat f{};
-    q_format(wt, &f);
     const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens"), nb = n_in / 32;
     const int64_t threads = sch.at("threads");
     Generated g;
@@ -287,10 +346,11 @@ class MatmulMmqOp final : public OpSpec {
     b.if_then_else(b.cmp(Mode::kLt, r, b.i32(static_cast<int32_t>(n_out))), {}, [&] {
       auto acc = b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(nb)), b.i32(1), {b.f32(0)},
                             [&](Value* blk, std::span<Value* const> it) {
-        BlockLoad wl = load_block(b, wt, w, is_planar(s), n_out, nb, r, b.convert(blk, kI64));
+        UnitLoad wl = load_unit(b, wt, w, is_planar(s), n_out, n_in, r, b.convert(blk, kI64));
         std::vector<Value*> ww = wl.words();
         Value* xb = b.mul(b.convert(b.add(b.mul(t, b.i32(static_cast<int32_t>(nb))), blk), kI64), b.i64(kXBlockBytes));
-        Value* dx = f16_bits_to_f32(b, b.load_at(xq, xb, Type::scalar(Scalar::kU16), 2));
+        Value* x0 = b.bitcast(b.load_at(xq, xb, kI32, 4), kU32);
+        Value* dx = f16_bits_to_f32(b, b.convert(b.andc(x0, 0xFFFF), Type::scalar(Scalar::kU16)));
         Value* isum = b.i32(0);
         for (int i = 0; i < 8; ++i) {
           Value* xw = b.load_at(xq, b.add(xb, b.i64(4 + 4 * i)), kI32, 4);
@@ -298,8 +358,10 @@ class MatmulMmqOp final : public OpSpec {
                                            : ww[static_cast<size_t>(i)];
           isum = b.dot4(wv, xw, isum);
         }
-        Value* scale = b.mul(f16_bits_to_f32(b, wl.d), dx);
-        return std::vector<Value*>{b.fma(scale, b.convert(isum, kF32), it[0])};
+        auto [dw, dm] = wl.scales();
+        Value* a = b.fma(b.mul(dw, dx), b.convert(isum, kF32), it[0]);
+        if (dm) a = b.sub(a, b.mul(dm, f16_bits_to_f32(b, b.convert(b.shrc(x0, 16), Type::scalar(Scalar::kU16)))));
+        return std::vector<Value*>{a};
       });
       b.store(y, b.add(b.mul(t, b.i32(static_cast<int32_t>(n_out))), r), acc[0]);
       return std::vector<Value*>{};
@@ -314,11 +376,14 @@ class MatmulMmqOp final : public OpSpec {
   }
 
   // PTX: a CTA computes 16 warp_m_tiles warps_m weight rows x 8 warp_n_tiles warps_n tokens.
-  // Per k step of k_blocks 32-value blocks, shared memory holds
-  //   wq  [bm rows][k_blocks * words + pad] the weight blocks' quant words as stored,
-  //   wd  [k_blocks][bm]                    their scales (f32),
+  // Per k step of k_blocks 32-value units, shared memory holds
+  //   wq  [bm rows][k_blocks * words + pad] the units' quant words (Q4_0: as stored; Q8_0, Q4_K:
+  //                                          signed-byte words, Q4_K's nibbles already split),
+  //   wd  [k_blocks][bm]                    their scales (f32; Q4_K: d * sc),
+  //   wm  [k_blocks][bm]                    Q4_K only: their mins (dmin * m),
   //   xs  [bn tokens][8 k_blocks + 4]       the activation bytes, words (q, q + 4) adjacent,
-  //   xd  [k_blocks][bn]                    their scales (f32).
+  //   xd  [k_blocks][bn]                    their scales (f32),
+  //   xm  [k_blocks][bn]                    Q4_K only: the Q8_1 blocks' sums d sum(q).
   // Row strides are odd multiples of 4 words, so a fragment's 8 rows x 4 lanes hit 32 banks. The
   // next step's global loads are issued before the current step's mma work and stored after it
   // (two barriers per step, one buffer).
@@ -326,7 +391,7 @@ class MatmulMmqOp final : public OpSpec {
     const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
     QFormat f{};
     q_format(wt, &f);
-    const bool q4 = wt == GgmlType::Q4_0;
+    const bool q4 = wt == GgmlType::Q4_0, mins = wt == GgmlType::Q4_K;
     const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens"), nb = n_in / 32;
     const int64_t wm = sch.at("warps_m"), wn = sch.at("warps_n"), threads = 32 * wm * wn;
     int64_t mtiles = sch.at("warp_m_tiles"), ntiles = sch.at("warp_n_tiles"), kb = sch.at("k_blocks");
@@ -335,10 +400,13 @@ class MatmulMmqOp final : public OpSpec {
     while ((6 * mtiles * ntiles + 48) * threads > 65536 && ntiles > 2) ntiles /= 2;
     while ((6 * mtiles * ntiles + 48) * threads > 65536 && mtiles > 1) mtiles /= 2;
     const int64_t bm = 16 * mtiles * wm, bn = 8 * ntiles * wn;
-    const int64_t nw = f.words;
+    const int64_t nw = f.words, nsc = mins ? 2 : 1;
     // Row strides in words: odd multiples of 4. The tiles must fit 48 KiB of static shared memory.
     auto strides = [&](int64_t kbv) { return std::pair<int64_t, int64_t>{kbv * nw + ((kbv * nw / 4) % 2 ? 0 : 4), 8 * kbv + 4}; };
-    while (kb > 1 && 4 * (bm * strides(kb).first + bn * strides(kb).second + kb * (bm + bn)) > 48 * 1024) kb /= 2;
+    auto smem = [&](int64_t kbv) {
+      return 4 * (bm * strides(kbv).first + bn * strides(kbv).second + nsc * kbv * (bm + bn));
+    };
+    while (kb > 1 && smem(kb) > 48 * 1024) kb /= 2;
     const int64_t sw = strides(kb).first, sx = strides(kb).second;
     Generated g;
     const std::string kname = fmt::format("matmul_mmq_{}", llm::ggml_type_name(wt));
@@ -353,8 +421,10 @@ class MatmulMmqOp final : public OpSpec {
     Value* y = b.param(ty::gptr(Scalar::kF32), "y");
     Value* wq = b.alloc_shared(Scalar::kI32, bm * sw);
     Value* wd = b.alloc_shared(Scalar::kF32, kb * bm);
+    Value* wmn = mins ? b.alloc_shared(Scalar::kF32, kb * bm) : nullptr;
     Value* xs = b.alloc_shared(Scalar::kI32, bn * sx);
     Value* xd = b.alloc_shared(Scalar::kF32, kb * bn);
+    Value* xm = mins ? b.alloc_shared(Scalar::kF32, kb * bn) : nullptr;
     auto i32c = [&](int64_t v) { return b.i32(static_cast<int32_t>(v)); };
     Value* tid = b.thread_id(Mode::kX);
     Value* warp = b.div(tid, b.i32(32));
@@ -365,40 +435,46 @@ class MatmulMmqOp final : public OpSpec {
     Value* n0 = b.mul(b.block_id(Mode::kY), i32c(bn));
     Value* wm0 = b.mul(b.rem(warp, i32c(wm)), i32c(16 * mtiles));
     Value* wn0 = b.mul(b.div(warp, i32c(wm)), i32c(8 * ntiles));
-    // Tile items: weight (row, block) and activation (token, block) pairs, spread over the
-    // threads; unrolled (every item's loads in flight together) where they divide evenly.
+    // Tile items: weight (row, unit) and activation (token, unit) pairs, spread over the
+    // threads; unrolled (every item's loads in flight together), guarded where they do not
+    // divide evenly.
     const int64_t n_witems = bm * kb, n_xitems = bn * kb;
     const int64_t wper = (n_witems + threads - 1) / threads, xper = (n_xitems + threads - 1) / threads;
     struct Staged {
       std::vector<std::function<void()>> stores;
     };
-    auto stage = [&](Value* kblk) {  // loads of the k step starting at block kblk (i32)
+    auto guarded = [&b](Value* valid, const std::function<void()>& body) {
+      if (!valid) return body();
+      b.if_then_else(valid, {}, [&] {
+        body();
+        return std::vector<Value*>{};
+      });
+    };
+    auto stage = [&](Value* kblk) {  // loads of the k step starting at unit kblk (i32)
       auto st = std::make_shared<Staged>();
       for (int64_t j = 0; j < wper; ++j) {
         Value* item = b.addc(tid, j * threads);
-        Value* valid = n_witems % threads == 0 || (j + 1) * threads <= n_witems ? nullptr : b.cmp(Mode::kLt, item, i32c(n_witems));
+        Value* valid = (j + 1) * threads <= n_witems ? nullptr : b.cmp(Mode::kLt, item, i32c(n_witems));
         Value* it = valid ? b.min(item, i32c(n_witems - 1)) : item;
         Value* lr = b.div(it, i32c(kb));
         Value* lb = b.rem(it, i32c(kb));
         Value* r = b.min(b.add(m0, lr), i32c(n_out - 1));
-        BlockLoad bl = load_block(b, wt, w, is_planar(s), n_out, nb, r, b.convert(b.add(kblk, lb), kI64));
-        st->stores.push_back([&b, bl, lr, lb, valid, sw, nw, bm, wq, wd] {
-          std::vector<Value*> ws = bl.words();
-          Value* d = f16_bits_to_f32(b, bl.d);
-          auto body = [&] {
+        UnitLoad ul = load_unit(b, wt, w, is_planar(s), n_out, n_in, r, b.convert(b.add(kblk, lb), kI64));
+        st->stores.push_back([&b, &guarded, ul, lr, lb, valid, sw, nw, bm, wq, wd, wmn] {
+          std::vector<Value*> ws = ul.words();
+          auto [d, dm] = ul.scales();
+          guarded(valid, [&] {
             for (int64_t p = 0; p < nw / 4; ++p)
               b.store(wq, b.add(b.mulc(lr, sw), b.addc(b.mulc(lb, nw), 4 * p)),
                       b.build({ws[4 * p], ws[4 * p + 1], ws[4 * p + 2], ws[4 * p + 3]}), 16);
             b.store(wd, b.add(b.mulc(lb, bm), lr), d);
-            return std::vector<Value*>{};
-          };
-          if (valid) b.if_then_else(valid, {}, body);
-          else body();
+            if (wmn) b.store(wmn, b.add(b.mulc(lb, bm), lr), dm);
+          });
         });
       }
       for (int64_t j = 0; j < xper; ++j) {
         Value* item = b.addc(tid, j * threads);
-        Value* valid = n_xitems % threads == 0 || (j + 1) * threads <= n_xitems ? nullptr : b.cmp(Mode::kLt, item, i32c(n_xitems));
+        Value* valid = (j + 1) * threads <= n_xitems ? nullptr : b.cmp(Mode::kLt, item, i32c(n_xitems));
         Value* it = valid ? b.min(item, i32c(n_xitems - 1)) : item;
         Value* lt = b.div(it, i32c(kb));
         Value* lb = b.rem(it, i32c(kb));
@@ -406,18 +482,16 @@ class MatmulMmqOp final : public OpSpec {
         Value* base = b.mul(b.convert(b.add(b.mul(t, i32c(nb)), b.add(kblk, lb)), kI64), b.i64(kXBlockBytes));
         std::vector<Value*> words;
         for (int i = 0; i < 9; ++i) words.push_back(b.load_at(xq, b.add(base, b.i64(4 * i)), kI32, 4));
-        st->stores.push_back([&b, words, lt, lb, valid, sx, bn, xs, xd] {
-          auto body = [&] {
-            Value* d = f16_bits_to_f32(b, b.convert(b.andc(b.bitcast(words[0], kU32), 0xFFFF), Type::scalar(Scalar::kU16)));
+        st->stores.push_back([&b, &guarded, words, lt, lb, valid, sx, bn, xs, xd, xm] {
+          guarded(valid, [&] {
+            Value* x0 = b.bitcast(words[0], kU32);
             // words q and q + 4 side by side: one 8-byte load gives a B fragment.
             for (int h = 0; h < 2; ++h)
               b.store(xs, b.add(b.mulc(lt, sx), b.addc(b.mulc(lb, 8), 4 * h)),
                       b.build({words[1 + 2 * h], words[5 + 2 * h], words[2 + 2 * h], words[6 + 2 * h]}), 16);
-            b.store(xd, b.add(b.mulc(lb, bn), lt), d);
-            return std::vector<Value*>{};
-          };
-          if (valid) b.if_then_else(valid, {}, body);
-          else body();
+            b.store(xd, b.add(b.mulc(lb, bn), lt), f16_bits_to_f32(b, b.convert(b.andc(x0, 0xFFFF), Type::scalar(Scalar::kU16))));
+            if (xm) b.store(xm, b.add(b.mulc(lb, bn), lt), f16_bits_to_f32(b, b.convert(b.shrc(x0, 16), Type::scalar(Scalar::kU16))));
+          });
         });
       }
       return st;
@@ -429,42 +503,54 @@ class MatmulMmqOp final : public OpSpec {
     b.barrier();
     std::vector<Value*> init(static_cast<size_t>(mtiles * ntiles), b.const_float(Type::vector(Scalar::kF32, 4), 0.0));
     const Type i32x2 = Type::vector(Scalar::kI32, 2), f32x2 = Type::vector(Scalar::kF32, 2);
-    Value* zero4 = b.c(Type::vector(Scalar::kI32, 4), 0);
+    // The block sums leave the tensor cores already offset by 1.5 * 2^23 (the accumulator input),
+    // so the float subtraction alone makes them floats.
+    Value* bias4 = b.c(Type::vector(Scalar::kI32, 4), 0x4B400000);
     Value* magic = b.f32(12582912.0);
     auto acc = b.for_loop(b.i32(0), i32c(nb), i32c(kb), init, [&](Value* kblk, std::span<Value* const> itv) {
       Value* next = b.min(b.addc(kblk, kb), i32c(nb - kb));
       auto pending = stage(next);
       std::vector<Value*> a(itv.begin(), itv.end());
       for (int64_t blk = 0; blk < kb; ++blk) {
-        std::vector<Value*> af(static_cast<size_t>(mtiles)), dw0(static_cast<size_t>(mtiles)), dw8(static_cast<size_t>(mtiles));
+        const size_t nmt = static_cast<size_t>(mtiles);
+        std::vector<Value*> af(nmt), dw0(nmt), dw8(nmt), dm0(nmt), dm8(nmt);
         for (int64_t mt = 0; mt < mtiles; ++mt) {
+          const size_t m = static_cast<size_t>(mt);
           Value* row = b.add(wm0, b.addc(gq, 16 * mt));
           Value* i0 = b.add(b.mulc(row, sw), b.addc(qq, blk * nw));
           Value* i8 = b.addc(i0, 8 * sw);
           if (q4) {
             Value* w0 = b.load(wq, i0);
             Value* w8 = b.load(wq, i8);
-            af[static_cast<size_t>(mt)] = b.build({lo_s8(b, w0), lo_s8(b, w8), hi_s8(b, w0), hi_s8(b, w8)});
+            af[m] = b.build({lo_s8(b, w0), lo_s8(b, w8), hi_s8(b, w0), hi_s8(b, w8)});
           } else {
-            af[static_cast<size_t>(mt)] = b.build({b.load(wq, i0), b.load(wq, i8), b.load(wq, b.addc(i0, 4)), b.load(wq, b.addc(i8, 4))});
+            af[m] = b.build({b.load(wq, i0), b.load(wq, i8), b.load(wq, b.addc(i0, 4)), b.load(wq, b.addc(i8, 4))});
           }
-          dw0[static_cast<size_t>(mt)] = b.load(wd, b.addc(row, blk * bm));
-          dw8[static_cast<size_t>(mt)] = b.load(wd, b.addc(row, blk * bm + 8));
+          dw0[m] = b.load(wd, b.addc(row, blk * bm));
+          dw8[m] = b.load(wd, b.addc(row, blk * bm + 8));
+          if (mins) {
+            dm0[m] = b.neg(b.load(wmn, b.addc(row, blk * bm)));
+            dm8[m] = b.neg(b.load(wmn, b.addc(row, blk * bm + 8)));
+          }
         }
         for (int64_t n8 = 0; n8 < ntiles; ++n8) {
           Value* tok = b.add(wn0, b.addc(gq, 8 * n8));
           Value* bf = b.load(xs, b.add(b.mulc(tok, sx), b.addc(b.mulc(qq, 2), 8 * blk)), i32x2, 8);
-          Value* dx = b.load(xd, b.add(b.addc(wn0, blk * bn + 8 * n8), b.mulc(qq, 2)), f32x2, 8);
-          Value* dx0 = b.extract(dx, 0);
-          Value* dx1 = b.extract(dx, 1);
+          Value* xi = b.add(b.addc(wn0, blk * bn + 8 * n8), b.mulc(qq, 2));
+          Value* dx = b.load(xd, xi, f32x2, 8);
+          Value* xsum = mins ? b.load(xm, xi, f32x2, 8) : nullptr;
           for (int64_t mt = 0; mt < mtiles; ++mt) {
-            Value* c = b.mma(af[static_cast<size_t>(mt)], bf, zero4);
+            const size_t m = static_cast<size_t>(mt);
+            Value* c = b.mma(af[m], bf, bias4);
             const size_t ai = static_cast<size_t>(mt * ntiles + n8);
             std::vector<Value*> lanes;
             for (int i = 0; i < 4; ++i) {
-              Value* fi = b.sub(b.bitcast(b.addc(b.extract(c, i), 0x4B400000), kF32), magic);
-              Value* scale = b.mul(i / 2 ? dw8[static_cast<size_t>(mt)] : dw0[static_cast<size_t>(mt)], i % 2 ? dx1 : dx0);
-              lanes.push_back(b.fma(fi, scale, b.extract(a[ai], i)));
+              Value* fi = b.sub(b.bitcast(b.extract(c, i), kF32), magic);
+              Value* scale = b.mul(i / 2 ? dw8[m] : dw0[m], b.extract(dx, i % 2));
+              Value* prev = b.extract(a[ai], i);
+              // Q4_K: minus (dmin m) s_x first, then plus (d sc) d_x i.
+              if (mins) prev = b.fma(i / 2 ? dm8[m] : dm0[m], b.extract(xsum, i % 2), prev);
+              lanes.push_back(b.fma(fi, scale, prev));
             }
             a[ai] = b.build(lanes);
           }
