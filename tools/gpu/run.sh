@@ -102,7 +102,7 @@ PY
       mkdir -p /tmp/models
       for sq in ${LOOM_BENCH_SHAPES:-smollm2-135m:q4_0 llama3-8b:q4_0 llama3-8b:q4_k}; do
         shape="${sq%%:*}" quant="${sq##*:}" f="/tmp/models/synth-${sq/:/-}.gguf"
-        [[ -f "$f" ]] || "$bin/loom" model synth --arch llama --shape "$shape" --quant "$quant" -o "$f" 2>&1 | tail -1
+        [[ -f "$f" ]] || "$bin/loom" model synth --shape "$shape" --quant "$quant" -o "$f" 2>&1 | tail -1
         "$bin/loom" bench -m "$f" --device cuda:0 ${LOOM_BENCH_FLAGS:-} --json -o "$out/bench.jsonl" || rc=1
       done
       ;;
@@ -113,7 +113,7 @@ PY
       mkdir -p /tmp/models
       for sq in ${LOOM_BENCH_SHAPES:-smollm2-135m:q4_0 llama3-8b:q4_0 llama3-8b:q4_k}; do
         shape="${sq%%:*}" quant="${sq##*:}" f="/tmp/models/synth-${sq/:/-}.gguf"
-        [[ -f "$f" ]] || "$bin/loom" model synth --arch llama --shape "$shape" --quant "$quant" -o "$f" 2>&1 | tail -1
+        [[ -f "$f" ]] || "$bin/loom" model synth --shape "$shape" --quant "$quant" -o "$f" 2>&1 | tail -1
         env ${LOOM_AB_ENV:?set LOOM_AB_ENV} "$bin/loom" bench -m "$f" --device cuda:0 ${LOOM_BENCH_FLAGS:-} --json > /tmp/ab_one.jsonl || rc=1
         python3 -c 'import json,sys
 for l in open("/tmp/ab_one.jsonl"):
@@ -157,7 +157,7 @@ for l in open("/tmp/sweep_one.jsonl"):
       mkdir -p /tmp/models
       for sq in ${LOOM_BENCH_SHAPES:-smollm2-135m:q4_0 llama3-8b:q4_0 llama3-8b:q4_k}; do
         shape="${sq%%:*}" quant="${sq##*:}" f="/tmp/models/synth-${sq/:/-}.gguf"
-        [[ -f "$f" ]] || "$bin/loom" model synth --arch llama --shape "$shape" --quant "$quant" -o "$f" 2>&1 | tail -1
+        [[ -f "$f" ]] || "$bin/loom" model synth --shape "$shape" --quant "$quant" -o "$f" 2>&1 | tail -1
         pin=()
         [[ -n "${LOOM_COMPARE_PIN:-}" ]] && pin=(taskset -c "$LOOM_COMPARE_PIN")
         for dev in ${LOOM_COMPARE_DEVICES:-cuda:0}; do
