@@ -73,10 +73,11 @@ Result<std::vector<int32_t>> run_once(llm::Engine& e, const std::vector<int32_t>
 }
 
 // What one token costs by definition: every weight a one-token step reads (matmul weights whole,
-// norm weights, one embedding row), the KV cache it attends over, and 2 FLOPs per weight
-// multiply-add plus the attention's.
+// of a mixture of experts the n_used chosen experts, norm weights, one embedding row), the KV
+// cache it attends over, and 2 FLOPs per weight multiply-add plus the attention's. A prompt reads
+// every weight once (prompt_weight_bytes: all experts, which a long prompt's tokens pick).
 struct TokenCost {
-  double weight_bytes = 0, kv_bytes_per_cell = 0, flops = 0, attn_flops_per_cell = 0;
+  double weight_bytes = 0, prompt_weight_bytes = 0, kv_bytes_per_cell = 0, flops = 0, attn_flops_per_cell = 0;
 };
 TokenCost token_cost(const llm::Model& model) {
   const llm::Program p = model.build_program(1, 1);
@@ -92,7 +93,16 @@ TokenCost token_cost(const llm::Model& model) {
     const llm::ref::WeightView& w = model.weight(l.weight).view;
     if (l.op == llm::OpCode::kGetRows) {
       c.weight_bytes += static_cast<double>(w.row_stride);
+      c.prompt_weight_bytes += static_cast<double>(w.row_stride);
+    } else if (l.op == llm::OpCode::kMatMulId) {
+      const llm::Weight& e = model.weight(l.weight);
+      const double used = static_cast<double>(p.values[static_cast<size_t>(l.in1)].cols);
+      const double rows = static_cast<double>(e.expert_rows()) * used;
+      c.weight_bytes += static_cast<double>(w.row_stride) * rows;
+      c.prompt_weight_bytes += static_cast<double>(w.row_stride) * static_cast<double>(w.n_out);
+      c.flops += 2.0 * static_cast<double>(w.n_in) * rows;
     } else {
+      c.prompt_weight_bytes += static_cast<double>(w.row_stride) * static_cast<double>(w.n_out);
       c.weight_bytes += static_cast<double>(w.row_stride) * static_cast<double>(w.n_out);
       if (l.op == llm::OpCode::kMatMul) c.flops += 2.0 * static_cast<double>(w.n_in) * static_cast<double>(w.n_out);
     }
@@ -271,7 +281,7 @@ Status bench(const BenchFlags& f, const std::string& command) {
   };
   // pp: the weights are read once per prompt, the attention over a triangle of cells.
   const double np = static_cast<double>(f.n_prompt), ng = static_cast<double>(f.n_gen);
-  add(fmt::format("pp{}", f.n_prompt), spread(pp_tps), c.weight_bytes / np + c.kv_bytes_per_cell * (np + 1) / 2,
+  add(fmt::format("pp{}", f.n_prompt), spread(pp_tps), c.prompt_weight_bytes / np + c.kv_bytes_per_cell * (np + 1) / 2,
       c.flops + c.attn_flops_per_cell * (np + 1) / 2, false);
   // tg: every token reads every weight and the cache so far (its start + n_gen / 2 cells on average).
   const double cells = static_cast<double>(tg_prompt_len) + ng / 2;
