@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "device_flags.h"
 #include "option_flags.h"
+#include "loom/base/file.h"
 #include "loom/base/thread_pool.h"
 #include "loom/engine/engine.h"
 #include "loom/engine/model_path.h"
@@ -48,6 +49,7 @@ struct ServeFlags {
   double drain_seconds = 30.0;
   bool quiet = false;
   bool prepare = true;  // build the step plans of likely batch sizes before listening
+  std::string chat_template_file;  // a Jinja chat template replacing the model's
 };
 
 // Builds the step plans the first requests would otherwise wait for (HRX devices compile one
@@ -83,6 +85,12 @@ Status serve(const ServeFlags& f) {
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<llm::Model> model, llm::Model::load(path));
   LOOM_ASSIGN_OR_RETURN(llm::Tokenizer tok, llm::Tokenizer::from_gguf(model->gguf()));
   auto tmpl_or = llm::ChatTemplate::from_gguf(model->gguf());
+  if (!f.chat_template_file.empty()) {
+    LOOM_ASSIGN_OR_RETURN(std::string source, read_file(f.chat_template_file));
+    auto text_of = [&](llm::TokenId id) { return id == llm::kNoToken ? std::string() : tok.token_text(id); };
+    tmpl_or = llm::ChatTemplate::from_source(source, text_of(tok.bos_id()), text_of(tok.eos_id()));
+    if (!tmpl_or.ok()) return std::move(tmpl_or).status().with_context("reading --chat-template-file " + f.chat_template_file);
+  }
   std::unique_ptr<llm::ChatTemplate> tmpl;
   if (tmpl_or.ok()) tmpl = std::make_unique<llm::ChatTemplate>(std::move(tmpl_or).value());
   else std::fprintf(stderr, "loom serve: no chat template (%s); /v1/chat/completions will refuse requests\n",
@@ -154,6 +162,9 @@ LOOM_COMMAND(kServe, "serve", "OpenAI-compatible HTTP server with continuous bat
       ->group("llama-server compatibility");
   app.add_flag("--metrics")->description("accepted for llama-server launchers: /metrics is always served")
       ->group("llama-server compatibility");
+  app.add_option("--chat-template-file", f->chat_template_file,
+                 "a Jinja chat template to use instead of the model's (llama-server's flag)")
+      ->check(CLI::ExistingFile);
   bind_option(app.add_option("-t,--threads", f->n_threads, "CPU threads")->capture_default_str()->check(CLI::Range(1, 1024)),
               opt::Opt::kThreads);
   add_device_flags(app, f->placement);

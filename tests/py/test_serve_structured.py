@@ -11,7 +11,7 @@ import openai
 import pytest
 import requests
 
-from conftest import LoomServer, model_path
+from conftest import ROOT, LoomServer, model_path
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +23,15 @@ def smol(loom_bin):
 @pytest.fixture(scope="module")
 def gemma(loom_bin):
     with LoomServer(loom_bin, model_path("gemma3"), "--parallel", "2", "-c", "2048") as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def smol_hermes(loom_bin):
+    """SmolLM2 with a ChatML template that has Hermes-style tool calls (llama-server's
+    --chat-template-file), for the native path: tools rendered by the template, <tool_call> parsed."""
+    with LoomServer(loom_bin, model_path("smollm2"), "--parallel", "2", "-c", "2048", "--chat-template-file",
+                    ROOT / "tests" / "py" / "templates" / "tools_hermes.jinja") as s:
         yield s
 
 
@@ -253,3 +262,26 @@ def test_named_tool_choice_and_auto(smol):
     finish, _, calls = call_of(smol, [{"role": "user", "content": "Weather in Paris and in Rome?"}], False,
                                max_tokens=200, tools=[WEATHER], tool_choice="required", parallel_tool_calls=True)
     assert finish == "tool_calls" and 1 <= len(calls) <= 8 and len({c[0] for c in calls}) == len(calls)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_native_hermes_round_trip(smol_hermes, stream):
+    question = [{"role": "user", "content": "What is the weather in Paris?"}]
+    finish, content, calls = call_of(smol_hermes, question, stream, tools=[WEATHER], tool_choice="required")
+    assert finish == "tool_calls" and len(calls) == 1 and calls[0][1] == "get_weather", (finish, content, calls)
+    jsonschema.validate(json.loads(calls[0][2]), WEATHER["function"]["parameters"])
+    history = question + [
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": calls[0][0], "type": "function", "function": {"name": "get_weather",
+                                                                               "arguments": calls[0][2]}}]},
+        {"role": "tool", "tool_call_id": calls[0][0], "content": json.dumps({"temperature_c": 21})}]
+    # auto on the native path: the model writes freely, here a text answer using the result.
+    finish, content, calls = call_of(smol_hermes, history, stream, max_tokens=30, tools=[WEATHER])
+    assert finish == "stop" and not calls and "21" in content, (finish, content, calls)
+
+
+def test_chat_template_file_must_exist(loom_bin):
+    import subprocess
+    r = subprocess.run([str(loom_bin), "serve", "-m", str(model_path("smollm2")), "--chat-template-file",
+                        "/nonexistent/t.jinja"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "chat-template-file" in r.stderr
