@@ -2,6 +2,7 @@
 #include "loom/evolve/queue.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -252,6 +253,7 @@ LocalWorkers::LocalWorkers(int n, const std::string& db, const std::string& devi
     std::fflush(nullptr);
     const pid_t pid = fork();
     if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGTERM);  // a coordinator that is killed leaves no workers behind
       const std::string lease = fmt::format("{}", lease_s);
       execl(bin.c_str(), bin.c_str(), "evolve", "worker", "--db", db.c_str(), "--device", device.c_str(), "--lease",
             lease.c_str(), static_cast<char*>(nullptr));

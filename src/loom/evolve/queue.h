@@ -83,7 +83,8 @@ Status serve_queue(const WorkerOptions& o);
 
 // `n` local workers (`loom evolve worker --db DB --device D --lease L`, the running loom binary)
 // for the life of this object (a coordinator's `--workers N`); ended with SIGTERM (an
-// evaluation they hold then goes to another worker when its lease runs out).
+// evaluation they hold then goes to another worker when its lease runs out), and sent SIGTERM by
+// the kernel if this process dies first.
 class LocalWorkers {
  public:
   LocalWorkers(int n, const std::string& db, const std::string& device, double lease_s);
