@@ -177,7 +177,7 @@ TEST(GrammarSampling, MaskAgreesWithAcceptsAndSamplingFollowsTheGrammar) {
   Tokenizer tok = tiny_tokenizer();
   auto g = schema(json::parse(R"({"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"]})"));
   ASSERT_TRUE(g);
-  auto trie = TokenTrie::for_tokenizer(tok);
+  auto trie = std::make_shared<const TokenTrie>(tok);
   GrammarMatcher m(g, tok, trie);
   std::vector<uint8_t> mask;
   std::mt19937 rng(3);

@@ -54,7 +54,8 @@ Generation::Generation(const Tokenizer& tokenizer, const SamplerParams& sampling
       detok_(tokenizer, options_.render_special),
       stop_(options_.stop) {
   if (options_.grammar)
-    matcher_ = std::make_unique<GrammarMatcher>(options_.grammar, tokenizer, TokenTrie::for_tokenizer(tokenizer));
+    matcher_ = std::make_unique<GrammarMatcher>(
+        options_.grammar, tokenizer, options_.trie ? options_.trie : std::make_shared<const TokenTrie>(tokenizer));
 }
 
 Generation::Generation(const Tokenizer& tokenizer, Sampler& sampler, GenerationOptions options)
@@ -64,7 +65,8 @@ Generation::Generation(const Tokenizer& tokenizer, Sampler& sampler, GenerationO
       detok_(tokenizer, options_.render_special),
       stop_(options_.stop) {
   if (options_.grammar)
-    matcher_ = std::make_unique<GrammarMatcher>(options_.grammar, tokenizer, TokenTrie::for_tokenizer(tokenizer));
+    matcher_ = std::make_unique<GrammarMatcher>(
+        options_.grammar, tokenizer, options_.trie ? options_.trie : std::make_shared<const TokenTrie>(tokenizer));
 }
 
 Generation::~Generation() = default;

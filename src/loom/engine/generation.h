@@ -18,6 +18,7 @@ namespace loom::llm {
 
 class Grammar;
 class GrammarMatcher;
+class TokenTrie;
 
 // Holds back text that might be the beginning of a stop string. Feed text pieces; emit what it
 // returns; after a hit, stopped() is true and nothing more is returned.
@@ -45,6 +46,9 @@ struct GenerationOptions {
   // generation is allowed once the text is complete, and forced ("stop") when nothing can
   // follow it. Text past a stop string still ends generation as usual.
   std::shared_ptr<const Grammar> grammar;
+  // The tokenizer's vocabulary trie (TokenTrie) for the grammar; built for this Generation when
+  // null (pass a shared one when generating many times with one tokenizer).
+  std::shared_ptr<const TokenTrie> trie;
 };
 
 // The rules, in the order next()/push() apply them to a token:

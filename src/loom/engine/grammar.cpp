@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <map>
-#include <mutex>
 
 #include <fmt/format.h>
 
@@ -199,15 +198,6 @@ TokenTrie::TokenTrie(const Tokenizer& tok) : n_vocab_(tok.vocab_size()) {
     nodes_[w.node].n_edges = static_cast<uint32_t>(edges_.size()) - nodes_[w.node].first_edge;
     for (auto it = kids.rbegin(); it != kids.rend(); ++it) stack.push_back(*it);
   }
-}
-
-std::shared_ptr<const TokenTrie> TokenTrie::for_tokenizer(const Tokenizer& tok) {
-  static std::mutex mu;
-  static std::map<const Tokenizer*, std::shared_ptr<const TokenTrie>> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto& slot = cache[&tok];
-  if (!slot) slot = std::make_shared<TokenTrie>(tok);
-  return slot;
 }
 
 // ---- matcher ------------------------------------------------------------------------------

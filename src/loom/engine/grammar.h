@@ -97,12 +97,12 @@ GrammarBuilder::Seq grammar_repeat(GrammarBuilder& b, const GrammarBuilder::Seq&
 // literals are matched as UTF-8 bytes; a class with multi-byte characters is refused.
 Result<std::shared_ptr<const Grammar>> parse_gbnf(std::string_view text, const GrammarLimits& limits = {});
 
-// The vocabulary as a byte trie (each token's text as the detokenizer outputs it), built once
-// per tokenizer and shared. Control tokens, end-of-generation tokens and tokens without text
-// are left out: a grammar never accepts them (end of generation is handled apart).
+// The vocabulary as a byte trie (each token's text as the detokenizer outputs it). Build one per
+// tokenizer and share it (immutable; about 0.1 s for Gemma 3's 262,144 tokens). Control tokens,
+// end-of-generation tokens and tokens without text are left out: a grammar never accepts them
+// (end of generation is handled apart).
 class TokenTrie {
  public:
-  static std::shared_ptr<const TokenTrie> for_tokenizer(const Tokenizer& tok);
   explicit TokenTrie(const Tokenizer& tok);
 
   struct Node {

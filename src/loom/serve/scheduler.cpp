@@ -337,6 +337,10 @@ void Scheduler::admit_locked() {
     gen.render_special = false;
     gen.logprobs = params->logprobs;
     gen.grammar = params->grammar;
+    if (gen.grammar) {
+      if (!trie_) trie_ = std::make_shared<const llm::TokenTrie>(tok_);  // once, at the first grammar
+      gen.trie = trie_;
+    }
     best->gen = std::make_unique<llm::Generation>(tok_, params->sampling, engine_.n_vocab(), std::move(gen));
     best->gen->accept_prompt(params->prompt);
     best->admitted = ++counter;

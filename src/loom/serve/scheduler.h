@@ -177,6 +177,7 @@ class Scheduler {
   std::deque<EmbedWork> embed_queue_;
   bool embedding_ = false;                     // an embeddings request is being computed
   std::unique_ptr<llm::Engine> embed_engine_;  // scheduler thread only
+  std::shared_ptr<const llm::TokenTrie> trie_;  // the vocabulary for grammars; scheduler thread only
   bool can_copy_ = true;  // the backend copies KV cells between slots (until it says it cannot)
   int n_busy_ = 0;
   bool stop_ = false, draining_ = false;
