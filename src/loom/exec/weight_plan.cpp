@@ -31,7 +31,9 @@ WeightPlan WeightPlan::make(const llm::Model& model, ir::TargetKind target, bool
     Entry& e = p.entries_[i];
     e.fast_matvec = mvg && mvg->validate(s).ok();
     s.dims["n_tokens"] = 512;
-    e.mmq = mmq && mmq->validate(s).ok();
+    // The integer matmul where it measured faster than the f16 one on the H200 (Q4_0, Q8_0;
+    // Q4_K ran at 5048 against 5144 tok/s: bench/results/2026-12-03-h200-mmq.json).
+    e.mmq = mmq && (v.type == llm::GgmlType::Q4_0 || v.type == llm::GgmlType::Q8_0) && mmq->validate(s).ok();
     s.dims["xtype"] = 1;
     e.mma = mma && mma->validate(s).ok();
   }

@@ -211,16 +211,16 @@ class MatmulMmqOp final : public OpSpec {
     return {{"warps_m", {1, 2, 4}}, {"warps_n", {1, 2, 4}}, {"k_blocks", kbs}, {"warp_m_tiles", {1, 2, 4}},
             {"warp_n_tiles", {2, 4, 8}}, {"ctas", {0, 1, 2}}};
   }
-  // 128 x 128 CTA tiles of 8 warps (32 rows x 64 tokens each), 128 values per k step, registers
-  // capped for two CTAs per SM: the best of the H200 sweep of the 8B Q4_0 model's pp512
-  // (bench/results/2026-12-03-h200-mmq.json): 7800 tok/s; 64 values per step 6172, one CTA per
-  // SM 7278, 64 x 256 CTA tiles 4515. ctas: the CTAs per SM the registers must leave room for
-  // (0: as many as ptxas gives).
+  // 128 x 64 CTA tiles of 8 warps (32 rows x 32 tokens each), 128 values per k step, registers
+  // capped for two CTAs per SM: the best of the H200 sweeps of the 8B Q4_0 model's pp512
+  // (bench/results/2026-12-03-h200-mmq.json): 9112 tok/s; 32 x 64 warp tiles 7763, 64 values
+  // per step 7052, one CTA per SM 8933, 64 x 128 CTA tiles 7784, 32 x 16 warp tiles 6886.
+  // ctas: the CTAs per SM the registers must leave room for (0: as many as ptxas gives).
   Schedule default_schedule(const Shape& s, ir::TargetKind t) const override {
     if (t != ir::TargetKind::kPtx) return {{"threads", 64}};
     const int64_t nt = s.at("n_tokens"), nb = s.at("n_in") / 32;
     return {{"warps_m", 4}, {"warps_n", nt > 64 ? 2 : 1}, {"k_blocks", nb % 4 == 0 ? 4 : nb % 2 == 0 ? 2 : 1},
-            {"warp_m_tiles", 2}, {"warp_n_tiles", nt > 32 ? 8 : 4}, {"ctas", 2}};
+            {"warp_m_tiles", 2}, {"warp_n_tiles", 4}, {"ctas", 2}};
   }
 
   Result<Generated> generate(const Shape& s, const Schedule& sch, ir::TargetKind target) const override {
