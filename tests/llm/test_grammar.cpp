@@ -118,6 +118,12 @@ TEST(JsonSchema, ArraysEnumsAnyOfRefs) {
   ASSERT_TRUE(tree);
   EXPECT_TRUE(matches(tree, R"({"v":1,"kids":[{"v":2},{"v":3,"kids":[]}]})"));
   EXPECT_FALSE(matches(tree, R"({"v":1,"kids":[{}]})"));
+  // Keywords beside anyOf apply to each branch; enum values keep to the type.
+  auto both = schema(json::parse(R"({"enum":["a","b",3],"anyOf":[{"type":"string"},{"type":"null"}]})"));
+  EXPECT_TRUE(matches(both, R"("a")"));
+  EXPECT_FALSE(matches(both, R"("c")"));
+  EXPECT_FALSE(matches(both, "3"));
+  EXPECT_FALSE(matches(both, "null"));
   auto obj = json_object_grammar();
   EXPECT_TRUE(matches(obj, R"({"a": [1, {"b": null}], "c": "d"})"));
   EXPECT_FALSE(matches(obj, R"([1])"));
@@ -132,7 +138,9 @@ TEST(JsonSchema, HostileSchemasAreRefused) {
   refused(R"({"type":"string","pattern":"a+"})", "'pattern' is not supported");
   refused(R"({"type":"integer","minimum":5,"maximum":1})", "admit no value");
   refused(R"({"type":"array","minItems":3,"maxItems":1})", "greater than maxItems");
-  refused(R"({"enum":[]})", "empty 'enum'");
+  refused(R"({"enum":[]})", "admits no value");
+  refused(R"({"type":"string","enum":[1,2]})", "admits no value");
+  refused(R"({"type":"string","const":1})", "admits no value");
   refused(R"({"$ref":"#/$defs/a","$defs":{"a":{"$ref":"#/$defs/a"}}})", "left-recursive");
   refused(R"({"$ref":"https://example.com/s.json"})", "only local $ref");
   refused(R"({"type":"object","required":["x"],"additionalProperties":false})", "additionalProperties is false");
@@ -144,6 +152,11 @@ TEST(JsonSchema, HostileSchemasAreRefused) {
   json wide = {{"type", "object"}, {"properties", json::object()}};
   for (int i = 0; i < 3000; ++i) wide["properties"]["p" + std::to_string(i)] = {{"type", "integer"}};
   refused(wide.dump(), "too many properties");
+  // anyOf branches each repeating a large sibling enum: refused as it grows, not after.
+  json multiplied = {{"enum", json::array()}, {"anyOf", json::array()}};
+  for (int i = 0; i < 500; ++i) multiplied["enum"].push_back(std::string(1000, 'a') + std::to_string(i));
+  for (int i = 0; i < 500; ++i) multiplied["anyOf"].push_back({{"type", "string"}});
+  refused(multiplied.dump(), "too large");
   // Recursion through properties is fine (it consumes input) and stays small.
   EXPECT_TRUE(json_schema_grammar_text(R"({"type":"object","properties":{"x":{"$ref":"#"}}})").ok());
 }

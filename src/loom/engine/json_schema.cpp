@@ -94,6 +94,37 @@ void nonneg_range(GrammarBuilder& b, int64_t lo, int64_t hi, Seq prefix, std::ve
   }
 }
 
+bool annotation_keyword(std::string_view k) {
+  static const std::set<std::string, std::less<>> a = {
+      "title", "description", "$schema", "$id", "$comment", "default", "examples", "deprecated", "readOnly",
+      "writeOnly", "$defs", "definitions", "format", "contentMediaType", "contentEncoding", "strict", "name"};
+  return a.count(k) > 0;
+}
+
+// Whether a const/enum value has the schema's `type` (when it names one or several).
+bool of_type(const json& v, const json& s) {
+  auto t = s.find("type");
+  if (t == s.end()) return true;
+  auto one = [&](const json& name) {
+    if (!name.is_string()) return true;
+    const std::string n = name.get<std::string>();
+    if (n == "string") return v.is_string();
+    if (n == "integer") return v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
+    if (n == "number") return v.is_number();
+    if (n == "boolean") return v.is_boolean();
+    if (n == "null") return v.is_null();
+    if (n == "object") return v.is_object();
+    if (n == "array") return v.is_array();
+    return true;
+  };
+  if (t->is_array()) {
+    for (const json& n : *t)
+      if (one(n)) return true;
+    return false;
+  }
+  return one(*t);
+}
+
 }  // namespace
 
 JsonGrammar::JsonGrammar(SchemaLimits limits) : lim_(limits) {}
@@ -191,6 +222,16 @@ uint32_t JsonGrammar::any_object() {
   return obj_;
 }
 
+// The grammar's size so far against the build limits, checked as it grows (a schema that
+// multiplies work, such as anyOf branches that each repeat a large sibling, stops early).
+Status JsonGrammar::check_size() const {
+  const GrammarLimits g;
+  if (b_.n_rules() > g.max_rules || b_.n_items() > g.max_elems)
+    return invalid_argument("the schema is too large (its grammar passes {} rules or {} elements)", g.max_rules,
+                            g.max_elems);
+  return Status();
+}
+
 Result<uint32_t> JsonGrammar::literal(const json& value, const std::string& where) {
   const std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
   if (text.size() > lim_.max_literal)
@@ -234,6 +275,7 @@ Result<json> merge_all_of(const json& s, const std::string& where) {
 Result<uint32_t> JsonGrammar::compile(const json& s, const std::string& where, int depth) {
   if (depth > lim_.max_depth) return invalid_argument("at {}: the schema nests deeper than {} levels", where, lim_.max_depth);
   if (++nodes_ > lim_.max_nodes) return invalid_argument("the schema is too large (more than {} subschemas)", lim_.max_nodes);
+  LOOM_RETURN_IF_ERROR(check_size());
   if (s.is_boolean()) {
     if (s.get<bool>()) return any_value();
     return invalid_argument("at {}: the schema 'false' admits no value", where);
@@ -274,7 +316,8 @@ Result<uint32_t> JsonGrammar::compile(const json& s, const std::string& where, i
     if (it->size() > lim_.max_enum) return invalid_argument("at {}: '{}' has too many members", where, key);
     json rest = s;
     rest.erase(key);
-    const bool siblings = rest.contains("type") || rest.contains("properties") || rest.contains("items");
+    bool siblings = false;  // validation keywords beside anyOf apply to every branch
+    for (const auto& [k, v] : rest.items()) siblings = siblings || !annotation_keyword(k);
     std::vector<Seq> alts;
     for (size_t i = 0; i < it->size(); ++i) {
       json branch = (*it)[i];
@@ -289,16 +332,25 @@ Result<uint32_t> JsonGrammar::compile(const json& s, const std::string& where, i
     // oneOf is compiled as anyOf: a value matching two members is not excluded.
     return b_.add(key, std::move(alts));
   }
-  if (auto it = s.find("const"); it != s.end()) return literal(*it, where);
+  if (auto it = s.find("const"); it != s.end()) {
+    // A value of another type admits nothing: an empty rule (the whole schema is refused only
+    // when nothing else is left, e.g. not when it is one branch of an anyOf).
+    if (!of_type(*it, s)) return b_.add("none", {});
+    return literal(*it, where);
+  }
   if (auto it = s.find("enum"); it != s.end()) {
     if (!it->is_array()) return invalid_argument("at {}: 'enum' must be an array", where);
-    if (it->empty()) return invalid_argument("at {}: an empty 'enum' admits no value", where);
     if (it->size() > lim_.max_enum)
       return invalid_argument("at {}: 'enum' has {} values (at most {})", where, it->size(), lim_.max_enum);
     std::vector<Seq> alts;
+    size_t kept = 0;
+    for (const json& v : *it) kept += of_type(v, s);
+    if (kept == 0) return b_.add("none", {});
     for (const json& v : *it) {
+      if (!of_type(v, s)) continue;
       LOOM_ASSIGN_OR_RETURN(uint32_t r, literal(v, where));
       alts.push_back({B::ref(r)});
+      LOOM_RETURN_IF_ERROR(check_size());
     }
     return b_.add("enum", std::move(alts));
   }

@@ -29,7 +29,7 @@ struct SchemaLimits {
   size_t max_properties = 256;   // properties of one object
   int max_items = 256;           // minItems, and items unrolled for maxItems
   int max_length = 1024;         // minLength, and characters unrolled for maxLength
-  size_t max_literal = 4096;     // bytes of one const/enum value
+  size_t max_literal = 1024;     // bytes of one const/enum value
 };
 
 // Builds the grammar of values of one or more schemas into a GrammarBuilder that the caller may
@@ -56,6 +56,7 @@ class JsonGrammar {
   Result<uint32_t> compile_number(const nlohmann::ordered_json& s, const std::string& where, bool integer);
   Result<uint32_t> literal(const nlohmann::ordered_json& value, const std::string& where);
   uint32_t chr();
+  Status check_size() const;
 
   SchemaLimits lim_;
   GrammarBuilder b_;
