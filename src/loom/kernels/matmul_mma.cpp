@@ -32,9 +32,6 @@ using mma::MFormat;
 using mma::Unpack16;
 using mma::WLayout;
 
-const Type kF32 = Type::scalar(Scalar::kF32);
-const Type kF16 = Type::scalar(Scalar::kF16);
-
 // Activations as f16 (shape dim xtype = 1, the GGUF F16 type number): converted once per step by
 // quantize_act instead of in every CTA that reads them, at half the bytes. Absent or 0: f32.
 bool x_is_f16(const Shape& s) { return s.dims.count("xtype") && s.at("xtype") == 1; }
@@ -275,9 +272,9 @@ class MatmulMmaOp final : public OpSpec {
                               std::vector<Value*> wv = dequant16(b, wt, w, L, r, k0);
                               Value* a = it[0];
                               for (int i = 0; i < 16; ++i) {
-                                Value* wh = b.convert(b.convert(wv[static_cast<size_t>(i)], kF16), kF32);
+                                Value* wh = b.convert(b.convert(wv[static_cast<size_t>(i)], ty::f16), ty::f32);
                                 Value* xv = b.load(x, b.add(xrow, b.addc(k0, i)));
-                                Value* xh = b.convert(xh16 ? xv : b.convert(xv, kF16), kF32);
+                                Value* xh = b.convert(xh16 ? xv : b.convert(xv, ty::f16), ty::f32);
                                 a = b.fma(wh, xh, a);
                               }
                               return std::vector<Value*>{a};
@@ -383,7 +380,7 @@ class MatmulMmaOp final : public OpSpec {
             std::vector<Value*> lanes;
             for (int i = 0; i < 8; ++i) {
               Value* e = v[static_cast<size_t>(8 * h + i)];
-              lanes.push_back(packed ? e : b.convert(e, kF16));
+              lanes.push_back(packed ? e : b.convert(e, ty::f16));
             }
             b.store(pw, i32c(j * threads / c16 * stride + 8 * h), b.build(lanes), 16);
           }
@@ -396,7 +393,7 @@ class MatmulMmaOp final : public OpSpec {
           } else {
             std::vector<Value*> lanes;
             for (int p = 0; p < 2; ++p)
-              for (int i = 0; i < 4; ++i) lanes.push_back(b.convert(b.extract(xv[static_cast<size_t>(2 * j + p)], i), kF16));
+              for (int i = 0; i < 4; ++i) lanes.push_back(b.convert(b.extract(xv[static_cast<size_t>(2 * j + p)], i), ty::f16));
             val = b.build(lanes);
           }
           b.store(px, i32c(j * threads / c8 * stride), val, 16);
@@ -539,7 +536,7 @@ class MatmulMmaOp final : public OpSpec {
         std::vector<Value*> v = dequant16(b, wt, w, L, r, b.add(kk, b.mulc(hf, 16)));
         for (int h = 0; h < 2; ++h) {
           std::vector<Value*> lanes;
-          for (int i = 0; i < 8; ++i) lanes.push_back(b.convert(v[static_cast<size_t>(8 * h + i)], kF16));
+          for (int i = 0; i < 8; ++i) lanes.push_back(b.convert(v[static_cast<size_t>(8 * h + i)], ty::f16));
           b.store(ws, b.add(b.mulc(lr, stride), b.addc(b.mulc(hf, 16), 8 * h)), b.build(lanes), 16);
         }
       });
@@ -556,8 +553,8 @@ class MatmulMmaOp final : public OpSpec {
         Value* xv = b.load(x, xi, Type::vector(Scalar::kF32, 4), 16);
         Value* xv2 = b.load(x, b.addc(xi, 4), Type::vector(Scalar::kF32, 4), 16);
         std::vector<Value*> lanes;
-        for (int i = 0; i < 4; ++i) lanes.push_back(b.convert(b.extract(xv, i), kF16));
-        for (int i = 0; i < 4; ++i) lanes.push_back(b.convert(b.extract(xv2, i), kF16));
+        for (int i = 0; i < 4; ++i) lanes.push_back(b.convert(b.extract(xv, i), ty::f16));
+        for (int i = 0; i < 4; ++i) lanes.push_back(b.convert(b.extract(xv2, i), ty::f16));
         b.store(xs, b.add(b.mulc(lt, stride), b.mulc(qt, 8)), b.build(lanes), 16);
       });
       b.barrier();

@@ -38,12 +38,6 @@ using ir::Type;
 using ir::Value;
 using llm::GgmlType;
 
-const Type kI32 = Type::scalar(Scalar::kI32);
-const Type kU32 = Type::scalar(Scalar::kU32);
-const Type kF32 = Type::scalar(Scalar::kF32);
-const Type kF16 = Type::scalar(Scalar::kF16);
-const Type kI64 = Type::scalar(Scalar::kI64);
-
 constexpr int kXBlockBytes = 36;  // Q8_1: f16 d, f16 s, 32 signed bytes
 
 // Weight formats. The kernel walks k in units of 32 values: a Q4_0 / Q8_0 block, or one of the
@@ -64,7 +58,7 @@ bool q_format(GgmlType t, QFormat* f) {
 
 bool is_planar(const Shape& s) { return s.dims.count("planar") && s.at("planar") == 1; }
 
-Value* f16_bits_to_f32(Emit& b, Value* h) { return b.convert(b.bitcast(h, kF16), kF32); }
+Value* f16_bits_to_f32(Emit& b, Value* h) { return b.convert(b.bitcast(h, ty::f16), ty::f32); }
 
 // Unit `unit` (i64, 0 .. n_in / 32) of row `r` (i32), its loads issued now. words() gives its
 // quant words as staged (Q4_0: the 4 nibble words; Q8_0: 8 signed-byte words; Q4_K: the unit's
@@ -82,9 +76,9 @@ UnitLoad load_unit(Emit& b, GgmlType wt, Value* w, bool planar, int64_t rows, in
   UnitLoad out;
   if (wt == GgmlType::Q4_K) {
     Value* sb = b.div(unit, b.i64(8));
-    Value* sub = b.convert(b.rem(unit, b.i64(8)), kI32);
-    Value* g = b.add(b.mul(b.convert(r, kI64), b.i64(nb)), sb);
-    Value* pp = b.convert(b.div(sub, b.i32(2)), kI64);
+    Value* sub = b.convert(b.rem(unit, b.i64(8)), ty::i32);
+    Value* g = b.add(b.mul(b.convert(r, ty::i64), b.i64(nb)), sb);
+    Value* pp = b.convert(b.div(sub, b.i32(2)), ty::i64);
     std::vector<Value*> v;
     for (int h = 0; h < 2; ++h) {  // qs bytes 32 pp + 16 h .. +15
       Value* at = planar ? b.mul(b.add(b.mul(b.add(b.mulc(pp, 2), b.i64(h)), b.i64(nblk)), g), b.i64(16))
@@ -92,52 +86,52 @@ UnitLoad load_unit(Emit& b, GgmlType wt, Value* w, bool planar, int64_t rows, in
       v.push_back(b.load_at(w, at, Type::vector(Scalar::kU32, 4), 16));
     }
     Value* hdr = planar ? b.add(b.i64(8 * 16 * nblk), b.mul(g, b.i64(16))) : b.mul(g, b.i64(144));
-    Value* dd = b.load_at(w, hdr, kU32, 4);  // d | dmin << 16
+    Value* dd = b.load_at(w, hdr, ty::u32, 4);  // d | dmin << 16
     // get_scale_min_k4 reads scale bytes j % 4, j % 4 + 4 and j % 4 + 8.
-    Value* j4 = b.convert(b.rem(sub, b.i32(4)), kI64);
+    Value* j4 = b.convert(b.rem(sub, b.i32(4)), ty::i64);
     std::vector<Value*> q;
     for (int o : {4, 8, 12}) q.push_back(b.load_at(w, b.add(hdr, b.add(j4, b.i64(o))), Type::scalar(Scalar::kU8), 1));
     out.words = [&b, v, sub] {
-      Value* sh = b.convert(b.mulc(b.rem(sub, b.i32(2)), 4), kU32);
+      Value* sh = b.convert(b.mulc(b.rem(sub, b.i32(2)), 4), ty::u32);
       std::vector<Value*> ws;
       for (Value* p : v)
-        for (int i = 0; i < 4; ++i) ws.push_back(b.bitcast(b.andc(b.shr(b.extract(p, i), sh), 0x0F0F0F0F), kI32));
+        for (int i = 0; i < 4; ++i) ws.push_back(b.bitcast(b.andc(b.shr(b.extract(p, i), sh), 0x0F0F0F0F), ty::i32));
       return ws;
     };
     out.scales = [&b, dd, q, sub] {
-      Value* d = f16_bits_to_f32(b, b.convert(b.andc(dd, 0xFFFF), Type::scalar(Scalar::kU16)));
-      Value* dmin = f16_bits_to_f32(b, b.convert(b.shrc(dd, 16), Type::scalar(Scalar::kU16)));
-      Value* a = b.convert(q[0], kI32), *bb = b.convert(q[1], kI32), *c = b.convert(q[2], kI32);
+      Value* d = f16_bits_to_f32(b, b.convert(b.andc(dd, 0xFFFF), ty::u16));
+      Value* dmin = f16_bits_to_f32(b, b.convert(b.shrc(dd, 16), ty::u16));
+      Value* a = b.convert(q[0], ty::i32), *bb = b.convert(q[1], ty::i32), *c = b.convert(q[2], ty::i32);
       Value* lo = b.cmp(Mode::kLt, sub, b.i32(4));
       Value* sc = b.select(lo, b.andc(a, 63), b.bit_or(b.andc(c, 0xF), b.shlc(b.shrc(a, 6), 4)));
       Value* mn = b.select(lo, b.andc(bb, 63), b.bit_or(b.shrc(c, 4), b.shlc(b.shrc(bb, 6), 4)));
-      return std::pair<Value*, Value*>{b.mul(d, b.convert(sc, kF32)), b.mul(dmin, b.convert(mn, kF32))};
+      return std::pair<Value*, Value*>{b.mul(d, b.convert(sc, ty::f32)), b.mul(dmin, b.convert(mn, ty::f32))};
     };
     return out;
   }
-  Value* g = b.add(b.mul(b.convert(r, kI64), b.i64(nb)), unit);
+  Value* g = b.add(b.mul(b.convert(r, ty::i64), b.i64(nb)), unit);
   Value* d;
   if (planar) {
     const int pieces = f.words / 4;
     std::vector<Value*> v;
     for (int p = 0; p < pieces; ++p)
       v.push_back(b.load_at(w, b.add(b.i64(16 * p * nblk), b.mul(g, b.i64(16))), Type::vector(Scalar::kU32, 4), 16));
-    d = b.load_at(w, b.add(b.i64(16 * pieces * nblk), b.mul(g, b.i64(2))), Type::scalar(Scalar::kU16), 2);
+    d = b.load_at(w, b.add(b.i64(16 * pieces * nblk), b.mul(g, b.i64(2))), ty::u16, 2);
     out.words = [&b, v] {
       std::vector<Value*> ws;
       for (Value* p : v)
-        for (int i = 0; i < 4; ++i) ws.push_back(b.bitcast(b.extract(p, i), kI32));
+        for (int i = 0; i < 4; ++i) ws.push_back(b.bitcast(b.extract(p, i), ty::i32));
       return ws;
     };
   } else {
     Value* base = b.mul(g, b.i64(f.block_bytes));
-    d = b.load_at(w, base, Type::scalar(Scalar::kU16), 2);
+    d = b.load_at(w, base, ty::u16, 2);
     std::vector<Value*> h;
-    for (int i = 0; i < 2 * f.words; ++i) h.push_back(b.load_at(w, b.add(base, b.i64(2 + 2 * i)), Type::scalar(Scalar::kU16), 2));
+    for (int i = 0; i < 2 * f.words; ++i) h.push_back(b.load_at(w, b.add(base, b.i64(2 + 2 * i)), ty::u16, 2));
     out.words = [&b, h] {
       std::vector<Value*> ws;
       for (size_t i = 0; i < h.size(); i += 2)
-        ws.push_back(b.bitcast(b.bit_or(b.convert(h[i], kU32), b.shlc(b.convert(h[i + 1], kU32), 16)), kI32));
+        ws.push_back(b.bitcast(b.bit_or(b.convert(h[i], ty::u32), b.shlc(b.convert(h[i + 1], ty::u32), 16)), ty::i32));
       return ws;
     };
   }
@@ -148,12 +142,11 @@ UnitLoad load_unit(Emit& b, GgmlType wt, Value* w, bool planar, int64_t rows, in
 // Four nibbles (bytes 0..15 of u32 `u`) as the signed bytes q - 8: per byte (q | 0x80) - 8
 // borrows nothing from its neighbour, and flipping bit 7 back gives q - 8 in two's complement.
 Value* nibbles_to_s8(Emit& b, Value* u) {
-  return b.bitcast(b.bit_xor(b.sub(b.bit_or(u, b.c(kU32, 0x80808080)), b.c(kU32, 0x08080808)), b.c(kU32, 0x80808080)), kI32);
+  return b.bitcast(b.bit_xor(b.sub(b.bit_or(u, b.c(ty::u32, 0x80808080)), b.c(ty::u32, 0x08080808)), b.c(ty::u32, 0x80808080)), ty::i32);
 }
 // The low (elements 4q..4q+3 of a Q4_0 block) and high (16+4q..) nibbles of quant word `w`.
-Value* lo_s8(Emit& b, Value* w) { return nibbles_to_s8(b, b.andc(b.bitcast(w, kU32), 0x0F0F0F0F)); }
-Value* hi_s8(Emit& b, Value* w) { return nibbles_to_s8(b, b.andc(b.shrc(b.bitcast(w, kU32), 4), 0x0F0F0F0F)); }
-
+Value* lo_s8(Emit& b, Value* w) { return nibbles_to_s8(b, b.andc(b.bitcast(w, ty::u32), 0x0F0F0F0F)); }
+Value* hi_s8(Emit& b, Value* w) { return nibbles_to_s8(b, b.andc(b.shrc(b.bitcast(w, ty::u32), 4), 0x0F0F0F0F)); }
 
 class MatmulMmqOp final : public OpSpec {
  public:
@@ -346,21 +339,21 @@ class MatmulMmqOp final : public OpSpec {
     b.if_then_else(b.cmp(Mode::kLt, r, b.i32(static_cast<int32_t>(n_out))), {}, [&] {
       auto acc = b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(nb)), b.i32(1), {b.f32(0)},
                             [&](Value* blk, std::span<Value* const> it) {
-        UnitLoad wl = load_unit(b, wt, w, is_planar(s), n_out, n_in, r, b.convert(blk, kI64));
+        UnitLoad wl = load_unit(b, wt, w, is_planar(s), n_out, n_in, r, b.convert(blk, ty::i64));
         std::vector<Value*> ww = wl.words();
-        Value* xb = b.mul(b.convert(b.add(b.mul(t, b.i32(static_cast<int32_t>(nb))), blk), kI64), b.i64(kXBlockBytes));
-        Value* x0 = b.bitcast(b.load_at(xq, xb, kI32, 4), kU32);
-        Value* dx = f16_bits_to_f32(b, b.convert(b.andc(x0, 0xFFFF), Type::scalar(Scalar::kU16)));
+        Value* xb = b.mul(b.convert(b.add(b.mul(t, b.i32(static_cast<int32_t>(nb))), blk), ty::i64), b.i64(kXBlockBytes));
+        Value* x0 = b.bitcast(b.load_at(xq, xb, ty::i32, 4), ty::u32);
+        Value* dx = f16_bits_to_f32(b, b.convert(b.andc(x0, 0xFFFF), ty::u16));
         Value* isum = b.i32(0);
         for (int i = 0; i < 8; ++i) {
-          Value* xw = b.load_at(xq, b.add(xb, b.i64(4 + 4 * i)), kI32, 4);
+          Value* xw = b.load_at(xq, b.add(xb, b.i64(4 + 4 * i)), ty::i32, 4);
           Value* wv = wt == GgmlType::Q4_0 ? (i < 4 ? lo_s8(b, ww[static_cast<size_t>(i)]) : hi_s8(b, ww[static_cast<size_t>(i - 4)]))
                                            : ww[static_cast<size_t>(i)];
           isum = b.dot4(wv, xw, isum);
         }
         auto [dw, dm] = wl.scales();
-        Value* a = b.fma(b.mul(dw, dx), b.convert(isum, kF32), it[0]);
-        if (dm) a = b.sub(a, b.mul(dm, f16_bits_to_f32(b, b.convert(b.shrc(x0, 16), Type::scalar(Scalar::kU16)))));
+        Value* a = b.fma(b.mul(dw, dx), b.convert(isum, ty::f32), it[0]);
+        if (dm) a = b.sub(a, b.mul(dm, f16_bits_to_f32(b, b.convert(b.shrc(x0, 16), ty::u16))));
         return std::vector<Value*>{a};
       });
       b.store(y, b.add(b.mul(t, b.i32(static_cast<int32_t>(n_out))), r), acc[0]);
@@ -459,7 +452,7 @@ class MatmulMmqOp final : public OpSpec {
         Value* lr = b.div(it, i32c(kb));
         Value* lb = b.rem(it, i32c(kb));
         Value* r = b.min(b.add(m0, lr), i32c(n_out - 1));
-        UnitLoad ul = load_unit(b, wt, w, is_planar(s), n_out, n_in, r, b.convert(b.add(kblk, lb), kI64));
+        UnitLoad ul = load_unit(b, wt, w, is_planar(s), n_out, n_in, r, b.convert(b.add(kblk, lb), ty::i64));
         st->stores.push_back([&b, &guarded, ul, lr, lb, valid, sw, nw, bm, wq, wd, wmn] {
           std::vector<Value*> ws = ul.words();
           auto [d, dm] = ul.scales();
@@ -479,18 +472,18 @@ class MatmulMmqOp final : public OpSpec {
         Value* lt = b.div(it, i32c(kb));
         Value* lb = b.rem(it, i32c(kb));
         Value* t = b.min(b.add(n0, lt), i32c(nt - 1));
-        Value* base = b.mul(b.convert(b.add(b.mul(t, i32c(nb)), b.add(kblk, lb)), kI64), b.i64(kXBlockBytes));
+        Value* base = b.mul(b.convert(b.add(b.mul(t, i32c(nb)), b.add(kblk, lb)), ty::i64), b.i64(kXBlockBytes));
         std::vector<Value*> words;
-        for (int i = 0; i < 9; ++i) words.push_back(b.load_at(xq, b.add(base, b.i64(4 * i)), kI32, 4));
+        for (int i = 0; i < 9; ++i) words.push_back(b.load_at(xq, b.add(base, b.i64(4 * i)), ty::i32, 4));
         st->stores.push_back([&b, &guarded, words, lt, lb, valid, sx, bn, xs, xd, xm] {
           guarded(valid, [&] {
-            Value* x0 = b.bitcast(words[0], kU32);
+            Value* x0 = b.bitcast(words[0], ty::u32);
             // words q and q + 4 side by side: one 8-byte load gives a B fragment.
             for (int h = 0; h < 2; ++h)
               b.store(xs, b.add(b.mulc(lt, sx), b.addc(b.mulc(lb, 8), 4 * h)),
                       b.build({words[1 + 2 * h], words[5 + 2 * h], words[2 + 2 * h], words[6 + 2 * h]}), 16);
-            b.store(xd, b.add(b.mulc(lb, bn), lt), f16_bits_to_f32(b, b.convert(b.andc(x0, 0xFFFF), Type::scalar(Scalar::kU16))));
-            if (xm) b.store(xm, b.add(b.mulc(lb, bn), lt), f16_bits_to_f32(b, b.convert(b.shrc(x0, 16), Type::scalar(Scalar::kU16))));
+            b.store(xd, b.add(b.mulc(lb, bn), lt), f16_bits_to_f32(b, b.convert(b.andc(x0, 0xFFFF), ty::u16)));
+            if (xm) b.store(xm, b.add(b.mulc(lb, bn), lt), f16_bits_to_f32(b, b.convert(b.shrc(x0, 16), ty::u16)));
           });
         });
       }
@@ -545,7 +538,7 @@ class MatmulMmqOp final : public OpSpec {
             const size_t ai = static_cast<size_t>(mt * ntiles + n8);
             std::vector<Value*> lanes;
             for (int i = 0; i < 4; ++i) {
-              Value* fi = b.sub(b.bitcast(b.extract(c, i), kF32), magic);
+              Value* fi = b.sub(b.bitcast(b.extract(c, i), ty::f32), magic);
               Value* scale = b.mul(i / 2 ? dw8[m] : dw0[m], b.extract(dx, i % 2));
               Value* prev = b.extract(a[ai], i);
               // Q4_K: minus (dmin m) s_x first, then plus (d sc) d_x i.

@@ -11,12 +11,6 @@ using ir::Type;
 using ir::Value;
 using llm::GgmlType;
 
-const Type kI32 = Type::scalar(Scalar::kI32);
-const Type kU32 = Type::scalar(Scalar::kU32);
-const Type kF32 = Type::scalar(Scalar::kF32);
-const Type kF16 = Type::scalar(Scalar::kF16);
-const Type kI64 = Type::scalar(Scalar::kI64);
-
 // Byte address (i64) of GGUF in-block offset `off` (i64) of block `blk` (i64) of row `r` (i32).
 // `header`: off lies in the block's planar header (else in its body); only planar cares.
 Value* block_byte(Emit& b, const WLayout& L, Value* r, Value* blk, Value* off, bool header) {
@@ -67,10 +61,10 @@ Unpack16 dequant16_split(Emit& b, GgmlType t, Value* w, const WLayout& L, Value*
   auto halves8 = [&](Value* off) -> std::function<std::vector<Value*>()> {
     if (!L.planar) {
       std::vector<Value*> h;
-      for (int i = 0; i < 8; ++i) h.push_back(b.load_at(w, body(at(off, 2 * i)), Type::scalar(Scalar::kU16), 2));
+      for (int i = 0; i < 8; ++i) h.push_back(b.load_at(w, body(at(off, 2 * i)), ty::u16, 2));
       return [&b, h] {
         std::vector<Value*> u;
-        for (Value* v : h) u.push_back(b.convert(v, kU32));
+        for (Value* v : h) u.push_back(b.convert(v, ty::u32));
         return u;
       };
     }
@@ -88,19 +82,19 @@ Unpack16 dequant16_split(Emit& b, GgmlType t, Value* w, const WLayout& L, Value*
     case GgmlType::Q4_0:
     case GgmlType::Q8_0: {
       const bool q8 = t == GgmlType::Q8_0;
-      blk = b.convert(b.div(k0, b.i32(32)), kI64);
+      blk = b.convert(b.div(k0, b.i32(32)), ty::i64);
       Value* half = b.rem(b.div(k0, b.i32(16)), b.i32(2));
-      Value* dh = b.load_at(w, hdr(b.i64(0)), Type::scalar(Scalar::kU16), 2);
+      Value* dh = b.load_at(w, hdr(b.i64(0)), ty::u16, 2);
       if (q8) {
-        auto hs = halves8(at(b.mul(b.convert(half, kI64), b.i64(16)), 2));
+        auto hs = halves8(at(b.mul(b.convert(half, ty::i64), b.i64(16)), 2));
         return [&b, dh, hs] {
           std::vector<Value*> out;
-          Value* d = b.convert(b.bitcast(dh, kF16), kF32);
+          Value* d = b.convert(b.bitcast(dh, ty::f16), ty::f32);
           const std::vector<Value*> h8 = hs();
           for (Value* h : h8)
             for (int j = 0; j < 2; ++j) {
-              Value* q = b.shrc(b.shlc(b.bitcast(h, kI32), 24 - 8 * j), 24);
-              out.push_back(b.mul(d, b.convert(q, kF32)));
+              Value* q = b.shrc(b.shlc(b.bitcast(h, ty::i32), 24 - 8 * j), 24);
+              out.push_back(b.mul(d, b.convert(q, ty::f32)));
             }
           return out;
         };
@@ -111,16 +105,16 @@ Unpack16 dequant16_split(Emit& b, GgmlType t, Value* w, const WLayout& L, Value*
         Value* v = b.load_at(w, body(b.i64(2)), Type::vector(Scalar::kU32, 4), 16);
         return [&b, dh, v, half] {
           const Type h2 = Type::vector(Scalar::kF16, 2);
-          Value* d = b.bitcast(dh, kF16);
+          Value* d = b.bitcast(dh, ty::f16);
           Value* d2 = b.build({d, d});
           Value* bias = b.const_float(h2, 1032.0);
-          Value* sh = b.convert(b.mulc(half, 4), kU32);
+          Value* sh = b.convert(b.mulc(half, 4), ty::u32);
           std::vector<Value*> out;
           for (int m = 0; m < 4; ++m) {
             Value* wd = b.shr(b.extract(v, m), sh);
             // bytes 0 and 2 (elements 4m, 4m + 2), then bytes 1 and 3 (4m + 1, 4m + 3)
-            Value* a = b.bitcast(b.bit_or(b.andc(wd, 0x000F000F), b.c(kU32, 0x64006400)), h2);
-            Value* c = b.bitcast(b.bit_or(b.andc(b.shrc(wd, 8), 0x000F000F), b.c(kU32, 0x64006400)), h2);
+            Value* a = b.bitcast(b.bit_or(b.andc(wd, 0x000F000F), b.c(ty::u32, 0x64006400)), h2);
+            Value* c = b.bitcast(b.bit_or(b.andc(b.shrc(wd, 8), 0x000F000F), b.c(ty::u32, 0x64006400)), h2);
             a = b.mul(b.sub(a, bias), d2);
             c = b.mul(b.sub(c, bias), d2);
             out.push_back(b.extract(a, 0));
@@ -134,40 +128,40 @@ Unpack16 dequant16_split(Emit& b, GgmlType t, Value* w, const WLayout& L, Value*
       auto hs = halves8(b.i64(2));
       return [&b, dh, hs, half] {
         std::vector<Value*> out;
-        Value* d = b.convert(b.bitcast(dh, kF16), kF32);
-        Value* sh = b.convert(b.mulc(half, 4), kU32);
+        Value* d = b.convert(b.bitcast(dh, ty::f16), ty::f32);
+        Value* sh = b.convert(b.mulc(half, 4), ty::u32);
         for (Value* h : hs())
           for (int j = 0; j < 2; ++j) {
             Value* q = b.andc(b.shr(b.shrc(h, 8 * j), sh), 0xF);
-            out.push_back(b.mul(d, b.convert(b.addc(b.bitcast(q, kI32), -8), kF32)));
+            out.push_back(b.mul(d, b.convert(b.addc(b.bitcast(q, ty::i32), -8), ty::f32)));
           }
         return out;
       };
     }
     case GgmlType::Q4_K: {
-      blk = b.convert(b.div(k0, b.i32(256)), kI64);
+      blk = b.convert(b.div(k0, b.i32(256)), ty::i64);
       Value* sub = b.rem(b.div(k0, b.i32(32)), b.i32(8));   // sub-block j
       Value* half = b.rem(b.div(k0, b.i32(16)), b.i32(2));  // which 16 of its 32
-      Value* dh = b.load_at(w, hdr(b.i64(0)), Type::scalar(Scalar::kU16), 2);
-      Value* dminh = b.load_at(w, hdr(b.i64(2)), Type::scalar(Scalar::kU16), 2);
+      Value* dh = b.load_at(w, hdr(b.i64(0)), ty::u16, 2);
+      Value* dminh = b.load_at(w, hdr(b.i64(2)), ty::u16, 2);
       // get_scale_min_k4: j < 4: sc = q[j] & 63, m = q[j+4] & 63; else from the high bits.
       Value* jlo = b.rem(sub, b.i32(4));
       Value* sbase = b.i64(4);
       auto u8 = [&](Value* off) { return b.load_at(w, off, Type::scalar(Scalar::kU8), 1); };
-      Value* qa = u8(hdr(b.add(sbase, b.convert(jlo, kI64))));                   // q[j % 4]
-      Value* qb = u8(hdr(b.add(sbase, b.convert(b.addc(jlo, 4), kI64))));        // q[j % 4 + 4]
-      Value* qc = u8(hdr(b.add(sbase, b.convert(b.addc(jlo, 8), kI64))));        // q[j % 4 + 8]
+      Value* qa = u8(hdr(b.add(sbase, b.convert(jlo, ty::i64))));                   // q[j % 4]
+      Value* qb = u8(hdr(b.add(sbase, b.convert(b.addc(jlo, 4), ty::i64))));        // q[j % 4 + 4]
+      Value* qc = u8(hdr(b.add(sbase, b.convert(b.addc(jlo, 8), ty::i64))));        // q[j % 4 + 8]
       // qs chunk sub/2 (32 bytes at 16 + 32 * (sub/2)); low nibbles for even sub, high for odd.
-      Value* qoff = b.add(b.i64(16), b.convert(b.add(b.mulc(b.div(sub, b.i32(2)), 32), b.mulc(half, 16)), kI64));
+      Value* qoff = b.add(b.i64(16), b.convert(b.add(b.mulc(b.div(sub, b.i32(2)), 32), b.mulc(half, 16)), ty::i64));
       // The scale and offset of the sub-block, ds = d * sc and dm = dmin * m (exact in f32).
       auto scales = [&b, dh, dminh, qa, qb, qc, sub] {
-        Value* d = b.convert(b.bitcast(dh, kF16), kF32);
-        Value* dmin = b.convert(b.bitcast(dminh, kF16), kF32);
-        Value* a = b.convert(qa, kI32), *bb = b.convert(qb, kI32), *c = b.convert(qc, kI32);
+        Value* d = b.convert(b.bitcast(dh, ty::f16), ty::f32);
+        Value* dmin = b.convert(b.bitcast(dminh, ty::f16), ty::f32);
+        Value* a = b.convert(qa, ty::i32), *bb = b.convert(qb, ty::i32), *c = b.convert(qc, ty::i32);
         Value* lo = b.cmp(Mode::kLt, sub, b.i32(4));
         Value* sc = b.select(lo, b.andc(a, 63), b.bit_or(b.andc(c, 0xF), b.shlc(b.shrc(a, 6), 4)));
         Value* mn = b.select(lo, b.andc(bb, 63), b.bit_or(b.shrc(c, 4), b.shlc(b.shrc(bb, 6), 4)));
-        return std::pair<Value*, Value*>{b.mul(d, b.convert(sc, kF32)), b.mul(dmin, b.convert(mn, kF32))};
+        return std::pair<Value*, Value*>{b.mul(d, b.convert(sc, ty::f32)), b.mul(dmin, b.convert(mn, ty::f32))};
       };
       if (f16_out && L.planar) {
         // Packed f16: nibble q OR 0x6400 is 1024 + q; minus 1024 is q exactly; then q * ds - dm
@@ -177,15 +171,15 @@ Unpack16 dequant16_split(Emit& b, GgmlType t, Value* w, const WLayout& L, Value*
         return [&b, v, sub, scales] {
           const Type h2 = Type::vector(Scalar::kF16, 2);
           auto [ds, dm] = scales();
-          Value* dsh = b.convert(ds, kF16), *dmh = b.convert(dm, kF16);
+          Value* dsh = b.convert(ds, ty::f16), *dmh = b.convert(dm, ty::f16);
           Value* ds2 = b.build({dsh, dsh}), *dm2 = b.build({dmh, dmh});
           Value* base = b.const_float(h2, 1024.0);
-          Value* sh = b.convert(b.mulc(b.rem(sub, b.i32(2)), 4), kU32);
+          Value* sh = b.convert(b.mulc(b.rem(sub, b.i32(2)), 4), ty::u32);
           std::vector<Value*> out;
           for (int m = 0; m < 4; ++m) {
             Value* wd = b.shr(b.extract(v, m), sh);
-            Value* a = b.bitcast(b.bit_or(b.andc(wd, 0x000F000F), b.c(kU32, 0x64006400)), h2);
-            Value* c = b.bitcast(b.bit_or(b.andc(b.shrc(wd, 8), 0x000F000F), b.c(kU32, 0x64006400)), h2);
+            Value* a = b.bitcast(b.bit_or(b.andc(wd, 0x000F000F), b.c(ty::u32, 0x64006400)), h2);
+            Value* c = b.bitcast(b.bit_or(b.andc(b.shrc(wd, 8), 0x000F000F), b.c(ty::u32, 0x64006400)), h2);
             a = b.sub(b.mul(b.sub(a, base), ds2), dm2);
             c = b.sub(b.mul(b.sub(c, base), ds2), dm2);
             out.push_back(b.extract(a, 0));
@@ -199,34 +193,34 @@ Unpack16 dequant16_split(Emit& b, GgmlType t, Value* w, const WLayout& L, Value*
       auto hs = halves8(qoff);
       return [&b, sub, hs, scales] {
         auto [ds, dm] = scales();
-        Value* sh = b.convert(b.mulc(b.rem(sub, b.i32(2)), 4), kU32);
+        Value* sh = b.convert(b.mulc(b.rem(sub, b.i32(2)), 4), ty::u32);
         std::vector<Value*> out;
         for (Value* h : hs())
           for (int j = 0; j < 2; ++j) {
             Value* q = b.andc(b.shr(b.shrc(h, 8 * j), sh), 0xF);
-            out.push_back(b.sub(b.mul(ds, b.convert(b.bitcast(q, kI32), kF32)), dm));
+            out.push_back(b.sub(b.mul(ds, b.convert(b.bitcast(q, ty::i32), ty::f32)), dm));
           }
         return out;
       };
     }
     case GgmlType::Q6_K: {
-      blk = b.convert(b.div(k0, b.i32(256)), kI64);
+      blk = b.convert(b.div(k0, b.i32(256)), ty::i64);
       Value* e0 = b.rem(k0, b.i32(256));                 // first element: 128 n + 32 c + l0
       Value* n = b.div(e0, b.i32(128));
       Value* c = b.rem(b.div(e0, b.i32(32)), b.i32(4));
       Value* l0 = b.rem(e0, b.i32(32));                  // 0 or 16
-      Value* dh = b.load_at(w, hdr(b.i64(208)), Type::scalar(Scalar::kU16), 2);
+      Value* dh = b.load_at(w, hdr(b.i64(208)), ty::u16, 2);
       Value* scq = b.load_at(w, body(b.add(b.i64(192), b.convert(b.add(b.add(b.mulc(n, 8), b.div(l0, b.i32(16))),
-                                                                         b.mulc(c, 2)), kI64))),
+                                                                         b.mulc(c, 2)), ty::i64))),
                              Type::scalar(Scalar::kI8), 1);
-      Value* qloff = b.convert(b.add(b.add(b.mulc(n, 64), l0), b.mulc(b.rem(c, b.i32(2)), 32)), kI64);
-      Value* qhoff = b.add(b.i64(128), b.convert(b.add(b.mulc(n, 32), l0), kI64));
+      Value* qloff = b.convert(b.add(b.add(b.mulc(n, 64), l0), b.mulc(b.rem(c, b.i32(2)), 32)), ty::i64);
+      Value* qhoff = b.add(b.i64(128), b.convert(b.add(b.mulc(n, 32), l0), ty::i64));
       auto hls = halves8(qloff), hhs = halves8(qhoff);
       return [&b, dh, scq, c, hls, hhs] {
-        Value* d = b.convert(b.bitcast(dh, kF16), kF32);
-        Value* ds = b.mul(d, b.convert(b.convert(scq, kI32), kF32));
-        Value* lsh = b.convert(b.mulc(b.div(c, b.i32(2)), 4), kU32);
-        Value* hsh = b.convert(b.mulc(c, 2), kU32);
+        Value* d = b.convert(b.bitcast(dh, ty::f16), ty::f32);
+        Value* ds = b.mul(d, b.convert(b.convert(scq, ty::i32), ty::f32));
+        Value* lsh = b.convert(b.mulc(b.div(c, b.i32(2)), 4), ty::u32);
+        Value* hsh = b.convert(b.mulc(c, 2), ty::u32);
         const std::vector<Value*> hl8 = hls(), hh8 = hhs();
         std::vector<Value*> out;
         for (int i = 0; i < 8; ++i) {
@@ -235,8 +229,8 @@ Unpack16 dequant16_split(Emit& b, GgmlType t, Value* w, const WLayout& L, Value*
           for (int j = 0; j < 2; ++j) {
             Value* ql = b.andc(b.shr(b.shrc(hl, 8 * j), lsh), 0xF);
             Value* qh = b.andc(b.shr(b.shrc(hh, 8 * j), hsh), 3);
-            Value* q = b.addc(b.bitcast(b.bit_or(ql, b.shlc(qh, 4)), kI32), -32);
-            out.push_back(b.mul(ds, b.convert(q, kF32)));
+            Value* q = b.addc(b.bitcast(b.bit_or(ql, b.shlc(qh, 4)), ty::i32), -32);
+            out.push_back(b.mul(ds, b.convert(q, ty::f32)));
           }
         }
         return out;

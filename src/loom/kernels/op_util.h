@@ -27,6 +27,9 @@ inline Type gptr(Scalar e) { return Type::pointer(AddrSpace::kGlobal, e); }
 inline const Type i32 = Type::scalar(Scalar::kI32);
 inline const Type u32 = Type::scalar(Scalar::kU32);
 inline const Type f32 = Type::scalar(Scalar::kF32);
+inline const Type f16 = Type::scalar(Scalar::kF16);
+inline const Type i64 = Type::scalar(Scalar::kI64);
+inline const Type u16 = Type::scalar(Scalar::kU16);
 }  // namespace ty
 
 // A Builder with the conveniences every generator needs. Integer constants take the type of
