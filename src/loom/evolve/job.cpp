@@ -520,6 +520,9 @@ Status run_leased(Db& db, int64_t job, const JobRow& row, const RunOptions& ro, 
   JobQueue remote_evals{db, job, pr.arch, cfg.device, cfg.timeout_s, lease, log,
                         [&] { return cfg.budget_s > 0 && elapsed() >= cfg.budget_s; }};
   JobQueue* remote = ro.queue ? &remote_evals : nullptr;
+  if (!remote) {  // rows an earlier queued run of this job left are evaluated here now
+    LOOM_RETURN_IF_ERROR(cancel_pending(db, job).status());
+  }
   auto request_of = [&](const Candidate& c, uint64_t seed) {
     EvalOptions o = eo;
     o.seed = seed;
