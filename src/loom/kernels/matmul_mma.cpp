@@ -12,6 +12,7 @@
 #include "loom/gguf/planar.h"
 #include "loom/gguf/quant.h"
 #include "loom/kernels/mma_dequant.h"
+#include "loom/kernels/mma_tile.h"
 #include "loom/kernels/op_list.h"
 #include "loom/kernels/op_util.h"
 
@@ -29,43 +30,13 @@ using mma::dequant16_split;
 using mma::layout_of;
 using mma::m_format;
 using mma::MFormat;
+using mma::MmaTile;
 using mma::Unpack16;
 using mma::WLayout;
 
 // Activations as f16 (shape dim xtype = 1, the GGUF F16 type number): converted once per step by
 // quantize_act instead of in every CTA that reads them, at half the bytes. Absent or 0: f32.
 bool x_is_f16(const Shape& s) { return s.dims.count("xtype") && s.at("xtype") == 1; }
-
-// The mma accumulators (mtiles x ntiles f32x4 C fragments of a warp) stored into y [tokens][n_out]
-// (C fragment lane i: row g + 8 (i / 2), token 2q + i % 2; rows and tokens past the ends are not
-// stored), and the launch of a CTA tile of bm rows x bn tokens.
-struct MmaTile {
-  Value *m0, *n0, *wm0, *wn0, *gq, *qq;  // CTA's first row and token, warp's, lane's g and q
-  int64_t mtiles, ntiles, bm, bn, threads;
-};
-void store_c(Emit& b, const MmaTile& t, const std::vector<Value*>& acc, Value* y, int64_t n_out, int64_t nt) {
-  auto i32c = [&](int64_t v) { return b.i32(static_cast<int32_t>(v)); };
-  for (int64_t mt = 0; mt < t.mtiles; ++mt)
-    for (int64_t n8 = 0; n8 < t.ntiles; ++n8)
-      for (int i = 0; i < 4; ++i) {
-        Value* r = b.add(t.m0, b.add(t.wm0, b.addc(t.gq, 16 * mt + 8 * (i / 2))));
-        Value* tok = b.add(t.n0, b.add(t.wn0, b.addc(b.mulc(t.qq, 2), 8 * n8 + i % 2)));
-        Value* ok = b.bit_and(b.cmp(Mode::kLt, r, i32c(n_out)), b.cmp(Mode::kLt, tok, i32c(nt)));
-        Value* v = b.extract(acc[static_cast<size_t>(mt * t.ntiles + n8)], i);
-        b.if_then_else(ok, {}, [&] {
-          b.store(y, b.add(b.mul(tok, i32c(n_out)), r), v);
-          return std::vector<Value*>{};
-        });
-      }
-}
-KernelLaunch mma_launch(const std::string& kname, const MmaTile& t, int64_t n_out, int64_t nt) {
-  KernelLaunch l;
-  l.kernel = kname;
-  l.args = {0, 1, 2};
-  l.grid = {static_cast<uint32_t>((n_out + t.bm - 1) / t.bm), static_cast<uint32_t>((nt + t.bn - 1) / t.bn), 1};
-  l.block = {static_cast<uint32_t>(t.threads), 1, 1};
-  return l;
-}
 
 class MatmulMmaOp final : public OpSpec {
  public:
@@ -335,15 +306,9 @@ class MatmulMmaOp final : public OpSpec {
     Value* x = b.param(ty::gptr(xh16 ? Scalar::kF16 : Scalar::kF32), "x");
     Value* y = b.param(ty::gptr(Scalar::kF32), "y");
     Value* sm = b.alloc_shared(Scalar::kF16, nbuf * buf);
-    Value* tid = b.thread_id(Mode::kX);
-    Value* warp = b.div(tid, b.i32(32));
-    Value* lane = b.rem(tid, b.i32(32));
-    Value* gq = b.div(lane, b.i32(4));
-    Value* qq = b.rem(lane, b.i32(4));
-    Value* m0 = b.mul(b.block_id(Mode::kX), b.i32(static_cast<int32_t>(bm)));
-    Value* n0 = b.mul(b.block_id(Mode::kY), b.i32(static_cast<int32_t>(bn)));
-    Value* wm0 = b.mul(b.rem(warp, b.i32(static_cast<int32_t>(wm))), b.i32(static_cast<int32_t>(16 * mtiles)));
-    Value* wn0 = b.mul(b.div(warp, b.i32(static_cast<int32_t>(wm))), b.i32(static_cast<int32_t>(8 * ntiles)));
+    const MmaTile tile = mma::mma_tile(b, wm, wn, mtiles, ntiles);
+    Value *tid = tile.tid, *lane = tile.lane, *gq = tile.gq, *qq = tile.qq;
+    Value *m0 = tile.m0, *n0 = tile.n0, *wm0 = tile.wm0, *wn0 = tile.wn0;
     const Type f16x2 = Type::vector(Scalar::kF16, 2);
     auto i32c = [&](int64_t v) { return b.i32(static_cast<int32_t>(v)); };
     // This thread's tile items: weight item j is (row lw + j threads / c16, chunk hw), activation
@@ -464,9 +429,8 @@ class MatmulMmaOp final : public OpSpec {
       b.barrier();
       return a;
     });
-    const MmaTile tile{m0, n0, wm0, wn0, gq, qq, mtiles, ntiles, bm, bn, threads};
-    store_c(b, tile, acc, y, n_out, nt);
-    g.launches.push_back(mma_launch(kname, tile, n_out, nt));
+    mma::store_c(b, tile, acc, y, n_out, nt);
+    g.launches.push_back(mma::mma_launch(kname, tile, n_out, nt));
     return g;
   }
 
@@ -500,15 +464,8 @@ class MatmulMmaOp final : public OpSpec {
     Value* y = b.param(ty::gptr(Scalar::kF32), "y");
     Value* ws = b.alloc_shared(Scalar::kF16, bm * stride);
     Value* xs = b.alloc_shared(Scalar::kF16, bn * stride);
-    Value* tid = b.thread_id(Mode::kX);
-    Value* warp = b.div(tid, b.i32(32));
-    Value* lane = b.rem(tid, b.i32(32));
-    Value* gq = b.div(lane, b.i32(4));  // g
-    Value* qq = b.rem(lane, b.i32(4));  // q
-    Value* m0 = b.mul(b.block_id(Mode::kX), b.i32(static_cast<int32_t>(bm)));
-    Value* n0 = b.mul(b.block_id(Mode::kY), b.i32(static_cast<int32_t>(bn)));
-    Value* wm0 = b.mul(b.rem(warp, b.i32(static_cast<int32_t>(wm))), b.i32(static_cast<int32_t>(16 * mtiles)));  // warp's first row
-    Value* wn0 = b.mul(b.div(warp, b.i32(static_cast<int32_t>(wm))), b.i32(32));  // warp's first token
+    const MmaTile tile = mma::mma_tile(b, wm, wn, mtiles, 4);  // warps of 16 mtiles rows x 32 tokens
+    Value *tid = tile.tid, *gq = tile.gq, *qq = tile.qq, *m0 = tile.m0, *n0 = tile.n0, *wm0 = tile.wm0, *wn0 = tile.wn0;
     Value* nthreads = b.i32(static_cast<int32_t>(threads));
     const Type f16x2 = Type::vector(Scalar::kF16, 2);
     std::vector<Value*> init(static_cast<size_t>(4 * mtiles), b.const_float(Type::vector(Scalar::kF32, 4), 0.0));
@@ -589,9 +546,8 @@ class MatmulMmaOp final : public OpSpec {
       b.barrier();
       return a;
     });
-    const MmaTile tile{m0, n0, wm0, wn0, gq, qq, mtiles, 4, bm, bn, threads};
-    store_c(b, tile, acc, y, n_out, nt);
-    g.launches.push_back(mma_launch(kname, tile, n_out, nt));
+    mma::store_c(b, tile, acc, y, n_out, nt);
+    g.launches.push_back(mma::mma_launch(kname, tile, n_out, nt));
     return g;
   }
 };

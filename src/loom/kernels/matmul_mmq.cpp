@@ -24,6 +24,7 @@
 
 #include "loom/gguf/planar.h"
 #include "loom/gguf/quant.h"
+#include "loom/kernels/mma_tile.h"
 #include "loom/kernels/op_list.h"
 #include "loom/kernels/op_util.h"
 #include "loom/ref/ops_ref.h"
@@ -419,15 +420,8 @@ class MatmulMmqOp final : public OpSpec {
     Value* xd = b.alloc_shared(Scalar::kF32, kb * bn);
     Value* xm = mins ? b.alloc_shared(Scalar::kF32, kb * bn) : nullptr;
     auto i32c = [&](int64_t v) { return b.i32(static_cast<int32_t>(v)); };
-    Value* tid = b.thread_id(Mode::kX);
-    Value* warp = b.div(tid, b.i32(32));
-    Value* lane = b.rem(tid, b.i32(32));
-    Value* gq = b.div(lane, b.i32(4));
-    Value* qq = b.rem(lane, b.i32(4));
-    Value* m0 = b.mul(b.block_id(Mode::kX), i32c(bm));
-    Value* n0 = b.mul(b.block_id(Mode::kY), i32c(bn));
-    Value* wm0 = b.mul(b.rem(warp, i32c(wm)), i32c(16 * mtiles));
-    Value* wn0 = b.mul(b.div(warp, i32c(wm)), i32c(8 * ntiles));
+    const mma::MmaTile tile = mma::mma_tile(b, wm, wn, mtiles, ntiles);
+    Value *tid = tile.tid, *gq = tile.gq, *qq = tile.qq, *m0 = tile.m0, *n0 = tile.n0, *wm0 = tile.wm0, *wn0 = tile.wn0;
     // Tile items: weight (row, unit) and activation (token, unit) pairs, spread over the
     // threads; unrolled (every item's loads in flight together), guarded where they do not
     // divide evenly.
@@ -554,25 +548,8 @@ class MatmulMmqOp final : public OpSpec {
       b.barrier();
       return a;
     });
-    // Accumulators to y [tokens][n_out]: lane i of tile (mt, n8) is row g + 8 (i / 2), token 2q + i % 2.
-    for (int64_t mt = 0; mt < mtiles; ++mt)
-      for (int64_t n8 = 0; n8 < ntiles; ++n8)
-        for (int i = 0; i < 4; ++i) {
-          Value* r = b.add(m0, b.add(wm0, b.addc(gq, 16 * mt + 8 * (i / 2))));
-          Value* tk = b.add(n0, b.add(wn0, b.addc(b.mulc(qq, 2), 8 * n8 + i % 2)));
-          Value* ok = b.bit_and(b.cmp(Mode::kLt, r, i32c(n_out)), b.cmp(Mode::kLt, tk, i32c(nt)));
-          Value* v = b.extract(acc[static_cast<size_t>(mt * ntiles + n8)], i);
-          b.if_then_else(ok, {}, [&] {
-            b.store(y, b.add(b.mul(tk, i32c(n_out)), r), v);
-            return std::vector<Value*>{};
-          });
-        }
-    KernelLaunch l;
-    l.kernel = kname;
-    l.args = {0, 1, 2};
-    l.grid = {static_cast<uint32_t>((n_out + bm - 1) / bm), static_cast<uint32_t>((nt + bn - 1) / bn), 1};
-    l.block = {static_cast<uint32_t>(threads), 1, 1};
-    g.launches.push_back(l);
+    mma::store_c(b, tile, acc, y, n_out, nt);
+    g.launches.push_back(mma::mma_launch(kname, tile, n_out, nt));
     return g;
   }
 };
