@@ -324,7 +324,7 @@ DUMP_EXPECT = {
     "mistral-swa": ["layer 0, window 4", "layer 1, window 4", "layer 2, window 4"],
     "qwen3moe": ["blk.0.attn_q.weight, blk.0.attn_k.weight, blk.0.attn_v.weight", "<- %2[1x256], blk.0.attn_q_norm.weight",
                  "blk.0.ffn_gate_inp.weight", "moe_route", "matmul_id", "blk.0.ffn_gate_exps.weight",
-                 "blk.0.ffn_down_exps.weight", "moe_sum"],
+                 "blk.0.ffn_down_exps.weight", "moe_sum", "blk.0.ffn_gate_exps.weight, blk.0.ffn_up_exps.weight, glu"],
     "llama-q5": ["matmul       %2[1x128] <- %29[1x128 q8_0], blk.0.attn_q.weight",
                  "matmul       %9[1x256] <- %31[1x128 q8_1], blk.0.ffn_gate.weight"],
 }

@@ -160,6 +160,36 @@ void fuse_attention_quant(Work& w, const FuseOptions& o) {
   }
 }
 
+// 5. Expert gate and up mat-vecs of one input and one routing, with the swiglu after them ->
+// one matvec_id launch (steps below WeightPlan::kMatmulIdGroupedTokens: decode).
+void fuse_expert_glu(Work& w, const llm::Model& model) {
+  if (w.p.n_tokens >= WeightPlan::kMatmulIdGroupedTokens) return;
+  for (size_t i = 0; i < w.p.launches.size(); ++i) {
+    if (w.dead[i] || w.p.launches[i].op != OpCode::kMatMulId || w.p.launches[i].glu) continue;
+    const int64_t j = w.next(i);
+    if (j < 0) continue;
+    const int64_t k = w.next(static_cast<size_t>(j));
+    if (k < 0) continue;
+    Launch& gate = w.p.launches[i];
+    const Launch& up = w.p.launches[static_cast<size_t>(j)];
+    const Launch& act = w.p.launches[static_cast<size_t>(k)];
+    if (up.op != OpCode::kMatMulId || up.glu || up.in0 != gate.in0 || up.in1 != gate.in1) continue;
+    const llm::Weight& wg = model.weight(gate.weight);
+    const llm::Weight& wu = model.weight(up.weight);
+    if (wg.view.type != wu.view.type || wg.view.n_in != wu.view.n_in || wg.expert_rows() != wu.expert_rows() ||
+        wg.n_expert != wu.n_expert || w.value(gate.in0).cols != wg.view.n_in)
+      continue;
+    if (act.op != OpCode::kSwiGlu || act.in0 != gate.out || act.in1 != up.out || gate.out == up.out) continue;
+    if (w.readers(gate.out).size() != 1 || w.readers(up.out).size() != 1) continue;
+    if (gate.out == w.p.logits || up.out == w.p.logits) continue;
+    gate.weight1 = up.weight;
+    gate.glu = true;
+    gate.out = act.out;
+    w.dead[static_cast<size_t>(j)] = true;
+    w.dead[static_cast<size_t>(k)] = true;
+  }
+}
+
 // 4. Consecutive matvec_gpu matmuls of one input -> one launch (+ the swiglu of a gate|up pair).
 Status group_matmuls(Work& w, const llm::Model& model, const WeightPlan& plan) {
   const kernels::OpSpec* mvg = kernels::find_op("matvec_gpu");
@@ -231,6 +261,7 @@ Result<Program> fuse_program(const Program& plain, const llm::Model& model, cons
     fuse_norms(w);
     fuse_attention_quant(w, options);
     LOOM_RETURN_IF_ERROR(group_matmuls(w, model, plan));
+    fuse_expert_glu(w, model);
     std::vector<Launch> live;
     for (size_t i = 0; i < p.launches.size(); ++i)
       if (!w.dead[i]) live.push_back(p.launches[i]);

@@ -229,8 +229,6 @@ Result<OpCall> lower_add_bias(const Site& s) {
   return call;
 }
 
-constexpr int64_t kMatmulIdGrouped = 8;
-
 // Expert mat-vecs: the chosen experts' rows of a stacked tensor, per (token, slot).
 Result<OpCall> lower_matmul_id(const Site& s) {
   const llm::Weight& W = s.c.model.weight(s.l.weight);
@@ -248,13 +246,19 @@ Result<OpCall> lower_matmul_id(const Site& s) {
   call.shape.dims = {{"wtype", static_cast<int64_t>(W.view.type)}, {"n_in", n_in}, {"n_out", W.expert_rows()},
                      {"n_tokens", x.rows}, {"n_expert", W.n_expert}, {"n_used", n_used},
                      {"x_per_slot", x.cols == n_in ? 0 : 1}};
-  // Steps of kMatmulIdGrouped tokens or more (prompts, large batches) list the pairs per expert
+  // Steps of kMatmulIdGroupedTokens or more (prompts, large batches) list the pairs per expert
   // first and read each chosen expert's rows once; smaller ones read per (token, slot).
-  if (x.rows >= kMatmulIdGrouped) {
+  if (x.rows >= WeightPlan::kMatmulIdGroupedTokens) {
+    if (s.l.glu) return internal_error("{}: a gate|up matmul_id in a step of {} tokens", W.name, x.rows);
     call.shape.dims["grouped"] = 1;
     call.label = fmt::format("matvec_id grouped -> {}", s.name(s.l.out));
   }
   call.bind = {{"w", s.c.at.weight(s.l.weight)}, {"xq", s.at(s.l.in0)}, {"ids", s.at(s.l.in1)}, {"y", s.at(s.l.out)}};
+  if (s.l.glu) {
+    call.shape.dims["glu"] = 1;
+    call.bind["w1"] = s.c.at.weight(s.l.weight1);
+    call.label = fmt::format("matvec_id + swiglu -> {}", s.name(s.l.out));
+  }
   return call;
 }
 

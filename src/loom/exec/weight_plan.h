@@ -41,6 +41,9 @@ class WeightPlan {
   // Stacked expert matrices (Weight::n_expert > 0): matvec_id in GGUF rows on every target, its
   // activations in the weight's format (the shape is the lowering's: it depends on the ids).
   Result<MatmulKernel> matmul_id(int32_t weight) const;
+  // Steps of at least this many tokens run matvec_id grouped (each chosen expert read once);
+  // smaller ones per (token, slot), where gate and up may share one launch with their SwiGLU.
+  static constexpr int64_t kMatmulIdGroupedTokens = 8;
 
  private:
   struct Entry {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "loom/kernels/elementwise_util.h"
 #include "loom/kernels/mat_dot.h"
 #include "loom/kernels/op_list.h"
 #include "loom/kernels/op_util.h"
@@ -23,6 +24,12 @@ using ir::Scalar;
 using ir::Type;
 using ir::Value;
 using llm::GgmlType;
+
+// silu(g) * u as the swiglu op computes it (ggml's exp: bit for bit llm::ref::swiglu).
+Value* silu_times(Emit& b, Value* g, Value* u) {
+  Value* e = elt::exp_ggml(b, b.sub(b.f32(0.0), g));
+  return b.mul(b.div(g, b.add(b.f32(1.0), e)), u);
+}
 
 class MatOp final : public OpSpec {
  public:
@@ -55,6 +62,8 @@ class MatOp final : public OpSpec {
       if (nt < 1 || nt * nu > 65535) return invalid_argument("{}: n_tokens={} x n_used={} above 65535", name(), nt, nu);
       if (s.dims.count("grouped") && s.at("grouped") != 0 && s.at("grouped") != 1)
         return invalid_argument("{}: grouped={} (0|1)", name(), s.at("grouped"));
+      if (s.dims.count("glu") && s.at("glu") != 0 && (s.at("glu") != 1 || grouped(s) || ps))
+        return invalid_argument("{}: glu={} (0|1; not grouped, one input per token)", name(), s.at("glu"));
       if (n_out * ne > (1 << 24)) return invalid_argument("{}: {} experts of {} rows", name(), ne, n_out);
       if (n_in / f.block_elems * f.x_bytes * nt * (ps ? nu : 1) > (int64_t{1} << 31))
         return invalid_argument("{}: activations too large", name());
@@ -74,19 +83,26 @@ class MatOp final : public OpSpec {
   // matvec_id grouped (prompts): the pairs listed per expert first, then each expert's rows
   // read once for all the pairs that chose it.
   bool grouped(const Shape& s) const { return id_ && s.dims.count("grouped") && s.at("grouped") != 0; }
+  // matvec_id glu (decode): gate (w) and up (w1) of the same experts in one launch,
+  // y = silu(gate) * up as the swiglu op computes it.
+  bool glu(const Shape& s) const { return id_ && s.dims.count("glu") && s.at("glu") != 0; }
 
   std::vector<ArgSpec> args(const Shape& s) const override {
     DotFormat f = dot_format(static_cast<GgmlType>(s.at("wtype")));
     int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
     int64_t nb = n_in / f.block_elems;
-    if (id_)
-      return {{"w", ArgKind::kBuffer, ArgRole::kInput, experts(s) * n_out * nb * f.w_bytes, Scalar::kU8},
+    if (id_) {
+      std::vector<ArgSpec> a = {{"w", ArgKind::kBuffer, ArgRole::kInput, experts(s) * n_out * nb * f.w_bytes, Scalar::kU8},
               {"xq", ArgKind::kBuffer, ArgRole::kInput, x_rows(s) * nb * f.x_bytes, Scalar::kU8},
               {"ids", ArgKind::kBuffer, ArgRole::kInput, pairs(s) * 4, Scalar::kI32},
               {"y", ArgKind::kBuffer, ArgRole::kOutput, pairs(s) * n_out * 4, Scalar::kF32},
               // grouped: per expert its pair count, then per expert a list of up to all pairs.
               {"groups", ArgKind::kBuffer, ArgRole::kScratch, grouped(s) ? experts(s) * (1 + pairs(s)) * 4 : 4,
                Scalar::kI32}};
+      // glu: the up experts (w holds the gate experts).
+      if (glu(s)) a.push_back({"w1", ArgKind::kBuffer, ArgRole::kInput, experts(s) * n_out * nb * f.w_bytes, Scalar::kU8});
+      return a;
+    }
     return {{"w", ArgKind::kBuffer, ArgRole::kInput, n_out * nb * f.w_bytes, Scalar::kU8},
             {"xq", ArgKind::kBuffer, ArgRole::kInput, nt * nb * f.x_bytes, Scalar::kU8},
             {"y", ArgKind::kBuffer, ArgRole::kOutput, nt * n_out * 4, Scalar::kF32}};
@@ -98,10 +114,12 @@ class MatOp final : public OpSpec {
     auto a = args(s);
     double flops = 2.0 * static_cast<double>(s.at("n_in")) * static_cast<double>(s.at("n_out")) *
                    static_cast<double>(pairs(s));
-    double w = static_cast<double>(a[0].bytes);
+    double w = static_cast<double>(a[0].bytes) * (glu(s) ? 2 : 1);
     if (id_) w *= static_cast<double>(std::min(pairs(s), experts(s))) / static_cast<double>(experts(s));
+    if (glu(s)) flops *= 2;
     double rest = 0;
-    for (size_t i = 1; i < a.size(); ++i) rest += static_cast<double>(a[i].bytes);
+    for (size_t i = 1; i < a.size(); ++i)
+      if (a[i].role != ArgRole::kScratch && a[i].name != "w1") rest += static_cast<double>(a[i].bytes);
     return {w + rest, flops};
   }
 
@@ -143,7 +161,7 @@ class MatOp final : public OpSpec {
     const int64_t nb = n_in / f.block_elems;
     const int64_t w_row = nb * f.w_bytes, x_row = nb * f.x_bytes;
     const int64_t rpb = sch.at("rows_per_block");
-    const std::string kname = fmt::format("{}_{}", name(), llm::ggml_type_name(wt));
+    const std::string kname = fmt::format("{}_{}{}", name(), llm::ggml_type_name(wt), glu(s) ? "_glu" : "");
     Generated g;
     ir::Kernel* k = g.module.add_kernel(kname);
     Emit b(*k);
@@ -152,6 +170,7 @@ class MatOp final : public OpSpec {
     Value* xq = b.param(ty::gptr(Scalar::kU8), "xq");
     Value* ids = id_ ? b.param(ty::gptr(Scalar::kI32), "ids") : nullptr;
     Value* y = b.param(ty::gptr(Scalar::kF32), "y");
+    Value* w1 = glu(s) ? b.param(ty::gptr(Scalar::kU8), "w1") : nullptr;
     // One grid row per token (per token and slot for matvec_id).
     Value* tok = b.block_id(Mode::kY);
     Value* xtok = tok;
@@ -163,16 +182,19 @@ class MatOp final : public OpSpec {
       Value* ok = b.bit_and(b.cmp(Mode::kGe, e, b.i32(0)), b.cmp(Mode::kLt, e, b.i32(ne)));
       e = b.select(ok, e, b.i32(0));
       w = b.offset(w, b.mul(b.convert(e, ty::s(Scalar::kI64)), b.i64(n_out * w_row)));
+      if (w1) w1 = b.offset(w1, b.mul(b.convert(e, ty::s(Scalar::kI64)), b.i64(n_out * w_row)));
       if (!s.at("x_per_slot")) xtok = b.div(tok, b.i32(static_cast<int32_t>(s.at("n_used"))));
     }
     Value* xrow = b.offset(xq, b.mul(xtok, b.i32(static_cast<int32_t>(x_row))));
     Value* yrow = b.offset(y, b.mul(tok, b.i32(static_cast<int32_t>(n_out))));
-    auto wrow_of = [&](Value* r) {
-      return b.offset(w, b.mul(b.convert(r, ty::s(Scalar::kI64)), b.i64(w_row)));
+    auto wrow_of = [&](Value* r, Value* base = nullptr) {
+      return b.offset(base ? base : w, b.mul(b.convert(r, ty::s(Scalar::kI64)), b.i64(w_row)));
     };
+    // glu: each row's dot with w and with w1; their silu(g) * u is the output.
+    const int64_t mats = w1 ? 2 : 1;
     KernelLaunch l;
     l.kernel = kname;
-    l.args = id_ ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0, 1, 2};
+    l.args = w1 ? std::vector<int>{0, 1, 2, 3, 5} : id_ ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0, 1, 2};
     if (target == ir::TargetKind::kCpp) {
       // One thread per block of rows; rows in tiles of row_tile that share each activation step.
       const int64_t tile = std::min(sch.at("row_tile"), rpb);
@@ -183,17 +205,18 @@ class MatOp final : public OpSpec {
       auto emit_rows = [&](Value* r, int64_t count) {
         std::vector<Value*> wr;
         std::vector<Value*> init;
-        for (int64_t t = 0; t < count; ++t) {
-          wr.push_back(wrow_of(b.add(r, b.i32(static_cast<int32_t>(t)))));
-          for (Value* v : dot_init(b, f)) init.push_back(v);
-        }
-        const size_t per = init.size() / static_cast<size_t>(count);
+        for (int64_t m = 0; m < mats; ++m)
+          for (int64_t t = 0; t < count; ++t) {
+            wr.push_back(wrow_of(b.add(r, b.i32(static_cast<int32_t>(t))), m ? w1 : w));
+            for (Value* v : dot_init(b, f)) init.push_back(v);
+          }
+        const size_t per = init.size() / static_cast<size_t>(count * mats);
         auto acc = b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(nb)), b.i32(1), init,
                               [&](Value* blk, std::span<Value* const> it) {
                                 DotX x = dot_prep_x(b, f, xrow, b.mul(blk, b.i32(f.x_bytes)));
                                 Value* woff = b.mul(blk, b.i32(f.w_bytes));
                                 std::vector<Value*> next;
-                                for (int64_t t = 0; t < count; ++t) {
+                                for (int64_t t = 0; t < count * mats; ++t) {
                                   auto part = dot_step(b, f, wr[static_cast<size_t>(t)], woff, x,
                                                        it.subspan(static_cast<size_t>(t) * per, per));
                                   next.insert(next.end(), part.begin(), part.end());
@@ -202,6 +225,8 @@ class MatOp final : public OpSpec {
                               });
         for (int64_t t = 0; t < count; ++t) {
           Value* v = dot_finish(b, f, std::span<Value* const>(acc).subspan(static_cast<size_t>(t) * per, per));
+          if (w1)
+            v = silu_times(b, v, dot_finish(b, f, std::span<Value* const>(acc).subspan(static_cast<size_t>(count + t) * per, per)));
           b.store(yrow, b.add(r, b.i32(static_cast<int32_t>(t))), v);
         }
       };
@@ -227,15 +252,30 @@ class MatOp final : public OpSpec {
       Value* valid = b.cmp(Mode::kLt, r, b.i32(static_cast<int32_t>(n_out)));
       Value* rc = b.select(valid, r, b.i32(0));  // out-of-range rows compute row 0, store nothing
       Value* wr = wrow_of(rc);
-      auto acc = b.for_loop(lane, b.i32(static_cast<int32_t>(nb)), b.i32(static_cast<int32_t>(lanes)), dot_init(b, f),
+      Value* wr1 = w1 ? wrow_of(rc, w1) : nullptr;
+      std::vector<Value*> init = dot_init(b, f);
+      const size_t per = init.size();
+      if (w1)
+        for (Value* v : dot_init(b, f)) init.push_back(v);
+      auto acc = b.for_loop(lane, b.i32(static_cast<int32_t>(nb)), b.i32(static_cast<int32_t>(lanes)), init,
                             [&](Value* blk, std::span<Value* const> it) {
                               DotX x = dot_prep_x(b, f, xrow, b.mul(blk, b.i32(f.x_bytes)));
-                              return dot_step(b, f, wr, b.mul(blk, b.i32(f.w_bytes)), x, it);
+                              Value* woff = b.mul(blk, b.i32(f.w_bytes));
+                              std::vector<Value*> next = dot_step(b, f, wr, woff, x, it.subspan(0, per));
+                              if (wr1) {
+                                auto up = dot_step(b, f, wr1, woff, x, it.subspan(per, per));
+                                next.insert(next.end(), up.begin(), up.end());
+                              }
+                              return next;
                             });
-      Value* part = dot_finish(b, f, acc);
       // Butterfly over the group (xor offsets below the group size stay inside it).
-      for (int64_t o = lanes / 2; o >= 1; o /= 2)
-        part = b.add(part, b.shfl(Mode::kXor, part, b.i32(static_cast<int32_t>(o))));
+      auto reduce = [&](Value* part) {
+        for (int64_t o = lanes / 2; o >= 1; o /= 2)
+          part = b.add(part, b.shfl(Mode::kXor, part, b.i32(static_cast<int32_t>(o))));
+        return part;
+      };
+      Value* part = reduce(dot_finish(b, f, std::span<Value* const>(acc).subspan(0, per)));
+      if (wr1) part = silu_times(b, part, reduce(dot_finish(b, f, std::span<Value* const>(acc).subspan(per, per))));
       Value* store = b.bit_and(valid, b.cmp(Mode::kEq, lane, b.i32(0)));
       b.if_then_else(store, {}, [&] {
         b.store(yrow, r, part);
@@ -379,6 +419,10 @@ class MatOp final : public OpSpec {
       const int64_t ne = s.at("n_expert"), nu = s.at("n_used");
       a[2].bytes.resize(static_cast<size_t>(specs[2].bytes));
       a[4].bytes.assign(static_cast<size_t>(specs[4].bytes), 0);  // scratch
+      if (glu(s)) {
+        a[5].bytes.resize(static_cast<size_t>(specs[5].bytes));
+        random_rows(rng, wt, experts(s) * n_out, n_in, 0.1f, a[5].bytes.data());
+      }
       int32_t* ids = reinterpret_cast<int32_t*>(a[2].bytes.data());
       std::vector<int32_t> perm(static_cast<size_t>(ne));
       for (int64_t t = 0; t < nt; ++t) {
@@ -408,8 +452,14 @@ class MatOp final : public OpSpec {
       for (int64_t pr = 0; pr < nt * nu; ++pr) {
         const int64_t e = ids[pr] >= 0 && ids[pr] < ne ? ids[pr] : 0;
         const uint8_t* x = a[1].bytes.data() + (ps ? pr : pr / nu) * xr;
-        for (int64_t r = 0; r < n_out; ++r)
-          y[pr * n_out + r] = llm::ref::vec_dot(wt, a[0].bytes.data() + (e * n_out + r) * wr, x, n_in);
+        for (int64_t r = 0; r < n_out; ++r) {
+          float v = llm::ref::vec_dot(wt, a[0].bytes.data() + (e * n_out + r) * wr, x, n_in);
+          if (glu(s)) {
+            const float u = llm::ref::vec_dot(wt, a[5].bytes.data() + (e * n_out + r) * wr, x, n_in);
+            llm::ref::swiglu(&v, &u, &v, 1);
+          }
+          y[pr * n_out + r] = v;
+        }
       }
       return Status();
     }
@@ -437,6 +487,11 @@ class MatOp final : public OpSpec {
       out.push_back(id_shape(GgmlType::F32, 64, 16, 4, 2, 3, 1));
       out.push_back(id_shape(GgmlType::Q4_K, 2048, 768, 4, 2, 1, 0));   // gate / up, decode
       out.push_back(id_shape(GgmlType::Q6_K, 768, 2048, 4, 2, 3, 1));   // down, 3 tokens
+      // gate and up with their SwiGLU in one launch (decode).
+      for (Shape sh : {id_shape(GgmlType::Q4_K, 512, 40, 8, 2, 1, 0), id_shape(GgmlType::Q8_0, 256, 40, 8, 2, 3, 0)}) {
+        sh.dims["glu"] = 1;
+        out.push_back(sh);
+      }
       // Grouped (prompts): per expert its pairs, then its rows once for all of them.
       for (Shape sh : {id_shape(GgmlType::Q4_K, 256, 40, 8, 2, 7, 0), id_shape(GgmlType::Q6_K, 512, 24, 8, 3, 6, 1),
                        id_shape(GgmlType::Q8_0, 2048, 64, 16, 8, 9, 0)}) {

@@ -115,8 +115,8 @@ class RefBackend final : public Backend {
   // Expert mat-vecs, grouped: the (token, slot) pairs that chose expert e are gathered into one
   // batch and multiplied by e's matrix (a row view of the stacked tensor), so only the chosen
   // experts' weights are read, each once per step. Every element is its single-token dot product.
-  Status matmul_id(const Program& p, const Launch& l, float* y) {
-    const Weight& W = model_->weight(l.weight);
+  Status matmul_id(const Program& p, const Launch& l, int32_t weight, float* y) {
+    const Weight& W = model_->weight(weight);
     const ValueDesc& x = p.values[static_cast<size_t>(l.in0)];
     const ValueDesc& idd = p.values[static_cast<size_t>(l.in1)];
     const int64_t n_in = W.view.n_in, n_out = W.expert_rows(), k = idd.cols, rows = x.rows;
@@ -257,7 +257,12 @@ class RefBackend final : public Backend {
         return Status();
       }
       case OpCode::kMatMulId:
-        return matmul_id(p, l, out);
+        if (!l.glu) return matmul_id(p, l, l.weight, out);
+        glu_.resize(static_cast<size_t>(n));
+        LOOM_RETURN_IF_ERROR(matmul_id(p, l, l.weight, out));
+        LOOM_RETURN_IF_ERROR(matmul_id(p, l, l.weight1, glu_.data()));
+        ref::swiglu(out, glu_.data(), out, n);
+        return Status();
       case OpCode::kMoeSum: {
         const ValueDesc& w = p.values[static_cast<size_t>(l.in1)];
         ref::moe_sum(a, b, od->rows, w.cols, od->cols, out);

@@ -50,7 +50,7 @@ enum class OpCode : uint8_t {
   kMatMulId,    // expert mat-vecs: weight holds n_expert stacked matrices (Weight::n_expert);
                 //   out[t, j] = weight[in1[t, j]] · x, x = in0[t] (in0 of n_in cols) or in0[t, j]
                 //   (k * n_in cols); out is [rows, k * expert_rows]; in0 may be quantized as for
-                //   kMatMul                                                       [matvec_id]
+                //   kMatMul; glu (fused): out = silu(weight[e] · x) * (weight1[e] · x)  [matvec_id]
   kMoeSum,      // out[t] = sum over j in order of in0[t, j] * in1[t, j] (in0: [rows, k * n],
                 //   in1: f32 [rows, k]), each product rounded, then added         [moe_sum]
 };
