@@ -224,42 +224,25 @@ class MatmulMmaOp final : public OpSpec {
     m_format(wt, &f);
     const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
     const WLayout L = layout_of(s, wt, n_in, n_out, f.block_elems, f.block_bytes);
-    const int64_t threads = sch.at("threads");
-    Generated g;
-    const std::string kname = fmt::format("matmul_mma_scalar_{}", llm::ggml_type_name(wt));
-    ir::Kernel* k = g.module.add_kernel(kname);
-    Emit b(*k);
-    b.cpu = target == ir::TargetKind::kCpp;
-    Value* w = b.param(ty::gptr(Scalar::kU8), "w");
     const bool xh16 = x_is_f16(s);
-    Value* x = b.param(ty::gptr(xh16 ? Scalar::kF16 : Scalar::kF32), "x");
-    Value* y = b.param(ty::gptr(Scalar::kF32), "y");
-    Value* r = b.global_x();
-    Value* t = b.block_id(Mode::kY);
-    b.if_then_else(b.cmp(Mode::kLt, r, b.i32(static_cast<int32_t>(n_out))), {}, [&] {
-      Value* xrow = b.mul(t, b.i32(static_cast<int32_t>(n_in)));
-      auto acc = b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(n_in)), b.i32(16), {b.f32(0)},
-                            [&](Value* k0, std::span<Value* const> it) {
-                              std::vector<Value*> wv = dequant16(b, wt, w, L, r, k0);
-                              Value* a = it[0];
-                              for (int i = 0; i < 16; ++i) {
-                                Value* wh = b.convert(b.convert(wv[static_cast<size_t>(i)], ty::f16), ty::f32);
-                                Value* xv = b.load(x, b.add(xrow, b.addc(k0, i)));
-                                Value* xh = b.convert(xh16 ? xv : b.convert(xv, ty::f16), ty::f32);
-                                a = b.fma(wh, xh, a);
-                              }
-                              return std::vector<Value*>{a};
-                            });
-      b.store(y, b.add(b.mul(t, b.i32(static_cast<int32_t>(n_out))), r), acc[0]);
-      return std::vector<Value*>{};
-    });
-    KernelLaunch l;
-    l.kernel = kname;
-    l.args = {0, 1, 2};
-    l.grid = {static_cast<uint32_t>((n_out + threads - 1) / threads), static_cast<uint32_t>(nt), 1};
-    l.block = {static_cast<uint32_t>(threads), 1, 1};
-    g.launches.push_back(l);
-    return g;
+    return mma::per_output_kernel(
+        fmt::format("matmul_mma_scalar_{}", llm::ggml_type_name(wt)), target, xh16 ? Scalar::kF16 : Scalar::kF32, "x", n_out,
+        nt, sch.at("threads"), [&](Emit& b, Value* w, Value* x, Value* r, Value* t) {
+          Value* xrow = b.mul(t, b.i32(static_cast<int32_t>(n_in)));
+          auto acc = b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(n_in)), b.i32(16), {b.f32(0)},
+                                [&](Value* k0, std::span<Value* const> it) {
+                                  std::vector<Value*> wv = dequant16(b, wt, w, L, r, k0);
+                                  Value* a = it[0];
+                                  for (int i = 0; i < 16; ++i) {
+                                    Value* wh = b.convert(b.convert(wv[static_cast<size_t>(i)], ty::f16), ty::f32);
+                                    Value* xv = b.load(x, b.add(xrow, b.addc(k0, i)));
+                                    Value* xh = b.convert(xh16 ? xv : b.convert(xv, ty::f16), ty::f32);
+                                    a = b.fma(wh, xh, a);
+                                  }
+                                  return std::vector<Value*>{a};
+                                });
+          return acc[0];
+        });
   }
 
   // PTX, pipelined: CTA tile of 16 warp_m_tiles warps_m weight rows x 8 warp_n_tiles warps_n

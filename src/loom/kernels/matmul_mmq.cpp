@@ -326,47 +326,30 @@ class MatmulMmqOp final : public OpSpec {
   Result<Generated> generate_scalar(const Shape& s, const Schedule& sch, ir::TargetKind target) const {
     const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
     const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens"), nb = n_in / 32;
-    const int64_t threads = sch.at("threads");
-    Generated g;
-    const std::string kname = fmt::format("matmul_mmq_scalar_{}", llm::ggml_type_name(wt));
-    ir::Kernel* k = g.module.add_kernel(kname);
-    Emit b(*k);
-    b.cpu = target == ir::TargetKind::kCpp;
-    Value* w = b.param(ty::gptr(Scalar::kU8), "w");
-    Value* xq = b.param(ty::gptr(Scalar::kU8), "xq");
-    Value* y = b.param(ty::gptr(Scalar::kF32), "y");
-    Value* r = b.global_x();
-    Value* t = b.block_id(Mode::kY);
-    b.if_then_else(b.cmp(Mode::kLt, r, b.i32(static_cast<int32_t>(n_out))), {}, [&] {
-      auto acc = b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(nb)), b.i32(1), {b.f32(0)},
-                            [&](Value* blk, std::span<Value* const> it) {
-        UnitLoad wl = load_unit(b, wt, w, is_planar(s), n_out, n_in, r, b.convert(blk, ty::i64));
-        std::vector<Value*> ww = wl.words();
-        Value* xb = b.mul(b.convert(b.add(b.mul(t, b.i32(static_cast<int32_t>(nb))), blk), ty::i64), b.i64(kXBlockBytes));
-        Value* x0 = b.bitcast(b.load_at(xq, xb, ty::i32, 4), ty::u32);
-        Value* dx = f16_bits_to_f32(b, b.convert(b.andc(x0, 0xFFFF), ty::u16));
-        Value* isum = b.i32(0);
-        for (int i = 0; i < 8; ++i) {
-          Value* xw = b.load_at(xq, b.add(xb, b.i64(4 + 4 * i)), ty::i32, 4);
-          Value* wv = wt == GgmlType::Q4_0 ? (i < 4 ? lo_s8(b, ww[static_cast<size_t>(i)]) : hi_s8(b, ww[static_cast<size_t>(i - 4)]))
-                                           : ww[static_cast<size_t>(i)];
-          isum = b.dot4(wv, xw, isum);
-        }
-        auto [dw, dm] = wl.scales();
-        Value* a = b.fma(b.mul(dw, dx), b.convert(isum, ty::f32), it[0]);
-        if (dm) a = b.sub(a, b.mul(dm, f16_bits_to_f32(b, b.convert(b.shrc(x0, 16), ty::u16))));
-        return std::vector<Value*>{a};
-      });
-      b.store(y, b.add(b.mul(t, b.i32(static_cast<int32_t>(n_out))), r), acc[0]);
-      return std::vector<Value*>{};
-    });
-    KernelLaunch l;
-    l.kernel = kname;
-    l.args = {0, 1, 2};
-    l.grid = {static_cast<uint32_t>((n_out + threads - 1) / threads), static_cast<uint32_t>(nt), 1};
-    l.block = {static_cast<uint32_t>(threads), 1, 1};
-    g.launches.push_back(l);
-    return g;
+    return mma::per_output_kernel(
+        fmt::format("matmul_mmq_scalar_{}", llm::ggml_type_name(wt)), target, Scalar::kU8, "xq", n_out, nt,
+        sch.at("threads"), [&](Emit& b, Value* w, Value* xq, Value* r, Value* t) {
+          auto acc = b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(nb)), b.i32(1), {b.f32(0)},
+                                [&](Value* blk, std::span<Value* const> it) {
+            UnitLoad wl = load_unit(b, wt, w, is_planar(s), n_out, n_in, r, b.convert(blk, ty::i64));
+            std::vector<Value*> ww = wl.words();
+            Value* xb = b.mul(b.convert(b.add(b.mul(t, b.i32(static_cast<int32_t>(nb))), blk), ty::i64), b.i64(kXBlockBytes));
+            Value* x0 = b.bitcast(b.load_at(xq, xb, ty::i32, 4), ty::u32);
+            Value* dx = f16_bits_to_f32(b, b.convert(b.andc(x0, 0xFFFF), ty::u16));
+            Value* isum = b.i32(0);
+            for (int i = 0; i < 8; ++i) {
+              Value* xw = b.load_at(xq, b.add(xb, b.i64(4 + 4 * i)), ty::i32, 4);
+              Value* wv = wt == GgmlType::Q4_0 ? (i < 4 ? lo_s8(b, ww[static_cast<size_t>(i)]) : hi_s8(b, ww[static_cast<size_t>(i - 4)]))
+                                               : ww[static_cast<size_t>(i)];
+              isum = b.dot4(wv, xw, isum);
+            }
+            auto [dw, dm] = wl.scales();
+            Value* a = b.fma(b.mul(dw, dx), b.convert(isum, ty::f32), it[0]);
+            if (dm) a = b.sub(a, b.mul(dm, f16_bits_to_f32(b, b.convert(b.shrc(x0, 16), ty::u16))));
+            return std::vector<Value*>{a};
+          });
+          return acc[0];
+        });
   }
 
   // PTX: a CTA computes 16 warp_m_tiles warps_m weight rows x 8 warp_n_tiles warps_n tokens.

@@ -51,4 +51,30 @@ KernelLaunch mma_launch(const std::string& kname, const MmaTile& t, int64_t n_ou
   return l;
 }
 
+Generated per_output_kernel(const std::string& kname, ir::TargetKind target, ir::Scalar x_elem, const char* x_name,
+                            int64_t n_out, int64_t nt, int64_t threads,
+                            const std::function<Value*(Emit&, Value*, Value*, Value*, Value*)>& dot) {
+  Generated g;
+  ir::Kernel* k = g.module.add_kernel(kname);
+  Emit b(*k);
+  b.cpu = target == ir::TargetKind::kCpp;
+  Value* w = b.param(ty::gptr(ir::Scalar::kU8), "w");
+  Value* x = b.param(ty::gptr(x_elem), x_name);
+  Value* y = b.param(ty::gptr(ir::Scalar::kF32), "y");
+  Value* r = b.global_x();
+  Value* t = b.block_id(Mode::kY);
+  b.if_then_else(b.cmp(Mode::kLt, r, b.i32(static_cast<int32_t>(n_out))), {}, [&] {
+    Value* acc = dot(b, w, x, r, t);
+    b.store(y, b.add(b.mul(t, b.i32(static_cast<int32_t>(n_out))), r), acc);
+    return std::vector<Value*>{};
+  });
+  KernelLaunch l;
+  l.kernel = kname;
+  l.args = {0, 1, 2};
+  l.grid = {static_cast<uint32_t>((n_out + threads - 1) / threads), static_cast<uint32_t>(nt), 1};
+  l.block = {static_cast<uint32_t>(threads), 1, 1};
+  g.launches.push_back(l);
+  return g;
+}
+
 }  // namespace loom::kernels::mma

@@ -4,6 +4,7 @@
 // accumulators into y [tokens][n_out] and its launch.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,5 +31,13 @@ void store_c(Emit& b, const MmaTile& t, const std::vector<ir::Value*>& acc, ir::
 
 // The launch of kernel `kname` (args w, x, y) over ceil(n_out / bm) x ceil(nt / bn) CTAs.
 KernelLaunch mma_launch(const std::string& kname, const MmaTile& t, int64_t n_out, int64_t nt);
+
+// The cpu form of these matmuls (mma is PTX-only): kernel `kname` (params w: u8 weights, x of
+// element type x_elem named x_name, y: f32) with one thread per (row r = global x, token t =
+// block y) of `threads`-wide blocks; `dot(b, w, x, r, t)` emits the row's dot product with the
+// token, which lands in y [t][r] for r < n_out.
+Generated per_output_kernel(const std::string& kname, ir::TargetKind target, ir::Scalar x_elem, const char* x_name,
+                            int64_t n_out, int64_t nt, int64_t threads,
+                            const std::function<ir::Value*(Emit&, ir::Value*, ir::Value*, ir::Value*, ir::Value*)>& dot);
 
 }  // namespace loom::kernels::mma
