@@ -20,6 +20,7 @@
 
 #include <functional>
 #include <memory>
+#include <tuple>
 #include <utility>
 
 #include "loom/gguf/planar.h"
@@ -420,14 +421,18 @@ class MatmulMmqOp final : public OpSpec {
         return std::vector<Value*>{};
       });
     };
+    // This thread's j-th of n tile items: (row or token in the tile, unit in the step, and the
+    // guard when the items do not divide evenly: null when every thread has one).
+    auto item_of = [&](int64_t j, int64_t n) {
+      Value* item = b.addc(tid, j * threads);
+      Value* valid = (j + 1) * threads <= n ? nullptr : b.cmp(Mode::kLt, item, i32c(n));
+      Value* it = valid ? b.min(item, i32c(n - 1)) : item;
+      return std::tuple<Value*, Value*, Value*>{b.div(it, i32c(kb)), b.rem(it, i32c(kb)), valid};
+    };
     auto stage = [&](Value* kblk) {  // loads of the k step starting at unit kblk (i32)
       auto st = std::make_shared<Staged>();
       for (int64_t j = 0; j < wper; ++j) {
-        Value* item = b.addc(tid, j * threads);
-        Value* valid = (j + 1) * threads <= n_witems ? nullptr : b.cmp(Mode::kLt, item, i32c(n_witems));
-        Value* it = valid ? b.min(item, i32c(n_witems - 1)) : item;
-        Value* lr = b.div(it, i32c(kb));
-        Value* lb = b.rem(it, i32c(kb));
+        auto [lr, lb, valid] = item_of(j, n_witems);
         Value* r = b.min(b.add(m0, lr), i32c(n_out - 1));
         UnitLoad ul = load_unit(b, wt, w, is_planar(s), n_out, n_in, r, b.convert(b.add(kblk, lb), ty::i64));
         st->stores.push_back([&b, &guarded, ul, lr, lb, valid, sw, nw, bm, wq, wd, wmn] {
@@ -443,11 +448,7 @@ class MatmulMmqOp final : public OpSpec {
         });
       }
       for (int64_t j = 0; j < xper; ++j) {
-        Value* item = b.addc(tid, j * threads);
-        Value* valid = (j + 1) * threads <= n_xitems ? nullptr : b.cmp(Mode::kLt, item, i32c(n_xitems));
-        Value* it = valid ? b.min(item, i32c(n_xitems - 1)) : item;
-        Value* lt = b.div(it, i32c(kb));
-        Value* lb = b.rem(it, i32c(kb));
+        auto [lt, lb, valid] = item_of(j, n_xitems);
         Value* t = b.min(b.add(n0, lt), i32c(nt - 1));
         Value* base = b.mul(b.convert(b.add(b.mul(t, i32c(nb)), b.add(kblk, lb)), ty::i64), b.i64(kXBlockBytes));
         std::vector<Value*> words;
