@@ -98,7 +98,7 @@ GrammarBuilder::Seq grammar_repeat(GrammarBuilder& b, const GrammarBuilder::Seq&
 Result<std::shared_ptr<const Grammar>> parse_gbnf(std::string_view text, const GrammarLimits& limits = {});
 
 // The vocabulary as a byte trie (each token's text as the detokenizer outputs it). Build one per
-// tokenizer and share it (immutable; about 0.1 s for Gemma 3's 262,144 tokens). Control tokens,
+// tokenizer and share it (immutable; about 0.3 s for Gemma 3's 262,144 tokens). Control tokens,
 // end-of-generation tokens and tokens without text are left out: a grammar never accepts them
 // (end of generation is handled apart).
 class TokenTrie {
