@@ -91,10 +91,14 @@ TEST_P(FusedOnReference, BitIdenticalToThePlainProgram) {
     auto fused = [&](int64_t t) {
       auto f = fuse_program(m->build_program(t, t), *m, plan, on);
       EXPECT_TRUE(f.ok()) << f.status().to_string();
-      for (const llm::Launch& l : f->launches)
-        if (l.op == OpCode::kMatMul && f->values[static_cast<size_t>(l.in0)].type == GgmlType::F16 &&
-            c.type != GgmlType::F16)
-          mma = true;
+      // A matmul whose activations are not its weight's vec_dot_type runs a tensor-core
+      // matmul's definition (f16 for matmul_mma, Q8_1 blocks for matmul_mmq).
+      for (const llm::Launch& l : f->launches) {
+        if (l.op != OpCode::kMatMul) continue;
+        const GgmlType xt = f->values[static_cast<size_t>(l.in0)].type;
+        auto dot = llm::ref::vec_dot_type(m->weight(l.weight).view.type);
+        if (xt != GgmlType::F32 && dot.ok() && xt != *dot) mma = true;
+      }
       return f.ok() ? std::move(f).value() : llm::Program{};
     };
     const std::vector<float> a = run(*m, n, plain), b = run(*m, n, fused);
@@ -102,10 +106,10 @@ TEST_P(FusedOnReference, BitIdenticalToThePlainProgram) {
     if (!mma) {
       EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "fused logits differ from the plain Program's";
     } else {
-      // f16 activations: close, not equal (the tensor-core matmul's own definition).
+      // Tensor-core matmul steps: close, not equal (their own definitions).
       double num = 0, da = 0, db = 0;
       for (size_t i = 0; i < a.size(); ++i) num += double(a[i]) * b[i], da += double(a[i]) * a[i], db += double(b[i]) * b[i];
-      EXPECT_GT(num / std::sqrt(da * db), 0.999) << "matmul_mma steps";
+      EXPECT_GT(num / std::sqrt(da * db), 0.999) << "tensor-core matmul steps";
     }
   }
 }
@@ -160,8 +164,9 @@ TEST(FusePass, GpuDecodeStepTakesEveryFusedForm) {
 }
 
 // Which weights go to the planar layout: on PTX every layer projection of a Q4_0 or Q8_0 model
-// (both matvec_gpu and matmul_mma read those planar), none of a Q4_1 model (matmul_mma refuses
-// Q4_1, and the prompt path must read the same copy), and nothing on the cpp target.
+// (matvec_gpu, matmul_mmq and matmul_mma read those planar), none of a Q4_1 model (the prompt
+// matmuls refuse Q4_1, and the prompt path must read the same copy), and nothing on the cpp
+// target.
 TEST(WeightPlan, PlanarWhereBothGpuOpsReadThePlanarForm) {
   for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_1}) {
     auto m = load_tiny("llama", t);
@@ -176,14 +181,18 @@ TEST(WeightPlan, PlanarWhereBothGpuOpsReadThePlanarForm) {
     const size_t n = static_cast<size_t>(std::count(ptx.begin(), ptx.end(), true));
     if (t == GgmlType::Q4_1) EXPECT_EQ(n, 0u) << "matmul_mma has no Q4_1";
     else EXPECT_EQ(n, expect) << llm::ggml_type_name(t);
-    // Layout and kernel agree: every planar weight gets matvec_gpu or matmul_mma at every size.
+    // Layout and kernel agree: every planar weight gets matvec_gpu, matmul_mmq or matmul_mma at
+    // every size (matmul_mmq for Q4_0/Q8_0 prompts, matmul_mma when the plan is made without it).
     const WeightPlan plan = WeightPlan::make(*m, ir::TargetKind::kPtx);
     for (size_t w = 0; w < ptx.size(); ++w) {
       if (!ptx[w]) continue;
       for (int64_t nt : {1, 8, 16, 17, 512}) {
         auto k = plan.matmul(static_cast<int32_t>(w), nt);
         ASSERT_TRUE(k.ok()) << k.status().to_string();
-        EXPECT_TRUE(k->op->name() == "matvec_gpu" || k->op->name() == "matmul_mma") << k->op->name();
+        EXPECT_EQ(k->op->name(), nt <= 16 ? "matvec_gpu" : "matmul_mmq");
+        auto f16 = WeightPlan::make(*m, ir::TargetKind::kPtx, /*int8_prompts=*/false).matmul(static_cast<int32_t>(w), nt);
+        ASSERT_TRUE(f16.ok()) << f16.status().to_string();
+        EXPECT_EQ(f16->op->name(), nt <= 16 ? "matvec_gpu" : "matmul_mma");
       }
     }
   }

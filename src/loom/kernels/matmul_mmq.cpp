@@ -243,15 +243,13 @@ class MatmulMmqOp final : public OpSpec {
       llm::ref::quantize_activation(GgmlType::Q8_1, x.data() + t * n_in, a[1].bytes.data() + t * row, n_in);
   }
 
-  // Per 32-value unit: d_w d_x times the exact sum of (weight quant) x (activation quant), the
-  // Q4_0 quants taken as q - 8; Q4_K: (d sc) d_x sum(q x) - (dmin m) s_x with s_x the Q8_1
-  // block's f16 d_x sum(x); summed in double.
+  // llm::ref::matmul_q8_1 (the definition: per 32 values the exact integer sum scaled by the
+  // block scales, Q4_K minus its min times the activation block's sum; summed in double).
   Status reference(const Shape& s, std::span<HostArg> a) const override {
     const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
     QFormat f{};
     q_format(wt, &f);
-    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens"), nb = n_in / 32;
-    const int64_t row_bytes = n_in / f.block_elems * f.block_bytes;
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
     const uint8_t* wb = a[0].bytes.data();
     std::vector<uint8_t> gguf;
     if (is_planar(s)) {
@@ -259,47 +257,9 @@ class MatmulMmqOp final : public OpSpec {
       LOOM_RETURN_IF_ERROR(llm::from_planar(wt, n_out, n_in, wb, gguf.data()));
       wb = gguf.data();
     }
-    const uint8_t* xq = a[1].bytes.data();
     a[2].bytes.resize(static_cast<size_t>(nt * n_out * 4));
-    float* y = reinterpret_cast<float*>(a[2].bytes.data());
-    auto f16 = [](const uint8_t* p) {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      return static_cast<double>(llm::fp16_to_fp32(h));
-    };
-    for (int64_t r = 0; r < n_out; ++r)
-      for (int64_t t = 0; t < nt; ++t) {
-        double acc = 0;
-        for (int64_t k = 0; k < nb; ++k) {
-          const uint8_t* xblk = xq + (t * nb + k) * kXBlockBytes;
-          int64_t isum = 0;
-          double dw = 0, dm = 0;
-          if (wt == GgmlType::Q4_K) {
-            const uint8_t* blk = wb + r * row_bytes + (k / 8) * 144;
-            const int j = static_cast<int>(k % 8);
-            const uint8_t* sc = blk + 4;
-            const int scv = j < 4 ? sc[j] & 63 : (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
-            const int mv = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
-            dw = f16(blk) * scv;
-            dm = f16(blk + 2) * mv;
-            const uint8_t* qs = blk + 16 + 32 * (j / 2);
-            for (int e = 0; e < 32; ++e) isum += int64_t{(qs[e] >> (4 * (j % 2))) & 15} * static_cast<int8_t>(xblk[4 + e]);
-          } else {
-            const uint8_t* wblk = wb + (r * nb + k) * f.block_bytes;
-            dw = f16(wblk);
-            for (int e = 0; e < 32; ++e) {
-              const int xv = static_cast<int8_t>(xblk[4 + e]);
-              int wv;
-              if (wt == GgmlType::Q4_0) wv = (e < 16 ? (wblk[2 + e] & 15) : (wblk[2 + e - 16] >> 4)) - 8;
-              else wv = static_cast<int8_t>(wblk[2 + e]);
-              isum += int64_t{wv} * xv;
-            }
-          }
-          acc += dw * f16(xblk) * static_cast<double>(isum) - dm * f16(xblk + 2);
-        }
-        y[t * n_out + r] = static_cast<float>(acc);
-      }
-    return Status();
+    const llm::ref::WeightView wv{wt, wb, n_in, n_out, static_cast<size_t>(n_in / f.block_elems * f.block_bytes)};
+    return llm::ref::matmul_q8_1(wv, a[1].bytes.data(), nt, reinterpret_cast<float*>(a[2].bytes.data()), nullptr);
   }
 
   std::vector<Shape> test_shapes() const override {

@@ -109,6 +109,7 @@ class RefBackend final : public Backend {
     if (x.type == dot) return ref::matmul_quantized(w, bytes(p, in0), x.rows, y, &pool_);
     if (x.type == GgmlType::F16)
       return ref::matmul_dequantized(w, reinterpret_cast<const uint16_t*>(bytes(p, in0)), x.rows, y, &pool_);
+    if (x.type == GgmlType::Q8_1) return ref::matmul_q8_1(w, bytes(p, in0), x.rows, y, &pool_);
     return internal_error("a {} weight cannot read {} activations", ggml_type_name(w.type), ggml_type_name(x.type));
   }
 

@@ -1,5 +1,6 @@
 // The matmuls of fused Programs: from activations that an earlier launch already converted
 // (a quantize, or a norm or attention that writes its readers' format).
+#include <cstring>
 #include <vector>
 
 #include "loom/base/thread_pool.h"
@@ -44,6 +45,62 @@ Status matmul_dequantized(const WeightView& w, const uint16_t* x_f16, int64_t n_
   else rows(0, w.n_out, 0);
   for (Status& s : errors)
     if (!s.ok()) return std::move(s);
+  return Status();
+}
+
+namespace {
+
+double f16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return static_cast<double>(fp16_to_fp32(h));
+}
+
+// One weight row against one Q8_1 activation row (matmul_q8_1's sum).
+double dot_q8_1(GgmlType t, const uint8_t* wr, const uint8_t* xr, int64_t n_in) {
+  double acc = 0;
+  for (int64_t k = 0; k < n_in / 32; ++k) {
+    const uint8_t* xb = xr + k * 36;
+    int64_t isum = 0;
+    double dw = 0, dm = 0;
+    if (t == GgmlType::Q4_K) {
+      const uint8_t* blk = wr + (k / 8) * 144;
+      const int j = static_cast<int>(k % 8);
+      const uint8_t* sc = blk + 4;
+      const int scv = j < 4 ? sc[j] & 63 : (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
+      const int mv = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+      dw = f16_at(blk) * scv;
+      dm = f16_at(blk + 2) * mv;
+      const uint8_t* qs = blk + 16 + 32 * (j / 2);
+      for (int e = 0; e < 32; ++e) isum += int64_t{(qs[e] >> (4 * (j % 2))) & 15} * static_cast<int8_t>(xb[4 + e]);
+    } else {
+      const bool q4 = t == GgmlType::Q4_0;
+      const uint8_t* wb = wr + k * (q4 ? 18 : 34);
+      dw = f16_at(wb);
+      for (int e = 0; e < 32; ++e) {
+        const int wv = q4 ? (e < 16 ? (wb[2 + e] & 15) : (wb[2 + e - 16] >> 4)) - 8 : static_cast<int8_t>(wb[2 + e]);
+        isum += int64_t{wv} * static_cast<int8_t>(xb[4 + e]);
+      }
+    }
+    acc += dw * f16_at(xb) * static_cast<double>(isum) - dm * f16_at(xb + 2);
+  }
+  return acc;
+}
+
+}  // namespace
+
+Status matmul_q8_1(const WeightView& w, const uint8_t* xq, int64_t n_tok, float* y, ThreadPool* pool) {
+  if (w.type != GgmlType::Q4_0 && w.type != GgmlType::Q8_0 && w.type != GgmlType::Q4_K)
+    return invalid_argument("matmul_q8_1: {} weights (Q4_0, Q8_0, Q4_K)", ggml_type_name(w.type));
+  if (w.n_in % (w.type == GgmlType::Q4_K ? 256 : 32) != 0) return invalid_argument("matmul_q8_1: n_in={}", w.n_in);
+  const int64_t xq_row = w.n_in / 32 * 36;
+  auto rows = [&](int64_t r0, int64_t r1, int) {
+    for (int64_t t = 0; t < n_tok; ++t)
+      for (int64_t r = r0; r < r1; ++r)
+        y[t * w.n_out + r] = static_cast<float>(dot_q8_1(w.type, w.row(r), xq + t * xq_row, w.n_in));
+  };
+  if (pool) pool->parallel_for(w.n_out, rows, 16);
+  else rows(0, w.n_out, 0);
   return Status();
 }
 
