@@ -25,7 +25,8 @@ using llm::GgmlType;
 static_assert(GGML_TYPE_F32 == static_cast<int>(GgmlType::F32) && GGML_TYPE_F16 == static_cast<int>(GgmlType::F16) &&
               GGML_TYPE_Q4_0 == static_cast<int>(GgmlType::Q4_0) && GGML_TYPE_Q8_0 == static_cast<int>(GgmlType::Q8_0) &&
               GGML_TYPE_Q4_K == static_cast<int>(GgmlType::Q4_K) && GGML_TYPE_Q6_K == static_cast<int>(GgmlType::Q6_K) &&
-              GGML_TYPE_BF16 == static_cast<int>(GgmlType::BF16) && GGML_TYPE_I32 == static_cast<int>(GgmlType::I32));
+              GGML_TYPE_BF16 == static_cast<int>(GgmlType::BF16) && GGML_TYPE_I32 == static_cast<int>(GgmlType::I32) &&
+              GGML_TYPE_I64 == static_cast<int>(GgmlType::I64));
 
 GgmlType type_of(const ggml_tensor* t) { return static_cast<GgmlType>(t->type); }
 uint64_t addr(const ggml_tensor* t) { return reinterpret_cast<uint64_t>(t->data); }
@@ -204,6 +205,29 @@ Result<Calls> lower_get_rows(const ggml_tensor* n) {
   return calls;
 }
 
+// SET_ROWS: rows of f32 src0 written into dst (src2's data: ggml's result is a view of it), f32
+// or f16, at the i64 / i32 row indices of src1, batched as ggml broadcasts the indices: set_rows.
+// Quantized destinations and non-contiguous views stay on the CPU.
+Result<Calls> lower_set_rows(const ggml_tensor* n) {
+  const ggml_tensor *x = n->src[0], *ids = n->src[1], *dst = n->src[2];
+  LOOM_RETURN_IF_ERROR(of_type(x, GGML_TYPE_F32, "src0"));
+  if (dst->type != GGML_TYPE_F32 && dst->type != GGML_TYPE_F16)
+    return unimplemented("SET_ROWS into {} (f32 and f16 only)", ggml_type_name(dst->type));
+  LOOM_RETURN_IF_ERROR(dense(dst, "src2"));
+  LOOM_RETURN_IF_ERROR(of_type(n, dst->type, "dst"));
+  if (ids->type != GGML_TYPE_I64 && ids->type != GGML_TYPE_I32)
+    return unimplemented("SET_ROWS with {} row indices", ggml_type_name(ids->type));
+  LOOM_RETURN_IF_ERROR(dense(ids, "src1"));
+  if (n->data != dst->data) return unimplemented("SET_ROWS whose result is not its destination's memory");
+  if (x->ne[0] != dst->ne[0] || x->ne[2] != dst->ne[2] || x->ne[3] != dst->ne[3] || ids->ne[0] != x->ne[1] || ids->ne[3] != 1)
+    return unimplemented("SET_ROWS of shapes other than ggml's [n, rows, b2, b3] -> [n, n_dst, b2, b3] by [rows, i2, i3]");
+  kernels::Shape shape{{{"n", x->ne[0]}, {"n_rows", x->ne[1]}, {"n_dst", dst->ne[1]}, {"b2", x->ne[2]}, {"b3", x->ne[3]},
+                        {"i2", ids->ne[1]}, {"i3", ids->ne[2]}, {"itype", static_cast<int64_t>(ids->type)},
+                        {"dtype", static_cast<int64_t>(dst->type)}}};
+  LOOM_ASSIGN_OR_RETURN(OpCall c, make_call(n, "set_rows", std::move(shape), {{"x", addr(x)}, {"ids", addr(ids)}, {"dst", addr(n)}}));
+  return Calls{std::move(c)};
+}
+
 // dst[m][r] = dot(weight row r, activation row m): the engine's two steps, the activations
 // quantized to the weight's vec_dot_type (quantize_act; f32 weights read them as they are),
 // then matvec for one row or matmul for more. One weight matrix serves all activation rows
@@ -272,6 +296,7 @@ Result<std::vector<OpCall>> lower_node(const ggml_tensor* node, ir::TargetKind t
     case GGML_OP_SCALE: return lower_scale(node);
     case GGML_OP_RMS_NORM: return lower_rms_norm(node);
     case GGML_OP_GET_ROWS: return lower_get_rows(node);
+    case GGML_OP_SET_ROWS: return lower_set_rows(node);
     case GGML_OP_MUL_MAT: return lower_mul_mat(node, scratch);
     default: return unimplemented("{} has no lowering", ggml_op_desc(node));
   }

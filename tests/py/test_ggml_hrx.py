@@ -23,6 +23,7 @@ CLAIMED = {
     "SCALE": {"f32"},
     "RMS_NORM": {"f32"},
     "GET_ROWS": {"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_K", "q6_K"},
+    "SET_ROWS": {"f32", "f16"},
     "MUL_MAT": {"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_K", "q5_K", "q6_K"},
 }
 DEVICE = "HRX0"
@@ -54,7 +55,7 @@ def test_llama_cli_lists_the_hrx_devices(llama):
 
 
 def case_type(op, params):
-    m = re.search(r"\btype(?:_a)?=(\w+)", params)
+    m = re.search(r"\btype(?:_a|_dst)?=(\w+)", params)
     assert m, f"{op}({params}): no type in the case's parameters"
     return m.group(1)
 

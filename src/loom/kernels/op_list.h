@@ -15,6 +15,7 @@ const OpSpec& quantize_act_op();
 const OpSpec& matvec_op();
 const OpSpec& matmul_op();
 const OpSpec& get_rows_op();
+const OpSpec& set_rows_op();
 const OpSpec& argmax_op();
 const OpSpec& matvec_id_op();
 const OpSpec& moe_route_op();

@@ -10,6 +10,7 @@ const std::vector<const OpSpec*>& all_ops() {
       &matvec_op(),
       &matmul_op(),
       &get_rows_op(),
+      &set_rows_op(),
       &argmax_op(),
       &matvec_id_op(),
       &moe_route_op(),
