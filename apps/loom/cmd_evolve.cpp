@@ -58,6 +58,8 @@ Status run_cmd(EvolveFlags& f) {
     if (f.cfg.llm.url.empty()) return invalid_argument("--synth {} needs --llm-url or LOOM_LLM_URL", f.cfg.synth);
   }
   if (f.cfg.op.empty() && f.cfg.op_file.empty()) return invalid_argument("run needs --op or --op-file");
+  // A batch is what the queue's workers share at once: with N local workers, at least N.
+  if (f.workers > 0 && f.cfg.compile_jobs <= 0) f.cfg.compile_jobs = std::max(f.workers, 2);
   LOOM_ASSIGN_OR_RETURN(Db db, open_db(f));
   LOOM_ASSIGN_OR_RETURN(int64_t job, create_job(db, f.cfg));
   std::printf("job %lld in %s\n", static_cast<long long>(job), db.path().c_str());

@@ -148,14 +148,14 @@ def test_coordinator_three_workers_sigkill_second_coordinator_and_restart(loom_b
     try:
         job = job_of(coord)
 
-        def holder(pattern, among):
+        def holder(pattern, among, min_seq=0):
             deadline = time.time() + 120
             while True:
                 assert time.time() < deadline, f"no worker printed {pattern!r}:\n" + coord.text()
                 for w in among:
-                    m = re.search(pattern, w.text())
-                    if m:
-                        return w, m
+                    for m in re.finditer(pattern, w.text()):
+                        if int(m.group(2)) >= min_seq:
+                            return w, m
                 time.sleep(0.02)
 
         # The worker that leased the baseline (the slowest kernel) is killed in the middle of it.
@@ -166,9 +166,16 @@ def test_coordinator_three_workers_sigkill_second_coordinator_and_restart(loom_b
         # Another is stopped in the middle of a search evaluation; it wakes after the search, when
         # its lease has passed to a third worker, and its late answer must not count.
         others = [w for w in workers if w is not victim]
-        sleeper, m = holder(r"worker (\S+): leased job \d+ eval #([1-9]\d*) ", others)
-        sleeper.p.send_signal(signal.SIGSTOP)
-        sleeper_name, sleeper_seq = m.group(1), int(m.group(2))
+        min_seq = 1
+        while True:
+            sleeper, m = holder(r"worker (\S+): leased job \d+ eval #(\d+) ", others, min_seq)
+            sleeper.p.send_signal(signal.SIGSTOP)
+            sleeper_name, sleeper_seq = m.group(1), int(m.group(2))
+            time.sleep(0.2)  # output already in the pipe arrives
+            if not re.search(rf"job {job} eval #{sleeper_seq}: ", sleeper.text()):
+                break  # stopped in the middle of it
+            sleeper.p.send_signal(signal.SIGCONT)  # it had finished: the next one
+            min_seq = sleeper_seq + 1
         # A second coordinator of the running job is refused and names the first.
         other = run_loom(loom_bin, "evolve", "resume", job, "--workers", "0", "--db", pg.url, check=False)
         assert other.returncode != 0

@@ -575,6 +575,9 @@ Status run_leased(Db& db, int64_t job, const JobRow& row, const RunOptions& ro, 
   // proposals, for duplicates), so the batch can be compiled in parallel before its candidates
   // are measured one at a time. A resumed job rebuilds a half-done batch the same way.
   const int batch = std::max(1, cfg.compile_jobs);
+  if (remote)
+    log(fmt::format("queued in batches of {}: at most {} workers evaluate this job at once (--compile-jobs at `run`)",
+                    batch, batch));
   auto propose = [&](int seq, const History& base, const History& seen) -> Result<std::optional<Record>> {
     std::mt19937_64 rng(step_seed(cfg.seed, seq));
     Pick pick = pick_parent(strategy, base, seq, rng);

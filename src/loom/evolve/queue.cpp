@@ -38,14 +38,21 @@ std::string worker_name() {
 // SIGTERM/SIGINT: a worker between evaluations removes its pools and exits 0; one in the middle
 // of an evaluation dies as before (its lease passes to another worker): finishing would turn an
 // evaluation whose child was signalled too (a Slurm step, a process group) into a wrong result.
-std::atomic<bool> g_idle{false}, g_stop{false};
+std::atomic<bool> g_busy{false}, g_stop{false};
 void on_stop_signal(int sig) {
-  if (g_idle.load()) {
+  if (!g_busy.load()) {
     g_stop.store(true);
     return;
   }
   signal(sig, SIG_DFL);
   raise(sig);
+}
+
+// Gives a row leased just now back (a stop signal came while leasing it).
+void give_back(Db& db, int64_t id, const std::string& me) {
+  auto u = db.prepare("UPDATE evaluations SET status = 'pending', worker = NULL, lease_until = NULL, "
+                      "attempts = attempts - 1 WHERE id = ?1 AND worker = ?2 AND status = 'leased'");
+  if (u.ok()) (void)u->bind(1, id).bind(2, me).run();
 }
 
 struct Leased {
@@ -362,8 +369,18 @@ Status serve_queue(const WorkerOptions& o) {
   auto last_cleanup = idle_since;
   std::set<int64_t> pools;  // jobs whose input sets this worker keeps
   int done = 0, failures = 0;
+  auto stop = [&]() -> Status {
+    remove_ended_pools(db, pools);
+    say(fmt::format("worker {}: stopped between evaluations, {} done", me, done));
+    return Status();
+  };
   while (o.max_evaluations <= 0 || done < o.max_evaluations) {
+    if (g_stop.load()) return stop();
     auto next = lease_next(db, facts.arch, me, o.lease_s);
+    if (next.ok() && *next && g_stop.load()) {
+      give_back(db, (**next).id, me);
+      return stop();
+    }
     if (!next.ok()) {
       // A lost connection inside the lease's transaction: try again (the connection itself is
       // re-made by the database layer, which gives up after its own deadline).
@@ -384,14 +401,7 @@ Status serve_queue(const WorkerOptions& o) {
         say(fmt::format("worker {}: idle for {:.0f} s, {} evaluations done; exiting", me, idle, done));
         return Status();
       }
-      g_idle.store(true);
       if (!g_stop.load()) std::this_thread::sleep_for(std::chrono::duration<double>(o.poll_s));
-      g_idle.store(false);
-      if (g_stop.load()) {
-        remove_ended_pools(db, pools);
-        say(fmt::format("worker {}: stopped between evaluations, {} done", me, done));
-        return Status();
-      }
       continue;
     }
     const Leased& l = **next;
@@ -402,7 +412,14 @@ Status serve_queue(const WorkerOptions& o) {
     bool lost = false;
     {
       Heartbeat hb(o.db, l.id, me, o.lease_s);
+      g_busy.store(true);
+      if (g_stop.load()) {  // a stop that came just before the evaluation
+        g_busy.store(false);
+        give_back(db, l.id, me);
+        return stop();
+      }
       answer = execute(l, o.device, db.path());
+      g_busy.store(false);
       lost = hb.lost();
     }
     auto kept = finish(db, l.id, me, answer);

@@ -105,6 +105,15 @@ std::string without_password(const std::string& url) {
 
 void quiet_notices(void*, const char*) {}  // "relation already exists, skipping" and the like
 
+// Per session, after every (re)connection: notices off, and a transaction left idle for 10 s
+// (its client frozen: SIGSTOP, a paused VM, a cut network) is ended by the server, so the rows
+// it locked (a worker's lease in the making) go to other workers instead of waiting for it.
+void setup_session(PgConn& c) {
+  lib().set_notice_processor(pc(c), quiet_notices, nullptr);
+  PGresult* r = lib().exec(pc(c), "SET client_min_messages = warning; SET idle_in_transaction_session_timeout = 10000");
+  if (r) lib().clear(r);
+}
+
 // A failure that means the server or the connection went away (the statement may be sent again
 // on a new connection), not an error of the statement.
 bool connection_lost(const PgConn& c, const PGresult* r) {
@@ -137,7 +146,7 @@ Status reconnect(PgConn& c, const std::string& why, bool first = false) {
     delay = std::min(delay * 2, 5.0);
     lib().reset(pc(c));
     if (lib().status(pc(c)) == CONNECTION_OK) {
-      lib().set_notice_processor(pc(c), quiet_notices, nullptr);
+      setup_session(c);
       log_warn("database {}: reconnected after {:.1f} s", c.display,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       return Status();
@@ -198,8 +207,7 @@ Result<std::unique_ptr<PgConn>> pg_connect(const std::string& url) {
     // The server may be starting (a worker launched beside it): the same backoff as a lost one.
     LOOM_RETURN_IF_ERROR(reconnect(*c, trim(lib().error_message(pc(*c))), true).with_context("connecting to " + c->display));
   }
-  lib().set_notice_processor(pc(*c), quiet_notices, nullptr);
-  LOOM_RETURN_IF_ERROR(pg_exec(*c, "SET client_min_messages = warning"));
+  setup_session(*c);
   return c;
 }
 
