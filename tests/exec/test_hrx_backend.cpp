@@ -137,16 +137,23 @@ TEST_P(HrxEngine, LogitsMatchReferenceAtEveryPosition) {
   // weights of the Q4_K-like synthetic model amplify that layer by layer (H200, LOOM_DUMP_VALUES:
   // rel 1e-3 after layer 0, 1e-2 after layer 1), so it and the real models keep a looser floor.
   // A wrong kernel is far below either.
+  // A mixture of experts also picks experts by its router's top-k: where two experts' router
+  // logits nearly tie, the other float order picks the other one at that position (H200,
+  // tiny-swa qwen3moe: one of 64 positions at cosine 0.938, every other above 0.9994, with and
+  // without fusion), as llama.cpp's CUDA and CPU backends do. Up to 2 such positions, each above
+  // 0.9, pass; a wrong expert kernel is wrong at most positions.
   const bool strict = c.name == "synth:smollm2-135m:q4_0" || c.name == "synth:llama3-8b:q4_0";
+  const bool moe = c.name.find("qwen3moe") != std::string::npos || c.name.find("a3b") != std::string::npos;
   const double floor = strict ? 0.999 : 0.995;
-  const int max_flips = strict ? 0 : 3;
+  const int max_flips = strict ? 0 : 3, max_reroutes = moe ? 2 : 0;
   double worst = 1.0, max_diff = 0.0;
-  int flips = 0;
+  int flips = 0, below = 0;
   for (size_t t = 0; t < want.size(); ++t) {
     const double cs = cosine(want[t].data(), got[t].data(), V);
     for (int64_t i = 0; i < V; ++i) max_diff = std::max(max_diff, static_cast<double>(std::fabs(want[t][i] - got[t][i])));
     worst = std::min(worst, cs);
-    EXPECT_GT(cs, floor) << "position " << t;
+    below += cs <= floor ? 1 : 0;
+    EXPECT_GT(cs, moe ? 0.9 : floor) << "position " << t;
     if (std::getenv("LOOM_TEST_VERBOSE")) std::printf("position %zu cosine %.6f\n", t, cs);
     auto [wi, gap] = top1(want[t].data(), V);
     auto [gi, unused] = top1(got[t].data(), V);
@@ -157,6 +164,7 @@ TEST_P(HrxEngine, LogitsMatchReferenceAtEveryPosition) {
     }
   }
   EXPECT_LE(flips, max_flips) << "top-1 differs from the reference at " << flips << " of " << want.size() << " positions";
+  EXPECT_LE(below, max_reroutes) << below << " of " << want.size() << " positions at or below cosine " << floor;
   // On the cpu driver every kernel does the reference's arithmetic (docs/engine.md), so the
   // logits are the reference's bit for bit, and with them llama.cpp's greedy tokens.
   if (c.device == "cpu") {
