@@ -190,7 +190,7 @@ TEST(WeightPlan, PlanarWhereBothGpuOpsReadThePlanarForm) {
         auto k = plan.matmul(static_cast<int32_t>(w), nt);
         ASSERT_TRUE(k.ok()) << k.status().to_string();
         EXPECT_EQ(k->op->name(), nt <= 16 ? "matvec_gpu" : "matmul_mmq");
-        auto f16 = WeightPlan::make(*m, ir::TargetKind::kPtx, /*int8_prompts=*/false).matmul(static_cast<int32_t>(w), nt);
+        auto f16 = WeightPlan::make(*m, ir::TargetKind::kPtx, PrefillMatmul::kF16).matmul(static_cast<int32_t>(w), nt);
         ASSERT_TRUE(f16.ok()) << f16.status().to_string();
         EXPECT_EQ(f16->op->name(), nt <= 16 ? "matvec_gpu" : "matmul_mma");
       }

@@ -4,7 +4,8 @@
 # tools/gpu/llama_peer.sh build, started at the beginning of the same call):
 #   1. synthesizes the models of PREFILL_MODELS (default: 8B Q4_0, 8B Q4_K_M-like, SmolLM2 Q4_0)
 #   2. pp512 of each model under every variant of PREFILL_VARIANTS: "default" (the built-in
-#      choice), "KNOBS" (LOOM_SCHEDULE=matmul_mmq:KNOBS merged into its default), "f16" or
+#      choice), "int8" (matmul_mmq for every format it takes: LOOM_PREFILL_MATMUL=int8), "KNOBS"
+#      (the same with LOOM_SCHEDULE=matmul_mmq:KNOBS merged into its default), "f16" or
 #      "f16:KNOBS" (LOOM_PREFILL_MATMUL=f16: matmul_mma, with LOOM_SCHEDULE=matmul_mma:KNOBS):
 #      $OUT/prefill_sweep.jsonl
 #   3. the best variant per model: the engine on cuda against the CPU reference under the 8B
@@ -30,12 +31,13 @@ done
 wait
 # The environment of a variant (see above) for the command that follows: `variant_env V cmd...`.
 variant_env() {
-  local v="$1" m=int8 sched=""; shift
+  local v="$1" m=auto sched=""; shift
   case "$v" in
     default) ;;
+    int8) m=int8 ;;
     f16) m=f16 ;;
     f16:*) m=f16; sched="matmul_mma:${v#f16:}" ;;
-    *) sched="matmul_mmq:$v" ;;
+    *) m=int8; sched="matmul_mmq:$v" ;;
   esac
   LOOM_PREFILL_MATMUL="$m" LOOM_SCHEDULE="$sched" "$@"
 }

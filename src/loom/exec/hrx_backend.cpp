@@ -81,7 +81,7 @@ class HrxBackend final : public llm::Backend {
     n_seq_ = n_seq;
     const llm::ModelConfig& c = model.config();
     // The layout and kernel of every weight, decided once (weight_plan.h); the fusion options.
-    wplan_ = WeightPlan::make(model, dev_.target(), opt::get_string(opt::Opt::kPrefillMatmul) != "f16");
+    wplan_ = WeightPlan::make(model, dev_.target(), prefill_matmul_option());
     fuse_ = fuse_options(dev_.target());
     weights_.resize(model.weights().size());
     const std::vector<bool>& planar = wplan_.planar_flags();
@@ -433,7 +433,7 @@ Result<llm::Program> device_program(const llm::Model& model, std::string_view de
   if (dev.rfind("cuda", 0) == 0) target = ir::TargetKind::kPtx;
   else if (dev.rfind("cpu", 0) == 0) target = ir::TargetKind::kCpp;
   else return invalid_argument("unknown device '{}' (cpu-ref, cpu, cuda, cuda:N)", dev);
-  return fuse_program(p, model, WeightPlan::make(model, target, opt::get_string(opt::Opt::kPrefillMatmul) != "f16"),
+  return fuse_program(p, model, WeightPlan::make(model, target, prefill_matmul_option()),
                       default_fuse_options(target));
 }
 

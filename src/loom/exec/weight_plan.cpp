@@ -1,6 +1,7 @@
 // The per-weight plan (see weight_plan.h).
 #include "loom/exec/weight_plan.h"
 
+#include "loom/base/options.h"
 #include "loom/gguf/planar.h"
 #include "loom/ref/ops_ref.h"
 
@@ -14,9 +15,13 @@ kernels::Shape matmul_shape(const llm::ref::WeightView& v, int64_t n_tokens) {
 
 }  // namespace
 
-WeightPlan WeightPlan::make(const llm::Model& model, ir::TargetKind target, bool int8_prompts) {
+PrefillMatmul prefill_matmul_option() {
+  const std::string v = opt::get_string(opt::Opt::kPrefillMatmul);
+  return v == "f16" ? PrefillMatmul::kF16 : v == "int8" ? PrefillMatmul::kInt8 : PrefillMatmul::kAuto;
+}
+
+WeightPlan WeightPlan::make(const llm::Model& model, ir::TargetKind target, PrefillMatmul prompts) {
   WeightPlan p;
-  p.int8_prompts_ = int8_prompts;
   p.model_ = &model;
   p.target_ = target;
   p.entries_.assign(model.weights().size(), Entry{});
@@ -31,9 +36,11 @@ WeightPlan WeightPlan::make(const llm::Model& model, ir::TargetKind target, bool
     Entry& e = p.entries_[i];
     e.fast_matvec = mvg && mvg->validate(s).ok();
     s.dims["n_tokens"] = 512;
-    // The integer matmul where it measured faster than the f16 one on the H200 (Q4_0, Q8_0;
-    // Q4_K ran at 5048 against 5144 tok/s: bench/results/2026-12-03-h200-mmq.json).
-    e.mmq = mmq && (v.type == llm::GgmlType::Q4_0 || v.type == llm::GgmlType::Q8_0) && mmq->validate(s).ok();
+    // kAuto: the integer matmul where it measured faster than the f16 one on the H200 (Q4_0,
+    // Q8_0; Q4_K ran at 5048 against 5144 tok/s: bench/results/2026-12-03-h200-mmq.json).
+    const bool measured = v.type == llm::GgmlType::Q4_0 || v.type == llm::GgmlType::Q8_0;
+    e.mmq = mmq && prompts != PrefillMatmul::kF16 && (measured || prompts == PrefillMatmul::kInt8) &&
+            mmq->validate(s).ok();
     s.dims["xtype"] = 1;
     e.mma = mma && mma->validate(s).ok();
   }
@@ -75,7 +82,7 @@ Result<MatmulKernel> WeightPlan::matmul(int32_t weight, int64_t n_tokens) const 
       k.fast_matvec = true;
     }
   }
-  if (!k.op && int8_prompts_ && e.mmq && n_tokens >= 16) {
+  if (!k.op && e.mmq && n_tokens >= 16) {
     const kernels::OpSpec* mmq = kernels::find_op("matmul_mmq");
     if (mmq->validate(k.shape).ok()) {
       k.op = mmq;

@@ -23,17 +23,24 @@ struct MatmulKernel {
   bool fast_matvec = false;             // matvec_gpu: up to 3 weights of one input per launch
 };
 
+// Which tensor-core matmul prompts use: kAuto picks per weight format where it measured faster
+// on the H200 (matmul_mmq for Q4_0 / Q8_0, matmul_mma otherwise), kInt8 takes matmul_mmq for
+// every format it supports, kF16 always matmul_mma (LOOM_PREFILL_MATMUL=auto|int8|f16).
+enum class PrefillMatmul { kAuto, kInt8, kF16 };
+PrefillMatmul prefill_matmul_option();
+
 class WeightPlan {
  public:
   WeightPlan() = default;
   // PTX targets: 1..16-token steps through matvec_gpu (reads each weight once for all tokens
   // and gives every token the bits it gets alone, so a batched decode step does not change a
   // request's tokens); longer steps on the tensor cores (matmul_mmq with Q8_1 activations for
-  // Q4_0 / Q8_0 weights when int8_prompts, else matmul_mma, f16 activations); weights
+  // Q4_0 / Q8_0 weights under kAuto, every format it takes under kInt8, else matmul_mma with f16
+  // activations); weights
   // whose type or shape those refuse keep the generic matvec/matmul. Projection weights (q, k,
   // v, o, gate, up, down, an untied output) that only those two ops read are kept in the planar
   // layout (coalesced loads). Other targets: the generic ops, GGUF rows.
-  static WeightPlan make(const llm::Model& model, ir::TargetKind target, bool int8_prompts = true);
+  static WeightPlan make(const llm::Model& model, ir::TargetKind target, PrefillMatmul prompts = PrefillMatmul::kAuto);
 
   bool planar(int32_t weight) const { return entry(weight).planar; }
   const std::vector<bool>& planar_flags() const { return planar_; }
@@ -53,7 +60,6 @@ class WeightPlan {
 
   const llm::Model* model_ = nullptr;
   ir::TargetKind target_ = ir::TargetKind::kCpp;
-  bool int8_prompts_ = true;
   std::vector<Entry> entries_;
   std::vector<bool> planar_;
 };
