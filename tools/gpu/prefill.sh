@@ -11,7 +11,9 @@
 #   3. the best variant per model: the engine on cuda against the CPU reference under the 8B
 #      Q4_0 model's best (test_exec), then `loom bench -r 3` (pp512, tg128) per model under its
 #      best, beside llama-bench -fa 1 on the same files: $OUT/prefill_loom.jsonl, llama_bench.jsonl
-# Steps (arguments): sweep (1-2), engine, side (3); default all three. The sweep's results stay in
+# Steps (arguments): sweep (1-2), engine, side (3); default all three. "profile" (not in the
+# default) writes `loom bench --profile` of each model's pp512 and tg32 under PREFILL_PROFILE_VARIANT
+# (default: default) to $OUT/profile_<model>.txt. The sweep's results stay in
 # /tmp/prefill_sweep.jsonl for the later steps of a warm machine.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/stage_env.sh"
@@ -41,6 +43,12 @@ variant_env() {
   esac
   LOOM_PREFILL_MATMUL="$m" LOOM_SCHEDULE="$sched" "$@"
 }
+has profile && for f in "${files[@]}"; do
+  echo "=== profile $(basename "$f")"
+  variant_env "${PREFILL_PROFILE_VARIANT:-default}" "$bin/loom" bench -m "$f" --device cuda:0 -p 512 -n 32 -r 1 --profile \
+    > "$out/profile_$(basename "$f" .gguf).txt" 2>&1 || rc=1
+  grep -E "^ *(op|matmul|matvec|attention|rms|rope|quantize|glu|add|get_rows|total)" "$out/profile_$(basename "$f" .gguf).txt" | head -40
+done
 has sweep && echo "=== sweep (pp512)"
 has sweep && for f in "${files[@]}"; do
   for v in $variants; do
