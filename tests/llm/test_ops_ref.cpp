@@ -127,7 +127,66 @@ TEST(OpsRefDot, IntegerPathMatchesDequantizedFloatMath) {
   }
 }
 
+// The formats read from files only (no AVX2 version; IQ4 without a quantizer): random valid
+// blocks (random quants, small finite scales), the integer path against the dequantized weights.
+TEST(OpsRefDot, FileOnlyFormatsMatchDequantizedFloatMath) {
+  struct Case {
+    GgmlType type;
+    std::vector<int> f16_fields;  // byte offsets of the block's fp16 scales
+  };
+  const Case cases[] = {{GgmlType::Q2_K, {80, 82}}, {GgmlType::Q3_K, {108}}, {GgmlType::IQ4_NL, {0}},
+                        {GgmlType::IQ4_XS, {0}}};
+  std::mt19937 rng(5);
+  for (const Case& c : cases) {
+    const auto info = *ggml_type_info(static_cast<uint32_t>(c.type));
+    for (int64_t n : {int64_t{256}, int64_t{1024}, int64_t{768}}) {
+      std::vector<uint8_t> w(row_bytes(c.type, n));
+      for (auto& v : w) v = static_cast<uint8_t>(rng());
+      for (size_t b = 0; b < w.size(); b += info.block_bytes)
+        for (int off : c.f16_fields) {
+          const uint16_t h = fp32_to_fp16(std::uniform_real_distribution<float>(0.001f, 0.01f)(rng));
+          std::memcpy(&w[b + static_cast<size_t>(off)], &h, 2);
+        }
+      std::vector<float> wd(static_cast<size_t>(n));
+      ASSERT_TRUE(dequantize(c.type, w.data(), wd.data(), n).ok());
+      auto xf = random_floats(static_cast<size_t>(n), 9, 1.0f);
+      auto xq = activation(c.type, xf);
+      // Against the dequantized activations too: then only float rounding separates the two.
+      const GgmlType dt = *ref::vec_dot_type(c.type);
+      std::vector<float> xd(static_cast<size_t>(n));
+      ASSERT_TRUE(dequantize(dt, xq.data(), xd.data(), n).ok());
+      double exact = 0.0, mag = 0.0;
+      for (int64_t i = 0; i < n; ++i) {
+        exact += static_cast<double>(wd[static_cast<size_t>(i)]) * xd[static_cast<size_t>(i)];
+        mag += std::fabs(static_cast<double>(wd[static_cast<size_t>(i)]) * xd[static_cast<size_t>(i)]);
+      }
+      const float got = ref::vec_dot(c.type, w.data(), xq.data(), n);
+      EXPECT_NEAR(got, exact, 1e-5 * mag + 1e-6) << ggml_type_name(c.type) << " n " << n;
+      EXPECT_GT(mag, 0.0);
+    }
+  }
+  // An odd number of IQ4_NL blocks (the last one outside the paired lanes).
+  const int64_t n = 96;
+  std::vector<uint8_t> w(row_bytes(GgmlType::IQ4_NL, n));
+  for (auto& v : w) v = static_cast<uint8_t>(rng());
+  for (size_t b = 0; b < w.size(); b += 18) {
+    const uint16_t h = fp32_to_fp16(0.005f);
+    std::memcpy(&w[b], &h, 2);
+  }
+  std::vector<float> wd(n), xd(n);
+  ASSERT_TRUE(dequantize(GgmlType::IQ4_NL, w.data(), wd.data(), n).ok());
+  auto xq = activation(GgmlType::IQ4_NL, random_floats(n, 10, 1.0f));
+  ASSERT_TRUE(dequantize(GgmlType::Q8_0, xq.data(), xd.data(), n).ok());
+  double exact = 0.0;
+  for (int64_t i = 0; i < n; ++i) exact += static_cast<double>(wd[i]) * xd[i];
+  EXPECT_NEAR(ref::vec_dot(GgmlType::IQ4_NL, w.data(), xq.data(), n), exact, 1e-4 * std::fabs(exact) + 1e-5);
+}
+
 TEST(OpsRefDot, VecDotTypesFollowGgml) {
+  EXPECT_EQ(*ref::vec_dot_type(GgmlType::IQ4_NL), GgmlType::Q8_0);
+  EXPECT_EQ(*ref::vec_dot_type(GgmlType::IQ4_XS), GgmlType::Q8_K);
+  EXPECT_EQ(*ref::vec_dot_type(GgmlType::Q2_K), GgmlType::Q8_K);
+  EXPECT_EQ(*ref::vec_dot_type(GgmlType::Q3_K), GgmlType::Q8_K);
   EXPECT_EQ(*ref::vec_dot_type(GgmlType::Q4_0), GgmlType::Q8_0);
   EXPECT_EQ(*ref::vec_dot_type(GgmlType::Q5_0), GgmlType::Q8_0);
   EXPECT_EQ(*ref::vec_dot_type(GgmlType::Q4_1), GgmlType::Q8_1);

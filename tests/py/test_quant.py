@@ -18,7 +18,7 @@ from conftest import model_path, run_loom
 
 # Types whose dequantization both Loom and the gguf package implement.
 DEQUANT_TYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
-                 "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
+                 "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"]
 # Types the gguf package can quantize (its output must equal Loom's byte for byte).
 GGUF_QUANT_TYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
 # Types only ggml itself can quantize: oracle = libggml-base's quantize_row_<type>_ref.
@@ -28,7 +28,8 @@ EXTRA_SIZES = {"Q8_1": (32, 36), "Q8_K": (256, 292)}
 
 # Byte offsets of the fp16 scale fields inside each block (everything else may be any bytes).
 FP16_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0],
-               "Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208]}
+               "Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208],
+               "IQ4_NL": [0], "IQ4_XS": [0]}
 
 # Worst per-block relative RMS error of dequant(quant(x)) on the random data below; about 25%
 # above what ggml's algorithms reach, so a worse encoder fails.

@@ -180,6 +180,30 @@ void dequantize_row_q8_1(const BlockQ8_1* x, float* y, int64_t nb) {
   }
 }
 
+void dequantize_row_iq4_nl(const BlockIQ4_NL* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += kQK32) {
+    const float d = fp16_to_fp32(x[i].d);
+    for (int j = 0; j < kHalf; ++j) {
+      y[j] = d * static_cast<float>(kIq4nlValues[x[i].qs[j] & 0xF]);
+      y[j + kHalf] = d * static_cast<float>(kIq4nlValues[x[i].qs[j] >> 4]);
+    }
+  }
+}
+
+void dequantize_row_iq4_xs(const BlockIQ4_XS* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(x[i].d);
+    for (int s = 0; s < kQKK / kQK32; ++s, y += kQK32) {
+      const float dl = d * static_cast<float>(iq4_xs_scale(x[i], s));
+      const uint8_t* qs = x[i].qs + 16 * s;
+      for (int j = 0; j < kHalf; ++j) {
+        y[j] = dl * static_cast<float>(kIq4nlValues[qs[j] & 0xF]);
+        y[j + kHalf] = dl * static_cast<float>(kIq4nlValues[qs[j] >> 4]);
+      }
+    }
+  }
+}
+
 void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQK32) {
     const float d = signed_absmax(x, kQK32) / -8;  // the extreme value maps to q = 0
@@ -349,6 +373,9 @@ constexpr Codec kCodecs[] = {
     LOOM_CODEC(Q5_K, q5_K, BlockQ5_K),
     LOOM_CODEC(Q6_K, q6_K, BlockQ6_K),
     LOOM_CODEC(Q8_K, q8_K, BlockQ8_K),
+    // Dequantization only: the codebook formats come from files (llama.cpp's quantizers).
+    Codec{GgmlType::IQ4_NL, &dequant_thunk<BlockIQ4_NL, &dequantize_row_iq4_nl>, nullptr},
+    Codec{GgmlType::IQ4_XS, &dequant_thunk<BlockIQ4_XS, &dequantize_row_iq4_xs>, nullptr},
 };
 #undef LOOM_CODEC
 
@@ -385,11 +412,14 @@ Status dequantize(GgmlType type, const void* src, float* dst, int64_t n) {
   return Status();
 }
 
-bool can_quantize(GgmlType type) { return find_codec(type) != nullptr; }
+bool can_quantize(GgmlType type) {
+  const Codec* codec = find_codec(type);
+  return codec && codec->quant;
+}
 
 Status quantize(GgmlType type, const float* src, void* dst, int64_t n) {
   const Codec* codec = find_codec(type);
-  if (!codec) return unimplemented("no reference quantizer for type {}", ggml_type_name(type));
+  if (!codec || !codec->quant) return unimplemented("no reference quantizer for type {}", ggml_type_name(type));
   LOOM_ASSIGN_OR_RETURN(int64_t count, codec_count(type, n));
   const bool is_block = type != GgmlType::F32 && type != GgmlType::F16 && type != GgmlType::BF16;
   if (is_block) {

@@ -15,14 +15,15 @@ namespace loom::llm {
 size_t row_bytes(GgmlType type, int64_t n);
 
 // Decodes n elements from `src` (blocks of `type`) into dst. Supported: F32, F16, BF16, Q4_0,
-// Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, and the activation formats Q8_1, Q8_K.
+// Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, and the activation
+// formats Q8_1, Q8_K.
 // Unsupported type: kUnimplemented; n negative or not a multiple of the block: kInvalidArgument.
 Status dequantize(GgmlType type, const void* src, float* dst, int64_t n);
 
 // Encodes n floats as `type` into dst (row_bytes(type, n) bytes), with the same rounding as
 // ggml's reference quantizers (quantize_row_*_ref), so results are bit-identical to them.
 // Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
-// Q8_K. Block formats refuse non-finite input (kInvalidArgument); F16/BF16 carry inf and NaN.
+// Q8_K (not IQ4_NL / IQ4_XS: kUnimplemented). Block formats refuse non-finite input (kInvalidArgument); F16/BF16 carry inf and NaN.
 // Typed per-format row functions (no checks) are in quant_rows.h, block layouts in quant_blocks.h.
 bool can_quantize(GgmlType type);
 Status quantize(GgmlType type, const float* src, void* dst, int64_t n);

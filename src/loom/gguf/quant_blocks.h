@@ -106,6 +106,24 @@ struct BlockQ8_K {
   int16_t bsums[kQKK / 16];
 };
 
+// The non-linear 4-bit codebook of IQ4_NL / IQ4_XS: a 4-bit index q stands for kIq4nlValues[q].
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// x = d * kIq4nlValues[q]; nibble order as Q4_0 (qs[j]: element j low, j + 16 high).
+struct BlockIQ4_NL {
+  Fp16Bits d;
+  uint8_t qs[kQK32 / 2];
+};
+// 8 sub-blocks of 32 with 6-bit scales stored offset by 32: the low nibble of sub-block s's scale
+// is nibble s % 2 of scales_l[s / 2], its top two bits are bits 2s..2s+1 of scales_h. Sub-block
+// s's 32 quants are qs[16s .. 16s + 15] in IQ4_NL's nibble order. x = d * (scale - 32) * value.
+struct BlockIQ4_XS {
+  Fp16Bits d;
+  uint16_t scales_h;
+  uint8_t scales_l[kQKK / 64];
+  uint8_t qs[kQKK / 2];
+};
+
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ5_0) == 22);
@@ -118,6 +136,15 @@ static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);
+static_assert(sizeof(BlockIQ4_NL) == 18);
+static_assert(sizeof(BlockIQ4_XS) == 136);
+
+// The signed scale (-32..31) of sub-block s (0..7) of an IQ4_XS block.
+inline int iq4_xs_scale(const BlockIQ4_XS& b, int s) {
+  const int lo = (b.scales_l[s / 2] >> (4 * (s % 2))) & 0xF;
+  const int hi = (b.scales_h >> (2 * s)) & 3;
+  return (lo | (hi << 4)) - 32;
+}
 
 // Scale and min (6 bits each) of sub-block j (0..7) from the 12 packed bytes of Q4_K / Q5_K:
 // sub-blocks 0..3 keep theirs in the low 6 bits of bytes j and j+4; sub-blocks 4..7 split

@@ -31,6 +31,8 @@ void dequantize_row_q4_K(const BlockQ4_K* x, float* y, int64_t nb);
 void dequantize_row_q5_K(const BlockQ5_K* x, float* y, int64_t nb);
 void dequantize_row_q6_K(const BlockQ6_K* x, float* y, int64_t nb);
 void dequantize_row_q8_K(const BlockQ8_K* x, float* y, int64_t nb);
+void dequantize_row_iq4_nl(const BlockIQ4_NL* x, float* y, int64_t nb);
+void dequantize_row_iq4_xs(const BlockIQ4_XS* x, float* y, int64_t nb);
 
 void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t nb);
 void quantize_row_q4_1(const float* x, BlockQ4_1* y, int64_t nb);

@@ -7,6 +7,10 @@
 // reference's lanes.
 #include "loom/kernels/mat_dot.h"
 
+#include <bit>
+
+#include "loom/gguf/quant_blocks.h"
+
 namespace loom::kernels {
 namespace {
 
@@ -72,6 +76,35 @@ void unpack_k4_scales(Emit& b, Value* w, Value* off, Value* sc[8], Value* mn[8])
   k4_scales_mins(b, q, sc, mn);
 }
 
+// Lane sums of the 32 activation bytes y (i32x8): dot4 with bytes of 1.
+Value* lane_sums(Emit& b, Value* y) { return b.dot4(b.c(kI32x8, 0x01010101), y, b.c(kI32x8, 0)); }
+
+// Lane sums of kIq4nlValues[q] * y for 32 nibble indices q (u32x8, one per byte) and activation
+// bytes y, with ysum = lane_sums(y). The codebook as a function of q's four bits is a multilinear
+// polynomial with integer coefficients c_S (S a subset of the bits, c_S the Moebius transform of
+// the table): value(q) = sum over S of c_S * prod_{i in S} bit_i(q). So the lanes are
+// sum_S c_S * dot4(mask_S, y), mask_S holding 1 in a byte where all of S's bits are set: exact
+// integers, equal to the table's products in any order, with no table lookups.
+Value* iq4nl_lanes(Emit& b, Value* q, Value* y, Value* ysum) {
+  Value* lanes = b.mul(ysum, b.c(kI32x8, llm::kIq4nlValues[0]));
+  Value* bits[4];
+  for (int i = 0; i < 4; ++i) bits[i] = i ? b.shrc(q, i) : q;
+  for (int set = 1; set < 16; ++set) {
+    int64_t c = 0;  // c_S = sum over T in S of (-1)^{|S|-|T|} value(T)
+    for (int t = set;; t = (t - 1) & set) {
+      c += ((std::popcount(static_cast<unsigned>(set ^ t)) & 1) ? -1 : 1) * llm::kIq4nlValues[t];
+      if (t == 0) break;
+    }
+    if (c == 0) continue;
+    Value* m = nullptr;
+    for (int i = 0; i < 4; ++i)
+      if (set & (1 << i)) m = m ? b.bit_and(m, bits[i]) : bits[i];
+    m = b.andc(m, 0x01010101);
+    lanes = b.add(lanes, b.mul(dot32(b, m, y), b.c(kI32x8, c)));
+  }
+  return lanes;
+}
+
 }  // namespace
 
 void k4_scales_mins(Emit& b, Value* const q[12], Value* sc[8], Value* mn[8]) {
@@ -93,6 +126,10 @@ DotFormat dot_format(GgmlType w) {
     case GgmlType::Q5_0: return {w, GgmlType::Q8_0, 32, 22, 34};
     case GgmlType::Q5_1: return {w, GgmlType::Q8_1, 32, 24, 36};
     case GgmlType::Q8_0: return {w, GgmlType::Q8_0, 32, 34, 34};
+    case GgmlType::IQ4_NL: return {w, GgmlType::Q8_0, 64, 36, 68};  // two blocks a step (see dot_step)
+    case GgmlType::Q2_K: return {w, GgmlType::Q8_K, 256, 84, 292};
+    case GgmlType::Q3_K: return {w, GgmlType::Q8_K, 256, 110, 292};
+    case GgmlType::IQ4_XS: return {w, GgmlType::Q8_K, 256, 136, 292};
     case GgmlType::Q4_K: return {w, GgmlType::Q8_K, 256, 144, 292};
     case GgmlType::Q5_K: return {w, GgmlType::Q8_K, 256, 176, 292};
     case GgmlType::Q6_K: return {w, GgmlType::Q8_K, 256, 210, 292};
@@ -110,6 +147,7 @@ std::vector<Value*> dot_init(Emit& b, const DotFormat& f) {
     case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q5_K:
       return {b.cf(kF32x8, 0), b.f32(0)};
     case GgmlType::Q4_K: return {b.cf(kF32x8, 0), b.cf(kF32x4, 0)};
+    case GgmlType::IQ4_NL: return {b.cf(kF32x8, 0), b.cf(kF32x8, 0)};
     case GgmlType::F16:
     case GgmlType::BF16: return {b.cf(kF32x8, 0), b.cf(kF32x8, 0), b.cf(kF32x8, 0), b.cf(kF32x8, 0)};
     case GgmlType::F32: return {b.cf(ty::s(Scalar::kF64), 0)};
@@ -119,6 +157,15 @@ std::vector<Value*> dot_init(Emit& b, const DotFormat& f) {
 
 DotX dot_prep_x(Emit& b, const DotFormat& f, Value* x, Value* xoff) {
   DotX r;
+  if (f.wtype == GgmlType::IQ4_NL) {  // per block k of the pair: [3k] d, [3k+1] bytes, [3k+2] lane sums
+    for (int k = 0; k < 2; ++k) {
+      Value* y = b.load_at(x, b.addc(xoff, 34 * k + 2), kI32x8, 2);
+      r.v.push_back(f16_at(b, x, b.addc(xoff, 34 * k)));
+      r.v.push_back(y);
+      r.v.push_back(lane_sums(b, y));
+    }
+    return r;
+  }
   switch (f.xtype) {
     case GgmlType::Q8_0:
     case GgmlType::Q8_1: {  // [0] d, [1] the 32 bytes, [2] their lane sums (Q4_0/Q5_0), [3] s (Q8_1)
@@ -135,6 +182,9 @@ DotX dot_prep_x(Emit& b, const DotFormat& f, Value* x, Value* xoff) {
         r.v.push_back(b.load_at(x, b.addc(xoff, 4 + 32 * c), kI32x8, 4));
       for (int g = 0; g < 16; ++g)  // [9 + g]: bsums
         r.v.push_back(b.convert(b.load_at(x, b.addc(xoff, 260 + 2 * g), ty::s(Scalar::kI16), 2), ty::i32));
+      // [25 + c]: lane sums of chunk c (the formats whose quants carry an offset or a codebook).
+      if (f.wtype == GgmlType::Q3_K || f.wtype == GgmlType::IQ4_XS)
+        for (int c = 0; c < 8; ++c) r.v.push_back(lane_sums(b, r.v[1 + c]));
       return r;
     }
     case GgmlType::F16:
@@ -217,6 +267,89 @@ std::vector<Value*> dot_step(Emit& b, const DotFormat& f, Value* w, Value* woff,
       out[0] = fma_lanes(b, d, lanes, acc[0]);
       return out;
     }
+    case GgmlType::IQ4_NL: {
+      // Blocks 2i and 2i+1 go to accumulators 0 and 1, as the reference alternates them.
+      for (int k = 0; k < 2; ++k) {
+        Value* bo = b.addc(woff, 18 * k);
+        Value* d = b.mul(x.v[3 * k], f16_at(b, w, bo));
+        Value* q = nibbles32(b, w, b.addc(bo, 2), 2);
+        out[k] = fma_lanes(b, d, iq4nl_lanes(b, q, x.v[3 * k + 1], x.v[3 * k + 2]), acc[k]);
+      }
+      return out;
+    }
+    case GgmlType::IQ4_XS: {
+      // scales_h at 2, scales_l at 4, qs at 8; sub-block s: scale s, quants qs[16s..], chunk s.
+      Value* d = b.mul(f16_at(b, w, woff), x.v[0]);
+      Value* sh = b.convert(b.load_at(w, b.addc(woff, 2), ty::u16, 2), ty::i32);
+      Value* lanes = nullptr;
+      for (int sb = 0; sb < 8; ++sb) {
+        Value* lo = b.andc(b.shrc(load_u8_i32(b, w, b.addc(woff, 4 + sb / 2)), 4 * (sb % 2)), 0xF);
+        Value* sc = b.addc(b.bit_or(lo, b.shlc(b.andc(b.shrc(sh, 2 * sb), 3), 4)), -32);
+        Value* q = nibbles32(b, w, b.addc(woff, 8 + 16 * sb), 4);
+        Value* v = b.mul(iq4nl_lanes(b, q, x.v[1 + sb], x.v[25 + sb]), b.splat(sc, 8));
+        lanes = lanes ? b.add(lanes, v) : v;
+      }
+      out[0] = fma_lanes(b, d, lanes, acc[0]);
+      return out;
+    }
+    case GgmlType::Q2_K: {
+      // scales at 0 (low nibble scale, high nibble min), qs at 16, d at 80, dmin at 82.
+      Value* xd = x.v[0];
+      Value* d = b.mul(xd, f16_at(b, w, b.addc(woff, 80)));
+      Value* dmin = b.mul(b.neg(xd), f16_at(b, w, b.addc(woff, 82)));
+      Value* sc[16];
+      for (int i = 0; i < 16; ++i) sc[i] = load_u8_i32(b, w, b.addc(woff, i));
+      std::vector<Value*> mins;
+      for (int l = 0; l < 8; ++l)
+        mins.push_back(b.add(b.mul(b.shrc(sc[2 * l], 4), x.v[9 + 2 * l]), b.mul(b.shrc(sc[2 * l + 1], 4), x.v[9 + 2 * l + 1])));
+      Value* a = fma_lanes(b, dmin, b.build(mins), acc[0]);
+      Value* lanes = nullptr;
+      for (int h = 0; h < 2; ++h) {
+        Value* q = b.load_at(w, b.addc(woff, 16 + 32 * h), kU32x8, 4);
+        for (int k = 0; k < 4; ++k) {
+          Value* v = b.andc(k ? b.shrc(q, 2 * k) : q, 0x03030303);
+          const int s0 = 8 * h + 2 * k;
+          std::vector<Value*> scl;
+          for (int l = 0; l < 8; ++l) scl.push_back(b.andc(sc[s0 + (l >= 4 ? 1 : 0)], 0xF));
+          Value* p = b.mul(dot32(b, v, x.v[1 + 4 * h + k]), b.build(scl));
+          lanes = lanes ? b.add(lanes, p) : p;
+        }
+      }
+      out[0] = fma_lanes(b, d, lanes, a);
+      return out;
+    }
+    case GgmlType::Q3_K: {
+      // hmask at 0, qs at 32, scales at 96, d at 108. q = low | third << 2 in 0..7; the -4
+      // offset comes back through the chunk's lane sums.
+      Value* d = b.mul(x.v[0], f16_at(b, w, b.addc(woff, 108)));
+      Value* sb[12];
+      for (int i = 0; i < 12; ++i) sb[i] = load_u8_i32(b, w, b.addc(woff, 96 + i));
+      Value* sc[16];
+      for (int j = 0; j < 16; ++j) {
+        Value* lo = j < 8 ? b.andc(sb[j], 0xF) : b.shrc(sb[j - 8], 4);
+        Value* hi = b.andc(b.shrc(sb[8 + j % 4], 2 * (j / 4)), 3);
+        sc[j] = b.addc(b.bit_or(lo, b.shlc(hi, 4)), -32);
+      }
+      Value* hm = b.load_at(w, woff, kU32x8, 2);
+      Value* lanes = nullptr;
+      for (int h = 0; h < 2; ++h) {
+        Value* q = b.load_at(w, b.addc(woff, 32 + 32 * h), kU32x8, 2);
+        for (int k = 0; k < 4; ++k) {
+          const int bit = 4 * h + k;
+          Value* v = b.andc(k ? b.shrc(q, 2 * k) : q, 0x03030303);
+          v = b.bit_or(v, b.shlc(b.andc(bit ? b.shrc(hm, bit) : hm, 0x01010101), 2));
+          const int c = 4 * h + k;
+          Value* p = b.sub(dot32(b, v, x.v[1 + c]), b.shlc(x.v[25 + c], 2));
+          const int s0 = 8 * h + 2 * k;
+          std::vector<Value*> scl;
+          for (int l = 0; l < 8; ++l) scl.push_back(sc[s0 + (l >= 4 ? 1 : 0)]);
+          p = b.mul(p, b.build(scl));
+          lanes = lanes ? b.add(lanes, p) : p;
+        }
+      }
+      out[0] = fma_lanes(b, d, lanes, acc[0]);
+      return out;
+    }
     case GgmlType::Q6_K: {
       Value* d = b.mul(x.v[0], f16_at(b, w, b.addc(woff, 208)));
       Value* sc[16];
@@ -289,6 +422,8 @@ Value* dot_finish(Emit& b, const DotFormat& f, std::span<Value* const> acc) {
       for (int l = 0; l < 4; ++l) t[l] = b.add(b.extract(a0, l), b.extract(a0, l + 4));
       return b.add(b.add(t[0], t[1]), b.add(t[2], t[3]));
     }
+    case GgmlType::IQ4_NL:  // the even and odd blocks' lanes added, then hsum_float_8
+      return hsum8(b, b.add(acc[0], acc[1]));
     case GgmlType::BF16:  // ggml_vec_dot_bf16: (0+2) + (1+3), then hsum_float_8
       return hsum8(b, b.add(b.add(acc[0], acc[2]), b.add(acc[1], acc[3])));
     case GgmlType::F32: return b.convert(acc[0], ty::f32);

@@ -512,6 +512,13 @@ class MatOp final : public OpSpec {
       out.push_back({{{"n_in", 512}, {"n_out", 19}, {"n_tokens", nt}, {"wtype", wt}}});
       out.push_back({{{"n_in", 1536}, {"n_out", 640}, {"n_tokens", nt}, {"wtype", wt}}});
     }
+    // The formats read from files only: one shape each (a ragged one for mat-vecs, a small one
+    // for batches), which keeps their cpu kernels' compile time out of CI's budget.
+    for (GgmlType t : {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_XS, GgmlType::IQ4_NL}) {
+      const int64_t wt = static_cast<int64_t>(t), k = t == GgmlType::IQ4_NL ? 576 : 1536;
+      if (multi_) out.push_back({{{"n_in", k / 3}, {"n_out", 19}, {"n_tokens", nt}, {"wtype", wt}}});
+      else out.push_back({{{"n_in", k}, {"n_out", 640}, {"n_tokens", nt}, {"wtype", wt}}});
+    }
     if (!multi_) {
       out.push_back({{{"n_in", 1536}, {"n_out", 576}, {"n_tokens", 1}, {"wtype", 3}}});   // SmolLM2 down
       out.push_back({{{"n_in", 4096}, {"n_out", 1024}, {"n_tokens", 1}, {"wtype", 2}}});  // Llama-3-8B k rows

@@ -292,6 +292,16 @@ bool random_block(Bits& b, llm::GgmlType type, float amp, uint8_t* p) {
       b.fill(p + 16, type == GgmlType::Q4_K ? 128 : 32 + 128);
       return true;
     }
+    case GgmlType::IQ4_NL: {  // x = d value[q], values in -127..113
+      put_f16(p, b.sign() * amp * b.uniform(0.25f, 1.0f) / 127);
+      b.fill(p + 2, 16);
+      return true;
+    }
+    case GgmlType::IQ4_XS: {  // x = d (scale - 32) value[q]: scales near +-16 or so, any sign
+      b.fill(p + 2, 2 + 4 + 128);
+      put_f16(p, amp / (32 * 127));
+      return true;
+    }
     case GgmlType::Q6_K: {  // x = d scale (q - 32)
       b.fill(p, 128 + 64);
       for (int s = 0; s < 16; s += 2) {
@@ -312,7 +322,7 @@ void random_block_rows(std::mt19937_64& rng, llm::GgmlType type, int64_t rows, i
   const auto info = llm::ggml_type_info(static_cast<uint32_t>(type));
   bool direct = false;
   for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K,
-                     GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K})
+                     GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS})
     direct = direct || t == type;
   Bits b(rng);
   if (!direct || !info || n % info->block_elems != 0) {
@@ -328,7 +338,8 @@ ScopedFastRandomRows::~ScopedFastRandomRows() { t_fast_random_rows = prev_; }
 
 void random_rows(std::mt19937_64& rng, llm::GgmlType type, int64_t rows, int64_t n, float amp,
                  uint8_t* dst) {
-  if (t_fast_random_rows) {
+  // Formats Loom reads but does not write (the codebook ones) get random valid blocks.
+  if (t_fast_random_rows || !llm::can_quantize(type)) {
     random_block_rows(rng, type, rows, n, amp, dst);
     return;
   }

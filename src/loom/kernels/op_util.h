@@ -103,7 +103,7 @@ int mix_special_values(const OpSpec& op, const Shape& shape, const std::vector<A
                        std::span<HostArg> args);
 
 // A random row-major matrix of `rows` x `n` elements in `type` (quantized from random floats,
-// so blocks have sane scales), written into dst (type_row_bytes(type, n) * rows bytes).
+// so blocks have sane scales; random_block_rows' bytes for types without a quantizer), written into dst (type_row_bytes(type, n) * rows bytes).
 void random_rows(std::mt19937_64& rng, llm::GgmlType type, int64_t rows, int64_t n, float amp,
                  uint8_t* dst);
 
@@ -112,7 +112,8 @@ void random_rows(std::mt19937_64& rng, llm::GgmlType type, int64_t rows, int64_t
 // [-amp, amp] with a magnitude factor in [0.25, 1] per 32 elements, centred like random_rows'
 // quantized floats (outputs of the same order, so the ops' tolerances mean the same). Far faster
 // than quantizing (the K quantizers search scales): for big matrices (evolve's input sets at
-// Llama-3-8B shapes). Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K; any other type goes
+// Llama-3-8B shapes). Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS (random_rows
+// also uses these for the IQ4 formats, which Loom cannot quantize); any other type goes
 // through random_rows' quantizing path. Not the bytes random_rows gives for the same rng.
 void random_block_rows(std::mt19937_64& rng, llm::GgmlType type, int64_t rows, int64_t n, float amp, uint8_t* dst);
 

@@ -279,6 +279,128 @@ float dot_q6_K(const void* vw, const void* vx, int64_t n) {
   return acc.hsum();
 }
 
+// Q2_K: per super-block one fma of the mins (lane l: mins of sub-blocks 2l and 2l+1 times their
+// activation sums) by -dmin, then one of the scaled quant products by d, into the same lanes.
+// Chunk (h, k) (elements 128h + 32k ..) uses sub-block 8h + 2k for lanes 0-3 and 8h + 2k + 1 for
+// lanes 4-7.
+float dot_q2_K(const void* vw, const void* vx, int64_t n) {
+  const auto* w = static_cast<const BlockQ2_K*>(vw);
+  const auto* x = static_cast<const BlockQ8_K*>(vx);
+  Lanes8 acc;
+  int8_t q[32];
+  int32_t lanes[8], sums[8], mins[8];
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const float d = x[i].d * half_to_float(w[i].d);
+    const float dmin = -x[i].d * half_to_float(w[i].dmin);
+    for (int l = 0; l < 8; ++l)
+      mins[l] = (w[i].scales[2 * l] >> 4) * x[i].bsums[2 * l] + (w[i].scales[2 * l + 1] >> 4) * x[i].bsums[2 * l + 1];
+    acc.fma_add(dmin, mins);
+    for (int l = 0; l < 8; ++l) sums[l] = 0;
+    for (int h = 0; h < 2; ++h) {
+      for (int k = 0; k < 4; ++k) {
+        for (int j = 0; j < 32; ++j) q[j] = static_cast<int8_t>((w[i].qs[32 * h + j] >> (2 * k)) & 3);
+        lane_dot32(q, x[i].qs + 128 * h + 32 * k, lanes);
+        for (int l = 0; l < 8; ++l) sums[l] += (w[i].scales[8 * h + 2 * k + (l >= 4 ? 1 : 0)] & 0xF) * lanes[l];
+      }
+    }
+    acc.fma_add(d, sums);
+  }
+  return acc.hsum();
+}
+
+// Q3_K: the signed quants (q - 4) times the signed scales, summed exactly per lane (sub-blocks as
+// Q2_K); one fma per super-block by d.
+float dot_q3_K(const void* vw, const void* vx, int64_t n) {
+  const auto* w = static_cast<const BlockQ3_K*>(vw);
+  const auto* x = static_cast<const BlockQ8_K*>(vx);
+  Lanes8 acc;
+  int8_t q[32];
+  int32_t lanes[8], sums[8];
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const float d = x[i].d * half_to_float(w[i].d);
+    int sc[16];
+    for (int j = 0; j < 16; ++j) {
+      const int lo = j < 8 ? (w[i].scales[j] & 0xF) : (w[i].scales[j - 8] >> 4);
+      const int hi = (w[i].scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+      sc[j] = (lo | (hi << 4)) - 32;
+    }
+    for (int l = 0; l < 8; ++l) sums[l] = 0;
+    for (int h = 0; h < 2; ++h) {
+      for (int k = 0; k < 4; ++k) {
+        const int bit = 4 * h + k;
+        for (int j = 0; j < 32; ++j)
+          q[j] = static_cast<int8_t>(((w[i].qs[32 * h + j] >> (2 * k)) & 3) - (((w[i].hmask[j] >> bit) & 1) ? 0 : 4));
+        lane_dot32(q, x[i].qs + 128 * h + 32 * k, lanes);
+        for (int l = 0; l < 8; ++l) sums[l] += sc[8 * h + 2 * k + (l >= 4 ? 1 : 0)] * lanes[l];
+      }
+    }
+    acc.fma_add(d, sums);
+  }
+  return acc.hsum();
+}
+
+// IQ4_NL: codebook values times Q8_0 quants; blocks alternate between two sets of lanes (even
+// blocks, odd blocks), added before the reduction; an odd last block is added after it.
+float dot_iq4_nl(const void* vw, const void* vx, int64_t n) {
+  const auto* w = static_cast<const BlockIQ4_NL*>(vw);
+  const auto* x = static_cast<const BlockQ8_0*>(vx);
+  Lanes8 acc[2];
+  int8_t q[32];
+  int32_t lanes[8];
+  const int64_t nb = n / kQK32;
+  auto unpack = [&](const BlockIQ4_NL& b) {
+    for (int j = 0; j < 16; ++j) {
+      q[j] = kIq4nlValues[b.qs[j] & 0xF];
+      q[j + 16] = kIq4nlValues[b.qs[j] >> 4];
+    }
+  };
+  int64_t i = 0;
+  for (; i + 1 < nb; i += 2) {
+    for (int k = 0; k < 2; ++k) {
+      unpack(w[i + k]);
+      lane_dot32(q, x[i + k].qs, lanes);
+      acc[k].fma_add(half_to_float(x[i + k].d) * half_to_float(w[i + k].d), lanes);
+    }
+  }
+  Lanes8 sum;
+  for (int l = 0; l < 8; ++l) sum.v[l] = acc[0].v[l] + acc[1].v[l];
+  float r = sum.hsum();
+  for (; i < nb; ++i) {
+    unpack(w[i]);
+    int32_t s = 0;
+    for (int j = 0; j < 32; ++j) s += q[j] * x[i].qs[j];
+    const float d = half_to_float(x[i].d) * half_to_float(w[i].d);
+    const float p = d * static_cast<float>(s);
+    r = r + p;
+  }
+  return r;
+}
+
+// IQ4_XS: codebook values times Q8_K quants, scaled per 32-element sub-block and summed exactly
+// per lane; one fma per super-block by d.
+float dot_iq4_xs(const void* vw, const void* vx, int64_t n) {
+  const auto* w = static_cast<const BlockIQ4_XS*>(vw);
+  const auto* x = static_cast<const BlockQ8_K*>(vx);
+  Lanes8 acc;
+  int8_t q[32];
+  int32_t lanes[8], sums[8];
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    for (int l = 0; l < 8; ++l) sums[l] = 0;
+    for (int s = 0; s < 8; ++s) {
+      const uint8_t* qs = w[i].qs + 16 * s;
+      for (int j = 0; j < 16; ++j) {
+        q[j] = kIq4nlValues[qs[j] & 0xF];
+        q[j + 16] = kIq4nlValues[qs[j] >> 4];
+      }
+      lane_dot32(q, x[i].qs + 32 * s, lanes);
+      const int sc = iq4_xs_scale(w[i], s);
+      for (int l = 0; l < 8; ++l) sums[l] += sc * lanes[l];
+    }
+    acc.fma_add(half_to_float(w[i].d) * x[i].d, sums);
+  }
+  return acc.hsum();
+}
+
 // F16 (also the attention's q·k and p·v): four accumulators of eight lanes over 32-element
 // steps, fma per element, reduced (0+2, 1+3, then 0+1, then hi+lo halves, pairwise); leftovers
 // are added in double, as ggml_vec_dot_f16 does.
@@ -302,13 +424,17 @@ Result<GgmlType> vec_dot_type(GgmlType weight) {
   switch (weight) {
     case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::Q8_0: return GgmlType::Q8_0;
     case GgmlType::Q4_1: case GgmlType::Q5_1: return GgmlType::Q8_1;
-    case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: return GgmlType::Q8_K;
+    case GgmlType::IQ4_NL: return GgmlType::Q8_0;
+    case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
+    case GgmlType::IQ4_XS:
+      return GgmlType::Q8_K;
     case GgmlType::F16: return GgmlType::F16;
     case GgmlType::BF16: return GgmlType::BF16;
     case GgmlType::F32: return GgmlType::F32;
     default:
       return unimplemented("matmul with {} weights is not supported by the CPU reference backend "
-                           "(supported: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K)",
+                           "(supported: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K, "
+                           "iq4_nl, iq4_xs)",
                            ggml_type_name(weight));
   }
 }
@@ -365,6 +491,10 @@ float vec_dot(GgmlType weight_type, const void* w_row, const void* x_q, int64_t 
     case GgmlType::Q4_K: return impl::dot_q4_K(w_row, x_q, n);
     case GgmlType::Q5_K: return impl::dot_q5_K(w_row, x_q, n);
     case GgmlType::Q6_K: return impl::dot_q6_K(w_row, x_q, n);
+    case GgmlType::Q2_K: return scalar::dot_q2_K(w_row, x_q, n);
+    case GgmlType::Q3_K: return scalar::dot_q3_K(w_row, x_q, n);
+    case GgmlType::IQ4_NL: return scalar::dot_iq4_nl(w_row, x_q, n);
+    case GgmlType::IQ4_XS: return scalar::dot_iq4_xs(w_row, x_q, n);
     case GgmlType::F16:
       return impl::dot_f16(static_cast<const uint16_t*>(w_row), static_cast<const uint16_t*>(x_q), n);
     case GgmlType::BF16:

@@ -31,6 +31,11 @@ namespace loom::llm::ref {
 
 namespace scalar {
 LOOM_REF_DOT_DECLS
+// Formats with the scalar version only (vec_dot uses it in every build).
+float dot_q2_K(const void* w, const void* x, int64_t n);
+float dot_q3_K(const void* w, const void* x, int64_t n);
+float dot_iq4_nl(const void* w, const void* x, int64_t n);
+float dot_iq4_xs(const void* w, const void* x, int64_t n);
 }
 #if LOOM_REF_DOT_AVX2
 namespace avx2 {
