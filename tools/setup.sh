@@ -13,7 +13,7 @@ dev=0
 SUDO=""
 [[ $(id -u) -ne 0 ]] && SUDO="sudo"
 pkgs=(cmake ninja-build g++ pkg-config libpcre2-dev libfmt-dev nlohmann-json3-dev libcli11-dev
-      libsqlite3-dev libpq-dev libboost1.81-dev libedit-dev libcurl4 python3 python3-pip)
+      libsqlite3-dev libpq-dev libboost1.81-dev libedit-dev libcurl4 libhsa-runtime-dev python3 python3-pip)
 if [[ $dev -eq 1 ]]; then
   pkgs+=(libgtest-dev clang-19 llvm-19 lld-19 chromium fonts-dejavu-core graphviz tmux postgresql)
 fi

@@ -1,5 +1,6 @@
-// `loom devices`: the compute devices Loom can use here (HRX's cpu device, and NVIDIA GPUs through
-// the CUDA driver when one is installed), with the properties that bound kernel speed.
+// `loom devices`: the compute devices Loom can use here (HRX's cpu device, NVIDIA GPUs through the
+// CUDA driver and AMD GPUs through the HSA runtime when installed), with the properties that bound
+// kernel speed, and why a GPU driver found no device.
 #include <cstdio>
 #include <string>
 
@@ -20,17 +21,32 @@ int run_devices(bool json_out) {
                       {"memory_bytes", static_cast<double>(p.memory_bytes)}});
       continue;
     }
+    if (p.driver == hrx::DriverKind::kAmdgpu) {
+      devs.push_back({{"id", p.spec}, {"name", p.name}, {"arch", p.arch}, {"compute_units", p.compute_units},
+                      {"wave_size", p.warp_size}, {"clock_khz", p.clock_khz}, {"memory_bytes", p.memory_bytes},
+                      {"memory_bus_width_bits", p.memory_bus_width_bits}, {"l2_bytes", p.l2_bytes},
+                      {"lds_per_workgroup", p.max_shared_per_block}, {"hsa_version", p.driver_version}});
+      continue;
+    }
     devs.push_back({{"id", p.spec}, {"name", p.name}, {"arch", p.arch},
                     {"compute_capability", fmt::format("{}.{}", p.cc_major, p.cc_minor)},
                     {"sm_count", p.compute_units}, {"clock_khz", p.clock_khz}, {"memory_bytes", p.memory_bytes},
                     {"l2_bytes", p.l2_bytes}, {"shared_per_block_optin", p.max_shared_per_block_optin},
                     {"theoretical_bandwidth_gbs", p.peak_bandwidth_gbs()}, {"driver_version", p.driver_version}});
   }
+  size_t n_cuda = 0;
+  for (const auto& d : devs) n_cuda += d["id"].get<std::string>().starts_with("cuda") ? 1 : 0;
   std::string cuda_note;
   if (Status s = hrx::Device::cuda_status(); !s.ok()) cuda_note = s.to_string();
-  else if (devs.size() == 1) cuda_note = "CUDA driver loaded, no devices";
+  else if (n_cuda == 0) cuda_note = "CUDA driver loaded, no devices";
+  std::string amdgpu_note;
+  if (Status s = hrx::Device::amdgpu_status(); !s.ok()) amdgpu_note = s.message();
   if (json_out) {
-    std::printf("%s\n", nlohmann::ordered_json{{"devices", devs}, {"cuda", cuda_note.empty() ? "ok" : cuda_note}}.dump(2).c_str());
+    std::printf("%s\n", nlohmann::ordered_json{{"devices", devs},
+                                               {"cuda", cuda_note.empty() ? "ok" : cuda_note},
+                                               {"amdgpu", amdgpu_note.empty() ? "ok" : amdgpu_note}}
+                            .dump(2)
+                            .c_str());
     return 0;
   }
   for (const auto& d : devs) {
@@ -39,6 +55,7 @@ int run_devices(bool json_out) {
       if (it.key() != "id" && it.key() != "name") std::printf("         %-24s %s\n", it.key().c_str(), it.value().dump().c_str());
   }
   if (!cuda_note.empty()) std::printf("cuda: %s\n", cuda_note.c_str());
+  if (!amdgpu_note.empty()) std::printf("amdgpu: %s\n", amdgpu_note.c_str());
   return 0;
 }
 

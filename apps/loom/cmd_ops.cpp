@@ -259,7 +259,7 @@ LOOM_COMMAND(kOps, "ops", "The op library: list ops, test them against their ref
                  c->add_option("op", f->op, "op name")->required();
                  c->add_option("--shape", f->shape, "NAME=VALUE,... (e.g. n_in=576,n_out=1536,n_tokens=1,wtype=3)");
                  c->add_option("--schedule", f->schedule, "knob values, NAME=VALUE,... (default schedule if absent)");
-                 c->add_option("--device", f->device, "cpu, cuda[:N] (through HRX) or cpu-direct");
+                 c->add_option("--device", f->device, "cpu, cuda[:N], amdgpu[:N] (through HRX) or cpu-direct");
                  c->add_option("--threads", f->threads, "cpu-direct and reference threads (default $LOOM_THREADS or 2)");
                  c->add_option("--seed", f->seed, "input seed (default random, printed)");
                  if (std::string(name) == "test") {

@@ -36,11 +36,12 @@ struct DeviceFlags {
 };
 
 inline void add_device_flags(CLI::App& app, DeviceFlags& f) {
-  bind_option(app.add_option("--device", f.device, "cpu-ref (reference ops) | cpu | cuda[:N] (op-library kernels through HRX); default: $LOOM_DEVICE, else cuda:0 when present, else cpu-ref")
+  bind_option(app.add_option("--device", f.device, "cpu-ref (reference ops) | cpu | cuda[:N] | amdgpu[:N] (op-library kernels through HRX; amdgpu never run on hardware yet); default: $LOOM_DEVICE, else cuda:0 when present, else cpu-ref")
                   ->check([](const std::string& d) {
-                    return d.empty() || d == "cpu" || d == "cpu-ref" || d == "cuda" || d.rfind("cuda:", 0) == 0
+                    return d.empty() || d == "cpu" || d == "cpu-ref" || d == "cuda" || d.rfind("cuda:", 0) == 0 ||
+                                   d == "amdgpu" || d.rfind("amdgpu:", 0) == 0
                                ? std::string()
-                               : "expected cpu, cpu-ref, cuda or cuda:N";
+                               : "expected cpu, cpu-ref, cuda, cuda:N, amdgpu or amdgpu:N";
                   }),
               opt::Opt::kDevice);
   // CLI11 takes one letter after a single dash: main() rewrites "-ngl" to "--n-gpu-layers".

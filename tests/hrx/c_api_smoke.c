@@ -1,6 +1,6 @@
 /* HRX from plain C: compiled as C11 by test_c_api.cpp and linked against the HRX libraries.
- * Usage: c_api_smoke SPEC [SHARED_OBJECT_OR_PTX_FILE]. With a module file (a cpp shared object
- * for "cpu", PTX text for cuda), runs its vector_add kernel on 1000 floats. Prints "ok". */
+ * Usage: c_api_smoke SPEC [MODULE_FILE]. With a module file (a cpp shared object for "cpu", PTX
+ * text for cuda, a code object for amdgpu), runs its vector_add kernel on 1000 floats. Prints "ok". */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +16,7 @@
     }                                                                                     \
   } while (0)
 
-static char* read_file(const char* path) {
+static char* read_file(const char* path, size_t* size) {
   FILE* f = fopen(path, "rb");
   long n;
   char* text;
@@ -27,6 +27,7 @@ static char* read_file(const char* path) {
   text = (char*)malloc((size_t)n + 1);
   if (text && fread(text, 1, (size_t)n, f) != (size_t)n) n = 0;
   if (text) text[n] = '\0';
+  if (size) *size = (size_t)n;
   fclose(f);
   return text;
 }
@@ -84,8 +85,14 @@ int main(int argc, char** argv) {
     args[3] = &count;
     if (props.driver == HRX_DRIVER_CPU) {
       CHECK(hrx_module_load_shared_object(dev, argv[2], &mod));
+    } else if (props.driver == HRX_DRIVER_AMDGPU) {
+      size_t size = 0;
+      char* elf = read_file(argv[2], &size);
+      if (!elf) return 1;
+      CHECK(hrx_module_load_code_object(dev, elf, size, &mod));
+      free(elf);
     } else {
-      char* ptx = read_file(argv[2]);
+      char* ptx = read_file(argv[2], NULL);
       if (!ptx) return 1;
       CHECK(hrx_module_load_ptx(dev, ptx, &mod));
       free(ptx);

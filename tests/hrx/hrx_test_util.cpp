@@ -13,6 +13,12 @@ std::vector<std::string> hrx_device_specs() {
   } else {
     specs.push_back("cuda");  // opens fail, tests skip with the reason
   }
+  n = 0;
+  if (hrx_device_count(HRX_DRIVER_AMDGPU, &n) == HRX_OK && n > 0) {
+    for (int32_t i = 0; i < n; ++i) specs.push_back("amdgpu:" + std::to_string(i));
+  } else {
+    specs.push_back("amdgpu");  // opens fail ("no AMD GPU: ..."), tests skip with the reason
+  }
   return specs;
 }
 

@@ -1,5 +1,5 @@
-// Shared pieces of the HRX conformance suite: the devices to run on (cpu always; every CUDA
-// device, or one "cuda" entry that skips with the reason when none is usable) and small kernels
+// Shared pieces of the HRX conformance suite: the devices to run on (cpu always; every CUDA and
+// AMD GPU, or one "cuda" / "amdgpu" entry that skips with the reason when none is usable) and small kernels
 // in Loom IR text.
 #pragma once
 
@@ -13,7 +13,8 @@
 
 namespace loom::test {
 
-// "cpu", then "cuda:0".."cuda:N-1", or "cuda" when the driver or devices are missing.
+// "cpu", then "cuda:0".."cuda:N-1", or "cuda" when the driver or devices are missing, then
+// "amdgpu:0".."amdgpu:N-1", or "amdgpu" when the HSA runtime or AMD GPUs are missing.
 std::vector<std::string> hrx_device_specs();
 
 // c[i] = a[i] + b[i] for i < n (f32).

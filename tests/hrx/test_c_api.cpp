@@ -79,6 +79,23 @@ TEST(HrxCApi, SmokeProgramRunsOnEveryDevice) {
                     hrx::Device::cuda_status().to_string().c_str());
         continue;
       }
+      if (spec == "amdgpu") {
+        std::printf("[ SKIPPED  ] c_api_smoke on amdgpu: %s\n", hrx::Device::amdgpu_status().message().c_str());
+        continue;
+      }
+      if (spec.starts_with("amdgpu:")) {
+        auto dev = hrx::Device::open(spec);
+        ASSERT_TRUE(dev.ok()) << dev.status().to_string();
+        auto co = codegen::amdgpu_target().compile(ir, dev->props().arch);
+        ASSERT_TRUE(co.ok()) << co.status().to_string();
+        module_file = (dir / "vector_add.hsaco").string();
+        std::ofstream(module_file, std::ios::binary).write(reinterpret_cast<const char*>(co->binary.data()),
+                                                            static_cast<std::streamsize>(co->binary.size()));
+        auto [rc, out] = sh(exe + " " + spec + " " + module_file);
+        EXPECT_EQ(rc, 0) << out;
+        EXPECT_NE(out.find("vector_add ok"), std::string::npos) << out;
+        continue;
+      }
       auto ptx = codegen::ptx_target().emit(ir, "sm_80");
       ASSERT_TRUE(ptx.ok()) << ptx.status().to_string();
       module_file = (dir / "vector_add.ptx").string();

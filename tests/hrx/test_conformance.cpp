@@ -49,6 +49,7 @@ class Conformance : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     auto d = Device::open(GetParam());
     if (!d.ok()) {
+      if (GetParam().starts_with("amdgpu")) GTEST_SKIP() << d.status().message();  // "no AMD GPU: <why>"
       if (GetParam() != "cpu") GTEST_SKIP() << "no CUDA device to test: " << d.status().to_string();
       FAIL() << d.status().to_string();
     }
@@ -59,6 +60,8 @@ class Conformance : public ::testing::TestWithParam<std::string> {
   }
 
   bool is_cuda() const { return dev_.driver() == hrx::DriverKind::kCuda; }
+  bool is_amdgpu() const { return dev_.driver() == hrx::DriverKind::kAmdgpu; }
+  bool is_gpu() const { return dev_.driver() != hrx::DriverKind::kCpu; }
 
   Result<Kernel> compile(const char* ir_text, const char* name) {
     ir::Module m = parse_ir(ir_text);
@@ -91,6 +94,13 @@ TEST_P(Conformance, PropertiesAreSane) {
     EXPECT_GT(p.driver_version, 10000);
     EXPECT_GT(p.peak_bandwidth_gbs(), 100.0);
     EXPECT_EQ(dev_.target(), ir::TargetKind::kPtx);
+  } else if (is_amdgpu()) {
+    EXPECT_TRUE(p.arch.starts_with("gfx")) << p.arch;
+    EXPECT_EQ(p.spec, fmt::format("amdgpu:{}", p.ordinal));
+    EXPECT_GT(p.clock_khz, 100000);
+    EXPECT_GE(p.memory_bus_width_bits, 64);
+    EXPECT_EQ(p.max_shared_per_block_optin, p.max_shared_per_block);
+    EXPECT_EQ(dev_.target(), ir::TargetKind::kAmdgpu);
   } else {
     EXPECT_EQ(p.arch, "cpu");
     EXPECT_EQ(p.spec, "cpu");
@@ -114,7 +124,7 @@ TEST_P(Conformance, AllocAndFree) {
       EXPECT_EQ(b.size(), size);
       EXPECT_NE(b.address(), 0u);
       EXPECT_EQ(b.address() % 64, 0u) << "size " << size;
-      EXPECT_EQ(b.host_pointer() != nullptr, kind == MemoryKind::kHostPinned || !is_cuda());
+      EXPECT_EQ(b.host_pointer() != nullptr, kind == MemoryKind::kHostPinned || !is_gpu());
       EXPECT_EQ(hrx_live_handles(HRX_HANDLE_BUFFER), live + 1);
     }
     // Zero bytes: a valid, empty buffer; empty copies succeed, a one-byte copy does not.
@@ -292,6 +302,13 @@ TEST_P(Conformance, BadModuleIsAnErrorWithTheLog) {
     EXPECT_NE(msg.find("line"), std::string::npos) << msg;
     // A shared object is not a cuda module.
     EXPECT_EQ(Module::load_shared_object(dev_, "/nonexistent.so").status().code(), StatusCode::kInvalidArgument);
+  } else if (is_amdgpu()) {
+    const std::string junk = "this is not a code object";
+    auto m = Module::load_code_object(dev_, {reinterpret_cast<const uint8_t*>(junk.data()), junk.size()});
+    ASSERT_FALSE(m.ok());
+    EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(m.status().message().find("not an AMDGPU code object"), std::string::npos) << m.status().to_string();
+    EXPECT_EQ(Module::load_ptx(dev_, ".version 8.0").status().code(), StatusCode::kInvalidArgument);
   } else {
     EXPECT_EQ(Module::load_ptx(dev_, ".version 8.0").status().code(), StatusCode::kInvalidArgument);
     auto missing = Module::load_shared_object(dev_, "/nonexistent/kernels.so");
@@ -414,7 +431,12 @@ TEST_P(Conformance, ManyHandlesCreatedAndFreedLeakNothing) {
   ASSERT_OK_AND_ASSIGN(Module compiled, Module::compile(dev_, ir));
   // A module the cache does not hold: loaded directly from its code each round.
   std::string code_path_or_ptx;
-  if (is_cuda()) {
+  std::vector<uint8_t> code_object;
+  if (is_amdgpu()) {
+    auto co = codegen::amdgpu_target().compile(ir, dev_.props().arch);
+    ASSERT_TRUE(co.ok()) << co.status().to_string();
+    code_object = co->binary;
+  } else if (is_cuda()) {
     auto ptx = codegen::ptx_target().emit(ir, "sm_80");
     ASSERT_TRUE(ptx.ok()) << ptx.status().to_string();
     code_path_or_ptx = *ptx;
@@ -436,7 +458,9 @@ TEST_P(Conformance, ManyHandlesCreatedAndFreedLeakNothing) {
     ASSERT_OK_AND_ASSIGN(Stream s, Stream::create(dev_));
     ASSERT_OK_AND_ASSIGN(Event e, Event::create(dev_));
     Module m;
-    if (is_cuda()) {
+    if (is_amdgpu()) {
+      ASSERT_OK_AND_ASSIGN(m, Module::load_code_object(dev_, code_object));
+    } else if (is_cuda()) {
       ASSERT_OK_AND_ASSIGN(m, Module::load_ptx(dev_, code_path_or_ptx));
     } else {
       ASSERT_OK_AND_ASSIGN(m, Module::load_shared_object(dev_, code_path_or_ptx));
@@ -514,7 +538,8 @@ INSTANTIATE_TEST_SUITE_P(Devices, Conformance, ::testing::ValuesIn(hrx_device_sp
                          });
 
 TEST(HrxDevices, OpenRejectsBadSpecs) {
-  for (const char* spec : {"", "gpu", "cuda:", "cuda:x", "cuda:-1", "cpu:0", "cuda:1x"}) {
+  for (const char* spec : {"", "gpu", "cuda:", "cuda:x", "cuda:-1", "cpu:0", "cuda:1x", "amdgpu:", "amdgpu:x",
+                           "amdgpu:-1", "amdgpux", "amdgpu:0:0", "hip"}) {
     auto d = Device::open(spec);
     ASSERT_FALSE(d.ok()) << spec;
     EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument) << spec << ": " << d.status().to_string();

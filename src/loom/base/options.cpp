@@ -56,6 +56,8 @@ const std::vector<OptionInfo>& rows() {
        "LLVM's llc for the amdgpu target (empty: llc-19, else llc, on PATH)"},
       {Opt::kLld, "lld", "LOOM_LLD", "", Type::kPath, "", "", 0, 0,
        "LLVM's ld.lld for the amdgpu target (empty: ld.lld-19, else ld.lld, on PATH)"},
+      {Opt::kHsaRuntime, "hsa_runtime", "LOOM_HSA_RUNTIME", "", Type::kPath, "", "", 0, 0,
+       "the HSA runtime (ROCr) the HRX amdgpu driver loads (empty: libhsa-runtime64.so.1 on the loader's path)"},
 
       {Opt::kChatStats, "chat_stats", "LOOM_CHAT_STATS", "", Type::kBool, "0", "", 0, 0,
        "loom chat prints each reply's speed line even when stderr is not a terminal"},

@@ -48,6 +48,7 @@ enum class Opt : int {
   kCxx,
   kLlc,
   kLld,
+  kHsaRuntime,
   // CLI, server
   kChatStats,
   kApiKey,

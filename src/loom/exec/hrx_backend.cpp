@@ -431,8 +431,9 @@ Result<llm::Program> device_program(const llm::Model& model, std::string_view de
   if (dev == "cpu-ref") return p;
   ir::TargetKind target;
   if (dev.rfind("cuda", 0) == 0) target = ir::TargetKind::kPtx;
+  else if (dev.rfind("amdgpu", 0) == 0) target = ir::TargetKind::kAmdgpu;
   else if (dev.rfind("cpu", 0) == 0) target = ir::TargetKind::kCpp;
-  else return invalid_argument("unknown device '{}' (cpu-ref, cpu, cuda, cuda:N)", dev);
+  else return invalid_argument("unknown device '{}' (cpu-ref, cpu, cuda, cuda:N, amdgpu, amdgpu:N)", dev);
   return fuse_program(p, model, WeightPlan::make(model, target, prefill_matmul_option()),
                       default_fuse_options(target));
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -40,6 +41,10 @@ struct LaunchRequest {
 
 Status cuda_device_count(int32_t* count);
 Result<hrx_device*> cuda_device_get(int32_t ordinal);
+// AMD GPUs through the HSA runtime (amdgpu/amdgpu_driver.cpp); unavailable with the reason when
+// there is no usable runtime, 0 devices when it has no GPU agents.
+Status amdgpu_device_count(int32_t* count);
+Result<hrx_device*> amdgpu_device_get(int32_t ordinal);
 hrx_device* cpu_device();
 
 }  // namespace loom::hrx
@@ -53,6 +58,9 @@ struct hrx_device {
   virtual loom::Result<hrx_event*> create_event() = 0;
   virtual loom::Result<hrx_module*> load_ptx(std::string_view ptx) = 0;
   virtual loom::Result<hrx_module*> load_shared_object(const std::string& path) = 0;
+  virtual loom::Result<hrx_module*> load_code_object(std::span<const uint8_t>) {
+    return loom::invalid_argument("{} cannot load an AMDGPU code object (those are amdgpu modules)", props.spec);
+  }
   virtual loom::Status synchronize() = 0;
   virtual void* native_context() const { return nullptr; }
 

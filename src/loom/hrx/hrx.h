@@ -1,7 +1,8 @@
 /* HRX, Loom's thin device runtime: the C API (usable from C and from any language with a C FFI).
- * Devices, buffers, streams, events, modules, kernels and graphs over two drivers: "cpu" (kernels
- * compiled by the cpp backend, run over a thread pool) and "cuda" (the CUDA driver API, loaded with
- * dlopen: no CUDA toolkit needed at build or run time).
+ * Devices, buffers, streams, events, modules, kernels and graphs over three drivers: "cpu" (kernels
+ * compiled by the cpp backend, run over a thread pool), "cuda" (the CUDA driver API, loaded with
+ * dlopen: no CUDA toolkit needed at build or run time) and "amdgpu" (AMD GPUs through the HSA
+ * runtime, also loaded with dlopen; written against the HSA headers but not yet run on an AMD GPU).
  *
  * Errors: every call that can fail returns an hrx_status; on failure the calling thread's last
  * error message (hrx_last_error) names the failing step and, for driver failures, the driver call
@@ -53,12 +54,12 @@ typedef struct hrx_module hrx_module;
 typedef struct hrx_kernel hrx_kernel;
 typedef struct hrx_graph hrx_graph;
 
-typedef enum hrx_driver_kind { HRX_DRIVER_CPU = 0, HRX_DRIVER_CUDA = 1 } hrx_driver_kind;
+typedef enum hrx_driver_kind { HRX_DRIVER_CPU = 0, HRX_DRIVER_CUDA = 1, HRX_DRIVER_AMDGPU = 2 } hrx_driver_kind;
 
 typedef struct hrx_device_props {
   char name[256];              /* "NVIDIA H200", "AMD EPYC ..." */
   char spec[32];               /* what hrx_device_open accepts for this device: "cpu", "cuda:0" */
-  char arch[32];               /* "sm_90" (cuda), "cpu" */
+  char arch[32];               /* "sm_90" (cuda), "gfx1100" (amdgpu), "cpu" */
   hrx_driver_kind driver;
   int32_t ordinal;             /* index among the driver's devices */
   int32_t compute_units;       /* SMs (cuda), hardware threads (cpu) */
@@ -78,10 +79,13 @@ typedef struct hrx_device_props {
 } hrx_device_props;
 
 /* Number of devices of a driver. cpu: always 1. cuda: HRX_UNAVAILABLE (with the reason) when no
- * NVIDIA driver is usable here; 0 devices is not an error. */
+ * NVIDIA driver is usable here; 0 devices is not an error. amdgpu (AMD GPUs through the HSA
+ * runtime, loaded with dlopen): HRX_UNAVAILABLE with the reason ("no AMD GPU: ...": library
+ * missing, no /dev/kfd, hsa_init failed) when the runtime is not usable; 0 when it has no GPU agent. */
 hrx_status hrx_device_count(hrx_driver_kind driver, int32_t* count);
 hrx_status hrx_device_get(hrx_driver_kind driver, int32_t ordinal, hrx_device** out);
-/* spec: "cpu", "cuda" (= "cuda:0") or "cuda:N". The same spec always yields the same device. */
+/* spec: "cpu", "cuda" (= "cuda:0"), "cuda:N", "amdgpu" (= "amdgpu:0") or "amdgpu:N". The same spec
+ * always yields the same device. */
 hrx_status hrx_device_open(const char* spec, hrx_device** out);
 hrx_status hrx_device_get_props(hrx_device* device, hrx_device_props* out);
 /* Waits for all work on all of the device's streams. */
@@ -124,11 +128,15 @@ hrx_status hrx_event_record(hrx_event* event, hrx_stream* stream);
 hrx_status hrx_event_synchronize(hrx_event* event);
 hrx_status hrx_event_elapsed_ms(hrx_event* start, hrx_event* end, float* ms);
 
-/* Modules. PTX text (cuda only; the JIT's error log is part of the error message) or the path of
- * a shared object made by Loom's cpp backend (cpu only). Modules are reference-counted:
+/* Modules. PTX text (cuda only; the JIT's error log is part of the error message), the path of
+ * a shared object made by Loom's cpp backend (cpu only), or an AMDGPU code object (amdgpu only,
+ * below). Modules are reference-counted:
  * hrx_module_release drops the caller's reference. */
 hrx_status hrx_module_load_ptx(hrx_device* device, const char* ptx, hrx_module** out);
 hrx_status hrx_module_load_shared_object(hrx_device* device, const char* path, hrx_module** out);
+/* An AMDGPU code object (the ELF that llc + ld.lld make; amdgpu only), copied before the call
+ * returns. Kernels are looked up by name; their parameters' layout comes from its metadata. */
+hrx_status hrx_module_load_code_object(hrx_device* device, const void* data, size_t bytes, hrx_module** out);
 void hrx_module_retain(hrx_module* module);
 void hrx_module_release(hrx_module* module);
 

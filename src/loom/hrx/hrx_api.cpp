@@ -108,6 +108,7 @@ hrx_status hrx_device_count(hrx_driver_kind driver, int32_t* count) {
     *count = 1;
     return HRX_OK;
   }
+  if (driver == HRX_DRIVER_AMDGPU) return fail(amdgpu_device_count(count));
   HRX_REQUIRE(driver == HRX_DRIVER_CUDA, "hrx_device_count: unknown driver {}", static_cast<int>(driver));
   return fail(cuda_device_count(count));
 }
@@ -120,6 +121,7 @@ hrx_status hrx_device_get(hrx_driver_kind driver, int32_t ordinal, hrx_device** 
     *out = cpu_device();
     return HRX_OK;
   }
+  if (driver == HRX_DRIVER_AMDGPU) return deliver(amdgpu_device_get(ordinal), out);
   HRX_REQUIRE(driver == HRX_DRIVER_CUDA, "hrx_device_get: unknown driver {}", static_cast<int>(driver));
   return deliver(cuda_device_get(ordinal), out);
 }
@@ -129,15 +131,16 @@ hrx_status hrx_device_open(const char* spec, hrx_device** out) {
   *out = nullptr;
   std::string_view s(spec);
   if (s == "cpu") return hrx_device_get(HRX_DRIVER_CPU, 0, out);
-  if (s == "cuda") return hrx_device_get(HRX_DRIVER_CUDA, 0, out);
-  if (s.rfind("cuda:", 0) == 0) {
-    std::string_view num = s.substr(5);
+  for (auto [name, driver] : {std::pair<std::string_view, hrx_driver_kind>{"cuda", HRX_DRIVER_CUDA},
+                              std::pair<std::string_view, hrx_driver_kind>{"amdgpu", HRX_DRIVER_AMDGPU}}) {
+    if (s == name) return hrx_device_get(driver, 0, out);
+    if (s.size() <= name.size() + 1 || !s.starts_with(name) || s[name.size()] != ':') continue;
+    std::string_view num = s.substr(name.size() + 1);
     int ordinal = -1;
     auto [p, ec] = std::from_chars(num.data(), num.data() + num.size(), ordinal);
-    if (ec == std::errc() && p == num.data() + num.size() && !num.empty() && ordinal >= 0)
-      return hrx_device_get(HRX_DRIVER_CUDA, ordinal, out);
+    if (ec == std::errc() && p == num.data() + num.size() && ordinal >= 0) return hrx_device_get(driver, ordinal, out);
   }
-  return fail(invalid_argument("unknown device '{}' (expected cpu, cuda or cuda:N)", s));
+  return fail(invalid_argument("unknown device '{}' (expected cpu, cuda, cuda:N, amdgpu or amdgpu:N)", s));
 }
 
 hrx_status hrx_device_get_props(hrx_device* device, hrx_device_props* out) {
@@ -256,6 +259,13 @@ hrx_status hrx_module_load_shared_object(hrx_device* device, const char* path, h
   *out = nullptr;
   HRX_REQUIRE(device && path, "hrx_module_load_shared_object: null argument");
   return deliver(device->load_shared_object(path), out);
+}
+
+hrx_status hrx_module_load_code_object(hrx_device* device, const void* data, size_t bytes, hrx_module** out) {
+  HRX_REQUIRE(out, "hrx_module_load_code_object: null out");
+  *out = nullptr;
+  HRX_REQUIRE(device && (data || bytes == 0), "hrx_module_load_code_object: null argument");
+  return deliver(device->load_code_object({static_cast<const uint8_t*>(data), bytes}), out);
 }
 
 void hrx_module_retain(hrx_module* m) {

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "loom/base/hash.h"
+#include "loom/codegen/amdgpu/amdgpu_emitter.h"
 #include "loom/codegen/cpp/host_compiler.h"
 #include "loom/codegen/target.h"
 #include "loom/hrx/driver.h"
@@ -90,12 +91,23 @@ std::vector<Device> Device::enumerate() {
   if (hrx_device_count(HRX_DRIVER_CUDA, &n) == HRX_OK)
     for (int32_t i = 0; i < n; ++i)
       if (hrx_device_get(HRX_DRIVER_CUDA, i, &d) == HRX_OK) out.push_back(Device(d));
+  n = 0;
+  if (hrx_device_count(HRX_DRIVER_AMDGPU, &n) == HRX_OK)
+    for (int32_t i = 0; i < n; ++i)
+      if (hrx_device_get(HRX_DRIVER_AMDGPU, i, &d) == HRX_OK) out.push_back(Device(d));
   return out;
 }
 
 Status Device::cuda_status() {
   int32_t n = 0;
   return st(hrx_device_count(HRX_DRIVER_CUDA, &n));
+}
+
+Status Device::amdgpu_status() {
+  int32_t n = 0;
+  LOOM_RETURN_IF_ERROR(st(hrx_device_count(HRX_DRIVER_AMDGPU, &n)));
+  if (n == 0) return unavailable("no AMD GPU: the HSA runtime lists no GPU agent");
+  return Status();
 }
 
 const DeviceProps& Device::props() const {
@@ -109,7 +121,8 @@ const DeviceProps& Device::props() const {
 }
 
 ir::TargetKind Device::target() const {
-  return dev_ && dev_->props.driver == HRX_DRIVER_CUDA ? ir::TargetKind::kPtx : ir::TargetKind::kCpp;
+  if (!dev_ || dev_->props.driver == HRX_DRIVER_CPU) return ir::TargetKind::kCpp;
+  return dev_->props.driver == HRX_DRIVER_CUDA ? ir::TargetKind::kPtx : ir::TargetKind::kAmdgpu;
 }
 
 Status Device::synchronize() const { return st(hrx_device_synchronize(dev_)); }
@@ -282,13 +295,20 @@ Result<Module> Module::load_shared_object(const Device& dev, const std::string& 
   return Module(m);
 }
 
+Result<Module> Module::load_code_object(const Device& dev, std::span<const uint8_t> elf) {
+  hrx_module* m = nullptr;
+  LOOM_RETURN_IF_ERROR(st(hrx_module_load_code_object(dev.raw(), elf.data(), elf.size(), &m)));
+  return Module(m);
+}
+
 Result<Module> Module::compile(const Device& dev, const ir::Module& module) {
   if (!dev.valid()) return invalid_argument("Module::compile on an invalid device");
   const ir::TargetKind kind = dev.target();
   const codegen::Target* target = codegen::target(kind);
   // cpp: the one arch ("native"). ptx: the newest arch the emitter knows that the device runs
-  // (PTX is JIT-compiled forward, so sm_90 PTX also serves newer GPUs).
-  std::string use_arch = target->archs().front();
+  // (PTX is JIT-compiled forward, so sm_90 PTX also serves newer GPUs). amdgpu: the device's own
+  // gfx arch (code objects are not portable across chips).
+  std::string use_arch = kind == ir::TargetKind::kAmdgpu ? dev.props().arch : target->archs().front();
   if (kind == ir::TargetKind::kPtx) {
     const int cc = dev.props().cc_major * 10 + dev.props().cc_minor;
     use_arch.clear();
@@ -312,6 +332,9 @@ Result<Module> Module::compile(const Device& dev, const ir::Module& module) {
   Module loaded;
   if (kind == ir::TargetKind::kPtx) {
     LOOM_ASSIGN_OR_RETURN(loaded, load_ptx(dev, text));
+  } else if (kind == ir::TargetKind::kAmdgpu) {
+    LOOM_ASSIGN_OR_RETURN(std::vector<uint8_t> elf, codegen::compile_amdgpu_code_object(text, use_arch));
+    LOOM_ASSIGN_OR_RETURN(loaded, load_code_object(dev, elf));
   } else {
     LOOM_ASSIGN_OR_RETURN(std::string so, codegen::compile_shared_object(text));
     LOOM_ASSIGN_OR_RETURN(loaded, load_shared_object(dev, so));

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,14 +31,14 @@ struct Module;
 
 namespace loom::hrx {
 
-enum class DriverKind { kCpu = HRX_DRIVER_CPU, kCuda = HRX_DRIVER_CUDA };
+enum class DriverKind { kCpu = HRX_DRIVER_CPU, kCuda = HRX_DRIVER_CUDA, kAmdgpu = HRX_DRIVER_AMDGPU };
 enum class MemoryKind { kDevice = HRX_MEMORY_DEVICE, kHostPinned = HRX_MEMORY_HOST_PINNED };
 
 // The Status for a failed C call (its code and this thread's last error message).
 Status status_from(hrx_status s);
 
 struct DeviceProps {
-  std::string name, spec, arch;  // "NVIDIA H200", "cuda:0", "sm_90"
+  std::string name, spec, arch;  // "NVIDIA H200", "cuda:0", "sm_90" (amdgpu: "gfx1100")
   DriverKind driver = DriverKind::kCpu;
   int ordinal = 0;
   int compute_units = 0;  // SMs / hardware threads
@@ -55,15 +56,20 @@ class Device {
   Device() = default;
   // "cpu", "cuda" (= cuda:0), "cuda:N".
   static Result<Device> open(std::string_view spec);
-  // The cpu, then every CUDA device (none when no NVIDIA driver is usable: see cuda_status()).
+  // The cpu, then every CUDA device (none when no NVIDIA driver is usable: see cuda_status()),
+  // then every AMD GPU (none when the HSA runtime or a GPU is missing: see amdgpu_status()).
   static std::vector<Device> enumerate();
   // OK when the CUDA driver is usable (possibly with 0 devices), else why not.
   static Status cuda_status();
+  // OK when at least one AMD GPU is usable, else "no AMD GPU: " and why (the HSA runtime library
+  // is missing, /dev/kfd is absent, hsa_init failed, the runtime lists no GPU agent, or this
+  // build has no amdgpu driver).
+  static Status amdgpu_status();
 
   bool valid() const { return dev_ != nullptr; }
   const DeviceProps& props() const;
   DriverKind driver() const { return props().driver; }
-  // The codegen target that produces this device's modules: kCpp (cpu) or kPtx (cuda).
+  // The codegen target that produces this device's modules: kCpp (cpu), kPtx (cuda), kAmdgpu.
   ir::TargetKind target() const;
   Status synchronize() const;
   hrx_device* raw() const { return dev_; }
@@ -211,8 +217,10 @@ class Module {
 
   static Result<Module> load_ptx(const Device& dev, std::string_view ptx);
   static Result<Module> load_shared_object(const Device& dev, const std::string& path);
+  static Result<Module> load_code_object(const Device& dev, std::span<const uint8_t> elf);
   // IR -> the device's code (cpu: cpp backend, compiled and cached on disk; cuda: PTX for the
-  // device's sm arch, JIT-loaded). Loaded modules are cached in the device by a hash of the
+  // device's sm arch, JIT-loaded; amdgpu: a code object for the device's gfx arch, built with
+  // llc and ld.lld, which must then be installed). Loaded modules are cached in the device by a hash of the
   // emitted code, so compiling the same IR twice returns the same module without recompiling.
   static Result<Module> compile(const Device& dev, const ir::Module& module);
 

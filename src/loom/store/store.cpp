@@ -102,6 +102,7 @@ Result<std::shared_ptr<const Table>> table_of(const std::string& path) {
 
 std::string device_arch_of(const hrx::DeviceProps& p) {
   if (p.driver == hrx::DriverKind::kCuda) return fmt::format("cuda:{}:{}", p.arch, p.name);
+  if (p.driver == hrx::DriverKind::kAmdgpu) return fmt::format("amdgpu:{}:{}", p.arch, p.name);
   return fmt::format("cpu:{}", p.name);
 }
 

@@ -212,6 +212,20 @@ Result<AmdgpuKernelInfo> kernel_info(const Msg& k) {
   info.wavefront_size = int_field(k, ".wavefront_size");
   info.max_flat_workgroup_size = int_field(k, ".max_flat_workgroup_size");
   info.uses_dynamic_stack = int_field(k, ".uses_dynamic_stack") != 0;
+  info.kernarg_segment_size = int_field(k, ".kernarg_segment_size");
+  info.kernarg_segment_align = int_field(k, ".kernarg_segment_align");
+  if (const Msg* args = k.find(".args"); args && args->kind == Msg::Kind::kArray) {
+    for (const Msg& a : args->items) {
+      const Msg* kind = a.kind == Msg::Kind::kMap ? a.find(".value_kind") : nullptr;
+      if (!kind || kind->kind != Msg::Kind::kStr || !a.find(".offset") || !a.find(".size"))
+        return data_loss("kernel {}: an .args entry lacks .offset, .size or .value_kind", info.name);
+      const int64_t offset = int_field(a, ".offset"), size = int_field(a, ".size");
+      if (offset < 0 || size < 0 || offset > info.kernarg_segment_size || size > info.kernarg_segment_size - offset)
+        return data_loss("kernel {}: argument at offset {} of {} bytes lies outside the {}-byte kernarg segment",
+                         info.name, offset, size, info.kernarg_segment_size);
+      info.args.push_back(AmdgpuKernelArg{offset, size, kind->s});
+    }
+  }
   return info;
 }
 

@@ -13,6 +13,14 @@
 
 namespace loom::codegen {
 
+// One entry of a kernel's `.args` list: where the value goes in the kernarg segment. Explicit
+// parameters have value_kind global_buffer or by_value; the runtime fills the hidden_* ones.
+struct AmdgpuKernelArg {
+  int64_t offset = 0;      // .offset (bytes into the kernarg segment)
+  int64_t size = 0;        // .size (bytes)
+  std::string value_kind;  // .value_kind
+};
+
 // One kernel's entry of the metadata's `amdhsa.kernels` list (names of the fields there).
 struct AmdgpuKernelInfo {
   std::string name;            // .name
@@ -25,6 +33,9 @@ struct AmdgpuKernelInfo {
   int64_t wavefront_size = 0;  // .wavefront_size (32 for the wave32 code Loom emits)
   int64_t max_flat_workgroup_size = 0;
   bool uses_dynamic_stack = false;
+  int64_t kernarg_segment_size = 0;   // .kernarg_segment_size
+  int64_t kernarg_segment_align = 0;  // .kernarg_segment_align
+  std::vector<AmdgpuKernelArg> args;  // .args, in the metadata's order
 };
 
 struct AmdgpuCodeObjectInfo {
