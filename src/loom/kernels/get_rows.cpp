@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "loom/gguf/quant.h"
+#include "loom/gguf/quant_blocks.h"
 #include "loom/kernels/op_list.h"
 #include "loom/kernels/op_util.h"
 #include "loom/ref/ops_ref.h"
@@ -22,9 +23,23 @@ using llm::GgmlType;
 bool table_supported(GgmlType t) {
   switch (t) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0:
-    case GgmlType::Q5_1: case GgmlType::Q8_0: case GgmlType::Q4_K: case GgmlType::Q6_K: return true;
+    case GgmlType::Q5_1: case GgmlType::Q8_0: case GgmlType::Q4_K: case GgmlType::Q6_K:
+    case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::IQ4_NL: case GgmlType::IQ4_XS: return true;
     default: return false;
   }
+}
+
+// kIq4nlValues[q] for a 4-bit index q (i32), as f32: a tree of selects on q's bits.
+Value* iq4nl_value(Emit& b, Value* q) {
+  std::vector<Value*> level;
+  for (int v : llm::kIq4nlValues) level.push_back(b.f32(static_cast<float>(v)));
+  for (int bit = 0; bit < 4; ++bit) {
+    Value* set = b.cmp(Mode::kNe, b.andc(q, 1 << bit), b.i32(0));
+    std::vector<Value*> next;
+    for (size_t i = 0; i < level.size(); i += 2) next.push_back(b.select(set, level[i + 1], level[i]));
+    level = std::move(next);
+  }
+  return level[0];
 }
 
 // Writes the 32 values of chunk `c` of a row (row base `wr`, u8) to out (f32 pointer).
@@ -100,6 +115,77 @@ void emit_chunk(Emit& b, GgmlType t, Value* wr, Value* c, Value* out) {
         Value* byte = u8(b.add(qbase, j));
         Value* q = b.select(high, b.shrc(byte, 4), b.andc(byte, 0xF));
         return b.sub(b.mul(d1, b.convert(q, ty::f32)), m1);
+      });
+      return;
+    }
+    case GgmlType::IQ4_NL: {  // x = d value[q], nibbles as Q4_0
+      Value* base = b.mulc(c, 18);
+      Value* d = b.load_f16(wr, base);
+      each([&](Value* j) {
+        Value* hi_half = b.cmp(Mode::kGe, j, b.i32(16));
+        Value* byte = u8(b.add(b.addc(base, 2), b.andc(j, 15)));
+        Value* q = b.select(hi_half, b.shrc(byte, 4), b.andc(byte, 0xF));
+        return b.mul(d, iq4nl_value(b, q));
+      });
+      return;
+    }
+    case GgmlType::IQ4_XS: {  // chunk c of 8: sub-block s = c % 8 with its 6-bit scale
+      Value* sb = b.shrc(c, 3);
+      Value* s = b.andc(c, 7);
+      Value* base = b.mulc(sb, 136);
+      Value* d = b.load_f16(wr, base);
+      Value* sh = b.convert(b.load_at(wr, b.addc(base, 2), ty::u16, 2), ty::i32);
+      Value* lo = b.andc(b.shr(u8(b.add(b.addc(base, 4), b.shrc(s, 1))), b.mulc(b.andc(s, 1), 4)), 0xF);
+      Value* hi = b.andc(b.shr(sh, b.mulc(s, 2)), 3);
+      Value* dl = b.mul(d, b.convert(b.addc(b.bit_or(lo, b.shlc(hi, 4)), -32), ty::f32));
+      Value* qbase = b.add(b.addc(base, 8), b.mulc(s, 16));
+      each([&](Value* j) {
+        Value* hi_half = b.cmp(Mode::kGe, j, b.i32(16));
+        Value* byte = u8(b.add(qbase, b.andc(j, 15)));
+        Value* q = b.select(hi_half, b.shrc(byte, 4), b.andc(byte, 0xF));
+        return b.mul(dl, iq4nl_value(b, q));
+      });
+      return;
+    }
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K: {  // chunk c of 8: half h = cc/4, shift 2k (k = cc%4), sub-blocks 8h+2k (+1)
+      const bool q3 = t == GgmlType::Q3_K;
+      Value* sb = b.shrc(c, 3);
+      Value* cc = b.andc(c, 7);
+      Value* h = b.shrc(cc, 2);
+      Value* k = b.andc(cc, 3);
+      Value* base = b.mulc(sb, q3 ? 110 : 84);
+      Value* d = b.load_f16(wr, b.addc(base, q3 ? 108 : 80));
+      Value* sub0 = b.add(b.mulc(h, 8), b.mulc(k, 2));
+      Value* dl[2];
+      Value* ml[2] = {nullptr, nullptr};
+      for (int part = 0; part < 2; ++part) {
+        Value* sub = b.addc(sub0, part);
+        if (q3) {  // 6-bit scale offset by 32: low nibble in byte sub % 8, top bits in byte 8 + sub % 4
+          Value* sbase = b.addc(base, 96);
+          Value* lt8 = b.cmp(Mode::kLt, sub, b.i32(8));
+          Value* lb = u8(b.add(sbase, b.andc(sub, 7)));
+          Value* lo = b.select(lt8, b.andc(lb, 0xF), b.shrc(lb, 4));
+          Value* hi = b.andc(b.shr(u8(b.add(b.addc(sbase, 8), b.andc(sub, 3))), b.mulc(b.shrc(sub, 2), 2)), 3);
+          dl[part] = b.mul(d, b.convert(b.addc(b.bit_or(lo, b.shlc(hi, 4)), -32), ty::f32));
+        } else {
+          Value* sc = u8(b.add(base, sub));
+          dl[part] = b.mul(d, b.convert(b.andc(sc, 0xF), ty::f32));
+          ml[part] = b.mul(b.load_f16(wr, b.addc(base, 82)), b.convert(b.shrc(sc, 4), ty::f32));
+        }
+      }
+      Value* qbase = b.add(b.addc(base, q3 ? 32 : 16), b.mulc(h, 32));
+      Value* shift = b.mulc(k, 2);
+      Value* hbit = b.add(b.mulc(h, 4), k);
+      each([&](Value* l) {
+        Value* second = b.cmp(Mode::kGe, l, b.i32(16));
+        Value* q = b.andc(b.shr(u8(b.add(qbase, l)), shift), 3);
+        if (q3) {
+          Value* set = b.andc(b.shr(u8(b.add(base, l)), hbit), 1);
+          q = b.sub(q, b.select(b.cmp(Mode::kNe, set, b.i32(0)), b.i32(0), b.i32(4)));
+          return b.mul(b.select(second, dl[1], dl[0]), b.convert(q, ty::f32));
+        }
+        return b.sub(b.mul(b.select(second, dl[1], dl[0]), b.convert(q, ty::f32)), b.select(second, ml[1], ml[0]));
       });
       return;
     }
@@ -225,8 +311,9 @@ class GetRowsOp final : public OpSpec {
     for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
                        GgmlType::Q8_0})
       out.push_back({{{"n_in", 576}, {"n_vocab", 300}, {"n_ids", 3}, {"wtype", static_cast<int64_t>(t)}}});
-    for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K})
+    for (GgmlType t : {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_XS})
       out.push_back({{{"n_in", 768}, {"n_vocab", 100}, {"n_ids", 4}, {"wtype", static_cast<int64_t>(t)}}});
+    out.push_back({{{"n_in", 576}, {"n_vocab", 300}, {"n_ids", 3}, {"wtype", static_cast<int64_t>(GgmlType::IQ4_NL)}}});
     out.push_back({{{"n_in", 576}, {"n_vocab", 49152}, {"n_ids", 1}, {"wtype", 8}}});  // SmolLM2 (Q8_0)
     return out;
   }
