@@ -307,7 +307,8 @@ class AmdStream final : public hrx_stream {
   Status marker(hsa_signal_t done) {
     std::lock_guard<std::mutex> lock(mu_);
     if (capturing_) return unimplemented("the amdgpu driver cannot record events while a stream is capturing");
-    barrier_after_copy(done, true);
+    LOOM_RETURN_IF_ERROR(join_copy());
+    barrier_packet(hsa_signal_t{0}, done);
     return Status();
   }
 
@@ -335,9 +336,13 @@ class AmdStream final : public hrx_stream {
     return s;
   }
 
-  // Frees what completed operations held, oldest first (they complete in order).
-  void retire() {
-    while (!inflight_.empty() && api_.hsa_signal_load_scacquire(inflight_.front().done) == 0) {
+  // Frees what completed operations held and recycles their signals, oldest first (they
+  // complete in order). A signal is read by the operation after it (a copy's dependency, or the
+  // barrier-AND packet before a kernel), so it is recycled only once that one has completed too,
+  // or, with `all`, when the whole stream has.
+  void retire(bool all = false) {
+    while (!inflight_.empty() &&
+           (all || (inflight_.size() >= 2 && api_.hsa_signal_load_scacquire(inflight_[1].done) == 0))) {
       if (inflight_.front().staging) (void)api_.hsa_amd_memory_pool_free(inflight_.front().staging);
       free_signals_.push_back(inflight_.front().done);
       inflight_.pop_front();
@@ -348,8 +353,7 @@ class AmdStream final : public hrx_stream {
     if (!inflight_.empty())
       (void)api_.hsa_signal_wait_scacquire(inflight_.back().done, HSA_SIGNAL_CONDITION_LT, 1, UINT64_MAX,
                                            HSA_WAIT_STATE_BLOCKED);
-    retire();
-    if (!inflight_.empty()) return internal_error("amdgpu stream: work still pending after its last signal completed");
+    retire(/*all=*/true);  // the last operation completes after every one before it
     kernarg_used_ = 0;
     return Status();
   }
@@ -373,21 +377,28 @@ class AmdStream final : public hrx_stream {
                                  (HSA_FENCE_SCOPE_SYSTEM << HSA_PACKET_HEADER_SCRELEASE_FENCE_SCOPE));
   }
 
-  // Queues a barrier-AND packet that waits for the last operation when it is a copy (kernel
-  // packets already wait for the queue's earlier packets) and completes `done` (may be 0), or
-  // does nothing when neither is needed.
-  void barrier_after_copy(hsa_signal_t done, bool always) {
-    const bool after_copy = !inflight_.empty() && inflight_.back().copy;
-    if (!after_copy && !always) return;
+  // A barrier-AND packet: waits for `dep` (0: none) and for the queue's earlier packets (its
+  // barrier bit), then completes `done` (0: none).
+  void barrier_packet(hsa_signal_t dep, hsa_signal_t done) {
     uint64_t index = 0;
     auto* p = reserve<hsa_barrier_and_packet_t>(&index);
     p->reserved0 = 0;
     p->reserved1 = 0;
-    for (auto& dep : p->dep_signal) dep.handle = 0;
-    if (after_copy) p->dep_signal[0] = inflight_.back().done;
+    for (auto& d : p->dep_signal) d.handle = 0;
+    p->dep_signal[0] = dep;
     p->reserved2 = 0;
     p->completion_signal = done;
     publish(p, header(HSA_PACKET_TYPE_BARRIER_AND), 0, index);
+  }
+  // Kernel and marker packets wait for the queue's earlier packets, not for copies: after a copy,
+  // a barrier-AND packet on its signal joins it into the queue, as an operation of its own (so
+  // that no packet but this one reads the copy's signal).
+  Status join_copy() {
+    if (inflight_.empty() || !inflight_.back().copy) return Status();
+    LOOM_ASSIGN_OR_RETURN(hsa_signal_t done, take_signal());
+    barrier_packet(inflight_.back().done, done);
+    inflight_.push_back({done, false, nullptr});
+    return Status();
   }
 
   Status dispatch(AmdKernel* k, const hrx_launch_config& c, void* const* args, uint32_t n_args, const uint32_t* sizes) {
@@ -408,7 +419,7 @@ class AmdStream final : public hrx_stream {
     LOOM_RETURN_IF_ERROR(amdgpu::pack_kernargs(k->info, c, args, n_args, sizes, {kernargs_ + at, size})
                              .with_context(fmt::format("launch of {}", k->name)));
     kernarg_used_ = at + size;
-    barrier_after_copy(hsa_signal_t{0}, false);
+    LOOM_RETURN_IF_ERROR(join_copy());
     LOOM_ASSIGN_OR_RETURN(hsa_signal_t done, take_signal());
     uint64_t index = 0;
     auto* p = reserve<hsa_kernel_dispatch_packet_t>(&index);
