@@ -108,6 +108,17 @@ int64_t yaml_field(const std::string& yaml, const std::string& key) {
   return std::strtoll(yaml.c_str() + at + key.size() + 2, nullptr, 10);
 }
 
+// Every value of `key` in llvm-readelf's YAML, in order ("offset" -> the .offset of each argument).
+std::vector<std::string> yaml_values(const std::string& yaml, const std::string& key) {
+  std::vector<std::string> out;
+  const std::string needle = "." + key + ":";
+  for (size_t at = yaml.find(needle); at != std::string::npos; at = yaml.find(needle, at + 1)) {
+    const size_t begin = yaml.find_first_not_of(' ', at + needle.size());
+    out.push_back(yaml.substr(begin, yaml.find('\n', begin) - begin));
+  }
+  return out;
+}
+
 TEST(CodeObjectInfo, AgreesWithLlvmReadelf) {
   auto readelf = codegen::find_tool({"llvm-readelf-19", "llvm-readelf"});
   if (!have_toolchain() || !readelf.ok()) GTEST_SKIP() << "llc-19 / ld.lld-19 / llvm-readelf-19 not found";
@@ -132,6 +143,19 @@ TEST(CodeObjectInfo, AgreesWithLlvmReadelf) {
     EXPECT_EQ(k.sgpr_spill_count, yaml_field(r->output, "sgpr_spill_count")) << name;
     EXPECT_EQ(k.wavefront_size, yaml_field(r->output, "wavefront_size")) << name;
     EXPECT_EQ(k.max_flat_workgroup_size, yaml_field(r->output, "max_flat_workgroup_size")) << name;
+    // The kernarg layout the amdgpu driver packs launches by.
+    EXPECT_EQ(k.kernarg_segment_size, yaml_field(r->output, "kernarg_segment_size")) << name;
+    EXPECT_EQ(k.kernarg_segment_align, yaml_field(r->output, "kernarg_segment_align")) << name;
+    std::vector<std::string> offsets, sizes, kinds;
+    for (const auto& a : k.args) {
+      offsets.push_back(std::to_string(a.offset));
+      sizes.push_back(std::to_string(a.size));
+      kinds.push_back(a.value_kind);
+    }
+    EXPECT_GT(k.args.size(), 1u) << name;
+    EXPECT_EQ(offsets, yaml_values(r->output, "offset")) << name;
+    EXPECT_EQ(sizes, yaml_values(r->output, "size")) << name;
+    EXPECT_EQ(kinds, yaml_values(r->output, "value_kind")) << name;
     if (std::string(name) == "transpose_shared") {
       EXPECT_GT(k.lds_bytes, 0);
     }
