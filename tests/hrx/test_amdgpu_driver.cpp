@@ -72,6 +72,25 @@ TEST(AmdgpuDriver, BuiltAgainstTheHsaHeadersWhereTheyAreInstalled) {
   EXPECT_EQ(hrx::Device::amdgpu_status().message().find("built without"), std::string::npos);
 }
 
+TEST(AmdgpuDriver, CodeObjectEntryPointValidatesOnEveryDevice) {
+  // The C API's checks run before any driver: null arguments, and a code object given to a
+  // device that does not run them.
+  hrx_module* m = reinterpret_cast<hrx_module*>(1);
+  EXPECT_EQ(hrx_module_load_code_object(nullptr, "x", 1, &m), HRX_INVALID_ARGUMENT);
+  EXPECT_EQ(m, nullptr);
+  EXPECT_EQ(hrx_device_count(HRX_DRIVER_AMDGPU, nullptr), HRX_INVALID_ARGUMENT);
+  hrx_device* cpu = nullptr;
+  ASSERT_EQ(hrx_device_open("cpu", &cpu), HRX_OK);
+  EXPECT_EQ(hrx_module_load_code_object(cpu, nullptr, 16, &m), HRX_INVALID_ARGUMENT);
+  auto co = codegen::amdgpu_target().compile(parse_ir(kVectorAddIr), "gfx1100");
+  ASSERT_TRUE(co.ok()) << co.status().to_string();
+  EXPECT_EQ(hrx_module_load_code_object(cpu, co->binary.data(), co->binary.size(), &m), HRX_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hrx_last_error()).find("cannot load an AMDGPU code object"), std::string::npos)
+      << hrx_last_error();
+  auto via_cpp = hrx::Module::load_code_object(*hrx::Device::open("cpu"), co->binary);
+  EXPECT_EQ(via_cpp.status().code(), StatusCode::kInvalidArgument);
+}
+
 // A code object of the IR for gfx1100, built by llc-19 and ld.lld-19.
 codegen::AmdgpuKernelInfo kernel_of(const char* ir_text, const char* name) {
   auto co = codegen::amdgpu_target().compile(parse_ir(ir_text), "gfx1100");
