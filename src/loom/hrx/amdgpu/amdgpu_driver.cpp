@@ -254,11 +254,12 @@ class AmdStream final : public hrx_stream {
     std::lock_guard<std::mutex> lock(mu_);
     if (!capturing_) return dispatch(k, r.config, r.args, r.n_args, r.arg_sizes);
     // Captured: keep copies of the explicit parameters' values at their metadata sizes.
+    if (const size_t want = amdgpu::explicit_arg_count(k->info); want != r.n_args)
+      return invalid_argument("kernel {} takes {} parameters; the launch passed {}", k->name, want, r.n_args);
     std::vector<std::vector<uint8_t>> values;
     uint32_t i = 0;
     for (const auto& a : k->info.args) {
       if (a.value_kind.starts_with("hidden_")) continue;
-      if (i >= r.n_args) break;  // dispatch reports the count mismatch at replay
       const uint32_t have = r.arg_sizes ? r.arg_sizes[i] : 8;
       if (have < a.size)
         return invalid_argument("launch of {}: parameter {} has {} bytes; the launch passed {}", k->name, i, a.size, have);
@@ -303,11 +304,13 @@ class AmdStream final : public hrx_stream {
   }
   void* native_handle() const override { return q_; }
 
-  // A barrier-AND packet after the stream's work so far, completing `done` (events).
+  // Sets `done` to 1 and queues a barrier-AND packet after the stream's work so far that
+  // completes it (events). `done` is unchanged when this fails.
   Status marker(hsa_signal_t done) {
     std::lock_guard<std::mutex> lock(mu_);
     if (capturing_) return unimplemented("the amdgpu driver cannot record events while a stream is capturing");
     LOOM_RETURN_IF_ERROR(join_copy());
+    api_.hsa_signal_store_relaxed(done, 1);
     barrier_packet(hsa_signal_t{0}, done);
     return Status();
   }
@@ -566,7 +569,6 @@ class AmdEvent final : public hrx_event {
   }
   Status record(hrx_stream* s) override {
     if (recorded_) wait();  // the packet of the previous record still completes this signal
-    dev_->api().hsa_signal_store_relaxed(signal_, 1);
     LOOM_RETURN_IF_ERROR(static_cast<AmdStream*>(s)->marker(signal_));
     recorded_ = true;
     return Status();
