@@ -20,7 +20,7 @@ LOOM_COMMAND(kModel, "model", "Model utilities (synth: random-weight GGUF in rea
   synth->add_option("--arch", opts->arch, archs + " (default: the shape's own; mistral is written as llama, as "
                                          "llama.cpp's converter writes Mistral 7B)");
   synth->add_option("--shape", opts->shape, shapes)->capture_default_str();
-  synth->add_option("--quant", opts->quant, "q4_0 | q4_k (Q4_K_M-like mix) | q5_0 | q5_1 | q8_0 | f16 | bf16")
+  synth->add_option("--quant", opts->quant, "q4_0 | q4_k (Q4_K_M-like mix) | q5_0 | q5_1 | q8_0 | q2_k | q3_k | iq4_nl | iq4_xs (output Q6_K) | f16 | bf16")
       ->capture_default_str();
   synth->add_option("--seed", opts->seed, "random seed")->capture_default_str();
   synth->add_option("-o,--output", *out, "output GGUF file")->required();

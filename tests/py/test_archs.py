@@ -530,6 +530,30 @@ def test_synth_moe_q4_k_matches_llama_cpp(loom_bin, tmp_path):
         print(f"\n[synth qwen3moe q4_k/{device}] cosine {cos:.7f}, max|diff| {diff:.3g}; {N_GEN} greedy tokens checked")
 
 
+# The formats llama.cpp's quantizer writes and Loom reads only: every matrix but the output
+# (Q6_K) in the format, the embeddings included (a get_rows of that format).
+FILE_FORMATS = {"q2_k": Q.Q2_K, "q3_k": Q.Q3_K, "iq4_nl": Q.IQ4_NL, "iq4_xs": Q.IQ4_XS}
+
+
+@pytest.mark.parametrize("quant", list(FILE_FORMATS))
+def test_synth_file_formats_match_llama_cpp(loom_bin, quant, tmp_path):
+    """A Qwen 3 synthesized in each format: Loom's cpu-ref and the cpu kernels give llama.cpp's
+    logits (cosine > 0.9999) and greedy tokens."""
+    path = tmp_path / f"qwen3-{quant}.gguf"
+    run_loom(loom_bin, "model", "synth", "--arch", "qwen3", "--shape", "tiny-swa", "--quant", quant, "-o", path)
+    types = {t.name: t.tensor_type for t in gguf.GGUFReader(str(path)).tensors}
+    want = FILE_FORMATS[quant]
+    assert types["token_embd.weight"] == want and types["blk.1.ffn_down.weight"] == want, types
+    assert types["blk.0.attn_q.weight"] == want and types["output.weight"] == Q.Q6_K, types
+    ref_logits, ref_tokens, gaps = Oracle(path).greedy(SYNTH_PROMPT, N_GEN)
+    for device in ("cpu-ref", "cpu"):
+        f = tmp_path / f"{device}.f32"
+        out = loom_run(loom_bin, path, SYNTH_PROMPT, N_GEN, device, f)
+        cos, diff = check_logits(np.fromfile(f, dtype=np.float32), ref_logits, f"synth qwen3 {quant} on {device}")
+        check_greedy(out["tokens"], ref_tokens, gaps, f"synth qwen3 {quant} on {device}")
+        print(f"\n[synth qwen3 {quant}/{device}] cosine {cos:.7f}, max|diff| {diff:.3g}; {N_GEN} greedy tokens checked")
+
+
 def test_synth_moe_perplexity_agrees_with_stock_llama_perplexity(loom_bin, llama_cpp_bin, tmp_path):
     """Stock llama.cpp (llama-perplexity, prompts in batches of 128 through its own mul_mat_id)
     on the Q4_K_M-like mixture of experts: Loom's perplexity on cpu-ref and on the cpu kernels

@@ -125,6 +125,10 @@ GgmlType weight_type(const Plan& p, const std::string& kind, int64_t layer, int6
   if (q == "q4_0") t = kind == "output" ? GgmlType::Q6_K : GgmlType::Q4_0;
   else if (q == "q5_0") t = kind == "output" ? GgmlType::Q6_K : GgmlType::Q5_0;
   else if (q == "q5_1") t = kind == "output" ? GgmlType::Q6_K : GgmlType::Q5_1;
+  else if (q == "q2_k") t = kind == "output" ? GgmlType::Q6_K : GgmlType::Q2_K;
+  else if (q == "q3_k") t = kind == "output" ? GgmlType::Q6_K : GgmlType::Q3_K;
+  else if (q == "iq4_nl") t = kind == "output" ? GgmlType::Q6_K : GgmlType::IQ4_NL;
+  else if (q == "iq4_xs") t = kind == "output" ? GgmlType::Q6_K : GgmlType::IQ4_XS;
   else if (q == "q8_0") t = GgmlType::Q8_0;
   else if (q == "f16") t = GgmlType::F16;
   else if (q == "bf16") t = GgmlType::BF16;
@@ -139,6 +143,7 @@ GgmlType weight_type(const Plan& p, const std::string& kind, int64_t layer, int6
   // Rows that are not a multiple of 256 cannot hold K-quants: fall back as llama.cpp does.
   if (n_in % 256 != 0 && t == GgmlType::Q4_K) t = GgmlType::Q5_0;
   if (n_in % 256 != 0 && t == GgmlType::Q6_K) t = GgmlType::Q8_0;
+  if (n_in % 256 != 0 && (t == GgmlType::Q2_K || t == GgmlType::Q3_K || t == GgmlType::IQ4_XS)) t = GgmlType::IQ4_NL;
   return t;
 }
 
@@ -315,10 +320,11 @@ Result<uint64_t> write_synthetic_model(const SynthOptions& opts, const std::stri
   }
   if (!shape) return invalid_argument("--shape {}: unknown (known: {})", opts.shape, names);
   static const std::map<std::string, uint32_t> kFileTypes = {
-      {"q4_0", 2}, {"q5_0", 8}, {"q5_1", 9}, {"q8_0", 7}, {"q4_k", 15}, {"f16", 1}, {"bf16", 32}};  // llama_ftype
+      {"q4_0", 2}, {"q5_0", 8}, {"q5_1", 9}, {"q8_0", 7}, {"q4_k", 15}, {"f16", 1}, {"bf16", 32},
+      {"q2_k", 10}, {"q3_k", 12}, {"iq4_nl", 25}, {"iq4_xs", 30}};  // llama_ftype
   auto ft = kFileTypes.find(opts.quant);
   if (ft == kFileTypes.end())
-    return invalid_argument("--quant {}: unknown (known: q4_0, q4_k, q5_0, q5_1, q8_0, f16, bf16)", opts.quant);
+    return invalid_argument("--quant {}: unknown (known: q4_0, q4_k, q5_0, q5_1, q8_0, q2_k, q3_k, iq4_nl, iq4_xs, f16, bf16)", opts.quant);
   LOOM_ASSIGN_OR_RETURN(Plan plan, make_plan(opts, *shape));
 
   GgufWriter w;

@@ -43,7 +43,7 @@ struct SynthOptions {
   // an empty arch (the small test shapes) fit every architecture.
   std::string arch;
   std::string shape = "smollm2-135m";
-  std::string quant = "q4_0";  // q4_0 | q4_k (Q4_K_M-like mix) | q5_0 | q5_1 | q8_0 | f16 | bf16
+  std::string quant = "q4_0";  // q4_0 | q4_k (Q4_K_M-like mix) | q5_0 | q5_1 | q8_0 | q2_k | q3_k | iq4_nl | iq4_xs | f16 | bf16
   uint64_t seed = 1;
 };
 

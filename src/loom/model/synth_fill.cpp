@@ -71,6 +71,25 @@ void fill_blocks(GgmlType type, uint8_t* dst, size_t n_bytes, float stddev, uint
         b->dmin = fp32_to_fp16(fp16_to_fp32(b->d) * 7.5f);
       }
       break;
+    case GgmlType::Q2_K:
+      for (auto* b = reinterpret_cast<BlockQ2_K*>(dst); b < reinterpret_cast<BlockQ2_K*>(dst + n_bytes); ++b) {
+        // Random 4-bit scales and mins (mean ~7.5): x = d*sc*q - dmin*m with q in 0..3 (mean 1.5).
+        b->d = half(stddev / 10.0f);
+        b->dmin = fp32_to_fp16(fp16_to_fp32(b->d) * 1.5f);
+      }
+      break;
+    case GgmlType::Q3_K:
+      for (auto* b = reinterpret_cast<BlockQ3_K*>(dst); b < reinterpret_cast<BlockQ3_K*>(dst + n_bytes); ++b)
+        b->d = half(stddev / 42.0f);  // (scale - 32) rms ~18.5, (q - 4) sd ~2.3
+      break;
+    case GgmlType::IQ4_NL:
+      for (auto* b = reinterpret_cast<BlockIQ4_NL*>(dst); b < reinterpret_cast<BlockIQ4_NL*>(dst + n_bytes); ++b)
+        b->d = half(stddev / 67.0f);  // the codebook's rms is ~67
+      break;
+    case GgmlType::IQ4_XS:
+      for (auto* b = reinterpret_cast<BlockIQ4_XS*>(dst); b < reinterpret_cast<BlockIQ4_XS*>(dst + n_bytes); ++b)
+        b->d = half(stddev / (67.0f * 18.5f));
+      break;
     case GgmlType::Q6_K:
       for (auto* b = reinterpret_cast<BlockQ6_K*>(dst); b < reinterpret_cast<BlockQ6_K*>(dst + n_bytes); ++b) {
         b->d = half(stddev / (64.0f * 18.5f));  // int8 scales ~uniform magnitude 64, (q-32) sd ~18.5
