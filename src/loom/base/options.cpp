@@ -37,7 +37,7 @@ const std::vector<OptionInfo>& rows() {
       {Opt::kFuse, "fuse", "LOOM_FUSE", "", Type::kString, "gpu", "gpu|0|1", 0, 0,
        "the HRX lowering's launch fusions: on GPUs only (gpu), on every device (1), off (0)"},
       {Opt::kPrefillMatmul, "prefill_matmul", "LOOM_PREFILL_MATMUL", "", Type::kString, "auto", "auto|int8|f16", 0, 0,
-       "prompt matmuls on GPUs: integer tensor cores on Q8_1 activations where measured faster (auto: Q4_0/Q8_0), "
+       "prompt matmuls on GPUs: integer tensor cores on Q8_1 activations where measured faster (auto: Q4_0/Q8_0/Q4_K), "
        "for every format they take (int8), or f16 tiles (f16)"},
       {Opt::kDecodeAttentionMax, "decode_attention_max", "LOOM_DECODE_ATTENTION_MAX", "", Type::kInt, "8", "", 0,
        kNoMax, "steps of up to this many tokens use the split-key decode attention, longer ones the prompt attention"},

@@ -36,9 +36,10 @@ WeightPlan WeightPlan::make(const llm::Model& model, ir::TargetKind target, Pref
     Entry& e = p.entries_[i];
     e.fast_matvec = mvg && mvg->validate(s).ok();
     s.dims["n_tokens"] = 512;
-    // kAuto: the integer matmul where it measured faster than the f16 one on the H200 (Q4_0,
-    // Q8_0; Q4_K ran at 5048 against 5144 tok/s: bench/results/2026-12-03-h200-mmq.json).
-    const bool measured = v.type == llm::GgmlType::Q4_0 || v.type == llm::GgmlType::Q8_0;
+    // kAuto: the integer matmul where it measured faster than the f16 one on the H200 (8B
+    // pp512: Q4_0 9152 vs 6980 tok/s, bench/results/2026-12-03-h200-mmq.json; Q4_K_M-like 6436
+    // vs 5158, 2026-12-03-h200-mmq-q4k.json; Q8_0 as Q4_0); every format matmul_mmq takes.
+    const bool measured = v.type == llm::GgmlType::Q4_0 || v.type == llm::GgmlType::Q8_0 || v.type == llm::GgmlType::Q4_K;
     e.mmq = mmq && prompts != PrefillMatmul::kF16 && (measured || prompts == PrefillMatmul::kInt8) &&
             mmq->validate(s).ok();
     s.dims["xtype"] = 1;

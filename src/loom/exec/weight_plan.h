@@ -24,7 +24,7 @@ struct MatmulKernel {
 };
 
 // Which tensor-core matmul prompts use: kAuto picks per weight format where it measured faster
-// on the H200 (matmul_mmq for Q4_0 / Q8_0, matmul_mma otherwise), kInt8 takes matmul_mmq for
+// on the H200 (matmul_mmq for Q4_0 / Q8_0 / Q4_K, matmul_mma otherwise), kInt8 takes matmul_mmq for
 // every format it supports, kF16 always matmul_mma (LOOM_PREFILL_MATMUL=auto|int8|f16).
 enum class PrefillMatmul { kAuto, kInt8, kF16 };
 PrefillMatmul prefill_matmul_option();
@@ -35,7 +35,7 @@ class WeightPlan {
   // PTX targets: 1..16-token steps through matvec_gpu (reads each weight once for all tokens
   // and gives every token the bits it gets alone, so a batched decode step does not change a
   // request's tokens); longer steps on the tensor cores (matmul_mmq with Q8_1 activations for
-  // Q4_0 / Q8_0 weights under kAuto, every format it takes under kInt8, else matmul_mma with f16
+  // Q4_0 / Q8_0 / Q4_K weights under kAuto, every format it takes under kInt8, else matmul_mma with f16
   // activations); weights
   // whose type or shape those refuse keep the generic matvec/matmul. Projection weights (q, k,
   // v, o, gate, up, down, an untied output) that only those two ops read are kept in the planar

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <tuple>
@@ -150,6 +151,48 @@ Value* nibbles_to_s8(Emit& b, Value* u) {
 Value* lo_s8(Emit& b, Value* w) { return nibbles_to_s8(b, b.andc(b.bitcast(w, ty::u32), 0x0F0F0F0F)); }
 Value* hi_s8(Emit& b, Value* w) { return nibbles_to_s8(b, b.andc(b.shrc(b.bitcast(w, ty::u32), 4), 0x0F0F0F0F)); }
 
+// A pair of Q4_K units 2p, 2p + 1 (unit0 = 2p, i32) of row r, loads issued now: {the 32 quant
+// bytes as two u32x4 (the pair's units in their low and high nibbles), the 16-byte super-block
+// header as u32x4 (d | dmin << 16, then the 12 bytes of 6-bit scales and mins), the pair's
+// index 0..3 within its super-block (i32)}.
+std::vector<Value*> load_pair_q4k(Emit& b, Value* w, bool planar, int64_t rows, int64_t n_in, Value* r, Value* unit0) {
+  const int64_t nb = n_in / 256, nblk = rows * nb;
+  const Type u32x4 = Type::vector(Scalar::kU32, 4);
+  Value* g = b.add(b.mul(b.convert(r, ty::i64), b.i64(nb)), b.convert(b.div(unit0, b.i32(8)), ty::i64));
+  Value* pp = b.div(b.rem(unit0, b.i32(8)), b.i32(2));
+  Value* pp64 = b.convert(pp, ty::i64);
+  std::vector<Value*> out;
+  for (int h = 0; h < 2; ++h) {  // qs bytes 32 pp + 16 h .. +15
+    Value* at = planar ? b.mul(b.add(b.mul(b.add(b.mulc(pp64, 2), b.i64(h)), b.i64(nblk)), g), b.i64(16))
+                       : b.add(b.mul(g, b.i64(144)), b.add(b.i64(16 + 16 * h), b.mulc(pp64, 32)));
+    out.push_back(b.load_at(w, at, u32x4, 16));
+  }
+  Value* hdr = planar ? b.add(b.i64(8 * 16 * nblk), b.mul(g, b.i64(16))) : b.mul(g, b.i64(144));
+  out.push_back(b.load_at(w, hdr, u32x4, 16));
+  out.push_back(pp);
+  return out;
+}
+
+// The f32 scale d * sc and min dmin * m of both units of a Q4_K pair from its super-block header
+// (get_scale_min_k4 for sub-blocks j = 2 pp and 2 pp + 1: bytes j % 4 of the scale words 0, 1, 2).
+std::array<std::pair<Value*, Value*>, 2> pair_q4k_scales(Emit& b, Value* hdr, Value* pp) {
+  Value* dd = b.extract(hdr, 0);
+  Value* d = f16_bits_to_f32(b, b.convert(b.andc(dd, 0xFFFF), ty::u16));
+  Value* dmin = f16_bits_to_f32(b, b.convert(b.shrc(dd, 16), ty::u16));
+  Value* lo = b.cmp(Mode::kLt, pp, b.i32(2));
+  std::array<std::pair<Value*, Value*>, 2> out;
+  for (int h = 0; h < 2; ++h) {
+    Value* sh = b.convert(b.addc(b.mulc(b.rem(pp, b.i32(2)), 16), 8 * h), ty::u32);  // 8 (j % 4)
+    Value* a = b.shr(b.extract(hdr, 1), sh);
+    Value* bb = b.shr(b.extract(hdr, 2), sh);
+    Value* c = b.shr(b.extract(hdr, 3), sh);
+    Value* sc = b.select(lo, b.andc(a, 63), b.bit_or(b.andc(c, 0xF), b.shlc(b.andc(b.shrc(a, 6), 3), 4)));
+    Value* mn = b.select(lo, b.andc(bb, 63), b.bit_or(b.andc(b.shrc(c, 4), 0xF), b.shlc(b.andc(b.shrc(bb, 6), 3), 4)));
+    out[static_cast<size_t>(h)] = {b.mul(d, b.convert(sc, ty::f32)), b.mul(dmin, b.convert(mn, ty::f32))};
+  }
+  return out;
+}
+
 class MatmulMmqOp final : public OpSpec {
  public:
   std::string_view name() const override { return "matmul_mmq"; }
@@ -200,9 +243,10 @@ class MatmulMmqOp final : public OpSpec {
 
   std::vector<Knob> schedule_space(const Shape& s, ir::TargetKind t) const override {
     if (t != ir::TargetKind::kPtx) return {{"threads", {32, 64, 128}}};
-    std::vector<int64_t> kbs;
-    for (int64_t kb : {1, 2, 4})
-      if ((s.at("n_in") / 32) % kb == 0) kbs.push_back(kb);
+    std::vector<int64_t> kbs;  // Q4_K: pairs of units (the two share their 32 quant bytes)
+    const bool pairs = static_cast<GgmlType>(s.at("wtype")) == GgmlType::Q4_K;
+    for (int64_t kb : {1, 2, 4, 8})
+      if ((s.at("n_in") / 32) % kb == 0 && (pairs ? kb >= 2 : kb <= 4)) kbs.push_back(kb);
     return {{"warps_m", {1, 2, 4}}, {"warps_n", {1, 2, 4}}, {"k_blocks", kbs}, {"warp_m_tiles", {1, 2, 4}},
             {"warp_n_tiles", {2, 4, 8}}, {"ctas", {0, 1, 2}}};
   }
@@ -210,12 +254,15 @@ class MatmulMmqOp final : public OpSpec {
   // capped for two CTAs per SM: the best of the H200 sweeps of the 8B Q4_0 model's pp512
   // (bench/results/2026-12-03-h200-mmq.json): 9112 tok/s; 32 x 64 warp tiles 7763, 64 values
   // per step 7052, one CTA per SM 8933, 64 x 128 CTA tiles 7784, 32 x 16 warp tiles 6886.
-  // ctas: the CTAs per SM the registers must leave room for (0: as many as ptxas gives).
+  // ctas: the CTAs per SM the registers must leave room for (0: as many as ptxas gives). Q4_K
+  // (8B Q4_K_M-like pp512, 2026-12-03-h200-mmq-q4k.json): the same tiles without the register
+  // cap, 6436 tok/s; capped for two CTAs 6215, one 6037, 256 values per step 6436.
   Schedule default_schedule(const Shape& s, ir::TargetKind t) const override {
     if (t != ir::TargetKind::kPtx) return {{"threads", 64}};
     const int64_t nt = s.at("n_tokens"), nb = s.at("n_in") / 32;
+    const bool q4k = static_cast<GgmlType>(s.at("wtype")) == GgmlType::Q4_K;
     return {{"warps_m", 4}, {"warps_n", nt > 64 ? 2 : 1}, {"k_blocks", nb % 4 == 0 ? 4 : nb % 2 == 0 ? 2 : 1},
-            {"warp_m_tiles", 2}, {"warp_n_tiles", 4}, {"ctas", 2}};
+            {"warp_m_tiles", 2}, {"warp_n_tiles", 4}, {"ctas", q4k ? 0 : 2}};
   }
 
   Result<Generated> generate(const Shape& s, const Schedule& sch, ir::TargetKind target) const override {
@@ -315,8 +362,9 @@ class MatmulMmqOp final : public OpSpec {
 
   // PTX: a CTA computes 16 warp_m_tiles warps_m weight rows x 8 warp_n_tiles warps_n tokens.
   // Per k step of k_blocks 32-value units, shared memory holds
-  //   wq  [bm rows][k_blocks * words + pad] the units' quant words (Q4_0: as stored; Q8_0, Q4_K:
-  //                                          signed-byte words, Q4_K's nibbles already split),
+  //   wq  [bm rows][k_blocks * words + pad] the units' quant words as stored (Q4_0: 4 nibble words;
+  //                                          Q8_0: 8 signed-byte words; Q4_K: a pair of units'
+  //                                          32 shared bytes, the first unit's nibbles low),
   //   wd  [k_blocks][bm]                    their scales (f32; Q4_K: d * sc),
   //   wm  [k_blocks][bm]                    Q4_K only: their mins (dmin * m),
   //   xs  [bn tokens][8 k_blocks + 4]       the activation bytes, words (q, q + 4) adjacent,
@@ -330,6 +378,10 @@ class MatmulMmqOp final : public OpSpec {
     QFormat f{};
     q_format(wt, &f);
     const bool q4 = wt == GgmlType::Q4_0, mins = wt == GgmlType::Q4_K;
+    // Q4_K is staged a pair of units at a time: the 32 quant bytes the two share (one unit in the
+    // low nibbles, the next in the high ones) and the super-block's 16-byte header, one 16-byte
+    // load each, the two units' scales and mins decoded from it.
+    const int64_t upi = mins ? 2 : 1;  // units per weight item
     const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens"), nb = n_in / 32;
     const int64_t wm = sch.at("warps_m"), wn = sch.at("warps_n"), threads = 32 * wm * wn;
     int64_t mtiles = sch.at("warp_m_tiles"), ntiles = sch.at("warp_n_tiles"), kb = sch.at("k_blocks");
@@ -338,13 +390,13 @@ class MatmulMmqOp final : public OpSpec {
     while ((6 * mtiles * ntiles + 48) * threads > 65536 && ntiles > 2) ntiles /= 2;
     while ((6 * mtiles * ntiles + 48) * threads > 65536 && mtiles > 1) mtiles /= 2;
     const int64_t bm = 16 * mtiles * wm, bn = 8 * ntiles * wn;
-    const int64_t nw = f.words, nsc = mins ? 2 : 1;
+    const int64_t nw = mins ? 4 : f.words, nsc = mins ? 2 : 1;
     // Row strides in words: odd multiples of 4. The tiles must fit 48 KiB of static shared memory.
     auto strides = [&](int64_t kbv) { return std::pair<int64_t, int64_t>{kbv * nw + ((kbv * nw / 4) % 2 ? 0 : 4), 8 * kbv + 4}; };
     auto smem = [&](int64_t kbv) {
       return 4 * (bm * strides(kbv).first + bn * strides(kbv).second + nsc * kbv * (bm + bn));
     };
-    while (kb > 1 && smem(kb) > 48 * 1024) kb /= 2;
+    while (kb > upi && smem(kb) > 48 * 1024) kb /= 2;
     const int64_t sw = strides(kb).first, sx = strides(kb).second;
     Generated g;
     const std::string kname = fmt::format("matmul_mmq_{}", llm::ggml_type_name(wt));
@@ -369,7 +421,7 @@ class MatmulMmqOp final : public OpSpec {
     // Tile items: weight (row, unit) and activation (token, unit) pairs, spread over the
     // threads; unrolled (every item's loads in flight together), guarded where they do not
     // divide evenly.
-    const int64_t n_witems = bm * kb, n_xitems = bn * kb;
+    const int64_t n_witems = bm * kb / upi, n_xitems = bn * kb;
     const int64_t wper = (n_witems + threads - 1) / threads, xper = (n_xitems + threads - 1) / threads;
     struct Staged {
       std::vector<std::function<void()>> stores;
@@ -383,16 +435,32 @@ class MatmulMmqOp final : public OpSpec {
     };
     // This thread's j-th of n tile items: (row or token in the tile, unit in the step, and the
     // guard when the items do not divide evenly: null when every thread has one).
-    auto item_of = [&](int64_t j, int64_t n) {
+    auto item_of = [&](int64_t j, int64_t n, int64_t per_row) {
       Value* item = b.addc(tid, j * threads);
       Value* valid = (j + 1) * threads <= n ? nullptr : b.cmp(Mode::kLt, item, i32c(n));
       Value* it = valid ? b.min(item, i32c(n - 1)) : item;
-      return std::tuple<Value*, Value*, Value*>{b.div(it, i32c(kb)), b.rem(it, i32c(kb)), valid};
+      return std::tuple<Value*, Value*, Value*>{b.div(it, i32c(per_row)), b.rem(it, i32c(per_row)), valid};
     };
     auto stage = [&](Value* kblk) {  // loads of the k step starting at unit kblk (i32)
       auto st = std::make_shared<Staged>();
-      for (int64_t j = 0; j < wper; ++j) {
-        auto [lr, lb, valid] = item_of(j, n_witems);
+      for (int64_t j = 0; j < wper && mins; ++j) {
+        auto [lr, lp, valid] = item_of(j, n_witems, kb / 2);
+        Value* r = b.min(b.add(m0, lr), i32c(n_out - 1));
+        std::vector<Value*> ld = load_pair_q4k(b, w, is_planar(s), n_out, n_in, r, b.add(kblk, b.mulc(lp, 2)));
+        st->stores.push_back([&b, &guarded, ld, lr, lp, valid, sw, bm, wq, wd, wmn] {
+          std::array<std::pair<Value*, Value*>, 2> sc = pair_q4k_scales(b, ld[2], ld[3]);
+          guarded(valid, [&] {
+            for (int h = 0; h < 2; ++h) {
+              b.store(wq, b.add(b.mulc(lr, sw), b.addc(b.mulc(lp, 8), 4 * h)), b.bitcast(ld[h], Type::vector(Scalar::kI32, 4)), 16);
+              Value* at = b.add(b.mulc(b.addc(b.mulc(lp, 2), h), bm), lr);
+              b.store(wd, at, sc[h].first);
+              b.store(wmn, at, sc[h].second);
+            }
+          });
+        });
+      }
+      for (int64_t j = 0; j < wper && !mins; ++j) {
+        auto [lr, lb, valid] = item_of(j, n_witems, kb);
         Value* r = b.min(b.add(m0, lr), i32c(n_out - 1));
         UnitLoad ul = load_unit(b, wt, w, is_planar(s), n_out, n_in, r, b.convert(b.add(kblk, lb), ty::i64));
         st->stores.push_back([&b, &guarded, ul, lr, lb, valid, sw, nw, bm, wq, wd, wmn] {
@@ -408,7 +476,7 @@ class MatmulMmqOp final : public OpSpec {
         });
       }
       for (int64_t j = 0; j < xper; ++j) {
-        auto [lt, lb, valid] = item_of(j, n_xitems);
+        auto [lt, lb, valid] = item_of(j, n_xitems, kb);
         Value* t = b.min(b.add(n0, lt), i32c(nt - 1));
         Value* base = b.mul(b.convert(b.add(b.mul(t, i32c(nb)), b.add(kblk, lb)), ty::i64), b.i64(kXBlockBytes));
         std::vector<Value*> words;
@@ -442,6 +510,7 @@ class MatmulMmqOp final : public OpSpec {
       Value* next = b.min(b.addc(kblk, kb), i32c(nb - kb));
       auto pending = stage(next);
       std::vector<Value*> a(itv.begin(), itv.end());
+      std::vector<std::array<Value*, 4>> pair_words(static_cast<size_t>(mtiles));  // Q4_K: a pair's raw words
       for (int64_t blk = 0; blk < kb; ++blk) {
         const size_t nmt = static_cast<size_t>(mtiles);
         std::vector<Value*> af(nmt), dw0(nmt), dw8(nmt), dm0(nmt), dm8(nmt);
@@ -450,7 +519,22 @@ class MatmulMmqOp final : public OpSpec {
           Value* row = b.add(wm0, b.addc(gq, 16 * mt));
           Value* i0 = b.add(b.mulc(row, sw), b.addc(qq, blk * nw));
           Value* i8 = b.addc(i0, 8 * sw);
-          if (q4) {
+          if (mins) {
+            // Unit 2p + h of the pair: bytes k and 16 + k of the pair's 32 are its elements k and
+            // 16 + k, in the low (h = 0) or high (h = 1) nibbles; nibbles 0..15 are s8 as they are.
+            std::array<Value*, 4>& pw = pair_words[m];
+            if (blk % 2 == 0) {
+              Value* p0 = b.add(b.mulc(row, sw), b.addc(qq, blk / 2 * 8));
+              Value* p8 = b.addc(p0, 8 * sw);
+              pw = {b.load(wq, p0), b.load(wq, p8), b.load(wq, b.addc(p0, 4)), b.load(wq, b.addc(p8, 4))};
+            }
+            std::vector<Value*> nib;
+            for (Value* x : pw) {
+              Value* u = b.bitcast(x, ty::u32);
+              nib.push_back(b.bitcast(b.andc(blk % 2 ? b.shrc(u, 4) : u, 0x0F0F0F0F), ty::i32));
+            }
+            af[m] = b.build(nib);
+          } else if (q4) {
             Value* w0 = b.load(wq, i0);
             Value* w8 = b.load(wq, i8);
             af[m] = b.build({lo_s8(b, w0), lo_s8(b, w8), hi_s8(b, w0), hi_s8(b, w8)});
