@@ -150,9 +150,12 @@ Status check_cmd(const EvolveFlags& f) {
     const kernels::OpSpec* file_op = op;
     if (const std::string of = header_value(c.source, "op-file"); !of.empty()) {
       LOOM_ASSIGN_OR_RETURN(file_op, resolve_op("", of).with_context(file));
+    } else if (const std::string on = header_value(c.source, "op"); !on.empty()) {
+      LOOM_ASSIGN_OR_RETURN(file_op, resolve_op(on, "").with_context(file));  // '// op:' a library op
     }
     EvalOptions o;
     if (const std::string ts = header_value(c.source, "timing-sets"); !ts.empty()) o.timing_sets = std::atoi(ts.c_str());
+    if (header_value(c.source, "perturb") == "0") o.perturb = false;
     o.trials = f.cfg.trials;
     const ir::TargetKind target = f.cfg.device.rfind("cuda", 0) == 0 ? ir::TargetKind::kPtx : ir::TargetKind::kCpp;
     o.holdout = search_holdout_shapes(*file_op, shape, target, f.cfg.holdout);  // as a job holds out

@@ -107,9 +107,12 @@ TEST_P(Cheat, JudgedAsExpected) {
   std::string shape_text = header(c->source, "shape");
   auto shape = kernels::Shape::parse(shape_text.empty() ? "n=1000" : shape_text);
   ASSERT_TRUE(shape.ok());
-  // The op: `add`, or the one a `// op-file:` line names (relative to the source tree).
+  // The op: `add`, or the library op a `// op:` line names, or the one a `// op-file:` line
+  // names (relative to the source tree).
   const std::string op_file = header(c->source, "op-file");
-  auto op_or = resolve_op(op_file.empty() ? "add" : "", op_file.empty() ? "" : std::string(LOOM_SOURCE_DIR) + "/" + op_file);
+  const std::string op_name = header(c->source, "op");
+  auto op_or = resolve_op(op_file.empty() ? (op_name.empty() ? "add" : op_name) : "",
+                          op_file.empty() ? "" : std::string(LOOM_SOURCE_DIR) + "/" + op_file);
   ASSERT_TRUE(op_or.ok()) << op_or.status().to_string();
   const kernels::OpSpec* op = *op_or;
   EvalOptions o;
@@ -119,6 +122,7 @@ TEST_P(Cheat, JudgedAsExpected) {
   o.time_budget_s = 0.2;
   // A file may narrow the timing's input sets, to reach the rule behind the ones it would meet first.
   if (std::string ts = header(c->source, "timing-sets"); !ts.empty()) o.timing_sets = std::stoi(ts);
+  if (header(c->source, "perturb") == "0") o.perturb = false;
   // As in a job: one fresh trial, the other trials and held-out shapes from a pool that the
   // planted files share (the cheats must be caught with pooled sets too).
   o.pool_dir = shared_pool_dir();
@@ -181,7 +185,7 @@ TEST(CheatSuite, CoversEveryRule) {
     tags.insert(header(ss.str(), "expect"));
   }
   for (const char* t : {"ok", "guard", "input", "stale", "cached", "order", "holdout", "wrong", "floor", "crash", "timeout",
-                        "compile_error", "special", "timed", "async"})
+                        "compile_error", "special", "timed", "async", "tamper"})
     EXPECT_TRUE(tags.count(t)) << "no planted file expects " << t;
 }
 

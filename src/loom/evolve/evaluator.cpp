@@ -1,19 +1,11 @@
-// The evaluator (see evaluator.h): guarded correctness checks, rotating-working-set timing,
-// roofline diagnosis, and isolation of a candidate in a forked process.
+// The evaluator (see evaluator.h): guarded correctness checks, rotating-working-set timing whose
+// launches are checked, roofline diagnosis. Isolation of a candidate: isolation.cpp.
 #include "loom/evolve/evaluator.h"
-
-#include <dirent.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -22,6 +14,7 @@
 
 #include "loom/evolve/device.h"
 #include "loom/evolve/input_sets.h"
+#include "loom/evolve/process_watch.h"
 #include "loom/evolve/worker.h"
 #include "loom/ir/passes/instrument.h"
 #include "loom/kernels/op_util.h"
@@ -164,40 +157,9 @@ Result<ShapeRun> prepare(EvalDevice& dev, const kernels::OpSpec& op, const Shape
   return r;
 }
 
-// Threads of this process (the entries of /proc/self/task); 0 when it cannot be read.
-int live_threads() {
-  DIR* d = opendir("/proc/self/task");
-  if (!d) return 0;
-  int n = 0;
-  while (const dirent* e = readdir(d))
-    if (e->d_name[0] != '.') ++n;
-  closedir(d);
-  return n;
-}
-
-// Resident bytes of this process (/proc/self/statm); 0 when it cannot be read.
-uint64_t resident_bytes() {
-  std::ifstream f("/proc/self/statm");
-  uint64_t size = 0, resident = 0;
-  if (!(f >> size >> resident)) return 0;
-  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-}
-
-// Kernels whose code runs in this process (the cpu driver) must finish their work inside the
-// launch: a thread still alive after the launch returned is work the timer did not see.
-// `baseline`: the process's threads before any candidate code ran (0: not checked).
-std::string leftover_threads(int baseline) {
-  if (baseline <= 0) return {};
-  const int now = live_threads();
-  if (now <= baseline) return {};
-  return fmt::format("async: {} thread(s) still running after the launch returned ({} before the first launch): work "
-                     "outside the launch is not timed, so a kernel must finish it before returning",
-                     now - baseline, baseline);
-}
-
 // One trial: the set's inputs, poisoned outputs, launch, checks. Returns "" or "<tag>: ...".
 Result<std::string> trial(EvalDevice& dev, const kernels::OpSpec& op, const Shape& shape, ShapeRun& r,
-                          const InputSet& set, int t, const std::vector<HostArg>* prev_ref, Phases& ph, int threads0) {
+                          const InputSet& set, int t, const std::vector<HostArg>* prev_ref, Phases& ph, const ProcessWatch& w) {
   {
     Lap lap(ph, "upload");
     LOOM_RETURN_IF_ERROR(r.g.upload(set.in, t));
@@ -206,12 +168,15 @@ Result<std::string> trial(EvalDevice& dev, const kernels::OpSpec& op, const Shap
     Lap lap(ph, "launch");
     LOOM_RETURN_IF_ERROR(dev.run(r.loaded, r.g.addrs()).with_context("run"));
   }
-  if (std::string a = leftover_threads(threads0); !a.empty()) return a;
+  if (std::string a = after_launch(w); !a.empty()) return a;
   Lap lap(ph, "check");
   LOOM_RETURN_IF_ERROR(r.g.download());
   if (std::string gd = r.g.guard_damage(); !gd.empty()) return gd;
   return compare(r.specs, r.g, set.in, set.ref, prev_ref, t, op.tolerance(shape));
 }
+
+// A rejection found by after_launch (the kernel's code is still loaded: see abandon).
+bool launch_state(const std::string& why) { return why.rfind("async:", 0) == 0 || why.rfind("tamper:", 0) == 0; }
 
 EvalResult reject(EvalResult r, std::string reason) {
   r.status = "rejected";
@@ -366,7 +331,7 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
     r.reason = s.to_string();
     return done(r);
   }
-  const int threads0 = dev.props().driver == hrx::DriverKind::kCpu ? live_threads() : 0;
+  const ProcessWatch watch = watch_process(dev.props().driver == hrx::DriverKind::kCpu);
   phase("compile");
   auto prep = [&] {
     Lap lap(ph, "compile");
@@ -382,7 +347,7 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
   // static objects' destructors (a condition variable they wait on) could hang the unload.
   // The evaluation's process ends soon after (an isolated child, a worker that restarts).
   auto abandon = [&](EvalResult x, ShapeRun* other = nullptr) {
-    if (x.tag() == "async") {
+    if (x.tag() == "async" || x.tag() == "tamper") {
       new ShapeRun(std::move(run));  // deliberately leaked
       if (other) new ShapeRun(std::move(*other));
     }
@@ -400,7 +365,7 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
       r.reason = set.status().to_string();
       return done(r);
     }
-    auto bad = trial(dev, op, shape, run, *set, t, t ? &prev_ref : nullptr, ph, threads0);
+    auto bad = trial(dev, op, shape, run, *set, t, t ? &prev_ref : nullptr, ph, watch);
     if (!bad.ok()) {
       r.reason = bad.status().to_string();
       return done(r);
@@ -411,12 +376,12 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
   }
   // Launch order and history: the first inputs again, twice, after the others.
   for (int again = 0; again < 2; ++again) {
-    auto bad = trial(dev, op, shape, run, first, 3 + again, nullptr, ph, threads0);
+    auto bad = trial(dev, op, shape, run, first, 3 + again, nullptr, ph, watch);
     if (!bad.ok()) {
       r.reason = bad.status().to_string();
       return done(r);
     }
-    if (!bad->empty() && bad->rfind("async:", 0) == 0) return abandon(reject(r, *bad));
+    if (!bad->empty() && launch_state(*bad)) return abandon(reject(r, *bad));
     if (!bad->empty())
       return done(reject(r, fmt::format("order: repeating the first launch gave another answer ({})", *bad)));
   }
@@ -431,12 +396,12 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
       r.reason = set.status().to_string();
       return done(r);
     }
-    auto bad = trial(dev, op, shape, run, *set, 5, nullptr, ph, threads0);
+    auto bad = trial(dev, op, shape, run, *set, 5, nullptr, ph, watch);
     if (!bad.ok()) {
       r.reason = bad.status().to_string();
       return done(r);
     }
-    if (!bad->empty() && bad->rfind("async:", 0) == 0) return abandon(reject(r, *bad));
+    if (!bad->empty() && launch_state(*bad)) return abandon(reject(r, *bad));
     if (!bad->empty())
       return done(reject(r, fmt::format("special: wrong where the inputs hold special values (inf, NaN, -0.0, denormals, "
                                         "extremes), which this op's reference defines ({})",
@@ -455,10 +420,10 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
     auto set = input_set(op, hs, hp->specs, mix(opt.pool_seed, 100 + h), true, opt, ph);
     if (!set.ok())
       return done(reject(r, fmt::format("holdout: fails on held-out shape {{{}}}: {}", hs.key(), set.status().to_string())));
-    auto bad = trial(dev, op, hs, *hp, *set, static_cast<int>(h), nullptr, ph, threads0);
+    auto bad = trial(dev, op, hs, *hp, *set, static_cast<int>(h), nullptr, ph, watch);
     if (!bad.ok())
       return done(reject(r, fmt::format("holdout: fails on held-out shape {{{}}}: {}", hs.key(), bad.status().to_string())));
-    if (!bad->empty() && bad->rfind("async:", 0) == 0) return abandon(reject(r, *bad), &*hp);
+    if (!bad->empty() && launch_state(*bad)) return abandon(reject(r, *bad), &*hp);
     if (!bad->empty()) return done(reject(r, fmt::format("holdout: wrong on held-out shape {{{}}} ({})", hs.key(), *bad)));
   }
   if (!opt.time) {
@@ -493,20 +458,22 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
     r.reason = st.to_string();
     return done(r);
   };
-  // As many sets as the working set has images (every image its own inputs, so answers kept
-  // per set need as much memory as the images' outputs), within 512 MiB of host copies and
-  // about a second of making them, at least 3 (opt.timing_sets overrides). Few sets come
-  // from the job's pool; many small ones are made here, from the candidate's seed.
+  // As many sets as the working set has images (every image its own inputs), within 512 MiB of
+  // host copies and about a second of making them, at least 3 (opt.timing_sets overrides). Few
+  // sets come from the job's pool; many small ones are made here, from the candidate's seed.
+  // They hold inputs only: the answer for a timed launch is computed after it returned, and
+  // only for the launches that are checked, so no answer exists anywhere while a launch runs.
   const uint64_t want_sets =
       opt.timing_sets > 0 ? static_cast<uint64_t>(opt.timing_sets)
-                          : std::clamp<uint64_t>(std::min<uint64_t>(copies, (512ull << 20) / std::max<uint64_t>(1, all_bytes + in_bytes)), 3, 4096);
+                          : std::clamp<uint64_t>(std::min<uint64_t>(copies, (512ull << 20) / std::max<uint64_t>(1, in_bytes)), 3, 4096);
   const bool pool_sets = want_sets <= 8;
   std::vector<InputSet> sets;
   const auto sets_t0 = clock_type::now();
   const int made0 = ph.made, pooled0 = ph.pooled;
   for (uint64_t j = 0; j < want_sets; ++j) {
     if (j >= 3 && opt.timing_sets <= 0 && std::chrono::duration<double>(clock_type::now() - sets_t0).count() > 1.0) break;
-    auto set = input_set(op, shape, run.specs, mix(pool_sets ? opt.pool_seed : opt.seed, 0x71AE + j), pool_sets, opt, ph);
+    auto set = input_set(op, shape, run.specs, mix(pool_sets ? opt.pool_seed : opt.seed, 0x71AE + j), pool_sets, opt, ph,
+                         /*specials=*/false, /*reference=*/false);
     if (!set.ok()) return fail(set.status());
     sets.push_back(std::move(*set));
   }
@@ -518,6 +485,7 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
   std::vector<hrx::Buffer> bufs, pristine;  // per argument: `copies` images; the sets' inputs
   std::vector<uint64_t> stride;
   std::vector<bool> fed;  // arguments whose images hold a set's inputs
+  std::vector<size_t> mark_bytes;  // > 0: float inputs whose elements each launch changes (element bytes)
   for (size_t i = 0; i < run.specs.size(); ++i) {
     const ArgSpec& s = run.specs[i];
     const uint64_t st = (static_cast<uint64_t>(std::max<int64_t>(s.bytes, 1)) + 255) / 256 * 256;
@@ -535,12 +503,15 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
           return fail(st2);
       p = std::move(*pb);
     } else if (s.kind == ArgKind::kBuffer) {
-      if (Status st2 = dev.stream().memset(*b, 0, 0xFF, st * copies); !st2.ok()) return fail(st2);  // NaN poison
+      // Finite poison (not NaN): an element left unwritten never matches, whatever the reference says.
+      if (Status st2 = dev.stream().memset(*b, 0, 0x7E, st * copies); !st2.ok()) return fail(st2);
     }
     bufs.push_back(std::move(*b));
     pristine.push_back(std::move(p));
     stride.push_back(st);
     fed.push_back(input);
+    const size_t es = s.elem == ir::Scalar::kF32 ? 4 : s.elem == ir::Scalar::kF16 || s.elem == ir::Scalar::kBF16 ? 2 : 0;
+    mark_bytes.push_back(input && opt.perturb && n_sets > 1 && s.bytes >= static_cast<int64_t>(es) ? es : 0);
   }
   std::vector<uint64_t> held(copies);  // the set each image holds now
   auto refresh = [&](uint64_t pass) -> Status {
@@ -561,7 +532,44 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
   };
   std::vector<std::vector<uint64_t>> all_addrs;
   for (uint64_t k = 0; k < copies; ++k) all_addrs.push_back(addrs_of(k));
-  // Checks image k's outputs (and in/out buffers) against the reference of the set it holds.
+  // Every launch's inputs are new: before it (outside the timed region) a few random elements of
+  // each float input of its image take the value another set holds there, so no two launches
+  // see the same inputs and an answer kept from an earlier launch, found anywhere (a cache, a
+  // file, another image's output), is wrong where they changed.
+  struct Mark {
+    size_t arg;
+    uint64_t offset;  // bytes into the argument
+    uint64_t from;    // the set whose element it took
+  };
+  std::mt19937_64 marker(mix(opt.seed, 0x3A4C));
+  std::vector<Mark> marks;  // the marks of the launch that ran last
+  auto mark = [&](uint64_t k) -> Status {
+    marks.clear();
+    for (size_t i = 0; i < run.specs.size(); ++i) {
+      const size_t es = mark_bytes[i];
+      if (!es) continue;
+      const uint64_t n = static_cast<uint64_t>(run.specs[i].bytes) / es;
+      for (int m = 0; m < 4; ++m) {
+        const uint64_t e = marker() % n, from = (held[k] + 1 + marker() % (n_sets - 1)) % n_sets;
+        marks.push_back(Mark{i, e * es, from});
+        LOOM_RETURN_IF_ERROR(dev.stream().copy_h2d(bufs[i], k * stride[i] + e * es, sets[from].in[i].bytes.data() + e * es, es));
+      }
+    }
+    return marks.empty() ? Status() : dev.stream().synchronize();
+  };
+  // The reference for the launch that ran last on image k: its set's inputs with its marks.
+  // On the cpu the host buffers are made (and the reference run once) before timing starts, so
+  // the judge's own allocations do not count as the kernel's memory below.
+  std::vector<HostArg> want(run.specs.size());
+  auto reference_of = [&](uint64_t k) -> Status {
+    for (size_t i = 0; i < run.specs.size(); ++i) want[i].bytes = sets[held[k]].in[i].bytes;
+    for (const Mark& m : marks)
+      std::memcpy(want[m.arg].bytes.data() + m.offset, sets[m.from].in[m.arg].bytes.data() + m.offset, mark_bytes[m.arg]);
+    return op.reference(shape, want).with_context("reference");
+  };
+  if (watch.on)
+    if (Status st = reference_of(0); !st.ok()) return fail(st);  // no marks yet: set 0 as it is
+  // Checks image k's outputs (and in/out buffers) against the reference of the inputs it held.
   // Pure inputs are not read back (the trials checked that they stay untouched; the next pass
   // overwrites them anyway), which keeps a check cheap next to an 8B-shape weight matrix.
   std::vector<std::vector<uint8_t>> host_img(run.specs.size());
@@ -578,29 +586,46 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
       got[i] = host_img[i].data();
     }
     LOOM_RETURN_IF_ERROR(dev.stream().synchronize());
-    const kernels::OutputComparison c =
-        kernels::compare_outputs(run.specs, got, no_inputs, sets[held[k]].ref, op.tolerance(shape));
+    LOOM_RETURN_IF_ERROR(reference_of(k));
+    for (size_t i = 0; i < run.specs.size(); ++i)  // compare_outputs never reads a pure input's reference
+      if (run.specs[i].role == ArgRole::kInput) want[i].bytes.clear();
+    const kernels::OutputComparison c = kernels::compare_outputs(run.specs, got, no_inputs, want, op.tolerance(shape));
     if (c.ok()) return std::string();
-    return fmt::format("timed: timed launch {} (working-set image {} of {}, inputs of set {} of {}) answered wrongly: {}",
-                       launch, k, copies, held[k] + 1, n_sets, c.message);
+    return fmt::format("timed: timed launch {} (working-set image {} of {}, inputs of set {} of {} with {} elements "
+                       "changed for this launch) answered wrongly: {}",
+                       launch, k, copies, held[k] + 1, n_sets, marks.size(), c.message);
+  };
+  // After the check (or not), the launch's outputs are poisoned, so that no answer stays in
+  // memory for a later launch to find; the byte alternates (NaN, then a large finite value).
+  auto poison_outputs = [&](uint64_t k, uint64_t launch) -> Status {
+    for (size_t i = 0; i < run.specs.size(); ++i)
+      if (run.specs[i].kind == ArgKind::kBuffer && run.specs[i].role != ArgRole::kInput && run.specs[i].bytes > 0)
+        LOOM_RETURN_IF_ERROR(dev.stream().memset(bufs[i], k * stride[i], launch % 2 ? 0xFF : 0x7E,
+                                                 static_cast<uint64_t>(run.specs[i].bytes)));
+    return dev.stream().synchronize();
   };
   std::mt19937_64 chooser(std::random_device{}());  // which launches are checked: drawn after each returns
   constexpr int kChecks = 24;                       // expected checks per evaluation, spread over all of it
   int checks = 0;
   // Memory the kernel keeps for itself while it is timed (cpu: this process's resident bytes;
   // the judge allocated everything it needs above): answers kept between launches need it.
-  const uint64_t rss0 = threads0 > 0 ? resident_bytes() : 0;
+  const uint64_t rss0 = watch.on ? resident_bytes() : 0;
   setup_lap.reset();
   std::optional<Lap> time_lap(std::in_place, ph, "timing");
   uint64_t launch = 0;  // launches so far: image launch % copies, pass launch / copies
+  double untimed_s = 0;  // the loop's own work between launches (marks, checks, poison)
   auto next = [&](double* us) -> Result<std::string> {
     const uint64_t k = launch % copies;
+    const auto p0 = clock_type::now();
     if (k == 0 && launch > 0) LOOM_RETURN_IF_ERROR(refresh(launch / copies));
+    LOOM_RETURN_IF_ERROR(mark(k));
     auto a = clock_type::now();
     LOOM_RETURN_IF_ERROR(dev.run(run.loaded, all_addrs[k]));
-    if (us) *us = std::chrono::duration<double, std::micro>(clock_type::now() - a).count();
+    const auto b = clock_type::now();
+    if (us) *us = std::chrono::duration<double, std::micro>(b - a).count();
+    untimed_s += std::chrono::duration<double>(a - p0).count();
     ++launch;
-    return leftover_threads(threads0);
+    return after_launch(watch);
   };
   const uint64_t warm = std::min<uint64_t>(copies, 64) + 3;
   std::vector<double> warm_us;
@@ -610,6 +635,7 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
     if (!w.ok()) return fail(w.status());
     if (!w->empty()) return abandon(reject(r, *w));
     warm_us.push_back(us);
+    if (Status st = poison_outputs((launch - 1) % copies, launch - 1); !st.ok()) return fail(st);
   }
   // The launches the budget will allow, from the warm-up's median: checks spread over them all.
   std::nth_element(warm_us.begin(), warm_us.begin() + warm_us.size() / 2, warm_us.end());
@@ -619,6 +645,7 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
   std::vector<double> t;
   double checked_s = 0;
   const auto t0 = clock_type::now();
+  untimed_s = 0;
   while (static_cast<int>(t.size()) < opt.max_reps) {
     double us = 0;
     auto w = next(&us);
@@ -627,15 +654,20 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
     t.push_back(us);
     const bool last = static_cast<int>(t.size()) >= opt.max_reps ||
                       (static_cast<int>(t.size()) >= opt.min_reps &&
-                       std::chrono::duration<double>(clock_type::now() - t0).count() - checked_s > opt.time_budget_s);
-    if (last || (checks < 2 * kChecks && check_this(chooser))) {
-      const auto c0 = clock_type::now();
+                       std::chrono::duration<double>(clock_type::now() - t0).count() - checked_s - untimed_s >
+                           opt.time_budget_s);
+    // A check costs a reference: past max(0.5 s, twice the timing budget) of checks (big
+    // shapes), only the last launch is checked beyond the first three.
+    const auto c0 = clock_type::now();
+    const bool affordable = checks < 3 || checked_s < std::max(0.5, 2 * opt.time_budget_s);
+    if (last || (checks < 2 * kChecks && affordable && check_this(chooser))) {
       auto bad = verify((launch - 1) % copies, launch - 1);
       if (!bad.ok()) return fail(bad.status());
       if (!bad->empty()) return done(reject(r, *bad));
       ++checks;
-      checked_s += std::chrono::duration<double>(clock_type::now() - c0).count();
     }
+    if (Status st = poison_outputs((launch - 1) % copies, launch - 1); !st.ok()) return fail(st);
+    checked_s += std::chrono::duration<double>(clock_type::now() - c0).count();
     if (last) break;
   }
   time_lap.reset();
@@ -691,152 +723,6 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
   }
   r.status = "ok";
   return done(r);
-}
-
-namespace {
-int g_phase_fd = -1;  // the pipe to the parent, in an isolated child
-}
-
-void note_phase(const std::string& phase) {
-  if (g_phase_fd < 0) return;
-  std::string line = "@phase " + phase + "\n";
-  ssize_t w = write(g_phase_fd, line.data(), line.size());
-  (void)w;
-}
-
-void set_phase_fd(int fd) { g_phase_fd = fd; }
-
-Result<IsolatedChild> fork_with_pipe(const std::function<void(int write_fd)>& in_child) {
-  // Close-on-exec: an exec'ed sibling started later must not hold this pipe open (the parent
-  // sees end-of-file only when every writer is gone).
-  int fd[2];
-  if (pipe2(fd, O_CLOEXEC) != 0) return internal_error("pipe: {}", std::strerror(errno));
-  std::fflush(stdout);
-  std::fflush(stderr);
-  pid_t pid = fork();
-  if (pid < 0) {
-    close(fd[0]);
-    close(fd[1]);
-    return internal_error("fork: {}", std::strerror(errno));
-  }
-  if (pid == 0) {
-    close(fd[0]);
-    in_child(fd[1]);
-    _exit(0);
-  }
-  close(fd[1]);
-  IsolatedChild c;
-  c.pid = pid;
-  c.fd = fd[0];
-  return c;
-}
-
-Result<IsolatedChild> spawn_isolated(const std::function<std::string()>& fn) {
-  return fork_with_pipe([&fn](int wfd) {
-    g_phase_fd = wfd;
-    std::string out = fn();
-    g_phase_fd = -1;
-    size_t off = 0;
-    while (off < out.size()) {
-      ssize_t w = write(wfd, out.data() + off, out.size() - off);
-      if (w <= 0) break;
-      off += static_cast<size_t>(w);
-    }
-    close(wfd);
-  });
-}
-
-Result<std::string> collect(IsolatedChild& c, double timeout_s) {
-  auto out = collect_isolated(c.pid, c.fd, timeout_s);
-  c.fd = -1;
-  if (!c.request_file.empty()) unlink(c.request_file.c_str());
-  c.request_file.clear();
-  return out;
-}
-
-Result<std::string> run_isolated(const std::function<std::string()>& fn, double timeout_s) {
-  LOOM_ASSIGN_OR_RETURN(IsolatedChild c, spawn_isolated(fn));
-  return collect(c, timeout_s);
-}
-
-Result<std::string> collect_isolated(int pid, int read_fd, double timeout_s) {
-  std::string out;
-  const auto deadline = clock_type::now() + std::chrono::duration<double>(timeout_s);
-  bool timed_out = false;
-  char buf[65536];
-  while (true) {
-    double left = std::chrono::duration<double, std::milli>(deadline - clock_type::now()).count();
-    if (left <= 0) {
-      timed_out = true;
-      break;
-    }
-    pollfd p{read_fd, POLLIN, 0};
-    int pr = poll(&p, 1, static_cast<int>(std::min(left, 1000.0)) + 1);
-    if (pr < 0 && errno == EINTR) continue;
-    if (pr <= 0) continue;
-    ssize_t n = read(read_fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  close(read_fd);
-  // Phase notes come first, one per line; the result is what follows the last one.
-  std::string phase;
-  while (out.rfind("@phase ", 0) == 0) {
-    size_t e = out.find('\n');
-    if (e == std::string::npos) break;
-    phase = out.substr(7, e - 7);
-    out.erase(0, e + 1);
-  }
-  const std::string during = phase.empty() ? "" : " during: " + phase;
-  if (timed_out) kill(pid, SIGKILL);
-  int st = 0;
-  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  if (timed_out)
-    return Status(StatusCode::kDeadlineExceeded, fmt::format("no result after {:.0f} s: killed;{}", timeout_s, during));
-  if (WIFSIGNALED(st))
-    return internal_error("the evaluation process died from signal {} ({});{}", WTERMSIG(st), strsignal(WTERMSIG(st)), during);
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) return internal_error("the evaluation process exited with status {};{}", st, during);
-  return out;
-}
-
-EvalResult evaluate_isolated(const std::string& device_spec, const kernels::OpSpec& op, const Shape& shape,
-                             const Candidate& c, const EvalOptions& opt, double timeout_s) {
-  const auto t0 = clock_type::now();
-  auto out = isolate_by_exec(device_spec)
-                 ? (persistent_workers()
-                        ? run_in_persistent_worker(device_spec, evaluate_request(device_spec, op, shape, c, opt), timeout_s)
-                        : run_worker(evaluate_request(device_spec, op, shape, c, opt), timeout_s))
-                 : run_isolated(
-                       [&]() -> std::string {
-                         const auto t_open = clock_type::now();
-                         auto dev = EvalDevice::open(device_spec);
-                         if (!dev.ok()) {
-                           EvalResult e;
-                           e.reason = dev.status().to_string();
-                           return e.to_json();
-                         }
-                         const double open_s = std::chrono::duration<double>(clock_type::now() - t_open).count();
-                         EvalResult e = evaluate(**dev, op, shape, c, opt);
-                         e.phases = fmt::format("open {:.2f}s, {}", open_s, e.phases);
-                         return e.to_json();
-                       },
-                       timeout_s);
-  EvalResult r;
-  if (!out.ok()) {
-    r.status = out.status().code() == StatusCode::kDeadlineExceeded ? "timeout" : "crash";
-    r.reason = out.status().message();
-    // Dying on a held-out shape is a shape-specialized kernel, whatever killed it.
-    if (size_t p = r.reason.find("during: holdout "); p != std::string::npos) {
-      r.reason = "holdout: " + r.status + " on held-out shape " + r.reason.substr(p + 16) + " (" + r.reason.substr(0, p) + ")";
-      r.status = "rejected";
-    }
-  } else {
-    r = EvalResult::from_json(*out);
-  }
-  r.eval_s = std::chrono::duration<double>(clock_type::now() - t0).count();
-  return r;
 }
 
 }  // namespace loom::evolve

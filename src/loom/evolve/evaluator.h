@@ -16,11 +16,16 @@
 //   async    work still running after the launch returned (cpu: a thread left alive)
 //   memory   the kernel kept memory of its own while timed (cpu: resident bytes grew by more
 //            than 8 MiB plus its outputs' size: copies of inputs or answers)
+//   tamper   the kernel changed the process the judge runs in (cpu): the floating-point control
+//            registers (rounding, flush-to-zero), a signal handler or an interval timer
 // Timing: every buffer argument is copied into a working set larger than the last-level cache
 // and launches rotate through the copies (every launch streams its weights from memory); the
 // copies hold input sets the trials never showed (one per copy where memory allows), in turn,
-// and move on to the next set on every pass, so no launch can replay its image's earlier answer; warm-up, then repetitions up to a time budget; median and
-// the 10th/90th percentiles. docs/evolve.md has the threat model: what the judge guarantees.
+// moving on to the next set on every pass, and before each launch a few float elements of its
+// inputs change (no two launches see the same inputs); after each launch its outputs are
+// poisoned (no answer stays in memory), and references are computed only for the launches
+// checked, after they returned. Warm-up, then repetitions up to a time budget; median and the
+// 10th/90th percentiles. docs/evolve.md has the threat model: what the judge guarantees.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +63,9 @@ struct EvalOptions {
   uint64_t pool_seed = 0x9001;
   std::string pool_dir;
   int timing_sets = 0;  // input sets of the timing images; 0: one per image (within memory/time budgets), >= 3
+  // Every timed launch gets new inputs (a few float elements of its image taken from another
+  // set). Off only in tests that must reach a rule this one would meet first (`floor`).
+  bool perturb = true;
 };
 
 struct EvalResult {

@@ -91,7 +91,8 @@ std::string Phases::str() const {
 }
 
 Result<InputSet> input_set(const kernels::OpSpec& op, const Shape& shape, const std::vector<ArgSpec>& specs,
-                           uint64_t seed, bool pooled, const EvalOptions& opt, Phases& ph, bool specials) {
+                           uint64_t seed, bool pooled, const EvalOptions& opt, Phases& ph, bool specials,
+                           bool reference) {
   std::string path, header;
   if (pooled && !opt.pool_dir.empty()) {
     header = set_header(op, shape, seed, specials);
@@ -100,8 +101,10 @@ Result<InputSet> input_set(const kernels::OpSpec& op, const Shape& shape, const 
     InputSet s;
     if (read_set(path, header, specs.size(), s)) {
       ++ph.pooled;
+      if (!reference) s.ref.clear();
       return s;
     }
+    if (!reference) path.clear();  // inputs only: nothing complete to keep in the pool
   }
   InputSet s;
   s.in.resize(specs.size());
@@ -114,7 +117,7 @@ Result<InputSet> input_set(const kernels::OpSpec& op, const Shape& shape, const 
     op.fill_inputs(shape, rng, s.in);
     if (specials) kernels::mix_special_values(op, shape, specs, rng, s.in);
   }
-  {
+  if (reference) {
     Lap lap(ph, "reference");
     s.ref = s.in;
     LOOM_RETURN_IF_ERROR(op.reference(shape, s.ref).with_context("reference"));

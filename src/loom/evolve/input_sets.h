@@ -54,8 +54,11 @@ struct InputSet {
 // read half a file; a failed write only costs the next evaluation the time to make it again).
 // Times go to `ph` ("inputs", "reference"). Errors: the reference's. With `specials`, the
 // inputs whose reference defines special values hold them (kernels::mix_special_values).
+// Without `reference` the set holds inputs only (ref empty; a pooled file's answers are dropped
+// after reading, and a set made here is not written to the pool): the timing's sets, whose
+// answers the judge computes only after a launch on them returned.
 Result<InputSet> input_set(const kernels::OpSpec& op, const kernels::Shape& shape,
                            const std::vector<kernels::ArgSpec>& specs, uint64_t seed, bool pooled,
-                           const EvalOptions& opt, Phases& ph, bool specials = false);
+                           const EvalOptions& opt, Phases& ph, bool specials = false, bool reference = true);
 
 }  // namespace loom::evolve

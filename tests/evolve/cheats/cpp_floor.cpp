@@ -1,6 +1,7 @@
 // expect: floor
 // op-file: examples/evolve/row_sum.json
 // shape: rows=256,cols=4096
+// perturb: 0
 // Recognizes an input set it has seen by a fingerprint of two sampled elements and copies the
 // row sums it kept for that set. The outputs are small next to the inputs (1 KiB of sums for
 // 4 MiB read), so answers for every set fit in memory unnoticed, and a launch that copies them

@@ -1,5 +1,6 @@
 // expect: memory
 // shape: n=4194304
+// perturb: 0
 // Keeps the answer of every input set it has seen, recognized by a fingerprint of sampled
 // elements, and copies it when the set comes back: 16 MiB per set, held across timed launches.
 // launch add_cpp grid=1,1,1 block=1,1,1 args=0,1,2

@@ -1,6 +1,7 @@
 // expect: floor
 // op-file: examples/evolve/row_sum.json
 // shape: rows=4096,cols=4096
+// perturb: 0
 // Recognizes an input set by a fingerprint of two sampled elements and copies the row sums it
 // kept for it in a static device array (64 slots per row): the outputs are small next to the
 // inputs (16 KiB of sums for 64 MiB read), so a launch that copies them is far faster than
