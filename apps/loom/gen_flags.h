@@ -29,6 +29,7 @@ struct GenFlags {
   DeviceFlags placement;  // --device and -ngl as given
   std::string device;     // what they resolve to (resolve_device()); "" = exec::default_device()
   int64_t n_batch = 512;
+  std::string cache_type_k = "f16", cache_type_v = "f16";
   llm::SamplerParams sampling_params;
   int64_t seed = -1;
   std::vector<std::string> stop;
@@ -42,8 +43,12 @@ struct GenFlags {
     o.n_ctx = n_ctx;
     o.n_threads = n_threads;
     o.n_batch = n_batch;
-    o.make_backend = [device = device, threads = n_threads] { return exec::make_backend(device, threads); };
+    o.make_backend = [device = device, threads = n_threads, kv = kv_types()] { return exec::make_backend(device, threads, kv); };
     return o;
+  }
+  // --cache-type-k/v as types (the flags' check admits f16 and q8_0 only).
+  llm::KvCacheTypes kv_types() const {
+    return {*llm::ggml_type_from_name(cache_type_k), *llm::ggml_type_from_name(cache_type_v)};
   }
   // n_ctx_tokens: the context the engine got, which --repeat-last-n -1 stands for (0: not known
   // yet, as when the values are only validated).
@@ -94,6 +99,15 @@ inline CLI::Validator int_at_least(int64_t lo, std::string meaning = "") {
       "");
 }
 
+// --cache-type-k / --cache-type-v (llama.cpp's names): the KV cache's row types.
+inline void add_cache_type_flags(CLI::App& app, std::string& k, std::string& v) {
+  const CLI::IsMember types({"f16", "q8_0"});
+  app.add_option("--cache-type-k", k, "KV cache type of K: f16 | q8_0 (q8_0: --device cpu-ref only)")
+      ->capture_default_str()->check(types);
+  app.add_option("--cache-type-v", v, "KV cache type of V: f16 | q8_0 (q8_0: --device cpu-ref only)")
+      ->capture_default_str()->check(types);
+}
+
 inline void add_gen_flags(CLI::App& app, GenFlags& f, bool sampling = true) {
   bind_option(app.add_option("-m,--model", f.model, "GGUF file or a known model name (smollm2, gemma3: see loom pull); default: $LOOM_MODEL or SmolLM2-135M-Instruct"),
               opt::Opt::kModel);
@@ -103,6 +117,7 @@ inline void add_gen_flags(CLI::App& app, GenFlags& f, bool sampling = true) {
               opt::Opt::kThreads);
   add_device_flags(app, f.placement);
   app.add_option("-b,--batch-size", f.n_batch, "prompt tokens per step")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  add_cache_type_flags(app, f.cache_type_k, f.cache_type_v);
   if (!sampling) return;
   auto& s = f.sampling_params;
   const char* g = "Sampling";

@@ -438,9 +438,12 @@ Result<llm::Program> device_program(const llm::Model& model, std::string_view de
                       default_fuse_options(target));
 }
 
-Result<std::unique_ptr<llm::Backend>> make_backend(std::string_view device, int n_threads) {
+Result<std::unique_ptr<llm::Backend>> make_backend(std::string_view device, int n_threads, llm::KvCacheTypes kv) {
   const std::string dev = device.empty() ? default_device() : std::string(device);
-  if (dev == "cpu-ref") return llm::make_ref_backend(n_threads);
+  if (dev == "cpu-ref") return llm::make_ref_backend(n_threads, kv);
+  if (!kv.is_default())
+    return unimplemented("a {}/{} KV cache (--cache-type-k/--cache-type-v) runs on --device cpu-ref only, not {}",
+                         llm::ggml_type_name(kv.k), llm::ggml_type_name(kv.v), dev);
   HrxBackendOptions o;
   o.device = dev;
   o.n_threads = n_threads;

@@ -35,8 +35,9 @@ Result<std::unique_ptr<llm::Backend>> make_hrx_backend(const HrxBackendOptions& 
 std::string default_device();
 
 // The backend for a --device flag: "cpu-ref" (the reference ops), or an HRX device spec;
-// "" means default_device(). n_threads sizes the cpu thread pools.
-Result<std::unique_ptr<llm::Backend>> make_backend(std::string_view device, int n_threads);
+// "" means default_device(). n_threads sizes the cpu thread pools. kv: the KV cache's row types
+// (other than F16 on cpu-ref only: kUnimplemented elsewhere).
+Result<std::unique_ptr<llm::Backend>> make_backend(std::string_view device, int n_threads, llm::KvCacheTypes kv = {});
 
 // The Program a device runs for a step of n_tokens tokens with n_outputs rows of logits: the
 // model's own for "cpu-ref", fused for an HRX device's target (PTX for cuda, cpp for cpu). Needs

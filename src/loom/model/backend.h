@@ -52,7 +52,14 @@ class Backend {
   }
 };
 
+// The types of the KV cache's K and V rows: F16 (the default) or Q8_0 (llama.cpp's
+// --cache-type-k/v q8_0: half the memory, 8-bit values with an fp16 scale per 32).
+struct KvCacheTypes {
+  GgmlType k = GgmlType::F16, v = GgmlType::F16;
+  bool is_default() const { return k == GgmlType::F16 && v == GgmlType::F16; }
+};
+
 // The reference CPU backend, splitting matmul rows and attention heads over n_threads.
-std::unique_ptr<Backend> make_ref_backend(int n_threads);
+std::unique_ptr<Backend> make_ref_backend(int n_threads, KvCacheTypes kv = {});
 
 }  // namespace loom::llm

@@ -1,5 +1,5 @@
 // The reference CPU backend: interprets a step Program launch by launch with the ops of
-// ops_ref, on host memory, with the F16 KV cache of kv_cache.h. It runs fused Programs too (the
+// ops_ref, on host memory, with the KV cache of kv_cache.h (F16, or Q8_0 on request). It runs fused Programs too (the
 // forms a backend's fusion pass writes), with each fused op computed as its parts.
 #include <algorithm>
 #include <cstdio>
@@ -18,14 +18,14 @@ namespace {
 
 class RefBackend final : public Backend {
  public:
-  explicit RefBackend(int n_threads) : pool_(n_threads) {}
+  RefBackend(int n_threads, KvCacheTypes kv) : pool_(n_threads), kv_(kv) {}
   std::string_view name() const override { return "cpu-ref"; }
 
   Status init(const Model& model, int64_t n_ctx, int64_t n_seq) override {
     model_ = &model;
     const ModelConfig& c = model.config();
     return cache_.init(c.n_layer, n_ctx, static_cast<int64_t>(c.n_head_kv) * c.head_dim_k,
-                       static_cast<int64_t>(c.n_head_kv) * c.head_dim_v, n_seq);
+                       static_cast<int64_t>(c.n_head_kv) * c.head_dim_v, n_seq, kv_.k, kv_.v);
   }
 
   Status copy_cells(int64_t src, int64_t dst, int64_t n) override {
@@ -35,10 +35,11 @@ class RefBackend final : public Backend {
                           cache_.n_seq(), cache_.n_ctx());
     if (src == dst || n == 0) return Status();
     for (int64_t l = 0; l < model_->config().n_layer; ++l) {
-      std::memcpy(cache_.k(l) + dst * cache_.n_ctx() * cache_.k_row(), cache_.k(l) + src * cache_.n_ctx() * cache_.k_row(),
-                  static_cast<size_t>(n * cache_.k_row()) * sizeof(uint16_t));
-      std::memcpy(cache_.v(l) + dst * cache_.n_ctx() * cache_.v_row(), cache_.v(l) + src * cache_.n_ctx() * cache_.v_row(),
-                  static_cast<size_t>(n * cache_.v_row()) * sizeof(uint16_t));
+      const size_t kb = cache_.k_row_bytes(), vb = cache_.v_row_bytes(), cells = static_cast<size_t>(cache_.n_ctx());
+      std::memcpy(cache_.k(l) + static_cast<size_t>(dst) * cells * kb, cache_.k(l) + static_cast<size_t>(src) * cells * kb,
+                  static_cast<size_t>(n) * kb);
+      std::memcpy(cache_.v(l) + static_cast<size_t>(dst) * cells * vb, cache_.v(l) + static_cast<size_t>(src) * cells * vb,
+                  static_cast<size_t>(n) * vb);
     }
     return Status();
   }
@@ -165,6 +166,13 @@ class RefBackend final : public Backend {
     return Status();
   }
 
+  // One cache row in the cache's type, as llama.cpp's CPU backend stores it (fp16 rounding, or
+  // its x86 Q8_0 quantizer: the same as the matmuls' activation blocks).
+  static void store_row(GgmlType type, const float* x, uint8_t* dst, int64_t n) {
+    if (type == GgmlType::Q8_0) ref::quantize_activation(GgmlType::Q8_0, x, dst, n);
+    else ref::to_fp16(x, reinterpret_cast<uint16_t*>(dst), n);
+  }
+
   // q rotated in place; k rotated on its way into the cache (the value itself stays as it
   // was) and stored with v at each token's (sequence, position) cell.
   Status rope_kv(const Program& p, const Launch& l, const StepInputs& in) {
@@ -182,8 +190,8 @@ class RefBackend final : public Backend {
     const float* v = ptr(p, l.in2);
     for (int64_t t = 0; t < kd.rows; ++t) {
       const int64_t cell = (in.seq_ids ? in.seq_ids[t] * cache_.n_ctx() : 0) + in.positions[t];
-      ref::to_fp16(rot_k_.data() + t * kd.cols, cache_.k(l.layer) + cell * cache_.k_row(), kd.cols);
-      ref::to_fp16(v + t * vd.cols, cache_.v(l.layer) + cell * cache_.v_row(), vd.cols);
+      store_row(cache_.k_type(), rot_k_.data() + t * kd.cols, cache_.k(l.layer) + cell * cache_.k_row_bytes(), kd.cols);
+      store_row(cache_.v_type(), v + t * vd.cols, cache_.v(l.layer) + cell * cache_.v_row_bytes(), vd.cols);
     }
     return Status();
   }
@@ -248,8 +256,13 @@ class RefBackend final : public Backend {
       case OpCode::kRopeKv:
         return rope_kv(p, l, in);
       case OpCode::kAttention:
+      {
+        ref::AttentionParams attn = l.attn;
+        attn.k_type = cache_.k_type();
+        attn.v_type = cache_.v_type();
         LOOM_RETURN_IF_ERROR(ref::attention(a, in.positions, id->rows, cache_.k(l.layer), cache_.v(l.layer), in.n_kv,
-                                            l.attn, out, &pool_, in.seq_ids, cache_.n_ctx()));
+                                            attn, out, &pool_, in.seq_ids, cache_.n_ctx()));
+      }
         if (l.out1 >= 0) quantize_into(p, out, l.out1);
         return Status();
       case OpCode::kMoeRoute: {
@@ -281,6 +294,7 @@ class RefBackend final : public Backend {
   }
 
   ThreadPool pool_;
+  KvCacheTypes kv_;
   const std::string dump_dir_ = opt::get_string(opt::Opt::kDumpValues);
   const Model* model_ = nullptr;
   KvCache cache_;
@@ -293,6 +307,8 @@ class RefBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_ref_backend(int n_threads) { return std::make_unique<RefBackend>(n_threads); }
+std::unique_ptr<Backend> make_ref_backend(int n_threads, KvCacheTypes kv) {
+  return std::make_unique<RefBackend>(n_threads, kv);
+}
 
 }  // namespace loom::llm

@@ -12,6 +12,8 @@
 
 #include "loom/base/thread_pool.h"
 #include "loom/gguf/quant.h"
+#include "loom/gguf/quant_blocks.h"
+#include "loom/gguf/quant_rows.h"
 #include "loom/ref/ops_ref_dot_impl.h"
 #include "loom/ref/ops_ref_util.h"
 
@@ -390,15 +392,24 @@ void rope(float* x, int64_t n_tok, int n_head, int head_dim, const int32_t* pos,
 
 // ---- Attention ------------------------------------------------------------------------------
 
-Status attention(const float* q, const int32_t* q_pos, int64_t n_tok, const uint16_t* k_cache,
-                 const uint16_t* v_cache, int64_t n_kv, const AttentionParams& p, float* out,
+Status attention(const float* q, const int32_t* q_pos, int64_t n_tok, const void* k_cache,
+                 const void* v_cache, int64_t n_kv, const AttentionParams& p, float* out,
                  ThreadPool* pool, const int32_t* q_seq, int64_t seq_cells) {
   if (p.n_head <= 0 || p.n_head_kv <= 0 || p.n_head % p.n_head_kv != 0)
     return invalid_argument("attention: {} query heads cannot share {} kv heads", p.n_head, p.n_head_kv);
   const int group = p.n_head / p.n_head_kv;
   const int dk = p.head_dim_k, dv = p.head_dim_v;
-  const int64_t k_stride = static_cast<int64_t>(p.n_head_kv) * dk;
-  const int64_t v_stride = static_cast<int64_t>(p.n_head_kv) * dv;
+  const bool k8 = p.k_type == GgmlType::Q8_0, v8 = p.v_type == GgmlType::Q8_0;
+  if ((!k8 && p.k_type != GgmlType::F16) || (!v8 && p.v_type != GgmlType::F16))
+    return invalid_argument("attention: cache types {}/{} (f16 or q8_0)", ggml_type_name(p.k_type),
+                            ggml_type_name(p.v_type));
+  if ((k8 && dk % kQK32 != 0) || (v8 && dv % kQK32 != 0))
+    return invalid_argument("attention: a q8_0 cache needs head sizes that are multiples of 32 ({}/{})", dk, dv);
+  // Bytes of one head's part of a row, and of a whole row (a cell).
+  const int64_t k_head = static_cast<int64_t>(row_bytes(p.k_type, dk)), v_head = static_cast<int64_t>(row_bytes(p.v_type, dv));
+  const int64_t k_stride = p.n_head_kv * k_head, v_stride = p.n_head_kv * v_head;
+  const auto* k_bytes = static_cast<const uint8_t*>(k_cache);
+  const auto* v_bytes = static_cast<const uint8_t*>(v_cache);
   for (int64_t t = 0; t < n_tok; ++t) {
     if (q_pos[t] < 0 || q_pos[t] >= n_kv)
       return out_of_range("attention: query position {} outside the {} cached cells", q_pos[t], n_kv);
@@ -411,6 +422,8 @@ Status attention(const float* q, const int32_t* q_pos, int64_t n_tok, const uint
   // llama.cpp's kq = k·q (f16 dot), softmax, kqv = v·kq (f16 dot over the cache cells) chain.
   auto task = [&](int64_t i0, int64_t i1, int) {
     std::vector<uint16_t> q16(static_cast<size_t>(dk));
+    std::vector<uint8_t> q8(k8 ? row_bytes(GgmlType::Q8_0, dk) : 0);
+    std::vector<float> vrow(v8 ? static_cast<size_t>(dv) : 0);
     std::vector<float> s(static_cast<size_t>(n_kv));
     std::vector<float> acc(static_cast<size_t>(dv) * 32);
     for (int64_t i = i0; i < i1; ++i) {
@@ -420,15 +433,17 @@ Status attention(const float* q, const int32_t* q_pos, int64_t n_tok, const uint
       const int64_t pos = q_pos[t];
       // The token's own sequence: its cells are a contiguous block, indexed by position.
       const int64_t base = q_seq ? static_cast<int64_t>(q_seq[t]) * seq_cells : 0;
-      const uint16_t* k_seq = k_cache + base * k_stride;
-      const uint16_t* v_seq = v_cache + base * v_stride;
+      const uint8_t* k_seq = k_bytes + base * k_stride;
+      const uint8_t* v_seq = v_bytes + base * v_stride;
       const int64_t j0 = p.n_swa > 0 ? std::max<int64_t>(0, pos - p.n_swa + 1) : 0;
       const int64_t j1 = pos + 1;  // causal: keys at positions <= pos
       const int64_t n = j1 - j0;
-      to_fp16(q + (t * p.n_head + h) * dk, q16.data(), dk);
+      if (k8) quantize_activation(GgmlType::Q8_0, q + (t * p.n_head + h) * dk, q8.data(), dk);
+      else to_fp16(q + (t * p.n_head + h) * dk, q16.data(), dk);
       for (int64_t j = j0; j < j1; ++j) {
-        const uint16_t* kr = k_seq + j * k_stride + static_cast<int64_t>(hk) * dk;
-        float sj = dot_f16_fast(kr, q16.data(), dk);
+        const uint8_t* kr = k_seq + j * k_stride + hk * k_head;
+        float sj = k8 ? vec_dot(GgmlType::Q8_0, kr, q8.data(), dk)
+                      : dot_f16_fast(reinterpret_cast<const uint16_t*>(kr), q16.data(), dk);
         if (p.softcap > 0.0f) sj = std::tanh(sj * (1.0f / p.softcap)) * p.softcap;
         s[j - j0] = sj * p.scale;
       }
@@ -442,8 +457,14 @@ Status attention(const float* q, const int32_t* q_pos, int64_t n_tok, const uint
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t j = j0; j < j1; ++j) {
         const float pj = half_to_float(float_to_half(s[j - j0] * inv));
-        const uint16_t* vr = v_seq + j * v_stride + static_cast<int64_t>(hk) * dv;
         float* a = acc.data() + (j & 31) * dv;
+        if (v8) {  // the row's values d * q, then the same fma per (d, lane)
+          dequantize_row_q8_0(reinterpret_cast<const BlockQ8_0*>(v_seq + j * v_stride + hk * v_head), vrow.data(),
+                              dv / kQK32);
+          for (int d = 0; d < dv; ++d) a[d] = std::fma(vrow[static_cast<size_t>(d)], pj, a[d]);
+          continue;
+        }
+        const uint16_t* vr = reinterpret_cast<const uint16_t*>(v_seq + j * v_stride + hk * v_head);
         int d = 0;
 #if LOOM_REF_DOT_AVX2
         const __m256 pv = _mm256_set1_ps(pj);

@@ -157,6 +157,10 @@ struct AttentionParams {
   float scale = 1.0f;              // multiplies q·k inside the softmax (after soft-capping)
   float softcap = 0.0f;            // if > 0: s = softcap * tanh(s / softcap) before softmax
   int n_swa = 0;                   // if > 0: key j masked for query at p when p - j >= n_swa
+  // The cache rows' types (F16 or Q8_0; a backend's, not the model's). Q8_0 K: the query is
+  // quantized to Q8_0 per head and s_j = vec_dot(k_j, q) (llama.cpp's q8_0 x q8_0 dot); Q8_0 V:
+  // each row is dequantized (d * q) before the same p·v.
+  GgmlType k_type = GgmlType::F16, v_type = GgmlType::F16;
 };
 
 // Causal attention, mirroring llama.cpp's default CPU path (no flash attention): the query is
@@ -164,14 +168,15 @@ struct AttentionParams {
 // softmax(s * scale) in float with a double sum, the probabilities rounded to fp16, and
 // out = sum_j p_j * v_j.
 // q: [n_tok, n_head*head_dim_k]; token t attends cache cells j <= q_pos[t] (cell j holds
-// position j) within the window; k_cache/v_cache: [n_kv, n_head_kv*head_dim] halves;
+// position j) within the window; k_cache/v_cache: [n_kv, n_head_kv*head_dim] rows of halves
+// (or Q8_0 blocks, p.k_type / p.v_type);
 // out: [n_tok, n_head*head_dim_v]. Heads are split over the pool's threads.
 // Several sequences (continuous batching): with q_seq given, token t belongs to sequence
 // q_seq[t], whose cells start at q_seq[t] * seq_cells (cell base + j holds its position j), and
 // it sees only those; n_kv then bounds positions, not cells. The arithmetic of a token does not
 // depend on the other tokens of the step, so a batch gives each sequence its solo results.
-Status attention(const float* q, const int32_t* q_pos, int64_t n_tok, const uint16_t* k_cache,
-                 const uint16_t* v_cache, int64_t n_kv, const AttentionParams& p, float* out,
+Status attention(const float* q, const int32_t* q_pos, int64_t n_tok, const void* k_cache,
+                 const void* v_cache, int64_t n_kv, const AttentionParams& p, float* out,
                  ThreadPool* pool, const int32_t* q_seq = nullptr, int64_t seq_cells = 0);
 
 // Rounds x (n values) to fp16 into dst (KV cache store).
