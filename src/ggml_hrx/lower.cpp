@@ -86,6 +86,8 @@ Result<OpCall> make_elementwise(const ggml_tensor* node, std::string_view name, 
 
 using Calls = std::vector<OpCall>;
 
+bool elt_gpu(ir::TargetKind t) { return kernels::elt::gpu_target(t); }
+
 // ggml's batched forms (a table or a weight matrix per batch) become one call per batch on the
 // batch's rows, all of one shape (one kernel); past this many batches a node is not covered
 // (the op library has no batched op, and thousands of launches would not pay).
@@ -274,6 +276,71 @@ Result<Calls> lower_mul_mat(const ggml_tensor* n, const ScratchAlloc& scratch) {
   return calls;
 }
 
+// FLASH_ATTN_EXT: softmax(q·k * scale, soft-capped, + mask) · v over f16 K and V with f32 q,
+// grouped-query heads: the engine's attention ops in their masked form (attention_decode up to
+// the engine's decode size of 8 query tokens, else attention_prompt), q, K and V read through
+// their strides (llama.cpp's cache views, test-backend-ops' head-major tensors), one call per
+// batch of dimension 3. ALiBi, attention sinks, other K/V types, differing K and V head sizes,
+// a mask per head and no mask stay on the CPU.
+constexpr int64_t kDecodeTokens = 8;
+
+Result<Calls> lower_flash_attn(const ggml_tensor* n, ir::TargetKind target) {
+  const ggml_tensor *q = n->src[0], *k = n->src[1], *v = n->src[2], *m = n->src[3];
+  if (n->src[4]) return unimplemented("FLASH_ATTN_EXT with attention sinks");
+  if (!m) return unimplemented("FLASH_ATTN_EXT without a mask");
+  if (q->type != GGML_TYPE_F32 || k->type != GGML_TYPE_F16 || v->type != GGML_TYPE_F16 || m->type != GGML_TYPE_F16)
+    return unimplemented("FLASH_ATTN_EXT of q {}, K {}, V {}, mask {} (f32, f16, f16, f16 only)", ggml_type_name(q->type),
+                         ggml_type_name(k->type), ggml_type_name(v->type), ggml_type_name(m->type));
+  LOOM_RETURN_IF_ERROR(of_type(n, GGML_TYPE_F32, "dst"));
+  LOOM_RETURN_IF_ERROR(dense(m, "mask"));
+  const float scale = f32_param(n, 0), max_bias = f32_param(n, 1), cap = f32_param(n, 2);
+  if (max_bias != 0.0f) return unimplemented("FLASH_ATTN_EXT with ALiBi (max_bias {})", max_bias);
+  if (!(scale > 0.0f) || cap < 0.0f) return unimplemented("FLASH_ATTN_EXT with scale {}, soft-cap {}", scale, cap);
+  const int64_t D = q->ne[0], T = q->ne[1], H = q->ne[2], B = q->ne[3], n_kv = k->ne[1], HK = k->ne[2];
+  if (k->ne[0] != D || v->ne[0] != D) return unimplemented("FLASH_ATTN_EXT with K/V head sizes {}/{} for q's {}", k->ne[0], v->ne[0], D);
+  if (v->ne[1] != n_kv || v->ne[2] != HK || k->ne[3] != B || v->ne[3] != B || HK < 1 || H % HK)
+    return unimplemented("FLASH_ATTN_EXT of K/V shapes other than [head_dim, n_kv, n_head_kv, batches]");
+  if (n->ne[0] != D || n->ne[1] != H || n->ne[2] != T || n->ne[3] != B || !ggml_is_contiguous(n))
+    return unimplemented("FLASH_ATTN_EXT whose result is not a dense [head_dim, n_head, n_tokens, batches]");
+  if (m->ne[0] < n_kv || m->ne[1] < T || m->ne[2] != 1 || B % m->ne[3])
+    return unimplemented("FLASH_ATTN_EXT with a mask of [{}, {}, {}, {}] for {} keys, {} tokens", m->ne[0], m->ne[1], m->ne[2],
+                         m->ne[3], n_kv, T);
+  if (B > kMaxBatches) return unimplemented("FLASH_ATTN_EXT over {} batches", B);
+  if (elt_gpu(target) && (D % 32 || (D / 32) & (D / 32 - 1) || D > 256))
+    return unimplemented("FLASH_ATTN_EXT with head_dim {} on a GPU (32, 64, 128, 256)", D);
+  // Values within a head are contiguous; heads, tokens and cells at whole-value strides, the
+  // same for K and V; addresses aligned for the kernels' vector loads.
+  if (q->nb[0] != 4 || k->nb[0] != 2 || v->nb[0] != 2 || q->nb[1] % 4 || q->nb[2] % 4 || k->nb[1] % 2 || k->nb[2] % 2 ||
+      v->nb[1] != k->nb[1] || v->nb[2] != k->nb[2] || v->nb[3] != k->nb[3])
+    return unimplemented("FLASH_ATTN_EXT with q/K/V strides the kernels do not walk");
+  if (addr(q) % 32 || addr(k) % 16 || addr(v) % 16 || q->nb[3] % 32 || k->nb[3] % 16)
+    return unimplemented("FLASH_ATTN_EXT with q/K/V not aligned to 32/16 bytes");
+  const int64_t q_tok = static_cast<int64_t>(q->nb[1] / 4), q_head = static_cast<int64_t>(q->nb[2] / 4);
+  const int64_t kv_cell = static_cast<int64_t>(k->nb[1] / 2), kv_head = static_cast<int64_t>(k->nb[2] / 2);
+  // ggml soft-caps the scaled score (cap * tanh(s * scale / cap)); the op caps, then scales.
+  kernels::Shape shape = kernels::elt::make_shape(
+      {{"n_tokens", T}, {"n_head", H}, {"n_head_kv", HK}, {"head_dim", D}, {"n_seq", 1}, {"n_ctx", n_kv}, {"n_swa", 0},
+       {"mask", 1}, {"mask_stride", m->ne[0]}},
+      {{"scale_f32", scale}, {"softcap_f32", cap > 0.0f ? cap / scale : 0.0f}});
+  if (q_tok != H * D || q_head != D || kv_cell != HK * D || kv_head != D) {
+    shape.dims["q_tok"] = q_tok;
+    shape.dims["q_head"] = q_head;
+    shape.dims["kv_cell"] = kv_cell;
+    shape.dims["kv_head"] = kv_head;
+  }
+  const std::string_view op = T <= kDecodeTokens ? "attention_decode" : "attention_prompt";
+  Calls calls;
+  for (int64_t b = 0; b < B; ++b) {
+    const uint64_t i = static_cast<uint64_t>(b), mb = static_cast<uint64_t>(b % m->ne[3]);
+    LOOM_ASSIGN_OR_RETURN(OpCall c, make_call(n, op, shape,
+                                              {{"q", addr(q) + i * q->nb[3]}, {"mask", addr(m) + mb * m->nb[3]},
+                                               {"k_cache", addr(k) + i * k->nb[3]}, {"v_cache", addr(v) + i * v->nb[3]},
+                                               {"out", addr(n) + i * n->nb[3]}}));
+    calls.push_back(std::move(c));
+  }
+  return calls;
+}
+
 }  // namespace
 
 bool is_noop(const ggml_tensor* node) {
@@ -286,7 +353,6 @@ bool is_noop(const ggml_tensor* node) {
 }
 
 Result<std::vector<OpCall>> lower_node(const ggml_tensor* node, ir::TargetKind target, const ScratchAlloc& scratch) {
-  (void)target;  // the generic ops run on every target; the GPU fast paths come with their tests
   if (is_noop(node)) return Calls{};
   switch (node->op) {
     case GGML_OP_ADD: return lower_binary(node, /*mul=*/false);
@@ -298,6 +364,7 @@ Result<std::vector<OpCall>> lower_node(const ggml_tensor* node, ir::TargetKind t
     case GGML_OP_GET_ROWS: return lower_get_rows(node);
     case GGML_OP_SET_ROWS: return lower_set_rows(node);
     case GGML_OP_MUL_MAT: return lower_mul_mat(node, scratch);
+    case GGML_OP_FLASH_ATTN_EXT: return lower_flash_attn(node, target);
     default: return unimplemented("{} has no lowering", ggml_op_desc(node));
   }
 }

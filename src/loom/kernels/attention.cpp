@@ -2,7 +2,9 @@
 // sequence, the keys split over blocks: partials into a scratch buffer, then a combine kernel)
 // and attention_prompt (n_tokens > 1: a block takes a tile of query tokens and every query head
 // of one KV head, so each K/V row it loads serves all of them). Causal, GQA, soft-capping,
-// sliding window; positions (and sequence slots) come from device buffers.
+// sliding window; positions (and sequence slots) come from device buffers. The masked form
+// (mask = 1: which keys a token sees, and what is added to their scores, from an f16 mask as
+// ggml's FLASH_ATTN_EXT takes it) and strided q/K/V serve ggml graphs.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -14,6 +16,7 @@
 #include "loom/kernels/op_list.h"
 #include "loom/kernels/op_util.h"
 #include "loom/ref/ops_ref.h"
+#include "loom/ref/ops_ref_util.h"
 
 namespace loom::kernels {
 namespace {
@@ -33,6 +36,11 @@ constexpr double kNoMax = -1e30;  // running max before any key: exp(kNoMax - s)
 // k_cache, v_cache [n_seq*n_ctx, n_head_kv*head_dim] f16; out [n_tokens, n_head*head_dim] f32;
 // decode: scratch [n_tokens*n_head*64*(head_dim+2)] f32 (per split: max, sum, head_dim values).
 // Token t sees cells seq[t]*n_ctx + j for j <= pos[t] (and pos[t] - j < n_swa with a window).
+// Masked form (optional dims): mask = 1 replaces pos and seq by mask [n_tokens rows of
+// mask_stride, n_ctx used] f16 (n_seq 1, n_swa 0): token t sees key j where mask[t][j] > -1e30,
+// its score plus mask[t][j] (a token that sees no key gets zeros). Strides, in values, of q
+// (q_tok, q_head: default n_head*head_dim, head_dim) and of both caches (kv_cell, kv_head:
+// default n_head_kv*head_dim, head_dim) let q, K and V be ggml's permuted views.
 // Decode with out_q (optional dim, 8: Q8_0, 9: Q8_1, 15: Q8_K; 0: none) also writes each token's
 // output row as the o projection's activation blocks, xq [n_tokens, row bytes] u8 (after out),
 // bit-identical to quantize_act of `out` (one launch less per layer). GPUs quantize in
@@ -50,6 +58,21 @@ class AttentionOp final : public OpSpec {
   }
 
   static int64_t out_q(const Shape& s) { return dim_or(s, "out_q", 0); }
+  static bool masked(const Shape& s) { return dim_or(s, "mask", 0) != 0; }
+  static bool strided(const Shape& s) { return s.dims.count("q_tok") || s.dims.count("kv_cell"); }
+  static int64_t q_tok(const Shape& s) { return dim_or(s, "q_tok", dim_or(s, "n_head", 0) * dim_or(s, "head_dim", 0)); }
+  static int64_t q_head(const Shape& s) { return dim_or(s, "q_head", dim_or(s, "head_dim", 0)); }
+  static int64_t kv_cell(const Shape& s) { return dim_or(s, "kv_cell", dim_or(s, "n_head_kv", 0) * dim_or(s, "head_dim", 0)); }
+  static int64_t kv_head(const Shape& s) { return dim_or(s, "kv_head", dim_or(s, "head_dim", 0)); }
+  // Values an argument spans: the last token's (cell's) last head ends there.
+  static int64_t q_extent(const Shape& s) {
+    const int64_t T = dim_or(s, "n_tokens", 0), H = dim_or(s, "n_head", 0);
+    return (T - 1) * q_tok(s) + (H - 1) * q_head(s) + dim_or(s, "head_dim", 0);
+  }
+  static int64_t kv_extent(const Shape& s) {
+    const int64_t cells = dim_or(s, "n_seq", 1) * dim_or(s, "n_ctx", 0), HK = dim_or(s, "n_head_kv", 0);
+    return (cells - 1) * kv_cell(s) + (HK - 1) * kv_head(s) + dim_or(s, "head_dim", 0);
+  }
   static int64_t out_q_block(int64_t q) { return q == 15 ? 256 : 32; }
   static int64_t out_q_row_bytes(int64_t q, int64_t n) { return n / out_q_block(q) * (q == 15 ? 292 : q == 9 ? 36 : 34); }
 
@@ -73,17 +96,40 @@ class AttentionOp final : public OpSpec {
       return invalid_argument("{}: KV cache of more than 2^30 values", name());
     if (!(elt::f32_dim(s, "scale_f32") > 0.0f) || elt::f32_dim(s, "softcap_f32") < 0.0f)
       return invalid_argument("{}: scale_f32 must be > 0 and softcap_f32 >= 0", name());
+    for (const char* d : {"q_tok", "q_head", "kv_cell", "kv_head"})
+      if (s.dims.count(d)) {
+        LOOM_RETURN_IF_ERROR(elt::require_dim(name(), s, d, 1, int64_t{1} << 24));
+        if (s.dims.at(d) % s.dims.at("head_dim"))  // whole heads keep the vector loads aligned
+          return invalid_argument("{}: {}={} is not a multiple of head_dim", name(), d, s.dims.at(d));
+      }
+    if (q_extent(s) > (int64_t{1} << 30) || kv_extent(s) > (int64_t{1} << 30))
+      return invalid_argument("{}: strided q or KV cache of more than 2^30 values", name());
+    if (const int64_t m = dim_or(s, "mask", 0); m != 0) {
+      if (m != 1) return invalid_argument("{}: mask={} is not 0 or 1", name(), m);
+      if (out_q(s)) return invalid_argument("{}: out_q with a mask", name());
+      if (s.dims.at("n_seq") != 1 || s.dims.at("n_swa") != 0)
+        return invalid_argument("{}: a mask takes the place of sequence slots and windows", name());
+      LOOM_RETURN_IF_ERROR(elt::require_dim(name(), s, "mask_stride", s.dims.at("n_ctx"), int64_t{1} << 24));
+      if (s.dims.at("n_tokens") * dim_or(s, "mask_stride", 0) > (int64_t{1} << 30))
+        return invalid_argument("{}: mask of more than 2^30 values", name());
+    }
     return Status();
   }
 
   std::vector<ArgSpec> args(const Shape& s) const override {
     const int64_t T = dim_or(s, "n_tokens", 0), H = dim_or(s, "n_head", 0), HK = dim_or(s, "n_head_kv", 0);
     const int64_t D = dim_or(s, "head_dim", 0), cells = dim_or(s, "n_seq", 1) * dim_or(s, "n_ctx", 0);
-    std::vector<ArgSpec> a = {elt::buffer_arg("q", ArgRole::kInput, T * H * D, Scalar::kF32),
-                              elt::buffer_arg("pos", ArgRole::kInput, T, Scalar::kI32)};
-    if (dim_or(s, "n_seq", 1) > 1) a.push_back(elt::buffer_arg("seq", ArgRole::kInput, T, Scalar::kI32));
-    a.push_back(elt::buffer_arg("k_cache", ArgRole::kInput, cells * HK * D, Scalar::kF16));
-    a.push_back(elt::buffer_arg("v_cache", ArgRole::kInput, cells * HK * D, Scalar::kF16));
+    std::vector<ArgSpec> a = {elt::buffer_arg("q", ArgRole::kInput, strided(s) ? q_extent(s) : T * H * D, Scalar::kF32)};
+    if (masked(s)) {
+      a.push_back(elt::buffer_arg("mask", ArgRole::kInput, (T - 1) * dim_or(s, "mask_stride", 0) + dim_or(s, "n_ctx", 0),
+                                  Scalar::kF16));
+    } else {
+      a.push_back(elt::buffer_arg("pos", ArgRole::kInput, T, Scalar::kI32));
+      if (dim_or(s, "n_seq", 1) > 1) a.push_back(elt::buffer_arg("seq", ArgRole::kInput, T, Scalar::kI32));
+    }
+    const int64_t kv = strided(s) ? kv_extent(s) : cells * HK * D;
+    a.push_back(elt::buffer_arg("k_cache", ArgRole::kInput, kv, Scalar::kF16));
+    a.push_back(elt::buffer_arg("v_cache", ArgRole::kInput, kv, Scalar::kF16));
     a.push_back(elt::buffer_arg("out", ArgRole::kOutput, T * H * D, Scalar::kF32));
     if (out_q(s)) a.push_back(elt::buffer_arg("xq", ArgRole::kOutput, T * out_q_row_bytes(out_q(s), H * D), Scalar::kU8));
     if (!prompt_) a.push_back(elt::buffer_arg("scratch", ArgRole::kScratch, T * H * kMaxSplits * (D + 2), Scalar::kF32));
@@ -120,7 +166,8 @@ class AttentionOp final : public OpSpec {
     }
     // cpu: exact = 1 is the reference's arithmetic (attention_exact.h), bit for bit; 0 the
     // one-pass online-softmax kernel below (within the tolerance).
-    if (!gpu) k.push_back({"exact", attention_exact_fits(s) ? std::vector<int64_t>{1, 0} : std::vector<int64_t>{0}});
+    const bool exact = attention_exact_fits(s) && !masked(s) && !strided(s);
+    if (!gpu) k.push_back({"exact", exact ? std::vector<int64_t>{1, 0} : std::vector<int64_t>{0}});
     if (gpu) {
       const int64_t qmax = prompt_ ? G * k[0].choices.back() : G;
       std::vector<int64_t> w;
@@ -157,6 +204,7 @@ class AttentionOp final : public OpSpec {
 
   void fill_inputs(const Shape& s, std::mt19937_64& rng, std::span<HostArg> a) const override {
     elt::size_buffers(args(s), a);
+    if (masked(s)) return fill_masked(s, rng, a);
     const int64_t T = s.dims.at("n_tokens"), n_ctx = s.dims.at("n_ctx"), n_seq = s.dims.at("n_seq");
     size_t i = 0;
     elt::fill_uniform(rng, elt::f32s(a[i++]), -1.0f, 1.0f);
@@ -178,6 +226,7 @@ class AttentionOp final : public OpSpec {
   }
 
   Status reference(const Shape& s, std::span<HostArg> a) const override {
+    if (masked(s)) return reference_masked(s, a);
     const int64_t T = s.dims.at("n_tokens"), n_ctx = s.dims.at("n_ctx"), n_seq = s.dims.at("n_seq");
     const int64_t H = s.dims.at("n_head"), HK = s.dims.at("n_head_kv"), D = s.dims.at("head_dim");
     llm::ref::AttentionParams p;
@@ -211,18 +260,107 @@ class AttentionOp final : public OpSpec {
                               {"n_seq", n_seq}, {"n_ctx", n_ctx}, {"n_swa", swa}},
                              {{"scale_f32", scale}, {"softcap_f32", cap}});
     };
+    // The masked form: in ggml's token-major layout (llama.cpp's graphs: the default strides),
+    // and head-major with q, K and V as separate heads of larger buffers (test-backend-ops').
+    auto masked_shape = [&](int64_t T, int64_t H, int64_t HK, int64_t D, int64_t n_ctx, int64_t stride, float cap,
+                            bool head_major) {
+      Shape m = shape(T, H, HK, D, 1, n_ctx, 0, 0.125f, cap);
+      m.dims["mask"] = 1;
+      m.dims["mask_stride"] = stride;
+      if (head_major) {
+        m.dims["q_tok"] = D;
+        m.dims["q_head"] = T * D;
+        m.dims["kv_cell"] = D;
+        m.dims["kv_head"] = 2 * n_ctx * D;
+      }
+      return m;
+    };
     if (!prompt_)
       return {shape(1, 9, 3, 64, 1, 300, 0, 0.125f, 0.0f),            // SmolLM2
               shape(1, 4, 1, 256, 1, 700, 512, 0.0625f, 0.0f),        // Gemma 3 270M, sliding window
               shape(1, 32, 8, 128, 1, 200, 0, 0.0883883f, 0.0f),      // Llama-3-8B
               shape(3, 8, 2, 64, 3, 100, 0, 0.125f, 20.0f),           // 3 sequences, soft-capping
-              shape(2, 2, 2, 32, 1, 40, 7, 0.17677669f, 0.0f)};       // tiny window
+              shape(2, 2, 2, 32, 1, 40, 7, 0.17677669f, 0.0f),        // tiny window
+              masked_shape(1, 9, 3, 64, 256, 256, 0.0f, false),
+              masked_shape(3, 8, 2, 64, 113, 120, 10.0f, true)};
     return {shape(7, 9, 3, 64, 1, 64, 0, 0.125f, 0.0f),
             shape(19, 4, 1, 256, 1, 64, 8, 0.0625f, 0.0f),
             shape(9, 32, 8, 128, 1, 40, 0, 0.0883883f, 0.0f),
             shape(5, 8, 2, 64, 2, 30, 0, 0.125f, 20.0f),
-            shape(33, 2, 1, 32, 1, 48, 0, 0.17677669f, 0.0f)};
+            shape(33, 2, 1, 32, 1, 48, 0, 0.17677669f, 0.0f),
+            masked_shape(19, 4, 1, 256, 64, 64, 0.0f, false),
+            masked_shape(7, 8, 2, 64, 48, 56, 0.0f, true)};
   }
+
+ private:
+  // Masked inputs: each token sees a random prefix of the keys (none for some), with holes and
+  // finite biases; the mask rows' padding and the strided buffers' gaps hold NaN / values that
+  // must not be read (the K/V gaps are random halves the reference never touches).
+  void fill_masked(const Shape& s, std::mt19937_64& rng, std::span<HostArg> a) const {
+    const int64_t T = s.dims.at("n_tokens"), n_ctx = s.dims.at("n_ctx"), ms = s.dims.at("mask_stride");
+    elt::fill_uniform(rng, elt::f32s(a[0]), -1.0f, 1.0f);
+    auto m = elt::f16s(a[1]);
+    std::fill(m.begin(), m.end(), uint16_t{0x7e00});  // NaN
+    std::uniform_int_distribution<int64_t> last(-1, n_ctx - 1);
+    std::uniform_real_distribution<float> bias(-2.0f, 0.0f), u(0.0f, 1.0f);
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t l = t == 0 && T > 1 ? -1 : last(rng);  // a token that sees nothing, when several
+      for (int64_t j = 0; j < n_ctx; ++j) {
+        const bool seen = j <= l && u(rng) < 0.9f;
+        m[static_cast<size_t>(t * ms + j)] = seen ? llm::ref::float_to_half(u(rng) < 0.5f ? 0.0f : bias(rng)) : uint16_t{0xfc00};
+      }
+    }
+    elt::fill_uniform_f16(rng, elt::f16s(a[2]), -1.0f, 1.0f);
+    elt::fill_uniform_f16(rng, elt::f16s(a[3]), -1.0f, 1.0f);
+  }
+
+  // softmax over the seen keys of (soft-capped q·k) * scale + mask, q rounded to fp16, in double.
+  Status reference_masked(const Shape& s, std::span<HostArg> a) const {
+    const int64_t T = s.dims.at("n_tokens"), H = s.dims.at("n_head"), HK = s.dims.at("n_head_kv");
+    const int64_t D = s.dims.at("head_dim"), n_ctx = s.dims.at("n_ctx"), ms = s.dims.at("mask_stride");
+    const double scale = elt::f32_dim(s, "scale_f32");
+    const float cap = elt::f32_dim(s, "softcap_f32");
+    const float* q = elt::f32s(a[0]).data();
+    const uint16_t* mask = elt::f16s(a[1]).data();
+    const uint16_t* kc = elt::f16s(a[2]).data();
+    const uint16_t* vc = elt::f16s(a[3]).data();
+    float* out = elt::f32s(a[4]).data();
+    std::vector<double> sc(static_cast<size_t>(n_ctx)), acc(static_cast<size_t>(D));
+    std::vector<float> q16(static_cast<size_t>(D));
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t hk = h / (H / HK);
+        for (int64_t d = 0; d < D; ++d)
+          q16[static_cast<size_t>(d)] = llm::ref::half_to_float(llm::ref::float_to_half(q[t * q_tok(s) + h * q_head(s) + d]));
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < n_ctx; ++j) {
+          const float mv = llm::ref::half_to_float(mask[t * ms + j]);
+          double& x = sc[static_cast<size_t>(j)];
+          x = -INFINITY;
+          if (!(mv > static_cast<float>(kNoMax))) continue;
+          const uint16_t* kr = kc + j * kv_cell(s) + hk * kv_head(s);
+          double dot = 0.0;
+          for (int64_t d = 0; d < D; ++d) dot += static_cast<double>(q16[static_cast<size_t>(d)]) * llm::ref::half_to_float(kr[d]);
+          if (cap > 0.0f) dot = std::tanh(dot / cap) * cap;
+          x = dot * scale + mv;
+          mx = std::max(mx, x);
+        }
+        std::fill(acc.begin(), acc.end(), 0.0);
+        double sum = 0.0;
+        for (int64_t j = 0; j < n_ctx; ++j) {
+          if (sc[static_cast<size_t>(j)] == -INFINITY) continue;
+          const double p = std::exp(sc[static_cast<size_t>(j)] - mx);
+          sum += p;
+          const uint16_t* vr = vc + j * kv_cell(s) + hk * kv_head(s);
+          for (int64_t d = 0; d < D; ++d) acc[static_cast<size_t>(d)] += p * llm::ref::half_to_float(vr[d]);
+        }
+        for (int64_t d = 0; d < D; ++d)
+          out[(t * H + h) * D + d] = sum > 0.0 ? static_cast<float>(acc[static_cast<size_t>(d)] / sum) : 0.0f;
+      }
+    return Status();
+  }
+
+ public:
 
  private:
   bool prompt_;
@@ -358,13 +496,17 @@ Status add_combine_q(Generated& g, const Shape& s, int32_t S, int scratch_arg, i
   return Status();
 }
 
+// A masked token that sees no key has l = 0 and an all-zero accumulator: dividing by 1
+// instead gives ggml's zeros (and leaves every other result as it was).
+Value* nonzero(ir::Builder& b, Value* l) { return b.select(b.cmp(ir::Mode::kGt, l, b.f32(0.0)), l, b.f32(1.0)); }
+
 // The combine body on amdgpu: loops over the splits instead of unrolled loads. Unrolled, the
 // splits' max and sum are 2 x S uniform loads that llc issues together into SGPRs (106 per
 // wave): at S = 64 they spill. Here M and the sum of l_s e^(m_s - M) are loop-carried, and each
 // value's loop reloads m_s (a uniform, cached load) for its factor; the same operations in the
 // same order as the unrolled form, so the same results.
 void combine_loops(ir::Builder& c, Value* sc, Value* o, Value* row, Value* base, int32_t S, int32_t D,
-                   int32_t threads) {
+                   int32_t threads, bool masked) {
   auto ci32 = [&](int64_t v) { return c.i32(static_cast<int32_t>(v)); };
   auto at = [&](Value* sp, int64_t off) { return c.add(base, c.add(c.mul(sp, ci32(D + 2)), ci32(off))); };
   Value* M = c.for_loop(ci32(0), ci32(S), ci32(1), {c.f32(kNoMax)}, [&](Value* sp, std::span<Value* const> acc) {
@@ -379,7 +521,7 @@ void combine_loops(ir::Builder& c, Value* sc, Value* o, Value* row, Value* base,
       Value* f = c.unary(ir::Op::kExp, c.sub(c.load(sc, at(sp, 0)), M));
       return std::vector<Value*>{c.fma(c.load(sc, c.add(at(sp, 2), d)), f, acc[0])};
     })[0];
-    c.store(o, c.add(c.mul(row, ci32(D)), d), c.div(sum_v, sum_l));
+    c.store(o, c.add(c.mul(row, ci32(D)), d), c.div(sum_v, masked ? nonzero(c, sum_l) : sum_l));
     return std::vector<Value*>{};
   });
 }
@@ -420,6 +562,8 @@ Result<Generated> AttentionOp::generate(const Shape& s, const Schedule& sch, ir:
   const int32_t swa = static_cast<int32_t>(s.dims.at("n_swa"));
   const bool multi_seq = s.dims.at("n_seq") > 1;
   const float scale = elt::f32_dim(s, "scale_f32"), cap = elt::f32_dim(s, "softcap_f32");
+  const bool mk = masked(s), st = strided(s);
+  const int32_t ms = static_cast<int32_t>(dim_or(s, "mask_stride", 0));
   const bool gpu = elt::gpu_target(t);
   if (!gpu && sch.at("exact") == 1) return attention_exact_cpu(s, args(s));
   const int32_t S = prompt_ ? 1 : static_cast<int32_t>(sch.at("splits"));
@@ -447,7 +591,8 @@ Result<Generated> AttentionOp::generate(const Shape& s, const Schedule& sch, ir:
   ir::Builder b(*k);
   const Type fp = elt::global_ptr(Scalar::kF32), ip = elt::global_ptr(Scalar::kI32), hp = elt::global_ptr(Scalar::kF16);
   Value* qbuf = b.param(fp, "q");
-  Value* pos_buf = b.param(ip, "pos");
+  Value* pos_buf = mk ? nullptr : b.param(ip, "pos");
+  Value* mask_buf = mk ? b.param(hp, "mask") : nullptr;
   Value* seq_buf = multi_seq ? b.param(ip, "seq") : nullptr;
   Value* kc = b.param(hp, "k_cache");
   Value* vc = b.param(hp, "v_cache");
@@ -469,6 +614,12 @@ Result<Generated> AttentionOp::generate(const Shape& s, const Schedule& sch, ir:
   Value* khi = nullptr;
   for (int tt = 0; tt < QT; ++tt) {
     tok[tt] = b.min(b.add(t0, i32(tt)), i32(T - 1));
+    if (mk) {  // every key is a candidate; the mask decides
+      lo[tt] = i32(0);
+      klo = i32(0);
+      khi = i32(n_ctx);
+      continue;
+    }
     pos[tt] = b.load(pos_buf, tok[tt]);
     lo[tt] = swa > 0 ? b.max(i32(0), b.sub(pos[tt], i32(swa - 1))) : i32(0);
     Value* hi = b.add(pos[tt], i32(1));
@@ -483,6 +634,15 @@ Result<Generated> AttentionOp::generate(const Shape& s, const Schedule& sch, ir:
   Value* s1 = b.min(khi, b.add(s0, chunk));
 
   auto splat = [&](Value* v) { return sl.width > 1 ? b.splat(v, sl.width) : v; };
+  // Where head h of token `tk` starts in q.
+  auto q_at = [&](Value* tk, Value* h) {
+    return st ? b.add(b.mul(tk, i32(q_tok(s))), b.mul(h, i32(q_head(s)))) : b.mul(b.add(b.mul(tk, i32(H)), h), i32(D));
+  };
+  // The mask value of token `tk` for key j, and whether the key is seen at all.
+  auto mask_of = [&](Value* tk, Value* j) {
+    Value* mv = b.convert(b.load(mask_buf, b.add(b.mul(tk, i32(ms)), j)), ty::f32);
+    return std::pair{mv, b.cmp(ir::Mode::kGt, mv, b.f32(kNoMax))};
+  };
   // Where a query's result goes: out (one split) or its split's partial in scratch.
   auto out_index = [&](Value* qi_tok, Value* h) { return b.mul(b.add(b.mul(qi_tok, i32(H)), h), i32(D)); };
   auto part_index = [&](Value* qi_tok, Value* h) {
@@ -496,8 +656,8 @@ Result<Generated> AttentionOp::generate(const Shape& s, const Schedule& sch, ir:
     Value* qloc = b.alloc_local(Scalar::kF32, int64_t{Q} * D);
     Value* aloc = b.alloc_local(Scalar::kF32, int64_t{Q} * D);
     Value* mloc = b.alloc_local(Scalar::kF32, int64_t{Q} * 2);
-    Value* ploc = b.alloc_local(Scalar::kI32, int64_t{QT} * 2);  // per token: first key, position
-    for (int tt = 0; tt < QT; ++tt) {
+    Value* ploc = mk ? nullptr : b.alloc_local(Scalar::kI32, int64_t{QT} * 2);  // per token: first key, position
+    for (int tt = 0; tt < QT && !mk; ++tt) {
       b.store(ploc, i32(2 * tt), lo[tt]);
       b.store(ploc, i32(2 * tt + 1), pos[tt]);
     }
@@ -505,7 +665,7 @@ Result<Generated> AttentionOp::generate(const Shape& s, const Schedule& sch, ir:
     b.for_loop(i32(0), i32(Q), i32(1), {}, [&](Value* qi, std::span<Value* const>) {
       Value* tokq = b.min(b.add(t0, b.div(qi, i32(G))), i32(T - 1));
       Value* h = b.add(b.mul(hk, i32(G)), b.rem(qi, i32(G)));
-      Value* src = b.mul(b.add(b.mul(tokq, i32(H)), h), i32(D));
+      Value* src = q_at(tokq, h);
       Value* dst = b.mul(qi, i32(D));
       b.for_loop(i32(0), i32(D), i32(sl.width), {}, [&](Value* d, std::span<Value* const>) {
         Value* x = b.load(qbuf, b.add(src, d), vt, align_f32);
@@ -518,11 +678,18 @@ Result<Generated> AttentionOp::generate(const Shape& s, const Schedule& sch, ir:
       return std::vector<Value*>{};
     });
     b.for_loop(s0, s1, i32(1), {}, [&](Value* j, std::span<Value* const>) {
-      Value* row = b.add(b.mul(b.add(cell_base, j), i32(row_stride)), b.mul(hk, i32(D)));
+      Value* row = st ? b.add(b.mul(b.add(cell_base, j), i32(kv_cell(s))), b.mul(hk, i32(kv_head(s))))
+                      : b.add(b.mul(b.add(cell_base, j), i32(row_stride)), b.mul(hk, i32(D)));
       b.for_loop(i32(0), i32(Q), i32(1), {}, [&](Value* qi, std::span<Value* const>) {
-        Value* tt2 = b.mul(b.div(qi, i32(G)), i32(2));
-        Value* valid = b.bit_and(b.cmp(ir::Mode::kGe, j, b.load(ploc, tt2)),
-                                 b.cmp(ir::Mode::kLe, j, b.load(ploc, b.add(tt2, i32(1)))));
+        Value* valid = nullptr;
+        Value* mv = nullptr;
+        if (mk) {
+          std::tie(mv, valid) = mask_of(b.min(b.add(t0, b.div(qi, i32(G))), i32(T - 1)), j);
+        } else {
+          Value* tt2 = b.mul(b.div(qi, i32(G)), i32(2));
+          valid = b.bit_and(b.cmp(ir::Mode::kGe, j, b.load(ploc, tt2)),
+                            b.cmp(ir::Mode::kLe, j, b.load(ploc, b.add(tt2, i32(1)))));
+        }
         b.if_then_else(valid, {}, [&] {
           Value* qb = b.mul(qi, i32(D));
           auto dot = b.for_loop(i32(0), i32(D), i32(sl.width), {zero}, [&](Value* d, std::span<Value* const> it) {
@@ -532,6 +699,7 @@ Result<Generated> AttentionOp::generate(const Shape& s, const Schedule& sch, ir:
           Value* sc = elt::horizontal_sum(b, dot[0]);
           if (cap > 0.0f) sc = b.mul(b.unary(ir::Op::kTanh, b.mul(sc, b.f32(1.0f / cap))), b.f32(cap));
           sc = b.mul(sc, b.f32(scale));
+          if (mk) sc = b.add(sc, mv);
           Value* mi = b.mul(qi, i32(2));
           Value* m = b.load(mloc, mi);
           Value* m_new = b.max(m, sc);
@@ -566,7 +734,7 @@ Result<Generated> AttentionOp::generate(const Shape& s, const Schedule& sch, ir:
           b.store(scratch, b.add(base, i32(1)), l);
           base = b.add(base, i32(2));
         }
-        Value* lv = splat(l);
+        Value* lv = splat(mk && S == 1 ? nonzero(b, l) : l);
         b.for_loop(i32(0), i32(D), i32(sl.width), {}, [&](Value* d, std::span<Value* const>) {
           Value* a = b.load(aloc, b.add(qb, d), vt, align_f32);
           if (S == 1) b.store(out, b.add(base, d), b.div(a, lv), align_f32);
@@ -582,7 +750,7 @@ Result<Generated> AttentionOp::generate(const Shape& s, const Schedule& sch, ir:
     std::vector<std::vector<Value*>> qv(Q);
     for (int qi = 0; qi < Q; ++qi) {
       Value* h = b.add(b.mul(hk, i32(G)), i32(qi % G));
-      Value* base = b.add(b.mul(b.add(b.mul(tok[qi / G], i32(H)), h), i32(D)), lane_off);
+      Value* base = b.add(q_at(tok[qi / G], h), lane_off);
       for (int c = 0; c < sl.chunks; ++c) {
         Value* x = b.load(qbuf, b.add(base, i32(c * sl.width)), sl.f32(), align_f32);
         qv[qi].push_back(b.convert(b.convert(x, sl.f16()), sl.f32()));
@@ -598,12 +766,15 @@ Result<Generated> AttentionOp::generate(const Shape& s, const Schedule& sch, ir:
       for (int c = 0; c < sl.chunks; ++c) inits.push_back(b.const_float(sl.f32(), 0.0));
     }
     auto state = b.for_loop(b.add(s0, warp), s1, i32(W), inits, [&](Value* j, std::span<Value* const> it) {
-      Value* row = b.add(b.mul(b.add(cell_base, j), i32(row_stride)), b.add(b.mul(hk, i32(D)), lane_off));
+      Value* row = st ? b.add(b.mul(b.add(cell_base, j), i32(kv_cell(s))), b.add(b.mul(hk, i32(kv_head(s))), lane_off))
+                      : b.add(b.mul(b.add(cell_base, j), i32(row_stride)), b.add(b.mul(hk, i32(D)), lane_off));
       std::vector<Value*> kv, vv;
       for (int c = 0; c < sl.chunks; ++c) {
         kv.push_back(b.convert(b.load(kc, b.add(row, i32(c * sl.width)), sl.f16(), align_f16), sl.f32()));
         vv.push_back(b.convert(b.load(vc, b.add(row, i32(c * sl.width)), sl.f16(), align_f16), sl.f32()));
       }
+      std::vector<std::pair<Value*, Value*>> seen;  // per token of the tile: mask value, seen
+      for (int tt = 0; tt < QT && mk; ++tt) seen.push_back(mask_of(tok[tt], j));
       std::vector<Value*> next;
       for (int qi = 0; qi < Q; ++qi) {
         Value* dot = b.mul(qv[qi][0], kv[0]);
@@ -613,7 +784,8 @@ Result<Generated> AttentionOp::generate(const Shape& s, const Schedule& sch, ir:
         if (cap > 0.0f) sc = b.mul(b.unary(ir::Op::kTanh, b.mul(sc, b.f32(1.0f / cap))), b.f32(cap));
         sc = b.mul(sc, b.f32(scale));
         const int tt = qi / G;
-        Value* valid = b.bit_and(b.cmp(ir::Mode::kGe, j, lo[tt]), b.cmp(ir::Mode::kLe, j, pos[tt]));
+        if (mk) sc = b.add(sc, seen[tt].first);
+        Value* valid = mk ? seen[tt].second : b.bit_and(b.cmp(ir::Mode::kGe, j, lo[tt]), b.cmp(ir::Mode::kLe, j, pos[tt]));
         Value* m = it[qi * per_q];
         Value* l = it[qi * per_q + 1];
         Value* m_new = b.select(valid, b.max(m, sc), m);
@@ -659,7 +831,7 @@ Result<Generated> AttentionOp::generate(const Shape& s, const Schedule& sch, ir:
       }
       b.if_then_else(b.cmp(ir::Mode::kLt, qt, i32(T)), {}, [&] {
         if (!combine) {
-          b.store(out, b.add(out_index(qt, h), d), b.div(A, L));
+          b.store(out, b.add(out_index(qt, h), d), b.div(A, mk ? nonzero(b, L) : L));
         } else {
           Value* base = part_index(qt, h);
           b.store(scratch, b.add(base, b.add(d, i32(2))), A);
@@ -685,7 +857,7 @@ Result<Generated> AttentionOp::generate(const Shape& s, const Schedule& sch, ir:
   l.kernel = k->name;
   l.grid = {static_cast<uint32_t>(HK), static_cast<uint32_t>((T + QT - 1) / QT), static_cast<uint32_t>(S)};
   l.block = {static_cast<uint32_t>(32 * W), 1, 1};
-  for (const char* n : {"q", "pos", "seq", "k_cache", "v_cache", "out", "scratch"})
+  for (const char* n : {"q", "pos", "mask", "seq", "k_cache", "v_cache", "out", "scratch"})
     if (arg_index(n) >= 0 && (std::string_view(n) != "scratch" || combine)) l.args.push_back(arg_index(n));
   if (!gpu) l.block = {1, 1, 1};
   g.launches.push_back(l);
@@ -703,7 +875,7 @@ Result<Generated> AttentionOp::generate(const Shape& s, const Schedule& sch, ir:
     Value* base = c.mul(row, ci32(int64_t{S} * (D + 2)));
     const int32_t threads = gpu ? std::min<int32_t>(D, 128) : 1;
     if (t == ir::TargetKind::kAmdgpu) {
-      combine_loops(c, sc, o, row, base, S, D, threads);
+      combine_loops(c, sc, o, row, base, S, D, threads, mk);
     } else {
       // The split loops are unrolled (S <= kMaxSplits is known here): every split's max, sum and
       // value are loaded together, one trip to memory instead of one per split; the sums are
@@ -725,7 +897,7 @@ Result<Generated> AttentionOp::generate(const Shape& s, const Schedule& sch, ir:
           sum_l = c.fma(l[sp], f, sum_l);
           sum_v = c.fma(v[sp], f, sum_v);
         }
-        c.store(o, c.add(c.mul(row, ci32(D)), d), c.div(sum_v, sum_l));
+        c.store(o, c.add(c.mul(row, ci32(D)), d), c.div(sum_v, mk ? nonzero(c, sum_l) : sum_l));
         return std::vector<Value*>{};
       });
     }
