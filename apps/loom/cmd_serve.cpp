@@ -14,6 +14,7 @@
 
 #include "cli.h"
 #include "device_flags.h"
+#include "gen_flags.h"
 #include "option_flags.h"
 #include "loom/base/file.h"
 #include "loom/base/thread_pool.h"
@@ -43,6 +44,7 @@ struct ServeFlags {
   DeviceFlags placement;  // --device and -ngl as given
   std::string device;     // what they resolve to; "": exec::default_device()
   int64_t n_batch = 512;
+  std::string cache_type_k = "f16", cache_type_v = "f16";
   std::string api_key;
   size_t max_queue = 64;
   serve::HttpLimits limits;
@@ -101,7 +103,8 @@ Status serve(const ServeFlags& f) {
   eo.n_threads = f.n_threads;
   eo.n_batch = f.n_batch;
   eo.n_seq = f.parallel;
-  eo.make_backend = [device = f.device, threads = f.n_threads]() { return exec::make_backend(device, threads); };
+  const llm::KvCacheTypes kv{*llm::ggml_type_from_name(f.cache_type_k), *llm::ggml_type_from_name(f.cache_type_v)};
+  eo.make_backend = [device = f.device, threads = f.n_threads, kv]() { return exec::make_backend(device, threads, kv); };
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<llm::Engine> engine, llm::Engine::create(*model, eo));
   if (f.prepare) LOOM_RETURN_IF_ERROR(prepare_steps(*engine, f, engine->n_ctx()));
 
@@ -170,6 +173,7 @@ LOOM_COMMAND(kServe, "serve", "OpenAI-compatible HTTP server with continuous bat
   add_device_flags(app, f->placement);
   app.add_option("-b,--batch-size", f->n_batch, "tokens per batched step (decode tokens + prompt chunks)")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  add_cache_type_flags(app, f->cache_type_k, f->cache_type_v);
   bind_option(app.add_option("--api-key", f->api_key, "require 'Authorization: Bearer KEY' on /v1/* (default: $LOOM_API_KEY)"),
               opt::Opt::kApiKey);
   app.add_option("--max-queue", f->max_queue, "requests that may wait for a slot; more get 503")->capture_default_str();

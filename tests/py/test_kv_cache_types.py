@@ -100,3 +100,21 @@ def test_cache_type_errors(loom_bin, model):
                  "--cache-type-v", "q8_0", check=False)
     assert r.returncode == 1, r.stderr
     assert "runs on --device cpu-ref only" in r.stderr and r.stderr.startswith("loom: error"), r.stderr
+
+
+def test_server_with_q8_0_cache_answers_as_run(loom_bin, model):
+    """`loom serve` with a q8_0 K and V cache and two slots: a completion (asked twice, the
+    second time from the prefix cache) is the greedy text `loom run` gives with the same cache."""
+    import requests
+    from conftest import LoomServer
+    kv = ["--cache-type-k", "q8_0", "--cache-type-v", "q8_0"]
+    prompt = "Hello, world"
+    out = run_loom(loom_bin, "run", "-m", model, "-p", prompt, "-n", "12", "--temp", "0", "--ignore-eos", "--json",
+                   "--device", "cpu-ref", *kv)
+    want = json.loads(out.stdout)["text"]
+    with LoomServer(loom_bin, model, "--device", "cpu-ref", "--parallel", "2", "-c", "256", *kv) as s:
+        for _ in range(2):
+            r = requests.post(s.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 12, "temperature": 0,
+                                                               "ignore_eos": True}, timeout=120)
+            assert r.status_code == 200, r.text
+            assert r.json()["choices"][0]["text"] == want
