@@ -42,7 +42,7 @@ class MatmulMmaOp final : public OpSpec {
  public:
   std::string_view name() const override { return "matmul_mma"; }
   std::string_view description() const override {
-    return "y = x W^T for prompts on tensor cores (mma m16n8k16): weights (Q4_0, Q8_0, Q4_K, Q6_K) dequantized to f16 "
+    return "y = x W^T for prompts on tensor cores (mma m16n8k16): weights (Q4_0, Q8_0, Q2_K, Q3_K, Q4_K, Q6_K, IQ4_NL, IQ4_XS) dequantized to f16 "
            "tiles, f32 activations rounded to f16, f32 accumulation";
   }
 
@@ -50,7 +50,8 @@ class MatmulMmaOp final : public OpSpec {
     LOOM_ASSIGN_OR_RETURN(GgmlType wt, shape_type(s, "wtype"));
     MFormat f{};
     if (!m_format(wt, &f))
-      return invalid_argument("matmul_mma: weight type {} is not supported (Q4_0, Q8_0, Q4_K, Q6_K)", llm::ggml_type_name(wt));
+      return invalid_argument("matmul_mma: weight type {} is not supported (Q4_0, Q8_0, Q2_K, Q3_K, Q4_K, Q6_K, IQ4_NL, IQ4_XS)",
+                              llm::ggml_type_name(wt));
     LOOM_ASSIGN_OR_RETURN(int64_t n_in, s.get("n_in"));
     LOOM_ASSIGN_OR_RETURN(int64_t n_out, s.get("n_out"));
     LOOM_ASSIGN_OR_RETURN(int64_t nt, s.get("n_tokens"));
@@ -63,6 +64,9 @@ class MatmulMmaOp final : public OpSpec {
       return invalid_argument("matmul_mma: xtype={} (0: f32 activations, 1: f16)", s.at("xtype"));
     if (s.dims.count("planar") && s.at("planar") != 0 && s.at("planar") != 1)
       return invalid_argument("matmul_mma: planar={} (0: GGUF rows, 1: matvec_gpu's planar layout)", s.at("planar"));
+    llm::PlanarGeometry pg;
+    if (s.dims.count("planar") && s.at("planar") == 1 && !llm::planar_geometry(wt, &pg))
+      return invalid_argument("matmul_mma: {} has no planar layout", llm::ggml_type_name(wt));
     return Status();
   }
 
@@ -201,6 +205,10 @@ class MatmulMmaOp final : public OpSpec {
       add(512, 19, 17, t);
       add(1024, 130, 64, t);
     }
+    // The formats read from files only (GGUF rows, f16 activations as the engine gives them).
+    for (GgmlType t : {GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::IQ4_XS, GgmlType::IQ4_NL})
+      out.push_back({{{"n_in", t == GgmlType::IQ4_NL ? 96 : 512}, {"n_out", 19}, {"n_tokens", 17},
+                      {"wtype", static_cast<int64_t>(t)}, {"xtype", 1}}});
     // f16 activations (converted once per step by quantize_act).
     out.push_back({{{"n_in", 576}, {"n_out", 200}, {"n_tokens", 70}, {"wtype", 2}, {"xtype", 1}}});
     out.push_back({{{"n_in", 1024}, {"n_out", 130}, {"n_tokens", 64}, {"wtype", 12}, {"xtype", 1}}});

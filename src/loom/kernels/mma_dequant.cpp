@@ -2,6 +2,8 @@
 // the per-format unpacking to f16-rounded values.
 #include "loom/kernels/mma_dequant.h"
 
+#include "loom/gguf/quant_blocks.h"
+
 namespace loom::kernels::mma {
 namespace {
 
@@ -34,6 +36,10 @@ bool m_format(GgmlType t, MFormat* f) {
     case GgmlType::Q8_0: *f = {32, 34}; return true;
     case GgmlType::Q4_K: *f = {256, 144}; return true;
     case GgmlType::Q6_K: *f = {256, 210}; return true;
+    case GgmlType::Q2_K: *f = {256, 84}; return true;
+    case GgmlType::Q3_K: *f = {256, 110}; return true;
+    case GgmlType::IQ4_NL: *f = {32, 18}; return true;
+    case GgmlType::IQ4_XS: *f = {256, 136}; return true;
     default: return false;
   }
 }
@@ -233,6 +239,98 @@ Unpack16 dequant16_split(Emit& b, GgmlType t, Value* w, const WLayout& L, Value*
             out.push_back(b.mul(ds, b.convert(q, ty::f32)));
           }
         }
+        return out;
+      };
+    }
+    case GgmlType::IQ4_NL:
+    case GgmlType::IQ4_XS: {
+      // 16 quants = one nibble half of 16 bytes; x = d (IQ4_XS: d * (scale - 32)) * value[q].
+      const bool xs = t == GgmlType::IQ4_XS;
+      blk = b.convert(b.div(k0, b.i32(xs ? 256 : 32)), ty::i64);
+      Value* sb = xs ? b.rem(b.div(k0, b.i32(32)), b.i32(8)) : nullptr;  // IQ4_XS sub-block
+      Value* half = b.rem(b.div(k0, b.i32(16)), b.i32(2));
+      Value* dh = b.load_at(w, hdr(b.i64(0)), ty::u16, 2);
+      Value* shh = xs ? b.load_at(w, hdr(b.i64(2)), ty::u16, 2) : nullptr;
+      Value* slb = xs ? b.load_at(w, hdr(b.add(b.i64(4), b.convert(b.div(sb, b.i32(2)), ty::i64))),
+                                  Type::scalar(Scalar::kU8), 1)
+                      : nullptr;
+      auto hs = halves8(xs ? b.add(b.i64(8), b.convert(b.mulc(sb, 16), ty::i64)) : b.i64(2));
+      return [&b, dh, shh, slb, sb, half, hs, xs] {
+        Value* d = b.convert(b.bitcast(dh, ty::f16), ty::f32);
+        if (xs) {
+          Value* lo = b.andc(b.shr(b.convert(slb, ty::i32), b.mulc(b.rem(sb, b.i32(2)), 4)), 0xF);
+          Value* hi = b.andc(b.shr(b.convert(shh, ty::i32), b.mulc(sb, 2)), 3);
+          d = b.mul(d, b.convert(b.addc(b.bit_or(lo, b.shlc(hi, 4)), -32), ty::f32));
+        }
+        Value* sh = b.convert(b.mulc(half, 4), ty::u32);
+        std::vector<Value*> out;
+        for (Value* h : hs())
+          for (int j = 0; j < 2; ++j) {
+            Value* q = b.bitcast(b.andc(b.shr(b.shrc(h, 8 * j), sh), 0xF), ty::i32);
+            // value[q] by a select tree on q's bits
+            std::vector<Value*> level;
+            for (int v : llm::kIq4nlValues) level.push_back(b.f32(static_cast<float>(v)));
+            for (int bit = 0; bit < 4; ++bit) {
+              Value* set = b.cmp(Mode::kNe, b.andc(q, 1 << bit), b.i32(0));
+              std::vector<Value*> next;
+              for (size_t i = 0; i < level.size(); i += 2) next.push_back(b.select(set, level[i + 1], level[i]));
+              level = std::move(next);
+            }
+            out.push_back(b.mul(d, level[0]));
+          }
+        return out;
+      };
+    }
+    case GgmlType::Q2_K:
+    case GgmlType::Q3_K: {
+      // Elements 128 h + 32 k + l0 .. + 15 (l0 0 or 16): 2-bit quants at bits 2k of qs[32 h + l],
+      // sub-block 8 h + 2 k + l0 / 16. Q2_K: x = d (sc & 15) q - dmin (sc >> 4); Q3_K: x =
+      // d (scale - 32) (q - 4 unless bit 4h + k of hmask[l] is set).
+      const bool q3 = t == GgmlType::Q3_K;
+      blk = b.convert(b.div(k0, b.i32(256)), ty::i64);
+      Value* e0 = b.rem(k0, b.i32(256));
+      Value* h = b.div(e0, b.i32(128));
+      Value* k = b.rem(b.div(e0, b.i32(32)), b.i32(4));
+      Value* l0 = b.rem(e0, b.i32(32));
+      Value* sub = b.add(b.add(b.mulc(h, 8), b.mulc(k, 2)), b.div(l0, b.i32(16)));
+      auto u8 = [&](Value* off) { return b.load_at(w, body(off), Type::scalar(Scalar::kU8), 1); };
+      auto i64 = [&](Value* v) { return b.convert(v, ty::i64); };
+      Value* dh = b.load_at(w, body(b.i64(q3 ? 108 : 80)), ty::u16, 2);
+      Value* dminh = q3 ? nullptr : b.load_at(w, body(b.i64(82)), ty::u16, 2);
+      Value* sc0 = q3 ? u8(b.add(b.i64(96), i64(b.rem(sub, b.i32(8))))) : u8(i64(sub));
+      Value* sc1 = q3 ? u8(b.add(b.i64(104), i64(b.rem(sub, b.i32(4))))) : nullptr;
+      auto qs = halves8(b.add(b.i64(q3 ? 32 : 16), i64(b.add(b.mulc(h, 32), l0))));
+      std::function<std::vector<Value*>()> hm;
+      if (q3) hm = halves8(i64(l0));
+      return [&b, q3, dh, dminh, sc0, sc1, sub, h, k, qs, hm] {
+        Value* d = b.convert(b.bitcast(dh, ty::f16), ty::f32);
+        Value* a = b.convert(sc0, ty::i32);
+        Value* dl;
+        Value* ml = nullptr;
+        if (q3) {
+          Value* lo = b.select(b.cmp(Mode::kLt, sub, b.i32(8)), b.andc(a, 0xF), b.shrc(a, 4));
+          Value* hi = b.andc(b.shr(b.convert(sc1, ty::i32), b.mulc(b.div(sub, b.i32(4)), 2)), 3);
+          dl = b.mul(d, b.convert(b.addc(b.bit_or(lo, b.shlc(hi, 4)), -32), ty::f32));
+        } else {
+          dl = b.mul(d, b.convert(b.andc(a, 0xF), ty::f32));
+          ml = b.mul(b.convert(b.bitcast(dminh, ty::f16), ty::f32), b.convert(b.shrc(a, 4), ty::f32));
+        }
+        Value* sh = b.convert(b.mulc(k, 2), ty::u32);
+        Value* hb = b.convert(b.add(b.mulc(h, 4), k), ty::u32);
+        const std::vector<Value*> q8 = qs();
+        const std::vector<Value*> h8 = q3 ? hm() : std::vector<Value*>{};
+        std::vector<Value*> out;
+        for (int i = 0; i < 8; ++i)
+          for (int j = 0; j < 2; ++j) {
+            Value* q = b.bitcast(b.andc(b.shr(b.shrc(q8[static_cast<size_t>(i)], 8 * j), sh), 3), ty::i32);
+            if (q3) {
+              Value* set = b.andc(b.shr(b.shrc(h8[static_cast<size_t>(i)], 8 * j), hb), 1);
+              q = b.sub(q, b.select(b.cmp(Mode::kNe, set, b.c(ty::u32, 0)), b.i32(0), b.i32(4)));
+              out.push_back(b.mul(dl, b.convert(q, ty::f32)));
+            } else {
+              out.push_back(b.sub(b.mul(dl, b.convert(q, ty::f32)), ml));
+            }
+          }
         return out;
       };
     }
