@@ -22,9 +22,11 @@ CLAIMED = {
     "ROPE": {"f32"},
     "SCALE": {"f32"},
     "RMS_NORM": {"f32"},
-    "GET_ROWS": {"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_K", "q6_K"},
+    "GET_ROWS": {"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q6_K",
+                 "iq4_nl", "iq4_xs"},
     "SET_ROWS": {"f32", "f16"},
-    "MUL_MAT": {"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_K", "q5_K", "q6_K"},
+    "MUL_MAT": {"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K",
+                "iq4_nl", "iq4_xs"},
     "FLASH_ATTN_EXT": {"f16"},   # K/V type; q and the result f32, the mask f16
 }
 # Ops whose claimed cases run here only in part (test-backend-ops -p), with why. FLASH_ATTN_EXT:
