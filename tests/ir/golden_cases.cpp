@@ -309,6 +309,56 @@ GoldenRun warp_sum(std::mt19937& rng) {
   return run;
 }
 
+// warp_ops: per warp of 32 threads, the sum (within rounding: the order is the butterfly's), max
+// and min of x and the exact i32 sum, max and min of k in every lane; the shuffles exactly.
+GoldenRun warp_ops(std::mt19937& rng) {
+  const int blocks = uniform_int(rng, 1, 6), n = blocks * 64;
+  const int m = uniform_int(rng, 0, 31);
+  auto x = random_floats(rng, n, -4, 4);
+  std::vector<int32_t> k(n);
+  for (auto& v : k) v = uniform_int(rng, -1000000, 1000000);
+  GoldenRun run;
+  run.buffers = {to_bytes(x), to_bytes(k), output(n * 24), output(n * 24)};
+  run.args = {buf(0), buf(1), buf(2), buf(3), scalar<int32_t>(m)};
+  run.block = {64, 1, 1};
+  run.grid = {static_cast<uint32_t>(blocks), 1, 1};
+  run.check = [x, k, n, m](const std::vector<std::vector<uint8_t>>& out) -> std::string {
+    const auto fo = from_bytes<float>(out[2]);
+    const auto io = from_bytes<int32_t>(out[3]);
+    for (int i = 0; i < n; ++i) {
+      const int w = i & ~31;
+      double sum = 0, mag = 0;
+      float mx = x[w], mn = x[w];
+      int64_t isum = 0;
+      int32_t imx = k[w], imn = k[w];
+      for (int j = w; j < w + 32; ++j) {
+        sum += x[j];
+        mag += std::fabs(x[j]);
+        mx = std::max(mx, x[j]);
+        mn = std::min(mn, x[j]);
+        isum += k[j];
+        imx = std::max(imx, k[j]);
+        imn = std::min(imn, k[j]);
+      }
+      const int xi = w + ((i - w) ^ 3), x21 = w + ((i - w) ^ 21), xm = w + ((i - w) ^ m);
+      const int x12 = w + ((i - w) ^ 12), x16 = w + ((i - w) ^ 16);
+      const float* f = &fo[static_cast<size_t>(6 * i)];
+      const int32_t* g = &io[static_cast<size_t>(6 * i)];
+      if (!(std::fabs(f[0] - sum) <= 1e-6 * mag + 1e-6)) return fmt::format("lane {}: f32 sum {} want {}", i, f[0], sum);
+      if (f[0] != fo[static_cast<size_t>(6 * w)]) return fmt::format("lane {}: f32 sum {} differs from lane {}'s {}", i, f[0], w, fo[6 * w]);
+      if (f[1] != mx || f[2] != mn) return fmt::format("lane {}: f32 max/min {} {} want {} {}", i, f[1], f[2], mx, mn);
+      if (f[3] != x[xi] || f[4] != x[x21] || f[5] != x[xm])
+        return fmt::format("lane {}: f32 shfl.xor 3/21/{} got {} {} {} want {} {} {}", i, m, f[3], f[4], f[5], x[xi], x[x21], x[xm]);
+      if (g[0] != static_cast<int32_t>(isum) || g[1] != imx || g[2] != imn)
+        return fmt::format("lane {}: i32 sum/max/min {} {} {} want {} {} {}", i, g[0], g[1], g[2], isum, imx, imn);
+      if (g[3] != k[x12] || g[4] != k[x16] || g[5] != k[xm])
+        return fmt::format("lane {}: i32 shfl.xor 12/16/{} got {} {} {} want {} {} {}", i, m, g[3], g[4], g[5], k[x12], k[x16], k[xm]);
+    }
+    return "";
+  };
+  return run;
+}
+
 GoldenRun mma_tile(std::mt19937& rng) {
   int tiles = uniform_int(rng, 1, 8);
   std::vector<uint16_t> a(tiles * 256), b(tiles * 128);
@@ -595,6 +645,7 @@ const std::vector<GoldenCase>& golden_cases() {
       {"convert_half", true, convert_half},
       {"dot4_lanes", true, dot4_lanes},
       {"warp_sum", false, warp_sum},
+      {"warp_ops", false, warp_ops},
       {"mma_tile", false, mma_tile},
       {"mma_s8_tile", false, mma_s8_tile},
       {"ldmatrix_tile", false, ldmatrix_tile},

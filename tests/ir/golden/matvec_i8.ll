@@ -32,7 +32,7 @@ loop1.body:
   %t13 = sext i32 %v_j to i64
   %t14 = getelementptr inbounds i32, ptr addrspace(1) %v_x, i64 %t13
   %v_b = load i32, ptr addrspace(1) %t14, align 4
-  %v_s2 = call i32 @llvm.amdgcn.sdot4(i32 %v_a, i32 %v_b, i32 %v_s, i1 false)
+  %v_s2 = call i32 @llvm.amdgcn.sudot4(i1 true, i32 %v_a, i1 true, i32 %v_b, i32 %v_s, i1 false)
   %t15 = add i32 %v_j, 1
   br label %loop1
 loop1.exit:
@@ -53,7 +53,7 @@ if0.end:
 }
 
 declare ptr addrspace(4) @llvm.amdgcn.dispatch.ptr()
-declare i32 @llvm.amdgcn.sdot4(i32, i32, i32, i1)
+declare i32 @llvm.amdgcn.sudot4(i1, i32, i1, i32, i32, i1)
 declare i32 @llvm.amdgcn.workgroup.id.x()
 declare i32 @llvm.amdgcn.workitem.id.x()
 

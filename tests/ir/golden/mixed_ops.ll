@@ -181,7 +181,7 @@ if0.then:
   %t134 = trunc i32 %t114 to i8
   %t135 = sub i8 %t133, %t134
   %t136 = zext i8 %t135 to i32
-  %v_i12 = call i32 @llvm.amdgcn.sdot4(i32 %v_a, i32 %t114, i32 7, i1 false)
+  %v_i12 = call i32 @llvm.amdgcn.sudot4(i1 true, i32 %v_a, i1 true, i32 %t114, i32 7, i1 false)
   %t137 = fmul float %v_xv, 0x4059000000000000
   %t138 = fptosi float %t137 to i32
   %t139 = icmp uge i32 %v_au, %v_bu
@@ -270,7 +270,7 @@ if0.end:
 
 declare i32 @llvm.abs.i32(i32, i1)
 declare ptr addrspace(4) @llvm.amdgcn.dispatch.ptr()
-declare i32 @llvm.amdgcn.sdot4(i32, i32, i32, i1)
+declare i32 @llvm.amdgcn.sudot4(i1, i32, i1, i32, i32, i1)
 declare i32 @llvm.amdgcn.workgroup.id.x()
 declare i32 @llvm.amdgcn.workitem.id.x()
 declare float @llvm.cos.f32(float)

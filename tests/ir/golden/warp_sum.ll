@@ -24,84 +24,58 @@ if0.else:
 if0.end:
   %v_v = phi float [ %v_l, %if0.then ], [ 0x0000000000000000, %if0.else ]
   %v_vm = phi float [ %v_l, %if0.then ], [ 0xFFF0000000000000, %if0.else ]
-  %t9 = call i32 @llvm.amdgcn.mbcnt.lo(i32 -1, i32 0)
-  %t10 = xor i32 %t9, 16
-  %t11 = shl i32 %t10, 2
-  %t13 = bitcast float %v_v to i32
-  %t12 = call i32 @llvm.amdgcn.ds.bpermute(i32 %t11, i32 %t13)
-  %t14 = bitcast i32 %t12 to float
-  %t15 = fadd float %v_v, %t14
-  %t16 = xor i32 %t9, 8
-  %t17 = shl i32 %t16, 2
-  %t19 = bitcast float %t15 to i32
-  %t18 = call i32 @llvm.amdgcn.ds.bpermute(i32 %t17, i32 %t19)
-  %t20 = bitcast i32 %t18 to float
-  %t21 = fadd float %t15, %t20
-  %t22 = xor i32 %t9, 4
-  %t23 = shl i32 %t22, 2
-  %t25 = bitcast float %t21 to i32
-  %t24 = call i32 @llvm.amdgcn.ds.bpermute(i32 %t23, i32 %t25)
-  %t26 = bitcast i32 %t24 to float
-  %t27 = fadd float %t21, %t26
-  %t28 = xor i32 %t9, 2
-  %t29 = shl i32 %t28, 2
-  %t31 = bitcast float %t27 to i32
-  %t30 = call i32 @llvm.amdgcn.ds.bpermute(i32 %t29, i32 %t31)
-  %t32 = bitcast i32 %t30 to float
-  %t33 = fadd float %t27, %t32
-  %t34 = xor i32 %t9, 1
-  %t35 = shl i32 %t34, 2
-  %t37 = bitcast float %t33 to i32
-  %t36 = call i32 @llvm.amdgcn.ds.bpermute(i32 %t35, i32 %t37)
-  %t38 = bitcast i32 %t36 to float
-  %t39 = fadd float %t33, %t38
-  %t40 = call i32 @llvm.amdgcn.mbcnt.lo(i32 -1, i32 0)
-  %t41 = xor i32 %t40, 16
-  %t42 = shl i32 %t41, 2
-  %t44 = bitcast float %v_vm to i32
-  %t43 = call i32 @llvm.amdgcn.ds.bpermute(i32 %t42, i32 %t44)
-  %t45 = bitcast i32 %t43 to float
-  %t46 = call float @llvm.maxnum.f32(float %v_vm, float %t45)
-  %t47 = call i32 @llvm.amdgcn.mbcnt.lo(i32 -1, i32 0)
-  %t48 = xor i32 %t47, 8
-  %t49 = shl i32 %t48, 2
-  %t51 = bitcast float %t46 to i32
-  %t50 = call i32 @llvm.amdgcn.ds.bpermute(i32 %t49, i32 %t51)
-  %t52 = bitcast i32 %t50 to float
-  %t53 = call float @llvm.maxnum.f32(float %t46, float %t52)
-  %t54 = call i32 @llvm.amdgcn.mbcnt.lo(i32 -1, i32 0)
-  %t55 = xor i32 %t54, 4
-  %t56 = shl i32 %t55, 2
-  %t58 = bitcast float %t53 to i32
-  %t57 = call i32 @llvm.amdgcn.ds.bpermute(i32 %t56, i32 %t58)
-  %t59 = bitcast i32 %t57 to float
-  %t60 = call float @llvm.maxnum.f32(float %t53, float %t59)
-  %t61 = call i32 @llvm.amdgcn.mbcnt.lo(i32 -1, i32 0)
-  %t62 = xor i32 %t61, 2
-  %t63 = shl i32 %t62, 2
-  %t65 = bitcast float %t60 to i32
-  %t64 = call i32 @llvm.amdgcn.ds.bpermute(i32 %t63, i32 %t65)
-  %t66 = bitcast i32 %t64 to float
-  %t67 = call float @llvm.maxnum.f32(float %t60, float %t66)
-  %t68 = call i32 @llvm.amdgcn.mbcnt.lo(i32 -1, i32 0)
-  %t69 = xor i32 %t68, 1
-  %t70 = shl i32 %t69, 2
-  %t72 = bitcast float %t67 to i32
-  %t71 = call i32 @llvm.amdgcn.ds.bpermute(i32 %t70, i32 %t72)
-  %t73 = bitcast i32 %t71 to float
-  %t74 = call float @llvm.maxnum.f32(float %t67, float %t73)
-  %t75 = call i32 @llvm.amdgcn.mbcnt.lo(i32 -1, i32 0)
-  %t76 = icmp eq i32 %t75, 0
-  %t77 = and i1 %t76, %t6
-  br i1 %t77, label %if1.then, label %if1.else
+  %t9 = bitcast float %v_v to i32
+  %t10 = call i32 @llvm.amdgcn.permlanex16(i32 poison, i32 %t9, i32 1985229328, i32 -19088744, i1 false, i1 false)
+  %t11 = bitcast i32 %t10 to float
+  %t12 = fadd float %v_v, %t11
+  %t13 = bitcast float %t12 to i32
+  %t14 = call i32 @llvm.amdgcn.update.dpp.i32(i32 poison, i32 %t13, i32 360, i32 15, i32 15, i1 true)
+  %t15 = bitcast i32 %t14 to float
+  %t16 = fadd float %t12, %t15
+  %t17 = bitcast float %t16 to i32
+  %t18 = call i32 @llvm.amdgcn.update.dpp.i32(i32 poison, i32 %t17, i32 356, i32 15, i32 15, i1 true)
+  %t19 = bitcast i32 %t18 to float
+  %t20 = fadd float %t16, %t19
+  %t21 = bitcast float %t20 to i32
+  %t22 = call i32 @llvm.amdgcn.update.dpp.i32(i32 poison, i32 %t21, i32 78, i32 15, i32 15, i1 true)
+  %t23 = bitcast i32 %t22 to float
+  %t24 = fadd float %t20, %t23
+  %t25 = bitcast float %t24 to i32
+  %t26 = call i32 @llvm.amdgcn.update.dpp.i32(i32 poison, i32 %t25, i32 177, i32 15, i32 15, i1 true)
+  %t27 = bitcast i32 %t26 to float
+  %t28 = fadd float %t24, %t27
+  %t29 = bitcast float %v_vm to i32
+  %t30 = call i32 @llvm.amdgcn.permlanex16(i32 poison, i32 %t29, i32 1985229328, i32 -19088744, i1 false, i1 false)
+  %t31 = bitcast i32 %t30 to float
+  %t32 = call float @llvm.maxnum.f32(float %v_vm, float %t31)
+  %t33 = bitcast float %t32 to i32
+  %t34 = call i32 @llvm.amdgcn.update.dpp.i32(i32 poison, i32 %t33, i32 360, i32 15, i32 15, i1 true)
+  %t35 = bitcast i32 %t34 to float
+  %t36 = call float @llvm.maxnum.f32(float %t32, float %t35)
+  %t37 = bitcast float %t36 to i32
+  %t38 = call i32 @llvm.amdgcn.update.dpp.i32(i32 poison, i32 %t37, i32 356, i32 15, i32 15, i1 true)
+  %t39 = bitcast i32 %t38 to float
+  %t40 = call float @llvm.maxnum.f32(float %t36, float %t39)
+  %t41 = bitcast float %t40 to i32
+  %t42 = call i32 @llvm.amdgcn.update.dpp.i32(i32 poison, i32 %t41, i32 78, i32 15, i32 15, i1 true)
+  %t43 = bitcast i32 %t42 to float
+  %t44 = call float @llvm.maxnum.f32(float %t40, float %t43)
+  %t45 = bitcast float %t44 to i32
+  %t46 = call i32 @llvm.amdgcn.update.dpp.i32(i32 poison, i32 %t45, i32 177, i32 15, i32 15, i1 true)
+  %t47 = bitcast i32 %t46 to float
+  %t48 = call float @llvm.maxnum.f32(float %t44, float %t47)
+  %t49 = call i32 @llvm.amdgcn.mbcnt.lo(i32 -1, i32 0)
+  %t50 = icmp eq i32 %t49, 0
+  %t51 = and i1 %t50, %t6
+  br i1 %t51, label %if1.then, label %if1.else
 if1.then:
-  %t78 = ashr i32 %t5, 5
-  %t79 = sext i32 %t78 to i64
-  %t80 = getelementptr inbounds float, ptr addrspace(1) %v_sums, i64 %t79
-  store float %t39, ptr addrspace(1) %t80, align 4
-  %t81 = sext i32 %t78 to i64
-  %t82 = getelementptr inbounds float, ptr addrspace(1) %v_maxs, i64 %t81
-  store float %t74, ptr addrspace(1) %t82, align 4
+  %t52 = ashr i32 %t5, 5
+  %t53 = sext i32 %t52 to i64
+  %t54 = getelementptr inbounds float, ptr addrspace(1) %v_sums, i64 %t53
+  store float %t28, ptr addrspace(1) %t54, align 4
+  %t55 = sext i32 %t52 to i64
+  %t56 = getelementptr inbounds float, ptr addrspace(1) %v_maxs, i64 %t55
+  store float %t48, ptr addrspace(1) %t56, align 4
   br label %if1.end
 if1.else:
   br label %if1.end
@@ -110,8 +84,9 @@ if1.end:
 }
 
 declare ptr addrspace(4) @llvm.amdgcn.dispatch.ptr()
-declare i32 @llvm.amdgcn.ds.bpermute(i32, i32)
 declare i32 @llvm.amdgcn.mbcnt.lo(i32, i32)
+declare i32 @llvm.amdgcn.permlanex16(i32, i32, i32, i32, i1, i1)
+declare i32 @llvm.amdgcn.update.dpp.i32(i32, i32, i32, i32, i32, i1)
 declare i32 @llvm.amdgcn.workgroup.id.x()
 declare i32 @llvm.amdgcn.workitem.id.x()
 declare float @llvm.maxnum.f32(float, float)

@@ -156,19 +156,53 @@ class FunctionEmitter {
     return t;
   }
 
+  // A 32-bit scalar of type t as i32 and back (the lane-moving intrinsics take i32).
+  std::string to_bits(const std::string& x, Type t) {
+    if (!t.is_float()) return x;
+    std::string bits = tmp();
+    emit(fmt::format("{} = bitcast float {} to i32", bits, x));
+    return bits;
+  }
+  std::string from_bits(const std::string& bits, Type t) {
+    if (!t.is_float()) return bits;
+    std::string f = tmp();
+    emit(fmt::format("{} = bitcast i32 {} to float", f, bits));
+    return f;
+  }
+
   // Value `x` (32-bit scalar of type t) from lane `src` via ds_bpermute.
   std::string permute(const std::string& x, Type t, const std::string& src) {
-    std::string addr = tmp(), bits = x, out = tmp();
+    std::string addr = tmp(), out = tmp();
     emit(fmt::format("{} = shl i32 {}, 2", addr, src));
-    if (t.is_float()) {
-      bits = tmp();
-      emit(fmt::format("{} = bitcast float {} to i32", bits, x));
-    }
+    std::string bits = to_bits(x, t);
     emit(out + " = " + call("i32", "llvm.amdgcn.ds.bpermute", {"i32 " + addr, "i32 " + bits}));
-    if (!t.is_float()) return out;
-    std::string f = tmp();
-    emit(fmt::format("{} = bitcast i32 {} to float", f, out));
-    return f;
+    return from_bits(out, t);
+  }
+
+  // Value `x` from lane `lane ^ mask` for a constant 0 < mask < 32, in one instruction that
+  // stays in the VALU (docs/ir.md, "amdgpu", lists which lanes each control reads): a DPP
+  // quad_perm (mask < 4) or row_xmask (mask < 16) inside each row of 16 lanes, or a
+  // v_permlanex16 from the other row (mask >= 16). llc folds a DPP move into the VALU
+  // instruction that consumes it (v_add_f32_dpp ...).
+  std::string xor_lanes(const std::string& x, Type t, int mask) {
+    const AmdgpuLaneXor how = amdgpu_lane_xor(mask);
+    std::string bits = to_bits(x, t), out = tmp();
+    if (how.permlanex16)
+      emit(fmt::format("{} = {}", out, call("i32", "llvm.amdgcn.permlanex16",
+                                            {"i32 poison", "i32 " + bits, fmt::format("i32 {}", static_cast<int32_t>(how.sel_lo)),
+                                             fmt::format("i32 {}", static_cast<int32_t>(how.sel_hi)), "i1 false", "i1 false"})));
+    else  // every row and bank written; bound_ctrl: a source lane outside the exec mask reads 0
+      emit(fmt::format("{} = {}", out, call("i32", "llvm.amdgcn.update.dpp.i32",
+                                            {"i32 poison", "i32 " + bits, fmt::format("i32 {}", how.dpp_ctrl), "i32 15",
+                                             "i32 15", "i1 true"})));
+    return from_bits(out, t);
+  }
+
+  // acc + the four signed byte products of a and b: gfx11's v_dot4_i32_iu8 with both sources
+  // signed (llvm.amdgcn.sudot4 with the sign flags set; no clamp, the sum wraps like the other
+  // targets').
+  std::string sdot4(const std::string& a, const std::string& b, const std::string& acc) {
+    return call("i32", "llvm.amdgcn.sudot4", {"i1 true", "i32 " + a, "i1 true", "i32 " + b, "i32 " + acc, "i1 false"});
   }
 
   // i64 index for a getelementptr.
@@ -401,6 +435,12 @@ class FunctionEmitter {
         return Status();
       case Op::kLaneId: alias(r, lane_id()); return Status();
       case Op::kShuffle: {
+        const Value* mv = in.operands[1];
+        if (in.mode == Mode::kXor && mv->def && mv->def->op == Op::kConst && mv->def->lit.i >= 0 && mv->def->lit.i < 32) {
+          const int mask = static_cast<int>(mv->def->lit.i);
+          alias(r, mask == 0 ? v(in.operands[0]) : xor_lanes(v(in.operands[0]), r->type, mask));
+          return Status();
+        }
         std::string lane = lane_id(), src = tmp();
         const std::string& m = v(in.operands[1]);
         switch (in.mode) {
@@ -420,25 +460,22 @@ class FunctionEmitter {
         return Status();
       }
       case Op::kWarpReduce: {
-        std::string lane = lane_id(), cur = v(in.operands[0]);
+        // The xor butterfly (offsets 16, 8, 4, 2, 1, the order the ptx target uses, so every
+        // lane combines the same partial results in the same order and ends with the same
+        // value): one permlanex16 across the rows, then four DPP steps inside each row.
+        std::string cur = v(in.operands[0]);
         Inst step;
         step.op = in.mode == Mode::kAdd ? Op::kAdd : in.mode == Mode::kMax ? Op::kMax : Op::kMin;
-        for (int off = 16; off >= 1; off /= 2) {
-          std::string src = tmp();
-          emit(fmt::format("{} = xor i32 {}, {}", src, lane, off));
-          std::string other = permute(cur, r->type, src);
-          cur = arith(step, r->type, {cur, other});
-        }
+        for (int off = 16; off >= 1; off /= 2) cur = arith(step, r->type, {cur, xor_lanes(cur, r->type, off)});
         alias(r, cur);
         return Status();
       }
       case Op::kDot4: {
         if (!r->type.is_vector()) {
-          emit(fmt::format("{} = {}", define(r), call("i32", "llvm.amdgcn.sdot4", {tv(in.operands[0]), tv(in.operands[1]),
-                                                                                tv(in.operands[2]), "i1 false"})));
+          emit(fmt::format("{} = {}", define(r), sdot4(v(in.operands[0]), v(in.operands[1]), v(in.operands[2]))));
           return Status();
         }
-        // One sdot4 per lane, reassembled.
+        // One v_dot4_i32_iu8 per lane, reassembled.
         const int n = r->type.lanes();
         std::string cur = "poison";
         for (int l = 0; l < n; ++l) {
@@ -448,7 +485,7 @@ class FunctionEmitter {
             emit(fmt::format("{} = extractelement {}, i64 {}", x[i], tv(in.operands[static_cast<size_t>(i)]), l));
           }
           std::string s = tmp();
-          emit(fmt::format("{} = {}", s, call("i32", "llvm.amdgcn.sdot4", {"i32 " + x[0], "i32 " + x[1], "i32 " + x[2], "i1 false"})));
+          emit(fmt::format("{} = {}", s, sdot4(x[0], x[1], x[2])));
           std::string next = l + 1 == n ? define(r) : tmp();
           emit(fmt::format("{} = insertelement {} {}, i32 {}, i64 {}", next, ty(r->type), cur, s, l));
           cur = next;
@@ -548,6 +585,22 @@ class FunctionEmitter {
 };
 
 }  // namespace
+
+AmdgpuLaneXor amdgpu_lane_xor(int mask) {
+  AmdgpuLaneXor out;
+  if (mask >= 16) {
+    out.permlanex16 = true;
+    for (uint32_t i = 0; i < 8; ++i) {
+      out.sel_lo |= (i ^ static_cast<uint32_t>(mask - 16)) << (4 * i);
+      out.sel_hi |= ((i + 8) ^ static_cast<uint32_t>(mask - 16)) << (4 * i);
+    }
+  } else if (mask < 4) {
+    for (uint32_t j = 0; j < 4; ++j) out.dpp_ctrl |= (j ^ static_cast<uint32_t>(mask)) << (2 * j);  // quad_perm
+  } else {
+    out.dpp_ctrl = 0x160 + static_cast<uint32_t>(mask);  // row_xmask
+  }
+  return out;
+}
 
 Result<std::string> emit_amdgpu_llvm(const Module& module, const AmdgpuEmitOptions& options) {
   Module lowered = clone_module(module);

@@ -4,8 +4,9 @@
 //
 // Mapping: values are LLVM SSA values (vectors as LLVM vectors), loops and ifs become blocks with
 // phis, address spaces 1 (global), 3 (shared), 4 (constant), 5 (local/private). Block sizes come
-// from the HSA dispatch packet; shuffles and warp reductions use ds_bpermute over 32 lanes;
-// dot4 is llvm.amdgcn.sdot4; mma is refused by the verifier. f16/bf16 arithmetic is computed in
+// from the HSA dispatch packet; warp reductions and shfl.xor by a constant mask move values with
+// DPP and v_permlanex16 (amdgpu_lane_xor), the other shuffles with ds_bpermute over 32 lanes;
+// dot4 is v_dot4_i32_iu8 (llvm.amdgcn.sudot4, both signed); mma is refused by the verifier. f16/bf16 arithmetic is computed in
 // f32; tanh and erf are expanded as for PTX (see ir::lower_tanh_erf).
 #pragma once
 
@@ -27,6 +28,19 @@ struct AmdgpuEmitOptions {
   // A kernel not named may be launched with any block up to 1024 threads.
   std::map<std::string, int> max_block_threads;
 };
+
+// How the emitter moves a value from lane `lane ^ mask` (0 < mask < 32) of a wave32 on gfx11:
+// mask < 16 stays inside each row of 16 lanes, as one DPP control (llvm.amdgcn.update.dpp):
+// quad_perm [m^0, m^1, m^2, m^3] (dpp_ctrl = sum of (j ^ m) << 2j) for mask < 4, else
+// row_xmask:mask (0x160 + mask). mask >= 16 reads the other row: v_permlanex16 with lane
+// selects i ^ (mask - 16) (nibble i of sel_lo | sel_hi << 32 names the lane of the other row that
+// lane i of a row reads).
+struct AmdgpuLaneXor {
+  bool permlanex16 = false;
+  uint32_t dpp_ctrl = 0;  // when !permlanex16
+  uint32_t sel_lo = 0, sel_hi = 0;  // when permlanex16
+};
+AmdgpuLaneXor amdgpu_lane_xor(int mask);
 
 // The module's LLVM IR. It is the same for every gfx11 arch (the CPU is chosen at llc time).
 // Does not verify (amdgpu_target().emit does).
