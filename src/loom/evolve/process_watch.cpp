@@ -3,7 +3,9 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cfenv>
@@ -46,6 +48,12 @@ uint16_t read_x87() { return 0; }
 void write_x87(uint16_t) {}
 #endif
 
+// Whether this process has a child, running or not yet reaped (looks, reaps nothing).
+bool has_children() {
+  siginfo_t si{};
+  return waitid(P_ALL, 0, &si, WEXITED | WSTOPPED | WCONTINUED | WNOHANG | WNOWAIT) == 0;
+}
+
 bool itimer_armed() {
   for (int which : {ITIMER_REAL, ITIMER_VIRTUAL, ITIMER_PROF}) {
     itimerval t{};
@@ -69,6 +77,8 @@ ProcessWatch watch_process(bool on) {
   if (!on) return w;
   w.on = true;
   w.threads = live_threads();
+  prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+  w.children = has_children();
   w.mxcsr = read_mxcsr();
   w.x87 = read_x87();
   w.handlers.resize(NSIG);
@@ -87,6 +97,9 @@ std::string after_launch(const ProcessWatch& w) {
                          "outside the launch is not timed, so a kernel must finish it before returning",
                          now - w.threads, w.threads);
   }
+  if (!w.children && has_children())
+    return "async: a process of the kernel's own is running (or exited unreaped) after the launch returned: work "
+           "outside the launch is not timed, so a kernel must finish it before returning";
   std::string what;
   const uint32_t mx = read_mxcsr();
   const uint16_t x87 = read_x87();

@@ -19,15 +19,19 @@ namespace loom::evolve {
 struct ProcessWatch {
   bool on = false;
   int threads = 0;
+  bool children = false;  // the process had children already (then processes are not checked)
   uint32_t mxcsr = 0;  // without the sticky exception flags (elsewhere: the rounding mode)
   uint16_t x87 = 0;
   std::vector<struct sigaction> handlers;  // index: signal number
 };
 
 // Takes the state now; with on = false (a device whose kernels have no host code) it checks nothing.
+// With on = true it also makes this process the reaper of its descendants' orphans
+// (PR_SET_CHILD_SUBREAPER), so a process that a kernel started stays visible as a child of it
+// even when its parent exits (a double fork).
 ProcessWatch watch_process(bool on);
 
-// After a launch: "" or "async: ..." (a thread of the kernel's still alive) or "tamper: ..."
+// After a launch: "" or "async: ..." (a thread or a process of the kernel's still alive) or "tamper: ..."
 // (floating-point control, a signal handler, or an interval timer changed; the state is put
 // back first, and armed timers disarmed).
 std::string after_launch(const ProcessWatch& w);
