@@ -452,6 +452,30 @@ GoldenRun ldmatrix_tile(std::mt19937& rng) {
   return run;
 }
 
+// ldmatrix_t: lane l's results 2j, 2j + 1 are rows 2 (l % 4), 2 (l % 4) + 1, column l / 4 of
+// quarter j (the quarter transposed), times 2, minus 0.5.
+GoldenRun ldmatrix_t_tile(std::mt19937& rng) {
+  GoldenRun run = ldmatrix_tile(rng);
+  const int tiles = static_cast<int>(run.grid[0]);
+  const auto a = from_bytes<uint16_t>(run.buffers[0]);
+  run.check = [a, tiles](const std::vector<std::vector<uint8_t>>& out) -> std::string {
+    auto got = from_bytes<uint16_t>(out[1]);
+    for (int t = 0; t < tiles; ++t)
+      for (int l = 0; l < 32; ++l)
+        for (int i = 0; i < 8; ++i) {
+          const int j = i / 2, row = 8 * (j % 2) + 2 * (l % 4) + i % 2, col = 8 * (j / 2) + l / 4;
+          const float x = from_f16_bits(a[static_cast<size_t>(t * 256 + row * 16 + col)]);
+          const uint16_t want = to_f16_bits(2.0f * x - 0.5f);
+          const uint16_t g = got[static_cast<size_t>(t * 256 + l * 8 + i)];
+          if (g != want)
+            return fmt::format("tile {} lane {} result {}: got f16 {:#06x}, want {:#06x} (row {}, column {})", t, l, i, g, want,
+                               row, col);
+        }
+    return "";
+  };
+  return run;
+}
+
 GoldenRun mixed_ops(std::mt19937& rng) {
   int n = uniform_int(rng, 500, 3000);
   auto x = random_floats(rng, n, -2, 2);
@@ -649,6 +673,7 @@ const std::vector<GoldenCase>& golden_cases() {
       {"mma_tile", false, mma_tile},
       {"mma_s8_tile", false, mma_s8_tile},
       {"ldmatrix_tile", false, ldmatrix_tile},
+      {"ldmatrix_t_tile", false, ldmatrix_t_tile},
   };
   return cases;
 }

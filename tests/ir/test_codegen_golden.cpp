@@ -116,7 +116,7 @@ TEST_P(Golden, AmdgpuCompilesForGfx1100AndGfx1151) {
     SCOPED_TRACE(arch);
     auto a = codegen::amdgpu_target().compile(*m, arch);
     if (!a.ok() && a.status().code() == StatusCode::kUnimplemented) {
-      EXPECT_TRUE(name == "mma_tile" || name == "mma_s8_tile" || name == "ldmatrix_tile") << a.status().to_string();  // tensor-core kernels: PTX only
+      EXPECT_TRUE(name == "mma_tile" || name == "mma_s8_tile" || name == "ldmatrix_tile" || name == "ldmatrix_t_tile") << a.status().to_string();  // tensor-core kernels: PTX only
       continue;
     }
     ASSERT_TRUE(a.ok()) << a.status().to_string();

@@ -203,6 +203,8 @@ const BadCase kBadCases[] = {
     {"ldmatrix index type",
      KERNEL_HEAD "  %s = alloc_shared 64 : ptr<shared, f16>\n  %i = const 0 : i64\n  %d = ldmatrix %s, %i\n}\n", "4:3",
      "'ldmatrix' index must be i32, got i64"},
+    {"ldmatrix_t from global memory", KERNEL_HEAD "  %d = ldmatrix_t %a, %n\n}\n", "2:3",
+     "'ldmatrix_t' reads a ptr<shared, f16>, got ptr<global, f32>"},
     {"mma s8 with an f32 accumulator",
      KERNEL_HEAD "  %x = const 0 : i32x4\n  %y = const 0 : i32x2\n  %z = const 0.0 : f32x4\n  %d = mma %x, %y, %z\n}\n", "5:3",
      "'mma' takes (f16x8, f16x4, f32x4) or packed s8 (i32x4, i32x2, i32x4), got (i32x4, i32x2, f32x4)"},
@@ -255,6 +257,8 @@ const TargetCase kTargetCases[] = {
      "'ldmatrix' is not supported by the cpp target"},
     {"ldmatrix on amdgpu", "  %s = alloc_shared 64 : ptr<shared, f16>\n  %d = ldmatrix %s, %n\n", TargetKind::kAmdgpu,
      "'ldmatrix' is not supported by the amdgpu target"},
+    {"ldmatrix_t on cpp", "  %s = alloc_shared 64 : ptr<shared, f16>\n  %d = ldmatrix_t %s, %n\n", TargetKind::kCpp,
+     "'ldmatrix_t' is not supported by the cpp target"},
 };
 
 TEST(IrErrors, IllegalOpsForATargetAreRefusedByItsVerifier) {

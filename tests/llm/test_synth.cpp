@@ -57,7 +57,7 @@ TEST(Synth, Q4KMixUsesQ6KWhereLlamaCppDoes) {
 TEST(Synth, RefusesUnknownShapeQuantArch) {
   std::string path = ::testing::TempDir() + "/synth_bad.gguf";
   EXPECT_EQ(write_synthetic_model({"llama", "gpt5", "q4_0", 1}, path).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(write_synthetic_model({"llama", "llama3-8b", "q3_k", 1}, path).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(write_synthetic_model({"llama", "llama3-8b", "q9_k", 1}, path).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(write_synthetic_model({"mamba", "llama3-8b", "q4_0", 1}, path).status().code(), StatusCode::kInvalidArgument);
   // A shape keeps its architecture (llama and mistral share one layout).
   auto wrong = write_synthetic_model({"llama", "qwen3-8b", "q4_0", 1}, path);

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "loom/base/options.h"
 #include "loom/kernels/elementwise_util.h"
 #include "loom/ref/ops_ref.h"
 
@@ -197,6 +198,12 @@ Result<OpCall> lower_attention(const Site& s) {
       {{"n_tokens", s.p.n_tokens}, {"n_head", a.n_head}, {"n_head_kv", a.n_head_kv}, {"head_dim", a.head_dim_k},
        {"n_seq", s.c.at.n_seq_slots}, {"n_ctx", s.c.at.n_ctx}, {"n_swa", a.n_swa}},
       {{"scale_f32", a.scale}, {"softcap_f32", a.softcap}});
+  // Prompts on PTX targets: the tensor-core kernel where it takes the shape (LOOM_PROMPT_ATTENTION).
+  if (!decode && s.l.out1 < 0 && s.c.plan.target() == ir::TargetKind::kPtx &&
+      opt::get_string(opt::Opt::kPromptAttention) == "mma") {
+    LOOM_ASSIGN_OR_RETURN(const kernels::OpSpec* mma, op("attention_mma"));
+    if (mma->validate(call.shape).ok()) call.op = mma;
+  }
   call.bind = {{"q", s.at(s.l.in0)}, {"pos", s.c.at.positions}, {"seq", s.c.at.seq_ids},
                {"k_cache", s.c.at.k_cache(s.l.layer)}, {"v_cache", s.c.at.v_cache(s.l.layer)}, {"out", s.at(s.l.out)}};
   if (s.l.out1 >= 0) {

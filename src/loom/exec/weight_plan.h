@@ -43,6 +43,7 @@ class WeightPlan {
   static WeightPlan make(const llm::Model& model, ir::TargetKind target, PrefillMatmul prompts = PrefillMatmul::kAuto);
 
   bool planar(int32_t weight) const { return entry(weight).planar; }
+  ir::TargetKind target() const { return target_; }
   const std::vector<bool>& planar_flags() const { return planar_; }
   Result<MatmulKernel> matmul(int32_t weight, int64_t n_tokens) const;
   // Stacked expert matrices (Weight::n_expert > 0): matvec_id in GGUF rows on every target, its

@@ -87,6 +87,7 @@ class Builder {
   Value* concat(Value* a, Value* b) { return op(Op::kConcat, {a, b}); }
   Value* mma(Value* a, Value* b, Value* c) { return op(Op::kMma, {a, b, c}); }
   Value* ldmatrix(Value* shared_f16, Value* index) { return op(Op::kLdmatrix, {shared_f16, index}); }
+  Value* ldmatrix_t(Value* shared_f16, Value* index) { return op(Op::kLdmatrixT, {shared_f16, index}); }
 
   // Structured control flow. The callbacks build the region with this builder (its insertion
   // point is moved into the region and restored after) and return the values to yield.

@@ -36,6 +36,7 @@ enum class TypeRule : uint8_t {
   kConcat,      // (vector T x N, vector T x N) -> T x 2N: lanes of a, then lanes of b
   kMma,         // (f16x8 A, f16x4 B, f32x4 C) -> f32x4, or packed s8 (i32x4 A, i32x2 B, i32x4 C) -> i32x4
   kLdmatrix,    // (ptr<shared, f16>, i32 index) -> f16x8: four 8x8 f16 matrices, fragment order
+  kLdmatrixT,   // the same four matrices transposed (ldmatrix .trans): an mma B fragment of a row-major K x N tile
   kFor,         // (lo, hi, step, inits...) -> types of inits; region(iv, iters...)
   kIf,          // (i1) -> explicit types; regions then, else
   kYield,       // values returned by the enclosing region
@@ -125,6 +126,7 @@ enum TargetMask : uint8_t { kOnPtx = 1, kOnCpp = 2, kOnAmdgpu = 4, kOnAll = 7 };
   /* lane l names row l % 8 of matrix l / 8 (8 halves at ptr + index); lane l receives row   */ \
   /* l / 4, halves 2 (l % 4) and 2 (l % 4) + 1 of matrix j in result lanes 2j and 2j + 1     */ \
   X(kLdmatrix, "ldmatrix", 2, kLdmatrix, kAny, kNone, kReadsMemory | kConvergent, kOnPtx)      \
+  X(kLdmatrixT, "ldmatrix_t", 2, kLdmatrix, kAny, kNone, kReadsMemory | kConvergent, kOnPtx)   \
   X(kFor, "for", -1, kFor, kAny, kNone, kHasRegions, kOnAll)                                   \
   X(kIf, "if", 1, kIf, kAny, kNone, kHasRegions, kOnAll)                                       \
   X(kYield, "yield", -1, kYield, kAny, kNone, kTerminator, kOnAll)

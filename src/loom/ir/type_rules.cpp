@@ -250,8 +250,8 @@ std::string check_inst_types(const Inst& inst, bool check_results) {
                          t(0).str(), t(1).str(), t(2).str());
     case TypeRule::kLdmatrix:
       if (!t(0).is_pointer() || t(0).addr_space() != AddrSpace::kShared || t(0).elem() != Scalar::kF16)
-        return fmt::format("'ldmatrix' reads a ptr<shared, f16>, got {}", t(0).str());
-      if (t(1) != Type::scalar(Scalar::kI32)) return fmt::format("'ldmatrix' index must be i32, got {}", t(1).str());
+        return fmt::format("'{}' reads a ptr<shared, f16>, got {}", info.name, t(0).str());
+      if (t(1) != Type::scalar(Scalar::kI32)) return fmt::format("'{}' index must be i32, got {}", info.name, t(1).str());
       return want(Type::vector(Scalar::kF16, 8));
     case TypeRule::kFor: {
       if (n < 3) return "'for' needs lower bound, upper bound and step";

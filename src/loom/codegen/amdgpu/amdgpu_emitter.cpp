@@ -501,6 +501,7 @@ class FunctionEmitter {
       }
       case Op::kMma:
       case Op::kLdmatrix:
+      case Op::kLdmatrixT:
         return unimplemented("'{}' has no amdgpu form (verify with the amdgpu target first)", op_name(in.op));
       case Op::kFor: return for_loop(in);
       case Op::kIf: return if_else(in);

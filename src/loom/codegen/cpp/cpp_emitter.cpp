@@ -548,6 +548,7 @@ class CppEmitter {
       case Op::kWarpReduce:
       case Op::kMma:
       case Op::kLdmatrix:
+      case Op::kLdmatrixT:
         return unimplemented("'{}' has no cpp form (verify with the cpp target first)", op_name(in.op));
       default:
         elementwise(in);

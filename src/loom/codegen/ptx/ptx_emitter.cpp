@@ -388,12 +388,14 @@ Status KernelEmitter::inst(const Inst& in) {
                        d[0], d[1], d[2], d[3], pa[0], pa[1], pa[2], pa[3], pb[0], pb[1], c[0], c[1], c[2], c[3]));
       return Status();
     }
-    case Op::kLdmatrix: {  // four b32 words (f16 pairs), each split into its two lanes
+    case Op::kLdmatrix:
+    case Op::kLdmatrixT: {  // four b32 words (f16 pairs), each split into its two lanes
       std::string addr = address(in.operands[0], in.operands[1], 0);
       const auto& d = define(r);
       std::vector<std::string> w;
       for (int i = 0; i < 4; ++i) w.push_back(new_reg(RC::kB32));
-      line(fmt::format("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{{}, {}, {}, {}}}, {};", w[0], w[1], w[2], w[3], addr));
+      line(fmt::format("ldmatrix.sync.aligned.m8n8.x4{}.shared.b16 {{{}, {}, {}, {}}}, {};",
+                       in.op == Op::kLdmatrixT ? ".trans" : "", w[0], w[1], w[2], w[3], addr));
       for (size_t i = 0; i < 4; ++i) line(fmt::format("mov.b32 {{{}, {}}}, {};", d[2 * i], d[2 * i + 1], w[i]));
       return Status();
     }
