@@ -1,7 +1,9 @@
 // `loom evolve report`: one self-contained HTML file per job (no scripts, no external files):
-// an SVG of every candidate's speed-up and the best-so-far over time, the roofline position
-// of the winner against the measured peak, the winning kernel (its knobs, IR or source), and
-// the table of all candidates with their provenance and rejection reasons.
+// the search over evaluations (best time so far, overall and per queue worker) and over seconds,
+// the roofline of the job's device key (its baseline, fastest candidates and winner, and other
+// jobs' winners on the same key, under the measured read bandwidth), why candidates failed
+// (grouped by status and the judge's tag), the winning kernel, and every candidate's row.
+// The charts are drawn by report_charts.h.
 #pragma once
 
 #include <string>
