@@ -2,7 +2,8 @@
 # The prompt-matmul sweep and the side-by-side with llama.cpp, on the GPU machine, in one call
 # (run from the repository root after tools/gpu/remote_build.sh; llama.cpp's llama-bench from
 # tools/gpu/llama_peer.sh build, started at the beginning of the same call):
-#   1. synthesizes the models of PREFILL_MODELS (default: 8B Q4_0, 8B Q4_K_M-like, SmolLM2 Q4_0)
+#   1. synthesizes the models of PREFILL_MODELS ([ARCH/]SHAPE:QUANT words; default: 8B Q4_0, 8B
+#      Q4_K_M-like, SmolLM2 Q4_0; e.g. qwen3moe/qwen3-30b-a3b:q4_k)
 #   2. pp512 of each model under every variant of PREFILL_VARIANTS: "default" (the built-in
 #      choice), "int8" (matmul_mmq for every format it takes: LOOM_PREFILL_MATMUL=int8), "KNOBS"
 #      (the same with LOOM_SCHEDULE=matmul_mmq:KNOBS merged into its default), "f16" or
@@ -25,10 +26,12 @@ models=${PREFILL_MODELS:-"llama3-8b:q4_0 llama3-8b:q4_k smollm2-135m:q4_0"}
 variants=${PREFILL_VARIANTS:-default}
 mkdir -p /tmp/models
 files=()
-for sq in $models; do
+for spec in $models; do  # [ARCH/]SHAPE:QUANT, ARCH llama by default
+  arch=llama sq="$spec"
+  [[ "$spec" == */* ]] && { arch="${spec%%/*}"; sq="${spec#*/}"; }
   f="/tmp/models/synth-${sq/:/-}.gguf"
   files+=("$f")
-  [[ -f "$f" ]] || "$bin/loom" model synth --arch llama --shape "${sq%%:*}" --quant "${sq##*:}" -o "$f" 2>&1 | tail -1 &
+  [[ -f "$f" ]] || "$bin/loom" model synth --arch "$arch" --shape "${sq%%:*}" --quant "${sq##*:}" -o "$f" 2>&1 | tail -1 &
 done
 wait
 # The environment of a variant (see above) for the command that follows: `variant_env V cmd...`.

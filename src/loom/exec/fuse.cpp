@@ -74,7 +74,7 @@ Status place_quantizes(Program& p, const WeightPlan& plan) {
       if (l.op == OpCode::kMatMul) {
         LOOM_ASSIGN_OR_RETURN(k, plan.matmul(l.weight, rows));
       } else {
-        LOOM_ASSIGN_OR_RETURN(k, plan.matmul_id(l.weight));
+        LOOM_ASSIGN_OR_RETURN(k, plan.matmul_id(l.weight, rows));
       }
       if (k.xtype != GgmlType::F32) {
         const auto key = std::make_pair(l.in0, k.xtype);

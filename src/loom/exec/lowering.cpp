@@ -241,7 +241,7 @@ Result<OpCall> lower_matmul_id(const Site& s) {
   const llm::Weight& W = s.c.model.weight(s.l.weight);
   const llm::ValueDesc& x = s.v(s.l.in0);
   const llm::ValueDesc& ids = s.v(s.l.in1);
-  LOOM_ASSIGN_OR_RETURN(MatmulKernel k, s.c.plan.matmul_id(s.l.weight));
+  LOOM_ASSIGN_OR_RETURN(MatmulKernel k, s.c.plan.matmul_id(s.l.weight, x.rows));
   if (x.type != k.xtype)
     return internal_error("{} reads {} activations of {}, matvec_id reads {}", W.name, llm::ggml_type_name(x.type), x.name,
                           llm::ggml_type_name(k.xtype));
@@ -253,9 +253,12 @@ Result<OpCall> lower_matmul_id(const Site& s) {
   call.shape.dims = {{"wtype", static_cast<int64_t>(W.view.type)}, {"n_in", n_in}, {"n_out", W.expert_rows()},
                      {"n_tokens", x.rows}, {"n_expert", W.n_expert}, {"n_used", n_used},
                      {"x_per_slot", x.cols == n_in ? 0 : 1}};
-  // Steps of kMatmulIdGroupedTokens or more (prompts, large batches) list the pairs per expert
-  // first and read each chosen expert's rows once; smaller ones read per (token, slot).
-  if (x.rows >= WeightPlan::kMatmulIdGroupedTokens) {
+  if (k.op->name() == "matmul_mmq_id") {
+    if (s.l.glu) return internal_error("{}: a gate|up matmul_id in a step of {} tokens", W.name, x.rows);
+    call.label = fmt::format("matmul_mmq_id -> {}", s.name(s.l.out));
+  } else if (x.rows >= WeightPlan::kMatmulIdGroupedTokens) {
+    // Steps of kMatmulIdGroupedTokens or more (prompts, large batches) list the pairs per expert
+    // first and read each chosen expert's rows once; smaller ones read per (token, slot).
     if (s.l.glu) return internal_error("{}: a gate|up matmul_id in a step of {} tokens", W.name, x.rows);
     call.shape.dims["grouped"] = 1;
     call.label = fmt::format("matvec_id grouped -> {}", s.name(s.l.out));
@@ -311,7 +314,7 @@ constexpr std::array<Rule, 18> kRules = {{
     {OpCode::kRmsNormQ8, "rms_norm_q8", lower_norm_q8},
     {OpCode::kAddBias, "add_bias", lower_add_bias},
     {OpCode::kMoeRoute, "moe_route", lower_moe_route},
-    {OpCode::kMatMulId, "matvec_id", lower_matmul_id},
+    {OpCode::kMatMulId, "matvec_id | matmul_mmq_id", lower_matmul_id},
     {OpCode::kMoeSum, "moe_sum", lower_moe_sum},
 }};
 

@@ -24,6 +24,7 @@ WeightPlan WeightPlan::make(const llm::Model& model, ir::TargetKind target, Pref
   WeightPlan p;
   p.model_ = &model;
   p.target_ = target;
+  p.prompts_ = prompts;
   p.entries_.assign(model.weights().size(), Entry{});
   p.planar_.assign(model.weights().size(), false);
   if (target != ir::TargetKind::kPtx) return p;
@@ -111,12 +112,30 @@ Result<MatmulKernel> WeightPlan::matmul(int32_t weight, int64_t n_tokens) const 
   return k;
 }
 
-Result<MatmulKernel> WeightPlan::matmul_id(int32_t weight) const {
+Result<MatmulKernel> WeightPlan::matmul_id(int32_t weight, int64_t n_tokens) const {
   if (!model_ || weight < 0 || static_cast<size_t>(weight) >= entries_.size())
     return internal_error("no weight plan for weight {}", weight);
   const llm::Weight& w = model_->weight(weight);
   if (w.n_expert <= 0) return internal_error("{} is not a stack of experts", w.name);
   MatmulKernel k;
+  // Prompts on the integer tensor cores: the formats matmul_mmq measured faster on (kAuto), every
+  // one it takes (kInt8). The shape here is the weight's; the lowering adds the ids' dimensions.
+  const llm::GgmlType t = w.view.type;
+  const bool measured = t == llm::GgmlType::Q4_0 || t == llm::GgmlType::Q8_0 || t == llm::GgmlType::Q4_K;
+  const kernels::OpSpec* mmq = kernels::find_op("matmul_mmq_id");
+  if (target_ == ir::TargetKind::kPtx && n_tokens > kMatmulIdMmqTokens && mmq && prompts_ != PrefillMatmul::kF16 &&
+      (measured || prompts_ == PrefillMatmul::kInt8)) {
+    kernels::Shape s = matmul_shape(w.view, n_tokens);
+    s.dims["n_out"] = w.expert_rows();
+    s.dims["n_expert"] = w.n_expert;
+    s.dims["n_used"] = 1;
+    s.dims["x_per_slot"] = 0;
+    if (mmq->validate(s).ok()) {
+      k.op = mmq;
+      k.xtype = llm::GgmlType::Q8_1;
+      return k;
+    }
+  }
   k.op = kernels::find_op("matvec_id");
   if (!k.op) return internal_error("the op library has no matvec_id");
   LOOM_ASSIGN_OR_RETURN(k.xtype, llm::ref::vec_dot_type(w.view.type));

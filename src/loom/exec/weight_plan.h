@@ -46,12 +46,17 @@ class WeightPlan {
   ir::TargetKind target() const { return target_; }
   const std::vector<bool>& planar_flags() const { return planar_; }
   Result<MatmulKernel> matmul(int32_t weight, int64_t n_tokens) const;
-  // Stacked expert matrices (Weight::n_expert > 0): matvec_id in GGUF rows on every target, its
-  // activations in the weight's format (the shape is the lowering's: it depends on the ids).
-  Result<MatmulKernel> matmul_id(int32_t weight) const;
+  // Stacked expert matrices (Weight::n_expert > 0), in GGUF rows on every target: steps of more
+  // than kMatmulIdMmqTokens tokens on PTX targets through matmul_mmq_id (Q8_1 activations) for
+  // the formats it takes (not under PrefillMatmul::kF16), else matvec_id with activations in the
+  // weight's format (the shape is the lowering's: it depends on the ids).
+  Result<MatmulKernel> matmul_id(int32_t weight, int64_t n_tokens) const;
   // Steps of at least this many tokens run matvec_id grouped (each chosen expert read once);
   // smaller ones per (token, slot), where gate and up may share one launch with their SwiGLU.
   static constexpr int64_t kMatmulIdGroupedTokens = 8;
+  // As matvec_gpu's limit: a batched decode step of up to 16 tokens gives each token the bits it
+  // gets alone.
+  static constexpr int64_t kMatmulIdMmqTokens = 16;
 
  private:
   struct Entry {
@@ -61,6 +66,7 @@ class WeightPlan {
 
   const llm::Model* model_ = nullptr;
   ir::TargetKind target_ = ir::TargetKind::kCpp;
+  PrefillMatmul prompts_ = PrefillMatmul::kAuto;
   std::vector<Entry> entries_;
   std::vector<bool> planar_;
 };

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 
+#include <algorithm>
 #include <array>
 #include <functional>
 #include <memory>
@@ -27,6 +28,7 @@
 #include "loom/gguf/planar.h"
 #include "loom/gguf/quant.h"
 #include "loom/kernels/mma_tile.h"
+#include "loom/kernels/moe_groups.h"
 #include "loom/kernels/op_list.h"
 #include "loom/kernels/op_util.h"
 #include "loom/ref/ops_ref.h"
@@ -193,12 +195,21 @@ std::array<std::pair<Value*, Value*>, 2> pair_q4k_scales(Emit& b, Value* hdr, Va
   return out;
 }
 
+// matmul_mmq_id: the mixture-of-experts form (prompts). w holds n_expert matrices of n_out rows;
+// ids [n_tokens][n_used] names each token's experts; pair p = t * n_used + j multiplies expert
+// ids[p] with activation row t (x_per_slot 0) or p (x_per_slot 1) into y [p]. A first kernel lists
+// the pairs per expert (moe_groups.h); the matmul's grid has one z layer per expert, whose CTAs
+// take the expert's listed pairs as their tokens (CTAs past the expert's count do nothing), so
+// each chosen expert's weights stream once per step on the tensor cores.
 class MatmulMmqOp final : public OpSpec {
  public:
-  std::string_view name() const override { return "matmul_mmq"; }
+  explicit MatmulMmqOp(bool id) : id_(id) {}
+  std::string_view name() const override { return id_ ? "matmul_mmq_id" : "matmul_mmq"; }
   std::string_view description() const override {
-    return "y = x W^T for prompts on tensor cores in integers (mma m16n8k32 s8): Q4_0/Q8_0/Q4_K weight blocks times "
-           "Q8_1 activation blocks, exact 32-value sums scaled in f32";
+    return id_ ? "mixture-of-experts matmul for prompts on tensor cores in integers: each expert's Q4_0/Q8_0/Q4_K rows "
+                 "times the Q8_1 activations of the (token, slot) pairs that chose it"
+               : "y = x W^T for prompts on tensor cores in integers (mma m16n8k32 s8): Q4_0/Q8_0/Q4_K weight blocks times "
+                 "Q8_1 activation blocks, exact 32-value sums scaled in f32";
   }
 
   Status validate(const Shape& s) const override {
@@ -213,7 +224,19 @@ class MatmulMmqOp final : public OpSpec {
       return invalid_argument("matmul_mmq: n_in={} must be a positive multiple of {}", n_in, f.block_elems);
     if (n_out <= 0 || n_out > (1 << 24)) return invalid_argument("matmul_mmq: n_out={} out of range", n_out);
     if (nt < 1 || nt > 65535) return invalid_argument("matmul_mmq: n_tokens={} out of range 1..65535", nt);
-    if (nt * (n_in / 32) * kXBlockBytes > (int64_t{1} << 31)) return invalid_argument("matmul_mmq: activations too large");
+    if (id_) {
+      LOOM_ASSIGN_OR_RETURN(int64_t ne, s.get("n_expert"));
+      LOOM_ASSIGN_OR_RETURN(int64_t nu, s.get("n_used"));
+      LOOM_ASSIGN_OR_RETURN(int64_t ps, s.get("x_per_slot"));
+      if (ne < 1 || ne > 65535) return invalid_argument("matmul_mmq_id: n_expert={} out of range 1..65535", ne);
+      if (nu < 1 || nu > ne) return invalid_argument("matmul_mmq_id: n_used={} out of range 1..n_expert", nu);
+      if (ps != 0 && ps != 1) return invalid_argument("matmul_mmq_id: x_per_slot={} (0|1)", ps);
+      if (nt * nu * n_out > (int64_t{1} << 31) || ne * n_out * (n_in / f.block_elems) * f.block_bytes > (int64_t{1} << 40) ||
+          moe_groups_words(ne, nt * nu) > (int64_t{1} << 29))
+        return invalid_argument("matmul_mmq_id: shape too large");
+      if (s.dims.count("planar") && s.at("planar") != 0) return invalid_argument("matmul_mmq_id: expert weights are GGUF rows (planar=0)");
+    }
+    if (x_rows(s) * (n_in / 32) * kXBlockBytes > (int64_t{1} << 31)) return invalid_argument("matmul_mmq: activations too large");
     if (s.dims.count("planar") && s.at("planar") != 0 && s.at("planar") != 1)
       return invalid_argument("matmul_mmq: planar={} (0: GGUF rows, 1: matvec_gpu's planar layout)", s.at("planar"));
     return Status();
@@ -223,15 +246,28 @@ class MatmulMmqOp final : public OpSpec {
     QFormat f{};
     q_format(static_cast<GgmlType>(s.at("wtype")), &f);
     const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens"), nb = n_in / 32;
-    return {{"w", ArgKind::kBuffer, ArgRole::kInput, n_out * (n_in / f.block_elems) * f.block_bytes, Scalar::kU8},
+    const int64_t wbytes = n_out * (n_in / f.block_elems) * f.block_bytes;
+    if (id_) {
+      const int64_t ne = s.at("n_expert"), np = nt * s.at("n_used");
+      return {{"w", ArgKind::kBuffer, ArgRole::kInput, ne * wbytes, Scalar::kU8},
+              {"xq", ArgKind::kBuffer, ArgRole::kInput, x_rows(s) * nb * kXBlockBytes, Scalar::kU8},
+              {"ids", ArgKind::kBuffer, ArgRole::kInput, np * 4, Scalar::kI32},
+              {"y", ArgKind::kBuffer, ArgRole::kOutput, np * n_out * 4, Scalar::kF32},
+              {"groups", ArgKind::kBuffer, ArgRole::kScratch, moe_groups_words(ne, np) * 4, Scalar::kI32}};
+    }
+    return {{"w", ArgKind::kBuffer, ArgRole::kInput, wbytes, Scalar::kU8},
             {"xq", ArgKind::kBuffer, ArgRole::kInput, nt * nb * kXBlockBytes, Scalar::kU8},
             {"y", ArgKind::kBuffer, ArgRole::kOutput, nt * n_out * 4, Scalar::kF32}};
   }
 
+  // matmul_mmq_id counts the weights of the experts that can be chosen (at most one per pair).
   Cost cost(const Shape& s) const override {
     auto a = args(s);
-    return {static_cast<double>(a[0].bytes + a[1].bytes + a[2].bytes),
-            2.0 * static_cast<double>(s.at("n_in")) * static_cast<double>(s.at("n_out")) * static_cast<double>(s.at("n_tokens"))};
+    const double rows = static_cast<double>(id_ ? pairs(s) : s.at("n_tokens"));
+    double w = static_cast<double>(a[0].bytes);
+    if (id_) w *= static_cast<double>(std::min(pairs(s), s.at("n_expert"))) / static_cast<double>(s.at("n_expert"));
+    return {w + static_cast<double>(a[1].bytes) + static_cast<double>(id_ ? a[2].bytes + a[3].bytes : a[2].bytes),
+            2.0 * static_cast<double>(s.at("n_in")) * static_cast<double>(s.at("n_out")) * rows};
   }
 
   // Block sums are exact; each block's dw dx i rounds twice and the f32 sum over n_in / 32
@@ -259,7 +295,8 @@ class MatmulMmqOp final : public OpSpec {
   // cap, 6436 tok/s; capped for two CTAs 6215, one 6037, 256 values per step 6436.
   Schedule default_schedule(const Shape& s, ir::TargetKind t) const override {
     if (t != ir::TargetKind::kPtx) return {{"threads", 64}};
-    const int64_t nt = s.at("n_tokens"), nb = s.at("n_in") / 32;
+    // matmul_mmq_id: an expert's tokens are its pairs (on average pairs / n_expert).
+    const int64_t nt = id_ ? pairs(s) / s.at("n_expert") : s.at("n_tokens"), nb = s.at("n_in") / 32;
     const bool q4k = static_cast<GgmlType>(s.at("wtype")) == GgmlType::Q4_K;
     return {{"warps_m", 4}, {"warps_n", nt > 64 ? 2 : 1}, {"k_blocks", nb % 4 == 0 ? 4 : nb % 2 == 0 ? 2 : 1},
             {"warp_m_tiles", 2}, {"warp_n_tiles", 4}, {"ctas", q4k ? 0 : 2}};
@@ -274,10 +311,24 @@ class MatmulMmqOp final : public OpSpec {
 
   void fill_inputs(const Shape& s, std::mt19937_64& rng, std::span<HostArg> a) const override {
     const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
-    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = x_rows(s);
     auto specs = args(s);
     a[0].bytes.resize(static_cast<size_t>(specs[0].bytes));
-    random_rows(rng, wt, n_out, n_in, 0.1f, a[0].bytes.data());
+    random_rows(rng, wt, id_ ? s.at("n_expert") * n_out : n_out, n_in, 0.1f, a[0].bytes.data());
+    if (id_) {
+      // Each token's n_used distinct experts in a random order (the router's form); the first
+      // expert is left out of every list, so one layer of the grid has no pairs.
+      const int64_t ne = s.at("n_expert"), nu = s.at("n_used"), tokens = s.at("n_tokens");
+      a[2].bytes.resize(static_cast<size_t>(specs[2].bytes));
+      a[4].bytes.assign(static_cast<size_t>(specs[4].bytes), 0);  // scratch
+      int32_t* ids = reinterpret_cast<int32_t*>(a[2].bytes.data());
+      std::vector<int32_t> perm;
+      for (int64_t e = ne > nu ? 1 : 0; e < ne; ++e) perm.push_back(static_cast<int32_t>(e));
+      for (int64_t t = 0; t < tokens; ++t) {
+        std::shuffle(perm.begin(), perm.end(), rng);
+        std::copy(perm.begin(), perm.begin() + nu, ids + t * nu);
+      }
+    }
     if (is_planar(s)) {  // as the engine repacks its weights
       std::vector<uint8_t> gguf = a[0].bytes;
       Status st = llm::to_planar(wt, n_out, n_in, gguf.data(), a[0].bytes.data());
@@ -297,6 +348,20 @@ class MatmulMmqOp final : public OpSpec {
     QFormat f{};
     q_format(wt, &f);
     const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
+    const size_t row = static_cast<size_t>(n_in / f.block_elems * f.block_bytes);
+    if (id_) {  // per pair: its expert's matrix times its activation row
+      const int64_t ne = s.at("n_expert"), nu = s.at("n_used"), ps = s.at("x_per_slot");
+      const int32_t* ids = reinterpret_cast<const int32_t*>(a[2].bytes.data());
+      a[3].bytes.resize(static_cast<size_t>(pairs(s) * n_out * 4));
+      float* y = reinterpret_cast<float*>(a[3].bytes.data());
+      const int64_t xrow = n_in / 32 * kXBlockBytes;
+      for (int64_t pr = 0; pr < pairs(s); ++pr) {
+        const int64_t e = ids[pr] >= 0 && ids[pr] < ne ? ids[pr] : 0;
+        const llm::ref::WeightView wv{wt, a[0].bytes.data() + static_cast<size_t>(e * n_out) * row, n_in, n_out, row};
+        LOOM_RETURN_IF_ERROR(llm::ref::matmul_q8_1(wv, a[1].bytes.data() + (ps ? pr : pr / nu) * xrow, 1, y + pr * n_out, nullptr));
+      }
+      return Status();
+    }
     const uint8_t* wb = a[0].bytes.data();
     std::vector<uint8_t> gguf;
     if (is_planar(s)) {
@@ -305,12 +370,26 @@ class MatmulMmqOp final : public OpSpec {
       wb = gguf.data();
     }
     a[2].bytes.resize(static_cast<size_t>(nt * n_out * 4));
-    const llm::ref::WeightView wv{wt, wb, n_in, n_out, static_cast<size_t>(n_in / f.block_elems * f.block_bytes)};
+    const llm::ref::WeightView wv{wt, wb, n_in, n_out, row};
     return llm::ref::matmul_q8_1(wv, a[1].bytes.data(), nt, reinterpret_cast<float*>(a[2].bytes.data()), nullptr);
   }
 
   std::vector<Shape> test_shapes() const override {
     std::vector<Shape> out;
+    if (id_) {
+      // Experts with more pairs than a CTA's tokens (4 experts, 150 tokens, 2 each), ragged
+      // rows, the per-slot down input, Qwen3-30B-A3B's rows (2048 -> 768, 768 -> 2048).
+      auto add_id = [&](GgmlType t, int64_t n_in, int64_t n_out, int64_t ne, int64_t nu, int64_t nt, int64_t ps) {
+        out.push_back({{{"n_in", n_in}, {"n_out", n_out}, {"n_tokens", nt}, {"wtype", static_cast<int64_t>(t)},
+                        {"n_expert", ne}, {"n_used", nu}, {"x_per_slot", ps}}});
+      };
+      add_id(GgmlType::Q4_0, 128, 37, 4, 2, 150, 0);
+      add_id(GgmlType::Q8_0, 96, 70, 8, 3, 41, 1);
+      add_id(GgmlType::Q4_K, 512, 200, 16, 4, 77, 0);
+      add_id(GgmlType::Q4_K, 2048, 768, 16, 8, 20, 0);
+      add_id(GgmlType::Q4_K, 768, 2048, 16, 8, 9, 1);
+      return out;
+    }
     auto add = [&](int64_t n_in, int64_t n_out, int64_t nt, GgmlType t, int planar) {
       out.push_back({{{"n_in", n_in}, {"n_out", n_out}, {"n_tokens", nt}, {"wtype", static_cast<int64_t>(t)},
                       {"planar", planar}}});
@@ -330,13 +409,19 @@ class MatmulMmqOp final : public OpSpec {
   }
 
  private:
+  bool id_;
+  int64_t pairs(const Shape& s) const { return id_ ? s.at("n_tokens") * s.at("n_used") : s.at("n_tokens"); }
+  // Activation rows: a token's, or (x_per_slot) a pair's.
+  int64_t x_rows(const Shape& s) const {
+    return id_ && s.dims.count("x_per_slot") && s.at("x_per_slot") == 1 ? pairs(s) : s.at("n_tokens");
+  }
+
   // cpu (and any non-PTX target): one thread per (row, token), the same integer block sums.
   Result<Generated> generate_scalar(const Shape& s, const Schedule& sch, ir::TargetKind target) const {
     const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
     const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens"), nb = n_in / 32;
-    return mma::per_output_kernel(
-        fmt::format("matmul_mmq_scalar_{}", llm::ggml_type_name(wt)), target, Scalar::kU8, "xq", n_out, nt,
-        sch.at("threads"), [&](Emit& b, Value* w, Value* xq, Value* r, Value* t) {
+    const std::string kname = fmt::format("{}_scalar_{}", name(), llm::ggml_type_name(wt));
+    auto dot = [&](Emit& b, Value* w, Value* xq, Value* r, Value* t) {
           auto acc = b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(nb)), b.i32(1), {b.f32(0)},
                                 [&](Value* blk, std::span<Value* const> it) {
             UnitLoad wl = load_unit(b, wt, w, is_planar(s), n_out, n_in, r, b.convert(blk, ty::i64));
@@ -357,7 +442,38 @@ class MatmulMmqOp final : public OpSpec {
             return std::vector<Value*>{a};
           });
           return acc[0];
-        });
+    };
+    if (!id_) return mma::per_output_kernel(kname, target, Scalar::kU8, "xq", n_out, nt, sch.at("threads"), dot);
+    // matmul_mmq_id: one thread per (row = global x, pair = block y), the pair's expert's row.
+    Generated g;
+    ir::Kernel* k = g.module.add_kernel(kname);
+    Emit b(*k);
+    b.cpu = target == ir::TargetKind::kCpp;
+    Value* w = b.param(ty::gptr(Scalar::kU8), "w");
+    Value* xq = b.param(ty::gptr(Scalar::kU8), "xq");
+    Value* ids = b.param(ty::gptr(Scalar::kI32), "ids");
+    Value* y = b.param(ty::gptr(Scalar::kF32), "y");
+    const int32_t ne = static_cast<int32_t>(s.at("n_expert")), nu = static_cast<int32_t>(s.at("n_used"));
+    Value* r = b.global_x();
+    Value* pr = b.block_id(Mode::kY);
+    b.when(b.cmp(Mode::kLt, r, b.i32(static_cast<int32_t>(n_out))), [&] {
+      Value* id = b.load(ids, pr);
+      Value* ok = b.bit_and(b.cmp(Mode::kGe, id, b.i32(0)), b.cmp(Mode::kLt, id, b.i32(ne)));
+      Value* e = b.convert(b.select(ok, id, b.i32(0)), ty::i64);
+      QFormat f{};
+      q_format(wt, &f);
+      Value* we = b.offset(w, b.mul(e, b.i64(n_out * (n_in / f.block_elems) * f.block_bytes)));
+      Value* xr = s.at("x_per_slot") ? pr : b.div(pr, b.i32(nu));
+      b.store(y, b.add(b.mul(pr, b.i32(static_cast<int32_t>(n_out))), r), dot(b, we, xq, r, xr));
+    });
+    KernelLaunch l;
+    l.kernel = kname;
+    l.args = {0, 1, 2, 3};
+    const int64_t threads = sch.at("threads");
+    l.grid = {static_cast<uint32_t>((n_out + threads - 1) / threads), static_cast<uint32_t>(pairs(s)), 1};
+    l.block = {static_cast<uint32_t>(threads), 1, 1};
+    g.launches.push_back(l);
+    return g;
   }
 
   // PTX: a CTA computes 16 warp_m_tiles warps_m weight rows x 8 warp_n_tiles warps_n tokens.
@@ -399,7 +515,9 @@ class MatmulMmqOp final : public OpSpec {
     while (kb > upi && smem(kb) > 48 * 1024) kb /= 2;
     const int64_t sw = strides(kb).first, sx = strides(kb).second;
     Generated g;
-    const std::string kname = fmt::format("matmul_mmq_{}", llm::ggml_type_name(wt));
+    const std::string kname = fmt::format("{}_{}", name(), llm::ggml_type_name(wt));
+    const int64_t ne = id_ ? s.at("n_expert") : 1, np = pairs(s);
+    if (id_) add_moe_groups_kernel(g, kname + "_groups", ne, np, false, 2, 4);
     ir::Kernel* k = g.module.add_kernel(kname);
     // Two CTAs per SM where the registers allow it (ptxas caps them at 128 for 256 threads), so
     // that one CTA's mma work covers the other's wait at a barrier or for its loads.
@@ -408,6 +526,7 @@ class MatmulMmqOp final : public OpSpec {
     Emit b(*k);
     Value* w = b.param(Type::pointer(AddrSpace::kConstant, Scalar::kU8), "w");
     Value* xq = b.param(Type::pointer(AddrSpace::kConstant, Scalar::kU8), "xq");
+    Value* groups = id_ ? b.param(ty::gptr(Scalar::kI32), "groups") : nullptr;
     Value* y = b.param(ty::gptr(Scalar::kF32), "y");
     Value* wq = b.alloc_shared(Scalar::kI32, bm * sw);
     Value* wd = b.alloc_shared(Scalar::kF32, kb * bm);
@@ -416,7 +535,18 @@ class MatmulMmqOp final : public OpSpec {
     Value* xd = b.alloc_shared(Scalar::kF32, kb * bn);
     Value* xm = mins ? b.alloc_shared(Scalar::kF32, kb * bn) : nullptr;
     auto i32c = [&](int64_t v) { return b.i32(static_cast<int32_t>(v)); };
-    const mma::MmaTile tile = mma::mma_tile(b, wm, wn, mtiles, ntiles);
+    const mma::MmaTile tile0 = mma::mma_tile(b, wm, wn, mtiles, ntiles);
+    // matmul_mmq_id: this z layer's expert, its pair count and list, its matrix.
+    Value *cnt = nullptr, *list = nullptr;
+    if (id_) {
+      Value* e = b.block_id(Mode::kZ);
+      cnt = b.load(groups, e);
+      list = b.offset(groups, b.add(i32c(ne), b.mul(e, i32c(np))));
+      const int64_t wmat = n_out * (n_in / f.block_elems) * f.block_bytes;
+      w = b.offset(w, b.mul(b.convert(e, ty::i64), b.i64(wmat)));
+    }
+    // The tile's body for the CTA's first token n0 (matmul_mmq_id: the n0-th of the expert's pairs).
+    auto tile_body = [&](const mma::MmaTile& tile) {
     Value *tid = tile.tid, *gq = tile.gq, *qq = tile.qq, *m0 = tile.m0, *n0 = tile.n0, *wm0 = tile.wm0, *wn0 = tile.wn0;
     // Tile items: weight (row, unit) and activation (token, unit) pairs, spread over the
     // threads; unrolled (every item's loads in flight together), guarded where they do not
@@ -441,6 +571,21 @@ class MatmulMmqOp final : public OpSpec {
       Value* it = valid ? b.min(item, i32c(n - 1)) : item;
       return std::tuple<Value*, Value*, Value*>{b.div(it, i32c(per_row)), b.rem(it, i32c(per_row)), valid};
     };
+    // The activation items of this thread (the same in every k step) and their rows: token
+    // n0 + lt, or the pair listed there (its token's row, or with x_per_slot its own). Rows past
+    // the end repeat the last one (their results are not stored).
+    std::vector<std::tuple<Value*, Value*, Value*>> xitems;
+    std::vector<Value*> xrows;
+    for (int64_t j = 0; j < xper; ++j) {
+      xitems.push_back(item_of(j, n_xitems, kb));
+      Value* lt = std::get<0>(xitems.back());
+      if (!id_) {
+        xrows.push_back(b.min(b.add(n0, lt), i32c(nt - 1)));
+        continue;
+      }
+      Value* pair = b.load(list, b.min(b.add(n0, lt), b.addc(cnt, -1)));
+      xrows.push_back(s.at("x_per_slot") ? pair : b.div(pair, i32c(s.at("n_used"))));
+    }
     auto stage = [&](Value* kblk) {  // loads of the k step starting at unit kblk (i32)
       auto st = std::make_shared<Staged>();
       for (int64_t j = 0; j < wper && mins; ++j) {
@@ -476,8 +621,8 @@ class MatmulMmqOp final : public OpSpec {
         });
       }
       for (int64_t j = 0; j < xper; ++j) {
-        auto [lt, lb, valid] = item_of(j, n_xitems, kb);
-        Value* t = b.min(b.add(n0, lt), i32c(nt - 1));
+        auto [lt, lb, valid] = xitems[static_cast<size_t>(j)];
+        Value* t = xrows[static_cast<size_t>(j)];
         Value* base = b.mul(b.convert(b.add(b.mul(t, i32c(nb)), b.add(kblk, lb)), ty::i64), b.i64(kXBlockBytes));
         std::vector<Value*> words;
         for (int i = 0; i < 9; ++i) words.push_back(b.load_at(xq, b.add(base, b.i64(4 * i)), ty::i32, 4));
@@ -576,8 +721,39 @@ class MatmulMmqOp final : public OpSpec {
       b.barrier();
       return a;
     });
-    mma::store_c(b, tile, acc, y, n_out, nt);
-    g.launches.push_back(mma::mma_launch(kname, tile, n_out, nt));
+    if (!id_) return mma::store_c(b, tile, acc, y, n_out, nt);
+    // y [pair][n_out] of the listed pairs.
+    for (int64_t n8 = 0; n8 < ntiles; ++n8)
+      for (int i2 = 0; i2 < 2; ++i2) {
+        Value* li = b.add(n0, b.add(wn0, b.addc(b.mulc(qq, 2), 8 * n8 + i2)));
+        Value* in = b.cmp(Mode::kLt, li, cnt);
+        Value* pair = b.load(list, b.min(li, b.addc(cnt, -1)));
+        for (int64_t mt = 0; mt < mtiles; ++mt)
+          for (int i = i2; i < 4; i += 2) {
+            Value* r = b.add(m0, b.add(wm0, b.addc(gq, 16 * mt + 8 * (i / 2))));
+            Value* v = b.extract(acc[static_cast<size_t>(mt * ntiles + n8)], i);
+            b.when(b.bit_and(in, b.cmp(Mode::kLt, r, i32c(n_out))), [&] { b.store(y, b.add(b.mul(pair, i32c(n_out)), r), v); });
+          }
+      }
+    };
+    KernelLaunch l = mma::mma_launch(kname, tile0, n_out, nt);
+    if (!id_) {
+      tile_body(tile0);
+    } else {
+      // The expert's token tiles y, y + grid.y, ... below its pair count (most experts of a
+      // prompt have fewer pairs than tokens: their CTAs past the count do nothing).
+      const int64_t gy = l.grid[1];
+      Value* tiles = b.div(b.addc(cnt, tile0.bn - 1), i32c(tile0.bn));
+      b.for_loop(b.block_id(Mode::kY), tiles, i32c(gy), {}, [&](Value* ty_, std::span<Value* const>) {
+        mma::MmaTile tl = tile0;
+        tl.n0 = b.mulc(ty_, tile0.bn);
+        tile_body(tl);
+        return std::vector<Value*>{};
+      });
+      l.grid[2] = static_cast<uint32_t>(ne);
+      l.args = {0, 1, 4, 3};
+    }
+    g.launches.push_back(l);
     return g;
   }
 };
@@ -585,7 +761,12 @@ class MatmulMmqOp final : public OpSpec {
 }  // namespace
 
 const OpSpec& matmul_mmq_op() {
-  static const MatmulMmqOp op;
+  static const MatmulMmqOp op(false);
+  return op;
+}
+
+const OpSpec& matmul_mmq_id_op() {
+  static const MatmulMmqOp op(true);
   return op;
 }
 

@@ -3,8 +3,9 @@
 // output of quantize_act). matvec_id is the same kernel over a mixture of experts' stacked
 // matrices: for each token t and slot j, y[t, j][r] = dot(W[ids[t, j]] row r, x), x = xq[t] or
 // (x_per_slot) xq[t, j]; only the chosen experts' rows are read. On the cpp target one thread walks whole rows (a tile of rows shares
-// each activation block), bit-identical to llm::ref::matmul; on GPU targets a warp splits a row
-// over its lanes and reduces with warp_reduce.
+// each activation block; matmul with tok_tile > 1: tiles of rows x tokens, matmul_cpu.h),
+// bit-identical to llm::ref::matmul; on GPU targets a warp splits a row over its lanes and
+// reduces with warp_reduce.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -12,6 +13,8 @@
 
 #include "loom/kernels/elementwise_util.h"
 #include "loom/kernels/mat_dot.h"
+#include "loom/kernels/matmul_cpu.h"
+#include "loom/kernels/moe_groups.h"
 #include "loom/kernels/op_list.h"
 #include "loom/kernels/op_util.h"
 #include "loom/ref/ops_ref.h"
@@ -97,7 +100,7 @@ class MatOp final : public OpSpec {
               {"ids", ArgKind::kBuffer, ArgRole::kInput, pairs(s) * 4, Scalar::kI32},
               {"y", ArgKind::kBuffer, ArgRole::kOutput, pairs(s) * n_out * 4, Scalar::kF32},
               // grouped: per expert its pair count, then per expert a list of up to all pairs.
-              {"groups", ArgKind::kBuffer, ArgRole::kScratch, grouped(s) ? experts(s) * (1 + pairs(s)) * 4 : 4,
+              {"groups", ArgKind::kBuffer, ArgRole::kScratch, grouped(s) ? moe_groups_words(experts(s), pairs(s)) * 4 : 4,
                Scalar::kI32}};
       // glu: the up experts (w holds the gate experts).
       if (glu(s)) a.push_back({"w1", ArgKind::kBuffer, ArgRole::kInput, experts(s) * n_out * nb * f.w_bytes, Scalar::kU8});
@@ -132,7 +135,13 @@ class MatOp final : public OpSpec {
   }
 
   std::vector<Knob> schedule_space(const Shape&, ir::TargetKind t) const override {
-    if (t == ir::TargetKind::kCpp) return {{"rows_per_block", {1, 2, 4, 8, 16}}, {"row_tile", {1, 2, 4}}};
+    if (t == ir::TargetKind::kCpp) {
+      // matmul: tok_tile tokens share each weight block (1: one token per work item).
+      if (multi_ && !id_) return {{"rows_per_block", {1, 2, 4, 8, 16}}, {"row_tile", {1, 2, 4}}, {"tok_tile", {1, 2, 4, 8}}};
+      return {{"rows_per_block", {1, 2, 4, 8, 16}}, {"row_tile", {1, 2, 4}}};
+    }
+    // matmul: tok_tile tokens per CTA share each weight block (read once from memory for them).
+    if (multi_ && !id_) return {{"rows_per_block", {1, 2, 4, 8}}, {"lanes_per_row", {8, 16, 32}}, {"tok_tile", {1, 4, 8, 16}}};
     return {{"rows_per_block", {1, 2, 4, 8}}, {"lanes_per_row", {8, 16, 32}}};
   }
   Schedule default_schedule(const Shape& s, ir::TargetKind t) const override {
@@ -140,21 +149,34 @@ class MatOp final : public OpSpec {
     // read one after another are one sequential stream for the hardware prefetchers. Tiles of
     // rows sharing each activation block win only on cache-resident weights (e.g. Q4_1 576x1536,
     // 2 threads: tile 4 50 us, tile 1 57 us) and lose when streaming (Q8_0 576x98304: tile 4
-    // 10.2 ms, tile 1 5.9 ms); see docs/kernels.md.
-    if (t == ir::TargetKind::kCpp) return {{"rows_per_block", 4}, {"row_tile", 1}};
+    // 10.2 ms, tile 1 5.9 ms); see docs/kernels.md. matmul: tiles of 4 rows x 4 tokens, which
+    // unpack each weight block once for 4 tokens (SmolLM2 prompt shapes, 128 tokens, 2 threads:
+    // 1.9-2.1x the one-token kernel; 4 x 8 tiles and 8-row items within 2%, 2 x 4 and 4 x 2 tiles
+    // 6-8% slower).
+    if (t == ir::TargetKind::kCpp) {
+      if (multi_ && !id_) return {{"rows_per_block", 4}, {"row_tile", 4}, {"tok_tile", 4}};
+      return {{"rows_per_block", 4}, {"row_tile", 1}};
+    }
     if (id_) {
       // Expert rows are short (Qwen3-30B-A3B: 8 Q4_K blocks per gate/up row, 3 per down row):
       // the fewest lanes that still give every lane a block, so fewer lanes sit idle.
       const int64_t nb = s.at("n_in") / dot_format(static_cast<GgmlType>(s.at("wtype"))).block_elems;
       return {{"rows_per_block", 4}, {"lanes_per_row", nb >= 32 ? 32 : nb >= 16 ? 16 : 8}};
     }
-    return {{"rows_per_block", 4}, {"lanes_per_row", 32}};
+    // matmul on GPUs (the weights matmul_mmq / matmul_mma do not take, e.g. an f32 MoE router):
+    // 8 tokens per CTA from 16 tokens on, so a weight block read from memory serves 8 of them.
+    if (multi_) return {{"rows_per_block", 4}, {"lanes_per_row", 32}, {"tok_tile", s.at("n_tokens") >= 16 ? 8 : 1}};
+    // matvec: a warp per row where 4 rows per CTA would leave SMs idle (an f32 MoE router of
+    // 128 rows: 128 CTAs instead of 32).
+    return {{"rows_per_block", s.at("n_out") < 4 * 132 ? 1 : 4}, {"lanes_per_row", 32}};
   }
 
   Result<Generated> generate(const Shape& s, const Schedule& sch, ir::TargetKind target) const override {
     LOOM_RETURN_IF_ERROR(validate(s));
     LOOM_RETURN_IF_ERROR(check_schedule(schedule_space(s, target), sch));
     if (grouped(s)) return generate_grouped(s, sch, target);
+    if (target == ir::TargetKind::kCpp && multi_ && !id_ && sch.at("tok_tile") > 1)
+      return generate_matmul_cpu_tiles(s, sch, name());
     const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
     const DotFormat f = dot_format(wt);
     const int64_t n_in = s.at("n_in"), n_out = s.at("n_out");
@@ -252,6 +274,44 @@ class MatOp final : public OpSpec {
       Value* valid = b.cmp(Mode::kLt, r, b.i32(static_cast<int32_t>(n_out)));
       Value* rc = b.select(valid, r, b.i32(0));  // out-of-range rows compute row 0, store nothing
       Value* wr = wrow_of(rc);
+      // matmul, tok_tile > 1: the CTA's tokens t0 .. t0 + tile - 1 (past the end: the last one
+      // again, not stored), each with its own accumulators through the one block loop.
+      const int64_t tt = multi_ && !id_ && sch.count("tok_tile") ? std::min(sch.at("tok_tile"), s.at("n_tokens")) : 1;
+      if (tt > 1) {
+        const int32_t nt = static_cast<int32_t>(s.at("n_tokens"));
+        Value* t0 = b.mul(b.block_id(Mode::kY), b.i32(static_cast<int32_t>(tt)));
+        std::vector<Value*> xrows, init;
+        for (int64_t t = 0; t < tt; ++t) {
+          Value* tk = b.min(b.addc(t0, t), b.i32(nt - 1));
+          xrows.push_back(b.offset(xq, b.mul(tk, b.i32(static_cast<int32_t>(x_row)))));
+          for (Value* v : dot_init(b, f)) init.push_back(v);
+        }
+        const size_t per = init.size() / static_cast<size_t>(tt);
+        auto acc = b.for_loop(lane, b.i32(static_cast<int32_t>(nb)), b.i32(static_cast<int32_t>(lanes)), init,
+                              [&](Value* blk, std::span<Value* const> it) {
+                                Value* woff = b.mul(blk, b.i32(f.w_bytes));
+                                std::vector<Value*> next;
+                                for (int64_t t = 0; t < tt; ++t) {
+                                  DotX x = dot_prep_x(b, f, xrows[static_cast<size_t>(t)], b.mul(blk, b.i32(f.x_bytes)));
+                                  auto part = dot_step(b, f, wr, woff, x, it.subspan(static_cast<size_t>(t) * per, per));
+                                  next.insert(next.end(), part.begin(), part.end());
+                                }
+                                return next;
+                              });
+        for (int64_t t = 0; t < tt; ++t) {
+          Value* part = dot_finish(b, f, std::span<Value* const>(acc).subspan(static_cast<size_t>(t) * per, per));
+          for (int64_t o = lanes / 2; o >= 1; o /= 2)
+            part = b.add(part, b.shfl(Mode::kXor, part, b.i32(static_cast<int32_t>(o))));
+          Value* tk = b.addc(t0, t);
+          Value* store = b.bit_and(b.bit_and(valid, b.cmp(Mode::kEq, lane, b.i32(0))), b.cmp(Mode::kLt, tk, b.i32(nt)));
+          b.when(store, [&] { b.store(b.offset(y, b.mul(tk, b.i32(static_cast<int32_t>(n_out)))), r, part); });
+        }
+        const int64_t rows_per_cta = rpb * 32 / lanes;
+        l.grid = {static_cast<uint32_t>((n_out + rows_per_cta - 1) / rows_per_cta), static_cast<uint32_t>((nt + tt - 1) / tt), 1};
+        l.block = {static_cast<uint32_t>(rpb * 32), 1, 1};
+        g.launches.push_back(l);
+        return g;
+      }
       Value* wr1 = w1 ? wrow_of(rc, w1) : nullptr;
       std::vector<Value*> init = dot_init(b, f);
       const size_t per = init.size();
@@ -305,35 +365,7 @@ class MatOp final : public OpSpec {
     const bool cpu = target == ir::TargetKind::kCpp;
     const std::string gname = fmt::format("{}_group", name()), kname = fmt::format("{}_{}_grouped", name(), llm::ggml_type_name(wt));
     Generated g;
-    {
-      ir::Kernel* k = g.module.add_kernel(gname);
-      Emit b(*k);
-      b.cpu = cpu;
-      Value* ids = b.param(ty::gptr(Scalar::kI32), "ids");
-      Value* groups = b.param(ty::gptr(Scalar::kI32), "groups");
-      const int32_t threads = cpu ? 1 : 128;
-      Value* tid = cpu ? b.i32(0) : b.thread_id(Mode::kX);
-      b.for_loop(tid, b.i32(static_cast<int32_t>(ne)), b.i32(threads), {}, [&](Value* e, std::span<Value* const>) {
-        Value* list = b.offset(groups, b.add(b.i32(static_cast<int32_t>(ne)), b.mul(e, b.i32(static_cast<int32_t>(np)))));
-        auto cnt = b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(np)), b.i32(1), {b.i32(0)},
-                              [&](Value* p, std::span<Value* const> it) {
-                                Value* id = b.load(ids, p);
-                                Value* ok = b.bit_and(b.cmp(Mode::kGe, id, b.i32(0)),
-                                                      b.cmp(Mode::kLt, id, b.i32(static_cast<int32_t>(ne))));
-                                Value* hit = b.cmp(Mode::kEq, b.select(ok, id, b.i32(0)), e);
-                                b.when(hit, [&] { b.store(list, it[0], p); });
-                                return std::vector<Value*>{b.select(hit, b.add(it[0], b.i32(1)), it[0])};
-                              });
-        b.store(groups, e, cnt[0]);
-        return std::vector<Value*>{};
-      });
-      KernelLaunch l;
-      l.kernel = gname;
-      l.grid = {1, 1, 1};
-      l.block = {static_cast<uint32_t>(threads), 1, 1};
-      l.args = {2, 4};
-      g.launches.push_back(l);
-    }
+    add_moe_groups_kernel(g, gname, ne, np, cpu, 2, 4);
     ir::Kernel* k = g.module.add_kernel(kname);
     Emit b(*k);
     b.cpu = cpu;
@@ -519,6 +551,9 @@ class MatOp final : public OpSpec {
       if (multi_) out.push_back({{{"n_in", k / 3}, {"n_out", 19}, {"n_tokens", nt}, {"wtype", wt}}});
       else out.push_back({{{"n_in", k}, {"n_out", 640}, {"n_tokens", nt}, {"wtype", wt}}});
     }
+    // A mixture of experts' f32 router over a prompt (Qwen3-30B-A3B: 2048 -> 128): on GPUs
+    // tokens in tiles of 8 (the last one partial).
+    if (multi_) out.push_back({{{"n_in", 2048}, {"n_out", 128}, {"n_tokens", 37}, {"wtype", static_cast<int64_t>(GgmlType::F32)}}});
     if (!multi_) {
       out.push_back({{{"n_in", 1536}, {"n_out", 576}, {"n_tokens", 1}, {"wtype", 3}}});   // SmolLM2 down
       out.push_back({{{"n_in", 4096}, {"n_out", 1024}, {"n_tokens", 1}, {"wtype", 2}}});  // Llama-3-8B k rows

@@ -43,6 +43,7 @@ const OpSpec& rms_norm_q8_op();
 const OpSpec& matvec_gpu_op();
 const OpSpec& matmul_mma_op();
 const OpSpec& matmul_mmq_op();
+const OpSpec& matmul_mmq_id_op();
 const OpSpec& attention_mma_op();
 
 }  // namespace loom::kernels

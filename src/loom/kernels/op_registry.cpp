@@ -36,6 +36,7 @@ const std::vector<const OpSpec*>& all_ops() {
       &matvec_gpu_op(),
       &matmul_mma_op(),
       &matmul_mmq_op(),
+      &matmul_mmq_id_op(),
       &attention_mma_op(),
   };
   return ops;

@@ -1,0 +1,104 @@
+// The cpp target's prompt matmul in register tiles (see matmul_cpu.h). Per block step the tile
+// prepares each token's activation block once (shared by the tile's rows) and runs the block
+// dot of each (row, token) pair; the pairs of one row read the same weight bytes with the same
+// unpacking, which the host compiler computes once per row and step (no store sits between
+// them), so a weight block is unpacked once and used for every token of the tile.
+#include "loom/kernels/matmul_cpu.h"
+
+#include <algorithm>
+#include <span>
+#include <vector>
+
+#include "loom/kernels/mat_dot.h"
+#include "loom/kernels/op_util.h"
+
+namespace loom::kernels {
+
+using ir::Mode;
+using ir::Scalar;
+using ir::Value;
+using llm::GgmlType;
+
+Result<Generated> generate_matmul_cpu_tiles(const Shape& s, const Schedule& sch, std::string_view op_name) {
+  const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
+  const DotFormat f = dot_format(wt);
+  const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
+  const int64_t nb = n_in / f.block_elems;
+  const int64_t w_row = nb * f.w_bytes, x_row = nb * f.x_bytes;
+  const int64_t rpb = sch.at("rows_per_block");
+  const int64_t rt = std::min(sch.at("row_tile"), rpb);
+  const int64_t tt = std::min(sch.at("tok_tile"), nt);
+  const std::string kname = fmt::format("{}_{}_tiles", op_name, llm::ggml_type_name(wt));
+  Generated g;
+  ir::Kernel* k = g.module.add_kernel(kname);
+  Emit b(*k);
+  b.cpu = true;
+  Value* w = b.param(ty::gptr(Scalar::kU8), "w");
+  Value* xq = b.param(ty::gptr(Scalar::kU8), "xq");
+  Value* y = b.param(ty::gptr(Scalar::kF32), "y");
+  auto i32c = [&](int64_t v) { return b.i32(static_cast<int32_t>(v)); };
+
+  // `rows` rows from r times the tt tokens from t0: rows x tt accumulator sets in the loop.
+  auto emit_tile = [&](Value* r, int64_t rows, Value* t0) {
+    std::vector<Value*> wr, xr, init;
+    for (int64_t i = 0; i < rows; ++i)
+      wr.push_back(b.offset(w, b.mul(b.convert(b.add(r, i32c(i)), ty::s(Scalar::kI64)), b.i64(w_row))));
+    for (int64_t j = 0; j < tt; ++j) {
+      Value* tok = b.add(t0, i32c(j));
+      xr.push_back(b.offset(xq, b.mul(b.convert(tok, ty::s(Scalar::kI64)), b.i64(x_row))));
+    }
+    for (int64_t p = 0; p < rows * tt; ++p)
+      for (Value* v : dot_init(b, f)) init.push_back(v);
+    const size_t per = init.size() / static_cast<size_t>(rows * tt);
+    auto acc = b.for_loop(i32c(0), i32c(nb), i32c(1), init, [&](Value* blk, std::span<Value* const> it) {
+      std::vector<DotX> xs;
+      Value* xoff = b.mul(blk, i32c(f.x_bytes));
+      for (int64_t j = 0; j < tt; ++j) xs.push_back(dot_prep_x(b, f, xr[static_cast<size_t>(j)], xoff));
+      Value* woff = b.mul(blk, i32c(f.w_bytes));
+      std::vector<Value*> next;
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < tt; ++j) {
+          const size_t p = static_cast<size_t>(i * tt + j);
+          auto part = dot_step(b, f, wr[static_cast<size_t>(i)], woff, xs[static_cast<size_t>(j)], it.subspan(p * per, per));
+          next.insert(next.end(), part.begin(), part.end());
+        }
+      return next;
+    });
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < tt; ++j) {
+        const size_t p = static_cast<size_t>(i * tt + j);
+        Value* v = dot_finish(b, f, std::span<Value* const>(acc).subspan(p * per, per));
+        Value* yrow = b.offset(y, b.mul(b.add(t0, i32c(j)), i32c(n_out)));
+        b.store(yrow, b.add(r, i32c(i)), v);
+      }
+  };
+
+  Value* r0 = b.mul(b.block_id(Mode::kX), i32c(rpb));
+  Value* rend = b.min(b.add(r0, i32c(rpb)), i32c(n_out));
+  // Full row tiles, then single rows (n_out need not be a multiple of the tile).
+  Value* full_end = b.sub(rend, b.rem(b.sub(rend, r0), i32c(rt)));
+  // Token tiles; the last one moves back to end at the last token (it recomputes a few outputs
+  // of the tile before it, in this thread, with the same result).
+  b.for_loop(i32c(0), i32c(nt), i32c(tt), {}, [&](Value* tok, std::span<Value* const>) {
+    Value* t0 = b.min(tok, i32c(nt - tt));
+    b.for_loop(r0, full_end, i32c(rt), {}, [&](Value* r, std::span<Value* const>) {
+      emit_tile(r, rt, t0);
+      return std::vector<Value*>{};
+    });
+    if (rt > 1)
+      b.for_loop(full_end, rend, i32c(1), {}, [&](Value* r, std::span<Value* const>) {
+        emit_tile(r, 1, t0);
+        return std::vector<Value*>{};
+      });
+    return std::vector<Value*>{};
+  });
+  KernelLaunch l;
+  l.kernel = kname;
+  l.args = {0, 1, 2};
+  l.grid = {static_cast<uint32_t>((n_out + rpb - 1) / rpb), 1, 1};
+  l.block = {1, 1, 1};
+  g.launches.push_back(l);
+  return g;
+}
+
+}  // namespace loom::kernels
