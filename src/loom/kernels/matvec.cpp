@@ -149,12 +149,22 @@ class MatOp final : public OpSpec {
     // read one after another are one sequential stream for the hardware prefetchers. Tiles of
     // rows sharing each activation block win only on cache-resident weights (e.g. Q4_1 576x1536,
     // 2 threads: tile 4 50 us, tile 1 57 us) and lose when streaming (Q8_0 576x98304: tile 4
-    // 10.2 ms, tile 1 5.9 ms); see docs/kernels.md. matmul: tiles of 4 rows x 4 tokens, which
-    // unpack each weight block once for 4 tokens (SmolLM2 prompt shapes, 128 tokens, 2 threads:
-    // 1.9-2.1x the one-token kernel; 4 x 8 tiles and 8-row items within 2%, 2 x 4 and 4 x 2 tiles
-    // 6-8% slower).
+    // 10.2 ms, tile 1 5.9 ms); see docs/kernels.md.
     if (t == ir::TargetKind::kCpp) {
-      if (multi_ && !id_) return {{"rows_per_block", 4}, {"row_tile", 4}, {"tok_tile", 4}};
+      if (multi_ && !id_) {
+        // matmul: tiles of rows x tokens that unpack each weight block once per tile (128 tokens,
+        // 2 threads). 4 x 4: SmolLM2's Q4_1/Q8_0 shapes 1.9-2.1x the one-token kernel (4 x 8 and
+        // 8-row items within 2%, 2 x 4 and 4 x 2 6-8% slower), Q4_K 2048->640 2.1x. Smaller tiles
+        // where a pair's accumulators are larger: Q6_K 2 x 4 (2048->640: 4 x 4 no faster than one
+        // token, 2 x 4 1.6x), F16 2 x 2 (1536->640: 2 x 2 1.6x, 4 x 4 1.0x); IQ4_XS untiled
+        // (its tiles are 1.2-1.6x slower than one token).
+        switch (static_cast<GgmlType>(s.at("wtype"))) {
+          case GgmlType::Q6_K: return {{"rows_per_block", 4}, {"row_tile", 2}, {"tok_tile", 4}};
+          case GgmlType::F16: return {{"rows_per_block", 4}, {"row_tile", 2}, {"tok_tile", 2}};
+          case GgmlType::IQ4_XS: return {{"rows_per_block", 4}, {"row_tile", 1}, {"tok_tile", 1}};
+          default: return {{"rows_per_block", 4}, {"row_tile", 4}, {"tok_tile", 4}};
+        }
+      }
       return {{"rows_per_block", 4}, {"row_tile", 1}};
     }
     if (id_) {
