@@ -445,6 +445,36 @@ TEST(OpsRefAttention, GroupedQueryHeadsShareKvHeads) {
   EXPECT_FALSE(ref::attention(q.data(), &pos, 1, c.k.data(), c.v.data(), 3, bad, out.data(), nullptr).ok());
 }
 
+// matmul_q8_1 (the integer tensor-core matmul's definition) against float math on the
+// dequantized weights and activations: the same products, summed in another order.
+TEST(OpsRefMatmulQ8_1, MatchesDequantizedProducts) {
+  const int64_t n_in = 512, n_out = 9, n_tok = 3;
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    SCOPED_TRACE(ggml_type_name(t));
+    const size_t wrow = row_bytes(t, n_in), xrow = row_bytes(GgmlType::Q8_1, n_in);
+    std::vector<uint8_t> w(wrow * n_out), x(xrow * n_tok);
+    std::vector<float> wf = random_floats(static_cast<size_t>(n_in * n_out), 7), xf = random_floats(static_cast<size_t>(n_in * n_tok), 8);
+    for (int64_t r = 0; r < n_out; ++r) ASSERT_TRUE(quantize(t, wf.data() + r * n_in, w.data() + r * wrow, n_in).ok());
+    for (int64_t k = 0; k < n_tok; ++k) ASSERT_TRUE(quantize(GgmlType::Q8_1, xf.data() + k * n_in, x.data() + k * xrow, n_in).ok());
+    std::vector<float> wd(static_cast<size_t>(n_in)), xd(static_cast<size_t>(n_in)), y(static_cast<size_t>(n_out * n_tok));
+    ASSERT_TRUE(ref::matmul_q8_1(ref::WeightView{t, w.data(), n_in, n_out, wrow}, x.data(), n_tok, y.data(), nullptr).ok());
+    for (int64_t k = 0; k < n_tok; ++k) {
+      ASSERT_TRUE(dequantize(GgmlType::Q8_1, x.data() + k * xrow, xd.data(), n_in).ok());
+      for (int64_t r = 0; r < n_out; ++r) {
+        ASSERT_TRUE(dequantize(t, w.data() + r * wrow, wd.data(), n_in).ok());
+        double want = 0, mag = 0;
+        for (int64_t i = 0; i < n_in; ++i) {
+          want += static_cast<double>(wd[static_cast<size_t>(i)]) * xd[static_cast<size_t>(i)];
+          mag += std::fabs(static_cast<double>(wd[static_cast<size_t>(i)]) * xd[static_cast<size_t>(i)]);
+        }
+        // Q4_K's min term reads the activation block's sum as the f16 that Q8_1 stores.
+        const double rel = t == GgmlType::Q4_K ? 2e-4 : 1e-5;
+        EXPECT_NEAR(y[static_cast<size_t>(k * n_out + r)], want, rel * mag + 1e-6) << "token " << k << " row " << r;
+      }
+    }
+  }
+}
+
 TEST(ThreadPool, EveryIndexExactlyOnce) {
   for (int threads : {1, 2, 3, 5}) {
     ThreadPool pool(threads);

@@ -41,8 +41,9 @@ WeightPlan WeightPlan::make(const llm::Model& model, ir::TargetKind target, Pref
     // pp512: Q4_0 9152 vs 6980 tok/s, bench/results/2026-12-03-h200-mmq.json; Q4_K_M-like 6436
     // vs 5158, 2026-12-03-h200-mmq-q4k.json; Q8_0 as Q4_0); every format matmul_mmq takes.
     const bool measured = v.type == llm::GgmlType::Q4_0 || v.type == llm::GgmlType::Q8_0 || v.type == llm::GgmlType::Q4_K;
+    // Q6_K: matmul_mmq takes GGUF rows only, and dense Q6_K matrices live in the planar layout.
     e.mmq = mmq && prompts != PrefillMatmul::kF16 && (measured || prompts == PrefillMatmul::kInt8) &&
-            mmq->validate(s).ok();
+            v.type != llm::GgmlType::Q6_K && mmq->validate(s).ok();
     s.dims["xtype"] = 1;
     e.mma = mma && mma->validate(s).ok();
   }
@@ -121,7 +122,8 @@ Result<MatmulKernel> WeightPlan::matmul_id(int32_t weight, int64_t n_tokens) con
   // Prompts on the integer tensor cores: the formats matmul_mmq measured faster on (kAuto), every
   // one it takes (kInt8). The shape here is the weight's; the lowering adds the ids' dimensions.
   const llm::GgmlType t = w.view.type;
-  const bool measured = t == llm::GgmlType::Q4_0 || t == llm::GgmlType::Q8_0 || t == llm::GgmlType::Q4_K;
+  const bool measured = t == llm::GgmlType::Q4_0 || t == llm::GgmlType::Q8_0 || t == llm::GgmlType::Q4_K ||
+                        t == llm::GgmlType::Q6_K;
   const kernels::OpSpec* mmq = kernels::find_op("matmul_mmq_id");
   if (target_ == ir::TargetKind::kPtx && n_tokens > kMatmulIdMmqTokens && mmq && prompts_ != PrefillMatmul::kF16 &&
       (measured || prompts_ == PrefillMatmul::kInt8)) {

@@ -45,9 +45,10 @@ using llm::GgmlType;
 
 constexpr int kXBlockBytes = 36;  // Q8_1: f16 d, f16 s, 32 signed bytes
 
-// Weight formats. The kernel walks k in units of 32 values: a Q4_0 / Q8_0 block, or one of the
+// Weight formats. The kernel walks k in units of 32 values: a Q4_0 / Q8_0 block, one of the
 // eight sub-blocks of a Q4_K super-block (own 6-bit scale and min; its nibbles are the low or
-// high halves of the 32 bytes it shares with its neighbour).
+// high halves of the 32 bytes it shares with its neighbour), or 32 values of a Q6_K super-block
+// (two 16-value sub-blocks with their own int8 scales: two mma sums, one per half).
 struct QFormat {
   int words;        // quant words per 32-value unit as staged: 4 (Q4_0 nibbles), 8 (signed bytes)
   int block_bytes;  // GGUF block
@@ -57,6 +58,7 @@ bool q_format(GgmlType t, QFormat* f) {
   if (t == GgmlType::Q4_0) *f = {4, 18, 32};
   else if (t == GgmlType::Q8_0) *f = {8, 34, 32};
   else if (t == GgmlType::Q4_K) *f = {8, 144, 256};
+  else if (t == GgmlType::Q6_K) *f = {8, 210, 256};
   else return false;
   return true;
 }
@@ -67,7 +69,8 @@ Value* f16_bits_to_f32(Emit& b, Value* h) { return b.convert(b.bitcast(h, ty::f1
 
 // Unit `unit` (i64, 0 .. n_in / 32) of row `r` (i32), its loads issued now. words() gives its
 // quant words as staged (Q4_0: the 4 nibble words; Q8_0: 8 signed-byte words; Q4_K: the unit's
-// nibbles as 8 byte words, 0..15), scales() its f32 scale d (Q4_K: d * sc) and, for Q4_K, the
+// nibbles as 8 byte words, 0..15; Q6_K: q - 32 as 8 signed-byte words), scales() its f32 scale d
+// (Q4_K: d * sc; Q6_K: d * sc of values 0..15, then of 16..31 as the second) and, for Q4_K, the
 // min dmin * m (else null). Planar layout (gguf/planar.h): quants in 16-byte pieces at
 // (piece * rows * nb + g) * 16, headers after all pieces; GGUF rows: the block as stored.
 struct UnitLoad {
@@ -79,6 +82,44 @@ UnitLoad load_unit(Emit& b, GgmlType wt, Value* w, bool planar, int64_t rows, in
   q_format(wt, &f);
   const int64_t nb = n_in / f.block_elems, nblk = rows * nb;
   UnitLoad out;
+  if (wt == GgmlType::Q6_K) {  // GGUF rows only: ql [128], qh [64], int8 scales [16], f16 d
+    Value* g = b.add(b.mul(b.convert(r, ty::i64), b.i64(nb)), b.div(unit, b.i64(8)));
+    Value* j = b.convert(b.rem(unit, b.i64(8)), ty::i32);
+    Value* n = b.div(j, b.i32(4));
+    Value* q = b.rem(j, b.i32(4));
+    Value* base = b.mul(g, b.i64(210));
+    Value* ql = b.add(base, b.convert(b.add(b.mulc(n, 64), b.mulc(b.rem(q, b.i32(2)), 32)), ty::i64));
+    Value* qh = b.add(base, b.convert(b.addc(b.mulc(n, 32), 128), ty::i64));
+    std::vector<Value*> lo, hi;  // u16 halves (blocks are 2-byte aligned)
+    for (int i = 0; i < 16; ++i) {
+      lo.push_back(b.load_at(w, b.add(ql, b.i64(2 * i)), ty::u16, 2));
+      hi.push_back(b.load_at(w, b.add(qh, b.i64(2 * i)), ty::u16, 2));
+    }
+    Value* sc_at = b.add(base, b.convert(b.add(b.addc(b.mulc(n, 8), 192), b.mulc(q, 2)), ty::i64));
+    Value* s0 = b.load_at(w, sc_at, Type::scalar(Scalar::kU8), 1);
+    Value* s1 = b.load_at(w, b.add(sc_at, b.i64(1)), Type::scalar(Scalar::kU8), 1);
+    Value* d = b.load_at(w, b.add(base, b.i64(208)), ty::u16, 2);
+    out.words = [&b, lo, hi, q] {
+      Value* shl_ = b.convert(b.mulc(b.div(q, b.i32(2)), 4), ty::u32);
+      Value* shh = b.convert(b.mulc(q, 2), ty::u32);
+      std::vector<Value*> ws;
+      for (size_t i = 0; i < lo.size(); i += 2) {
+        Value* l32 = b.bit_or(b.convert(lo[i], ty::u32), b.shlc(b.convert(lo[i + 1], ty::u32), 16));
+        Value* h32 = b.bit_or(b.convert(hi[i], ty::u32), b.shlc(b.convert(hi[i + 1], ty::u32), 16));
+        Value* v = b.bit_or(b.andc(b.shr(l32, shl_), 0x0F0F0F0F), b.shlc(b.andc(b.shr(h32, shh), 0x03030303), 4));
+        // q - 32 per byte without borrows: (q | 0x80) - 0x20 >= 0x60, bit 7 flipped back.
+        ws.push_back(b.bitcast(b.bit_xor(b.sub(b.bit_or(v, b.c(ty::u32, 0x80808080)), b.c(ty::u32, 0x20202020)),
+                                         b.c(ty::u32, 0x80808080)), ty::i32));
+      }
+      return ws;
+    };
+    out.scales = [&b, s0, s1, d] {
+      Value* df = f16_bits_to_f32(b, d);
+      auto sc = [&](Value* u) { return b.convert(b.sub(b.bit_xor(b.convert(u, ty::i32), b.i32(0x80)), b.i32(0x80)), ty::f32); };
+      return std::pair<Value*, Value*>{b.mul(df, sc(s0)), b.mul(df, sc(s1))};
+    };
+    return out;
+  }
   if (wt == GgmlType::Q4_K) {
     Value* sb = b.div(unit, b.i64(8));
     Value* sub = b.convert(b.rem(unit, b.i64(8)), ty::i32);
@@ -206,9 +247,9 @@ class MatmulMmqOp final : public OpSpec {
   explicit MatmulMmqOp(bool id) : id_(id) {}
   std::string_view name() const override { return id_ ? "matmul_mmq_id" : "matmul_mmq"; }
   std::string_view description() const override {
-    return id_ ? "mixture-of-experts matmul for prompts on tensor cores in integers: each expert's Q4_0/Q8_0/Q4_K rows "
+    return id_ ? "mixture-of-experts matmul for prompts on tensor cores in integers: each expert's Q4_0/Q8_0/Q4_K/Q6_K rows "
                  "times the Q8_1 activations of the (token, slot) pairs that chose it"
-               : "y = x W^T for prompts on tensor cores in integers (mma m16n8k32 s8): Q4_0/Q8_0/Q4_K weight blocks times "
+               : "y = x W^T for prompts on tensor cores in integers (mma m16n8k32 s8): Q4_0/Q8_0/Q4_K/Q6_K weight blocks times "
                  "Q8_1 activation blocks, exact 32-value sums scaled in f32";
   }
 
@@ -216,7 +257,9 @@ class MatmulMmqOp final : public OpSpec {
     LOOM_ASSIGN_OR_RETURN(GgmlType wt, shape_type(s, "wtype"));
     QFormat f{};
     if (!q_format(wt, &f))
-      return invalid_argument("matmul_mmq: weight type {} is not supported (Q4_0, Q8_0, Q4_K)", llm::ggml_type_name(wt));
+      return invalid_argument("matmul_mmq: weight type {} is not supported (Q4_0, Q8_0, Q4_K, Q6_K)", llm::ggml_type_name(wt));
+    if (wt == GgmlType::Q6_K && s.dims.count("planar") && s.at("planar") != 0)
+      return invalid_argument("matmul_mmq: Q6_K weights in GGUF rows only (planar=0)");
     LOOM_ASSIGN_OR_RETURN(int64_t n_in, s.get("n_in"));
     LOOM_ASSIGN_OR_RETURN(int64_t n_out, s.get("n_out"));
     LOOM_ASSIGN_OR_RETURN(int64_t nt, s.get("n_tokens"));
@@ -297,7 +340,7 @@ class MatmulMmqOp final : public OpSpec {
     if (t != ir::TargetKind::kPtx) return {{"threads", 64}};
     // matmul_mmq_id: an expert's tokens are its pairs (on average pairs / n_expert).
     const int64_t nt = id_ ? pairs(s) / s.at("n_expert") : s.at("n_tokens"), nb = s.at("n_in") / 32;
-    const bool q4k = static_cast<GgmlType>(s.at("wtype")) == GgmlType::Q4_K;
+    const bool q4k = static_cast<GgmlType>(s.at("wtype")) == GgmlType::Q4_K || static_cast<GgmlType>(s.at("wtype")) == GgmlType::Q6_K;
     return {{"warps_m", 4}, {"warps_n", nt > 64 ? 2 : 1}, {"k_blocks", nb % 4 == 0 ? 4 : nb % 2 == 0 ? 2 : 1},
             {"warp_m_tiles", 2}, {"warp_n_tiles", 4}, {"ctas", q4k ? 0 : 2}};
   }
@@ -388,6 +431,7 @@ class MatmulMmqOp final : public OpSpec {
       add_id(GgmlType::Q4_K, 512, 200, 16, 4, 77, 0);
       add_id(GgmlType::Q4_K, 2048, 768, 16, 8, 20, 0);
       add_id(GgmlType::Q4_K, 768, 2048, 16, 8, 9, 1);
+      add_id(GgmlType::Q6_K, 768, 300, 16, 8, 20, 1);  // the Q4_K_M mix's down experts
       return out;
     }
     auto add = [&](int64_t n_in, int64_t n_out, int64_t nt, GgmlType t, int planar) {
@@ -405,6 +449,8 @@ class MatmulMmqOp final : public OpSpec {
     add(512, 200, 70, GgmlType::Q4_K, 0);
     add(768, 200, 100, GgmlType::Q4_K, 1);  // 3 super-blocks
     add(1024, 1030, 137, GgmlType::Q4_K, 1);
+    add(256, 37, 5, GgmlType::Q6_K, 0);
+    add(768, 200, 70, GgmlType::Q6_K, 0);
     return out;
   }
 
@@ -429,16 +475,19 @@ class MatmulMmqOp final : public OpSpec {
             Value* xb = b.mul(b.convert(b.add(b.mul(t, b.i32(static_cast<int32_t>(nb))), blk), ty::i64), b.i64(kXBlockBytes));
             Value* x0 = b.bitcast(b.load_at(xq, xb, ty::i32, 4), ty::u32);
             Value* dx = f16_bits_to_f32(b, b.convert(b.andc(x0, 0xFFFF), ty::u16));
-            Value* isum = b.i32(0);
+            Value* isum[2] = {b.i32(0), b.i32(0)};  // Q6_K: values 0..15 and 16..31 apart
+            const bool halves = wt == GgmlType::Q6_K;
             for (int i = 0; i < 8; ++i) {
               Value* xw = b.load_at(xq, b.add(xb, b.i64(4 + 4 * i)), ty::i32, 4);
               Value* wv = wt == GgmlType::Q4_0 ? (i < 4 ? lo_s8(b, ww[static_cast<size_t>(i)]) : hi_s8(b, ww[static_cast<size_t>(i - 4)]))
                                                : ww[static_cast<size_t>(i)];
-              isum = b.dot4(wv, xw, isum);
+              Value*& sum = isum[halves && i >= 4 ? 1 : 0];
+              sum = b.dot4(wv, xw, sum);
             }
             auto [dw, dm] = wl.scales();
-            Value* a = b.fma(b.mul(dw, dx), b.convert(isum, ty::f32), it[0]);
-            if (dm) a = b.sub(a, b.mul(dm, f16_bits_to_f32(b, b.convert(b.shrc(x0, 16), ty::u16))));
+            Value* a = b.fma(b.mul(dw, dx), b.convert(isum[0], ty::f32), it[0]);
+            if (halves) a = b.fma(b.mul(dm, dx), b.convert(isum[1], ty::f32), a);
+            else if (dm) a = b.sub(a, b.mul(dm, f16_bits_to_f32(b, b.convert(b.shrc(x0, 16), ty::u16))));
             return std::vector<Value*>{a};
           });
           return acc[0];
@@ -494,6 +543,10 @@ class MatmulMmqOp final : public OpSpec {
     QFormat f{};
     q_format(wt, &f);
     const bool q4 = wt == GgmlType::Q4_0, mins = wt == GgmlType::Q4_K;
+    // Q6_K: the unit's two 16-value halves are two mma sums (the A fragment's registers 0, 1
+    // hold k 0..15, registers 2, 3 k 16..31; the other pair zeroed), each with its own scale
+    // (wd: values 0..15, wmn: 16..31).
+    const bool halves = wt == GgmlType::Q6_K;
     // Q4_K is staged a pair of units at a time: the 32 quant bytes the two share (one unit in the
     // low nibbles, the next in the high ones) and the super-block's 16-byte header, one 16-byte
     // load each, the two units' scales and mins decoded from it.
@@ -506,7 +559,7 @@ class MatmulMmqOp final : public OpSpec {
     while ((6 * mtiles * ntiles + 48) * threads > 65536 && ntiles > 2) ntiles /= 2;
     while ((6 * mtiles * ntiles + 48) * threads > 65536 && mtiles > 1) mtiles /= 2;
     const int64_t bm = 16 * mtiles * wm, bn = 8 * ntiles * wn;
-    const int64_t nw = mins ? 4 : f.words, nsc = mins ? 2 : 1;
+    const int64_t nw = mins ? 4 : f.words, nsc = mins || halves ? 2 : 1;
     // Row strides in words: odd multiples of 4. The tiles must fit 48 KiB of static shared memory.
     auto strides = [&](int64_t kbv) { return std::pair<int64_t, int64_t>{kbv * nw + ((kbv * nw / 4) % 2 ? 0 : 4), 8 * kbv + 4}; };
     auto smem = [&](int64_t kbv) {
@@ -530,7 +583,7 @@ class MatmulMmqOp final : public OpSpec {
     Value* y = b.param(ty::gptr(Scalar::kF32), "y");
     Value* wq = b.alloc_shared(Scalar::kI32, bm * sw);
     Value* wd = b.alloc_shared(Scalar::kF32, kb * bm);
-    Value* wmn = mins ? b.alloc_shared(Scalar::kF32, kb * bm) : nullptr;
+    Value* wmn = mins || halves ? b.alloc_shared(Scalar::kF32, kb * bm) : nullptr;
     Value* xs = b.alloc_shared(Scalar::kI32, bn * sx);
     Value* xd = b.alloc_shared(Scalar::kF32, kb * bn);
     Value* xm = mins ? b.alloc_shared(Scalar::kF32, kb * bn) : nullptr;
@@ -658,7 +711,7 @@ class MatmulMmqOp final : public OpSpec {
       std::vector<std::array<Value*, 4>> pair_words(static_cast<size_t>(mtiles));  // Q4_K: a pair's raw words
       for (int64_t blk = 0; blk < kb; ++blk) {
         const size_t nmt = static_cast<size_t>(mtiles);
-        std::vector<Value*> af(nmt), dw0(nmt), dw8(nmt), dm0(nmt), dm8(nmt);
+        std::vector<Value*> af(nmt), ah(nmt), dw0(nmt), dw8(nmt), dm0(nmt), dm8(nmt);
         for (int64_t mt = 0; mt < mtiles; ++mt) {
           const size_t m = static_cast<size_t>(mt);
           Value* row = b.add(wm0, b.addc(gq, 16 * mt));
@@ -683,6 +736,10 @@ class MatmulMmqOp final : public OpSpec {
             Value* w0 = b.load(wq, i0);
             Value* w8 = b.load(wq, i8);
             af[m] = b.build({lo_s8(b, w0), lo_s8(b, w8), hi_s8(b, w0), hi_s8(b, w8)});
+          } else if (halves) {
+            Value* z = b.i32(0);
+            af[m] = b.build({b.load(wq, i0), b.load(wq, i8), z, z});
+            ah[m] = b.build({z, z, b.load(wq, b.addc(i0, 4)), b.load(wq, b.addc(i8, 4))});
           } else {
             af[m] = b.build({b.load(wq, i0), b.load(wq, i8), b.load(wq, b.addc(i0, 4)), b.load(wq, b.addc(i8, 4))});
           }
@@ -691,6 +748,9 @@ class MatmulMmqOp final : public OpSpec {
           if (mins) {
             dm0[m] = b.neg(b.load(wmn, b.addc(row, blk * bm)));
             dm8[m] = b.neg(b.load(wmn, b.addc(row, blk * bm + 8)));
+          } else if (halves) {
+            dm0[m] = b.load(wmn, b.addc(row, blk * bm));
+            dm8[m] = b.load(wmn, b.addc(row, blk * bm + 8));
           }
         }
         for (int64_t n8 = 0; n8 < ntiles; ++n8) {
@@ -702,6 +762,7 @@ class MatmulMmqOp final : public OpSpec {
           for (int64_t mt = 0; mt < mtiles; ++mt) {
             const size_t m = static_cast<size_t>(mt);
             Value* c = b.mma(af[m], bf, bias4);
+            Value* ch = halves ? b.mma(ah[m], bf, bias4) : nullptr;
             const size_t ai = static_cast<size_t>(mt * ntiles + n8);
             std::vector<Value*> lanes;
             for (int i = 0; i < 4; ++i) {
@@ -710,7 +771,12 @@ class MatmulMmqOp final : public OpSpec {
               Value* prev = b.extract(a[ai], i);
               // Q4_K: minus (dmin m) s_x first, then plus (d sc) d_x i.
               if (mins) prev = b.fma(i / 2 ? dm8[m] : dm0[m], b.extract(xsum, i % 2), prev);
-              lanes.push_back(b.fma(fi, scale, prev));
+              Value* v = b.fma(fi, scale, prev);
+              if (halves) {
+                Value* fh = b.sub(b.bitcast(b.extract(ch, i), ty::f32), magic);
+                v = b.fma(fh, b.mul(i / 2 ? dm8[m] : dm0[m], b.extract(dx, i % 2)), v);
+              }
+              lanes.push_back(v);
             }
             a[ai] = b.build(lanes);
           }

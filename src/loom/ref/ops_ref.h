@@ -76,7 +76,8 @@ Status matmul_dequantized(const WeightView& w, const uint16_t* x_f16, int64_t n_
 // y[t * n_out + r] for Q8_1 activation rows (quantize_activation's blocks: f16 d, f16 s = d sum(q),
 // 32 signed bytes), summed in double per output: the definition of the integer tensor-core
 // matmul (matmul_mmq). Per 32 values: Q4_0 / Q8_0 d_w d_x sum(q_w q_x), the Q4_0 quants taken
-// as q - 8; Q4_K (d sc) d_x sum(q q_x) - (dmin m) s_x. Other weight types: invalid_argument.
+// as q - 8; Q4_K (d sc) d_x sum(q q_x) - (dmin m) s_x; Q6_K per 16 values d sc d_x sum((q - 32) q_x).
+// Other weight types: invalid_argument.
 Status matmul_q8_1(const WeightView& w, const uint8_t* xq, int64_t n_tok, float* y, ThreadPool* pool);
 
 // out[i] = dequantized row ids[i] of the table (embedding lookup). ids must be in range.

@@ -73,6 +73,24 @@ double dot_q8_1(GgmlType t, const uint8_t* wr, const uint8_t* xr, int64_t n_in) 
       dm = f16_at(blk + 2) * mv;
       const uint8_t* qs = blk + 16 + 32 * (j / 2);
       for (int e = 0; e < 32; ++e) isum += int64_t{(qs[e] >> (4 * (j % 2))) & 15} * static_cast<int8_t>(xb[4 + e]);
+    } else if (t == GgmlType::Q6_K) {
+      // Unit j of 8 in a super-block: values 128 (j / 4) + 32 (j % 4) + l, two 16-value
+      // sub-blocks with their own int8 scales (dequantize_row_q6_K's order).
+      const uint8_t* blk = wr + (k / 8) * 210;
+      const int j = static_cast<int>(k % 8), n = j / 4, q = j % 4;
+      const uint8_t* ql = blk + 64 * n + 32 * (q % 2);
+      const uint8_t* qh = blk + 128 + 32 * n;
+      const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192) + 8 * n + 2 * q;
+      const double d = f16_at(blk + 208);
+      for (int h = 0; h < 2; ++h) {
+        int64_t part = 0;
+        for (int e = 16 * h; e < 16 * h + 16; ++e) {
+          const int v = (((ql[e] >> (4 * (q / 2))) & 15) | (((qh[e] >> (2 * q)) & 3) << 4)) - 32;
+          part += int64_t{v} * static_cast<int8_t>(xb[4 + e]);
+        }
+        acc += d * sc[h] * f16_at(xb) * static_cast<double>(part);
+      }
+      continue;
     } else {
       const bool q4 = t == GgmlType::Q4_0;
       const uint8_t* wb = wr + k * (q4 ? 18 : 34);
@@ -90,9 +108,10 @@ double dot_q8_1(GgmlType t, const uint8_t* wr, const uint8_t* xr, int64_t n_in) 
 }  // namespace
 
 Status matmul_q8_1(const WeightView& w, const uint8_t* xq, int64_t n_tok, float* y, ThreadPool* pool) {
-  if (w.type != GgmlType::Q4_0 && w.type != GgmlType::Q8_0 && w.type != GgmlType::Q4_K)
-    return invalid_argument("matmul_q8_1: {} weights (Q4_0, Q8_0, Q4_K)", ggml_type_name(w.type));
-  if (w.n_in % (w.type == GgmlType::Q4_K ? 256 : 32) != 0) return invalid_argument("matmul_q8_1: n_in={}", w.n_in);
+  const bool k_quant = w.type == GgmlType::Q4_K || w.type == GgmlType::Q6_K;
+  if (w.type != GgmlType::Q4_0 && w.type != GgmlType::Q8_0 && !k_quant)
+    return invalid_argument("matmul_q8_1: {} weights (Q4_0, Q8_0, Q4_K, Q6_K)", ggml_type_name(w.type));
+  if (w.n_in % (k_quant ? 256 : 32) != 0) return invalid_argument("matmul_q8_1: n_in={}", w.n_in);
   const int64_t xq_row = w.n_in / 32 * 36;
   auto rows = [&](int64_t r0, int64_t r1, int) {
     for (int64_t t = 0; t < n_tok; ++t)
