@@ -2,7 +2,8 @@
 // prepares each token's activation block once (shared by the tile's rows) and runs the block
 // dot of each (row, token) pair; the pairs of one row read the same weight bytes with the same
 // unpacking, which the host compiler computes once per row and step (no store sits between
-// them), so a weight block is unpacked once and used for every token of the tile.
+// them), so a weight block is unpacked once and used for every token of the tile. Q4_1/Q5_1 keep
+// a row's min terms as one vector over the tile's tokens.
 #include "loom/kernels/matmul_cpu.h"
 
 #include <algorithm>
@@ -18,6 +19,14 @@ using ir::Mode;
 using ir::Scalar;
 using ir::Value;
 using llm::GgmlType;
+
+namespace {
+// An f16 at a byte offset as f32 (as mat_dot's loads read a block's scales).
+Value* f16_value_at(Emit& b, Value* base, Value* off) {
+  Value* bits = b.load_at(base, off, ty::s(Scalar::kU16), 2);
+  return b.convert(b.bitcast(bits, ty::s(Scalar::kF16)), ty::f32);
+}
+}  // namespace
 
 Result<Generated> generate_matmul_cpu_tiles(const Shape& s, const Schedule& sch, std::string_view op_name) {
   const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
@@ -38,6 +47,14 @@ Result<Generated> generate_matmul_cpu_tiles(const Shape& s, const Schedule& sch,
   Value* y = b.param(ty::gptr(Scalar::kF32), "y");
   auto i32c = [&](int64_t v) { return b.i32(static_cast<int32_t>(v)); };
 
+  // Q4_1/Q5_1: each pair's min term fma(m_w, s_x, summs) is its own chain, added after the lane
+  // reduction; a row keeps its tokens' chains as the lanes of one vector (the tokens' s_x built
+  // into a vector once per block), one vector fma per row and block instead of one scalar fma per
+  // pair. Lane j is token j's chain, rounded exactly as the scalar one.
+  const bool vec_min = (wt == GgmlType::Q4_1 || wt == GgmlType::Q5_1) && tt <= 8;
+  const int min_lanes = tt <= 4 ? 4 : 8;
+  const ir::Type min_ty = ir::Type::vector(Scalar::kF32, min_lanes);
+
   // `rows` rows from r times the tt tokens from t0: rows x tt accumulator sets in the loop.
   auto emit_tile = [&](Value* r, int64_t rows, Value* t0) {
     std::vector<Value*> wr, xr, init;
@@ -47,27 +64,61 @@ Result<Generated> generate_matmul_cpu_tiles(const Shape& s, const Schedule& sch,
       Value* tok = b.add(t0, i32c(j));
       xr.push_back(b.offset(xq, b.mul(b.convert(tok, ty::s(Scalar::kI64)), b.i64(x_row))));
     }
-    for (int64_t p = 0; p < rows * tt; ++p)
-      for (Value* v : dot_init(b, f)) init.push_back(v);
-    const size_t per = init.size() / static_cast<size_t>(rows * tt);
+    // Per pair its carried accumulators (vec_min: the lane vector only), then per row the min
+    // vector (vec_min).
+    size_t per = 0;
+    for (int64_t p = 0; p < rows * tt; ++p) {
+      std::vector<Value*> z = dot_init(b, f);
+      if (vec_min) z.resize(1);
+      per = z.size();
+      init.insert(init.end(), z.begin(), z.end());
+    }
+    const size_t mins_at = init.size();
+    if (vec_min)
+      for (int64_t i = 0; i < rows; ++i) init.push_back(b.cf(min_ty, 0));
     auto acc = b.for_loop(i32c(0), i32c(nb), i32c(1), init, [&](Value* blk, std::span<Value* const> it) {
       std::vector<DotX> xs;
       Value* xoff = b.mul(blk, i32c(f.x_bytes));
       for (int64_t j = 0; j < tt; ++j) xs.push_back(dot_prep_x(b, f, xr[static_cast<size_t>(j)], xoff));
       Value* woff = b.mul(blk, i32c(f.w_bytes));
+      Value* svec = nullptr;
+      if (vec_min) {
+        // Q8_1's s of each token (DotX v[3]), zero in the lanes past the tile.
+        std::vector<Value*> sl;
+        for (int64_t j = 0; j < min_lanes; ++j) sl.push_back(j < tt ? xs[static_cast<size_t>(j)].v[3] : b.f32(0));
+        svec = b.build(sl);
+      }
       std::vector<Value*> next;
       for (int64_t i = 0; i < rows; ++i)
         for (int64_t j = 0; j < tt; ++j) {
           const size_t p = static_cast<size_t>(i * tt + j);
-          auto part = dot_step(b, f, wr[static_cast<size_t>(i)], woff, xs[static_cast<size_t>(j)], it.subspan(p * per, per));
-          next.insert(next.end(), part.begin(), part.end());
+          if (vec_min) {
+            // The lanes' step; the scalar min chain it also returns is left unused.
+            const std::vector<Value*> a = {it[p], b.f32(0)};
+            next.push_back(dot_step(b, f, wr[static_cast<size_t>(i)], woff, xs[static_cast<size_t>(j)], a)[0]);
+          } else {
+            auto part =
+                dot_step(b, f, wr[static_cast<size_t>(i)], woff, xs[static_cast<size_t>(j)], it.subspan(p * per, per));
+            next.insert(next.end(), part.begin(), part.end());
+          }
+        }
+      if (vec_min)
+        for (int64_t i = 0; i < rows; ++i) {
+          Value* m = f16_value_at(b, wr[static_cast<size_t>(i)], b.add(woff, i32c(2)));
+          next.push_back(b.fma(b.splat(m, min_lanes), svec, it[mins_at + static_cast<size_t>(i)]));
         }
       return next;
     });
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < tt; ++j) {
         const size_t p = static_cast<size_t>(i * tt + j);
-        Value* v = dot_finish(b, f, std::span<Value* const>(acc).subspan(p * per, per));
+        Value* v;
+        if (vec_min) {
+          const std::vector<Value*> a = {acc[p], b.extract(acc[mins_at + static_cast<size_t>(i)], static_cast<int>(j))};
+          v = dot_finish(b, f, a);
+        } else {
+          v = dot_finish(b, f, std::span<Value* const>(acc).subspan(p * per, per));
+        }
         Value* yrow = b.offset(y, b.mul(b.add(t0, i32c(j)), i32c(n_out)));
         b.store(yrow, b.add(r, i32c(i)), v);
       }
