@@ -75,8 +75,8 @@ extern "C" void mixed_ops(void* const* args, const LoomLaunchDims* dims) {
         const float v_f7 = static_cast<float>(std::tanh(v_x2));
         const float v_f8 = static_cast<float>(std::erf(v_xv));
         const float v_f9 = static_cast<float>(std::fma(v_xv, v_yv, v_one));
-        const float v_f10 = static_cast<float>(std::fmin(v_xv, v_yv));
-        const float v_f11 = static_cast<float>(std::fmax(v_xv, v_yv));
+        const float v_f10 = static_cast<float>(loom_fmin(v_xv, v_yv));
+        const float v_f11 = static_cast<float>(loom_fmax(v_xv, v_yv));
         const loom_f16 v_xh = loom_f32_to_f16(static_cast<float>(v_xv));
         const float v_f12 = static_cast<float>(loom_f16_to_f32(v_xh));
         const loom_bf16 v_xb = loom_f32_to_bf16(static_cast<float>(v_xv));

@@ -30,7 +30,7 @@ extern "C" void softmax_rows(void* const* args, const LoomLaunchDims* dims) {
         float v_mx = v_ninf;
         for (int32_t v_j = v_c0; v_j < v_n; v_j += v_c1) {
           const float v_v = v_xr[v_j];
-          const float v_mx2 = static_cast<float>(std::fmax(v_mx, v_v));
+          const float v_mx2 = static_cast<float>(loom_fmax(v_mx, v_v));
           v_mx = v_mx2;
         }
         const float v_zero = 0.0f;

