@@ -194,7 +194,19 @@ class SoftcapOp final : public MapOp {
       inv = b.splat(inv, in[0]->type.lanes());
       c = b.splat(c, in[0]->type.lanes());
     }
-    return b.mul(b.unary(ir::Op::kTanh, b.mul(in[0], inv)), c);
+    // tanh one lane at a time: on the cpp target a scalar tanh is libm's, as the reference's
+    // (the emitter's vector tanh is a polynomial a few ulp away), so the cpu kernels stay
+    // bit-identical to it; GPUs evaluate tanh per lane either way.
+    Value* z = b.mul(in[0], inv);
+    Value* t;
+    if (z->type.is_vector()) {
+      std::vector<Value*> lanes;
+      for (int i = 0; i < z->type.lanes(); ++i) lanes.push_back(b.unary(ir::Op::kTanh, b.extract(z, i)));
+      t = b.build(lanes);
+    } else {
+      t = b.unary(ir::Op::kTanh, z);
+    }
+    return b.mul(t, c);
   }
   void host(const Shape& shape, std::span<const float* const> in, float* y, int64_t n) const override {
     llm::ref::softcap(in[0], elt::f32_dim(shape, "cap_f32"), y, n);
