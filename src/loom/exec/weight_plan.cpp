@@ -13,6 +13,11 @@ kernels::Shape matmul_shape(const llm::ref::WeightView& v, int64_t n_tokens) {
                          {"n_tokens", n_tokens}}};
 }
 
+// The formats whose prompts measured faster on matmul_mmq than on matmul_mma (H200, 8B pp512:
+// Q4_0 9152 vs 6980 tok/s, bench/results/2026-12-03-h200-mmq.json; Q4_K_M-like 6436 vs 5158,
+// 2026-12-03-h200-mmq-q4k.json; Q8_0 as Q4_0).
+bool mmq_measured(llm::GgmlType t) { return t == llm::GgmlType::Q4_0 || t == llm::GgmlType::Q8_0 || t == llm::GgmlType::Q4_K; }
+
 }  // namespace
 
 PrefillMatmul prefill_matmul_option() {
@@ -37,10 +42,9 @@ WeightPlan WeightPlan::make(const llm::Model& model, ir::TargetKind target, Pref
     Entry& e = p.entries_[i];
     e.fast_matvec = mvg && mvg->validate(s).ok();
     s.dims["n_tokens"] = 512;
-    // kAuto: the integer matmul where it measured faster than the f16 one on the H200 (8B
-    // pp512: Q4_0 9152 vs 6980 tok/s, bench/results/2026-12-03-h200-mmq.json; Q4_K_M-like 6436
-    // vs 5158, 2026-12-03-h200-mmq-q4k.json; Q8_0 as Q4_0); every format matmul_mmq takes.
-    const bool measured = v.type == llm::GgmlType::Q4_0 || v.type == llm::GgmlType::Q8_0 || v.type == llm::GgmlType::Q4_K;
+    // kAuto: the integer matmul where it measured faster (mmq_measured); kInt8: every format
+    // matmul_mmq takes.
+    const bool measured = mmq_measured(v.type);
     // Q6_K: matmul_mmq takes GGUF rows only, and dense Q6_K matrices live in the planar layout.
     e.mmq = mmq && prompts != PrefillMatmul::kF16 && (measured || prompts == PrefillMatmul::kInt8) &&
             v.type != llm::GgmlType::Q6_K && mmq->validate(s).ok();
@@ -119,11 +123,12 @@ Result<MatmulKernel> WeightPlan::matmul_id(int32_t weight, int64_t n_tokens) con
   const llm::Weight& w = model_->weight(weight);
   if (w.n_expert <= 0) return internal_error("{} is not a stack of experts", w.name);
   MatmulKernel k;
-  // Prompts on the integer tensor cores: the formats matmul_mmq measured faster on (kAuto), every
-  // one it takes (kInt8). The shape here is the weight's; the lowering adds the ids' dimensions.
+  // Prompts on the integer tensor cores: the formats matmul_mmq measured faster on and Q6_K (the
+  // MoE pp512 with Q6_K experts on matmul_mmq_id 5308 vs 2531 tok/s on the grouped matvec_id,
+  // 2026-12-04-h200-moe-prefill.json) under kAuto, every one it takes under kInt8. The shape here
+  // is the weight's; the lowering adds the ids' dimensions.
   const llm::GgmlType t = w.view.type;
-  const bool measured = t == llm::GgmlType::Q4_0 || t == llm::GgmlType::Q8_0 || t == llm::GgmlType::Q4_K ||
-                        t == llm::GgmlType::Q6_K;
+  const bool measured = mmq_measured(t) || t == llm::GgmlType::Q6_K;
   const kernels::OpSpec* mmq = kernels::find_op("matmul_mmq_id");
   if (target_ == ir::TargetKind::kPtx && n_tokens > kMatmulIdMmqTokens && mmq && prompts_ != PrefillMatmul::kF16 &&
       (measured || prompts_ == PrefillMatmul::kInt8)) {

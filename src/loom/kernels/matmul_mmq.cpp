@@ -506,9 +506,7 @@ class MatmulMmqOp final : public OpSpec {
     Value* r = b.global_x();
     Value* pr = b.block_id(Mode::kY);
     b.when(b.cmp(Mode::kLt, r, b.i32(static_cast<int32_t>(n_out))), [&] {
-      Value* id = b.load(ids, pr);
-      Value* ok = b.bit_and(b.cmp(Mode::kGe, id, b.i32(0)), b.cmp(Mode::kLt, id, b.i32(ne)));
-      Value* e = b.convert(b.select(ok, id, b.i32(0)), ty::i64);
+      Value* e = b.convert(clamp_expert(b, b.load(ids, pr), ne), ty::i64);
       QFormat f{};
       q_format(wt, &f);
       Value* we = b.offset(w, b.mul(e, b.i64(n_out * (n_in / f.block_elems) * f.block_bytes)));

@@ -34,6 +34,13 @@ Value* silu_times(Emit& b, Value* g, Value* u) {
   return b.mul(b.div(g, b.add(b.f32(1.0), e)), u);
 }
 
+// The sum over a group of `lanes` lanes (a power of two dividing 32) as a butterfly: xor offsets
+// below the group size stay inside it, and every lane of the group gets the sum.
+Value* lane_group_sum(Emit& b, Value* part, int64_t lanes) {
+  for (int64_t o = lanes / 2; o >= 1; o /= 2) part = b.add(part, b.shfl(Mode::kXor, part, b.i32(static_cast<int32_t>(o))));
+  return part;
+}
+
 class MatOp final : public OpSpec {
  public:
   explicit MatOp(bool multi, bool id = false) : multi_(multi), id_(id) {}
@@ -215,9 +222,7 @@ class MatOp final : public OpSpec {
       // The chosen expert's matrix: ids outside [0, n_expert) read expert 0 rather than memory
       // past the tensor.
       const int32_t ne = static_cast<int32_t>(s.at("n_expert"));
-      Value* e = b.load(ids, tok);
-      Value* ok = b.bit_and(b.cmp(Mode::kGe, e, b.i32(0)), b.cmp(Mode::kLt, e, b.i32(ne)));
-      e = b.select(ok, e, b.i32(0));
+      Value* e = clamp_expert(b, b.load(ids, tok), ne);
       w = b.offset(w, b.mul(b.convert(e, ty::s(Scalar::kI64)), b.i64(n_out * w_row)));
       if (w1) w1 = b.offset(w1, b.mul(b.convert(e, ty::s(Scalar::kI64)), b.i64(n_out * w_row)));
       if (!s.at("x_per_slot")) xtok = b.div(tok, b.i32(static_cast<int32_t>(s.at("n_used"))));
@@ -315,8 +320,7 @@ class MatOp final : public OpSpec {
                               });
         for (int64_t t = 0; t < tt; ++t) {
           Value* part = dot_finish(b, f, std::span<Value* const>(acc).subspan(static_cast<size_t>(t) * per, per));
-          for (int64_t o = lanes / 2; o >= 1; o /= 2)
-            part = b.add(part, b.shfl(Mode::kXor, part, b.i32(static_cast<int32_t>(o))));
+          part = lane_group_sum(b, part, lanes);
           Value* tk = b.addc(t0, t);
           Value* store = b.bit_and(b.bit_and(valid, b.cmp(Mode::kEq, lane, b.i32(0))), b.cmp(Mode::kLt, tk, b.i32(nt)));
           b.when(store, [&] { b.store(b.offset(y, b.mul(tk, b.i32(static_cast<int32_t>(n_out)))), r, part); });
@@ -343,12 +347,7 @@ class MatOp final : public OpSpec {
                               }
                               return next;
                             });
-      // Butterfly over the group (xor offsets below the group size stay inside it).
-      auto reduce = [&](Value* part) {
-        for (int64_t o = lanes / 2; o >= 1; o /= 2)
-          part = b.add(part, b.shfl(Mode::kXor, part, b.i32(static_cast<int32_t>(o))));
-        return part;
-      };
+      auto reduce = [&](Value* part) { return lane_group_sum(b, part, lanes); };
       Value* part = reduce(dot_finish(b, f, std::span<Value* const>(acc).subspan(0, per)));
       if (wr1) part = silu_times(b, part, reduce(dot_finish(b, f, std::span<Value* const>(acc).subspan(per, per))));
       Value* store = b.bit_and(valid, b.cmp(Mode::kEq, lane, b.i32(0)));
@@ -439,9 +438,7 @@ class MatOp final : public OpSpec {
                                 DotX x = dot_prep_x(b, f, xrow, b.mul(blk, b.i32(f.x_bytes)));
                                 return dot_step(b, f, wr, b.mul(blk, b.i32(f.w_bytes)), x, it);
                               });
-        Value* part = dot_finish(b, f, acc);
-        for (int64_t o = lanes / 2; o >= 1; o /= 2)
-          part = b.add(part, b.shfl(Mode::kXor, part, b.i32(static_cast<int32_t>(o))));
+        Value* part = lane_group_sum(b, dot_finish(b, f, acc), lanes);
         b.when(store, [&] { b.store(yrow_of(pair), r, part); });
         return std::vector<Value*>{};
       });

@@ -10,6 +10,11 @@ using ir::Mode;
 using ir::Scalar;
 using ir::Value;
 
+Value* clamp_expert(Emit& b, Value* id, int64_t n_expert) {
+  Value* ok = b.bit_and(b.cmp(Mode::kGe, id, b.i32(0)), b.cmp(Mode::kLt, id, b.i32(static_cast<int32_t>(n_expert))));
+  return b.select(ok, id, b.i32(0));
+}
+
 void add_moe_groups_kernel(Generated& g, const std::string& name, int64_t n_expert, int64_t pairs, bool cpu,
                            int ids_arg, int groups_arg) {
   ir::Kernel* k = g.module.add_kernel(name);
@@ -19,11 +24,7 @@ void add_moe_groups_kernel(Generated& g, const std::string& name, int64_t n_expe
   Value* groups = b.param(ty::gptr(Scalar::kI32), "groups");
   const int32_t ne = static_cast<int32_t>(n_expert), np = static_cast<int32_t>(pairs);
   // Whether pair p (in range) chose expert e.
-  auto chose = [&](Value* p, Value* e) {
-    Value* id = b.load(ids, p);
-    Value* ok = b.bit_and(b.cmp(Mode::kGe, id, b.i32(0)), b.cmp(Mode::kLt, id, b.i32(ne)));
-    return b.cmp(Mode::kEq, b.select(ok, id, b.i32(0)), e);
-  };
+  auto chose = [&](Value* p, Value* e) { return b.cmp(Mode::kEq, clamp_expert(b, b.load(ids, p), ne), e); };
   KernelLaunch l;
   l.kernel = name;
   l.args = {ids_arg, groups_arg};

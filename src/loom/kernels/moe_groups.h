@@ -9,6 +9,10 @@
 
 namespace loom::kernels {
 
+// The expert an id names (i32): ids outside 0..n_expert-1 read expert 0, as the reference does,
+// rather than memory past the stacked tensor.
+ir::Value* clamp_expert(Emit& b, ir::Value* id, int64_t n_expert);
+
 // The i32 words of the groups scratch: per expert its pair count, then per expert a list of up
 // to all pairs.
 inline int64_t moe_groups_words(int64_t n_expert, int64_t pairs) { return n_expert * (1 + pairs); }
