@@ -192,6 +192,31 @@ TEST(Unroll, ConstantTripLoopsFoldAway) {
   EXPECT_EQ(stored->def->lit.i, 55);
 }
 
+TEST(Unroll, NestedLoopsWithCarriedValuesUnrollTogether) {
+  // sum over i in [0, 3) of (sum over j in [0, 2) of i + j) = (0+1) + (1+2) + (2+3) = 9: the inner
+  // loop's result is the outer body's yield, so unrolling the outer loop must use the inner
+  // loop's unrolled values.
+  Module m = parse_ok(store_kernel("i32", R"(  %three = const 3 : i32
+  %two = const 2 : i32
+  %one = const 1 : i32
+  %r = for %i = %zero to %three step %one iter(%a = %zero) {
+    %s = for %j = %zero to %two step %one iter(%b = %a) {
+      %ij = add %i, %j
+      %b2 = add %b, %ij
+      yield %b2
+    }
+    yield %s
+  }
+)"));
+  ASSERT_FALSE(m.kernels.empty());
+  optimize(*m.kernels[0]);
+  ASSERT_TRUE(verify(m).ok()) << verify(m).to_string() << print(m);
+  EXPECT_EQ(count_op(m, Op::kFor), 0) << print(m);
+  const Value* stored = m.kernels[0]->body.insts.back()->operands[2];
+  ASSERT_EQ(stored->def->op, Op::kConst) << print(m);
+  EXPECT_EQ(stored->def->lit.i, 9);
+}
+
 TEST(Unroll, RespectsTheTripLimitAndNonConstantBounds) {
   Module m = parse_ok(R"(kernel @k(%p: ptr<global, i32>, %n: i32) {
   %z = const 0 : i32

@@ -31,11 +31,14 @@ class Unroller {
     b.insts = std::move(out);
   }
 
-  bool unroll(const Inst& loop, std::vector<Inst*>& out) {
+  bool unroll(Inst& loop, std::vector<Inst*>& out) {
     auto trips = passes::constant_trip_count(loop);
     if (!trips || *trips > static_cast<uint64_t>(limits_.max_trip_count)) return false;
-    const Block& body = loop.regions[0];
+    Block& body = loop.regions[0];
     if (static_cast<int64_t>(*trips) * passes::count_insts(body) > limits_.max_unrolled_insts) return false;
+    // The body may use results of inner loops unrolled just before (their replacements are
+    // pending until run() ends); the copies must use the unrolled values, not the removed loops'.
+    repl_.apply(body);
     const Value* iv = body.args[0];
     const Type iv_type = iv->type;
     const int64_t lo = loop.operands[0]->def->lit.i, step = loop.operands[2]->def->lit.i;
