@@ -9,6 +9,14 @@ device and command.
 
   python3 bench/evolve_suite.py --budget 25s -o bench/results/DATE-cpu-evolve-suite.json
   python3 bench/evolve_suite.py --small --budget 1 --only relu,softmax      # quick: the ops' test shapes
+  python3 bench/evolve_suite.py --device cuda:0 --budget 6s -o bench/results/DATE-h200-evolve-suite.json
+
+On a GPU the peer is PyTorch eager (bench/suite/torch_eager.py; `--peer torch`, the default on
+cuda): per problem, PyTorch's answer is checked against the op file's reference, then timed the
+way the judge times a candidate (host clock around a call and a synchronize, inputs rotating over
+a working set larger than L2), and fast_p is also reported against it. The output file is
+written after every problem; `--resume` keeps the problems it already holds (a run cut short
+by a time limit goes on where it stopped).
 
 "Correct" means what the judge proves for every accepted candidate: fresh random inputs against
 the op file's C++ reference, guard bytes, unchanged inputs, repeated launches, the outputs of the
@@ -72,7 +80,36 @@ def job_facts(db, job):
     return j, dict(rows), w, peak[0] if peak else None
 
 
+def parse_shape(shape):
+    return {k: int(v) for k, v in (kv.split("=", 1) for kv in shape.split(","))}
+
+
+def peer_torch(a, p, suite_dir, shape, out):
+    """PyTorch eager on the same problem (correctness against the reference, then its time)."""
+    sys.path.insert(0, str(suite_dir))
+    import torch_eager  # noqa: E402  (bench/suite/torch_eager.py; needs torch)
+    op = json.loads((suite_dir / p["op_file"]).read_text())
+    try:
+        t = torch_eager.measure(op, parse_shape(shape), device=a.device.replace("cuda", "cuda", 1),
+                                ws_factor=a.ws_factor, time_s=a.peer_time)
+    except Exception as e:  # one problem's peer failing must not lose the suite's other results
+        out["torch_error"] = f"{type(e).__name__}: {e}"[:400]
+        return
+    out.update(t)
+    if out.get("correct") and t.get("torch_correct") and out.get("winner_us"):
+        out["speedup_vs_torch"] = round(t["torch_us"] / out["winner_us"], 3)
+    else:
+        out["speedup_vs_torch"] = 0.0
+
+
 def run_problem(a, p, suite_dir, db):
+    out = run_loom(a, p, suite_dir, db)
+    if a.peer == "torch":
+        peer_torch(a, p, suite_dir, out["shape"], out)
+    return out
+
+
+def run_loom(a, p, suite_dir, db):
     shape = problem_shape(p, suite_dir, a.small)
     op_file = suite_dir / p["op_file"]
     cmd = [a.loom, "evolve", "run", "--op-file", str(op_file), "--shape", shape, "--device", a.device,
@@ -142,6 +179,19 @@ def summary(results, ps):
         s["memory_bound_winner_frac_read_peak"] = {"median": fr[len(fr) // 2], "min": fr[0], "max": fr[-1],
                                                    "at_least_half": sum(f >= 0.5 for f in fr), "of": len(fr)}
     s["evaluations"] = sum(r.get("evaluations", 0) for r in results)
+    hours = sum(r.get("wall_s", 0) for r in results) / 3600
+    s["evaluations_per_device_hour"] = round(s["evaluations"] / hours) if hours else 0
+    peer = [r for r in results if "torch_correct" in r or "torch_error" in r]
+    if peer:
+        t = {"problems": len(peer), "torch_correct": sum(1 for r in peer if r.get("torch_correct")),
+             "torch_errors": [r["name"] for r in peer if "torch_error" in r]}
+        for p in ps:
+            k = sum(1 for r in peer if r.get("speedup_vs_torch", 0) > p)
+            t[f"fast_{p:g}"] = round(k / len(peer), 3)
+            t[f"fast_{p:g}_count"] = k
+        sp = sorted(r["speedup_vs_torch"] for r in peer if r.get("speedup_vs_torch"))
+        t["median_speedup"] = sp[len(sp) // 2] if sp else 0
+        s["vs_pytorch_eager"] = t
     return s
 
 
@@ -165,8 +215,14 @@ def main():
     ap.add_argument("--jobs", type=int, default=1,
                     help="problems searched at once (default 1: timings of parallel jobs disturb each other)")
     ap.add_argument("-p", "--fast-p", type=float, nargs="+", default=[1.0, 2.0])
+    ap.add_argument("--peer", choices=["none", "torch"], default="",
+                    help="the peer timed beside Loom (default: torch on cuda devices, none on the cpu)")
+    ap.add_argument("--peer-time", type=float, default=0.3, help="seconds of timing per problem for the peer")
+    ap.add_argument("--resume", action="store_true", help="keep the problems the output file already holds")
     ap.add_argument("-o", "--output", default="")
     a = ap.parse_args()
+    if not a.peer:
+        a.peer = "torch" if a.device.startswith("cuda") else "none"
     suite_path = pathlib.Path(a.suite)
     suite = json.loads(suite_path.read_text())
     problems = suite["problems"]
@@ -196,25 +252,42 @@ def main():
         if r["correct"]:
             bw = f", {r['winner_gbps']:.1f} GB/s" if r.get("winner_gbps") else ""
             fr = f" ({100 * r['winner_frac_read_peak']:.0f}% of read peak)" if r.get("winner_frac_read_peak") else ""
+            vs = (f"  torch {r['torch_us']:.1f} us ({r['speedup_vs_torch']:.2f}x)" if "torch_us" in r
+                  else f"  torch: {r['torch_error'][:80]}" if "torch_error" in r else "")
             log(f"[{k:2}/{len(problems)}] {p['name']:20} L{p['level']} correct  {r['speedup']:5.2f}x  "
-                f"{r['evaluations']:3} evals  {r['wall_s']:5.1f}s  {r['winner_us']:9.1f} us{bw}{fr}  {r['winner_knobs']}")
+                f"{r['evaluations']:3} evals  {r['wall_s']:5.1f}s  {r['winner_us']:9.1f} us{bw}{fr}{vs}  {r['winner_knobs']}")
         else:
             log(f"[{k:2}/{len(problems)}] {p['name']:20} L{p['level']} FAILED   {r.get('error', '')[:200]}")
 
     by_name = {}
-    if problems and a.jobs > 1:
+    if a.resume and a.output and pathlib.Path(a.output).exists():
+        for r in json.loads(pathlib.Path(a.output).read_text()).get("problems", []):
+            if r.get("name") in {p["name"] for p in problems} and "error" not in r:
+                by_name[r["name"]] = r
+        log(f"resume: {len(by_name)} problems kept from {a.output}")
+    write_lock = __import__("threading").Lock()
+
+    def save():  # after every problem, so that a run cut short keeps what it measured
+        if not a.output:
+            return
+        with write_lock:
+            done = [by_name[p["name"]] for p in problems if p["name"] in by_name]
+            write(a, db, cmdline, done, partial=len(done) < len(problems))
+
+    if problems and a.jobs > 1 and problems[0]["name"] not in by_name:
         # The first job measures the device's read bandwidth into the database; the others reuse it.
         by_name[problems[0]["name"]] = one(problems[0])
         progress(1, problems[0], by_name[problems[0]["name"]])
+        save()
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
         futs = {pool.submit(one, p): p for p in problems if p["name"] not in by_name}
         for f in concurrent.futures.as_completed(futs):
             p = futs[f]
             by_name[p["name"]] = f.result()
             progress(len(by_name), p, by_name[p["name"]])
+            save()
     results = [by_name[p["name"]] for p in problems]
-    s = summary(results, a.fast_p)
-    s["wall_s"] = round(time.time() - t0, 1)
+    s = write(a, db, cmdline, results, partial=False, wall_s=None if a.resume else time.time() - t0)
     fast = ", ".join(f"fast_{p:g} {s[f'fast_{p:g}']:.2f}" for p in a.fast_p)
     log(f"suite: correct {s['correct']}/{s['problems']} ({s['correctness_rate']:.2f}), {fast}, "
         f"{s['evaluations']} evaluations, {s['wall_s']:.0f} s")
@@ -222,6 +295,19 @@ def main():
         m = s["memory_bound_winner_frac_read_peak"]
         log(f"memory-bound winners: median {100 * m['median']:.0f}% of the measured read bandwidth "
             f"(min {100 * m['min']:.0f}%, max {100 * m['max']:.0f}%), {m['at_least_half']}/{m['of']} at 50% or more")
+    if "vs_pytorch_eager" in s:
+        t = s["vs_pytorch_eager"]
+        log(f"against PyTorch eager: {t['torch_correct']}/{t['problems']} PyTorch answers match the references, "
+            + ", ".join(f"fast_{p:g} {t[f'fast_{p:g}']:.2f}" for p in a.fast_p) + f", median {t['median_speedup']}x, "
+            f"{s['evaluations_per_device_hour']} evaluations per device-hour")
+    if a.output:
+        log(f"wrote {a.output}")
+    return 0 if s["correct"] == s["problems"] else 1
+
+
+def write(a, db, cmdline, results, partial, wall_s=None):
+    s = summary(results, a.fast_p)
+    s["wall_s"] = round(wall_s if wall_s is not None else sum(r.get("wall_s", 0) for r in results), 1)
     peak = None
     try:
         con = sqlite3.connect(db)
@@ -230,19 +316,21 @@ def main():
         peak = {"read_gbps": row[0], "method": row[1]} if row else None
     except sqlite3.Error:
         pass
+    if not a.output:
+        return s
     ver = subprocess.run([a.loom, "--version"], capture_output=True, text=True).stdout.strip()
     doc = {"what": "evolve benchmark suite (bench/suite): correctness, speed-up over the baseline, fast_p",
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "commit": commit(), "loom": ver, "device": a.device if a.device != "cpu" else f"cpu: {cpu_name()}",
            "cores": os.cpu_count(), "load_average_at_end": os.getloadavg(), "command": cmdline,
-           "baseline": "the op file's kernel template at its default knobs (plain SIMT)" if a.device == "cpu" else "",
-           "read_peak": peak, "summary": s, "problems": results}
-    if a.output:
-        pathlib.Path(a.output).parent.mkdir(parents=True, exist_ok=True)
-        pathlib.Path(a.output).write_text(json.dumps(doc, indent=1) + "\n")
-        log(f"wrote {a.output}")
-    return 0 if s["correct"] == s["problems"] else 1
-
+           "baseline": "the op file's kernel template at its default knobs (plain SIMT)",
+           "peer": {"torch": "PyTorch eager, TF32 off, timed like a candidate (bench/suite/torch_eager.py)"}.get(a.peer),
+           "partial": partial, "read_peak": peak, "summary": s, "problems": results}
+    pathlib.Path(a.output).parent.mkdir(parents=True, exist_ok=True)
+    tmp = pathlib.Path(a.output).with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.replace(a.output)
+    return s
 
 if __name__ == "__main__":
     sys.exit(main())
