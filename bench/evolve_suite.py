@@ -31,6 +31,7 @@ import json
 import os
 import pathlib
 import platform
+import re
 import sqlite3
 import subprocess
 import sys
@@ -319,9 +320,10 @@ def write(a, db, cmdline, results, partial, wall_s=None):
     if not a.output:
         return s
     ver = subprocess.run([a.loom, "--version"], capture_output=True, text=True).stdout.strip()
+    built = re.search(r"\(([0-9a-f]{7,})", ver)  # the binary's commit (a GPU machine's checkout may have no git)
     doc = {"what": "evolve benchmark suite (bench/suite): correctness, speed-up over the baseline, fast_p",
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-           "commit": commit(), "loom": ver, "device": a.device if a.device != "cpu" else f"cpu: {cpu_name()}",
+           "commit": built.group(1)[:7] if built else commit(), "loom": ver, "device": a.device if a.device != "cpu" else f"cpu: {cpu_name()}",
            "cores": os.cpu_count(), "load_average_at_end": os.getloadavg(), "command": cmdline,
            "baseline": "the op file's kernel template at its default knobs (plain SIMT)",
            "peer": {"torch": "PyTorch eager, TF32 off, timed like a candidate (bench/suite/torch_eager.py)"}.get(a.peer),
