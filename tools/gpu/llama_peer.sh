@@ -6,7 +6,7 @@
 #            fetches the sdist with pip (cached in $LOOM_CACHE_DIR) and packs the source subset
 #            that llama-bench needs into .gpu-llama/ (~10 MiB; carry ".gpu-llama")
 #   there: bash tools/gpu/llama_peer.sh build [JOBS]
-#            starts the CUDA build (sm_90, llama-bench only) in the background in its own
+#            starts the CUDA build (sm_90: llama-bench and llama-perplexity) in the background in its own
 #            process session, so it runs on while other commands of the call or the next call run;
 #            log /tmp/llama-cuda/build.log
 #          bash tools/gpu/llama_peer.sh wait     blocks until that build ends; prints its tail
@@ -40,7 +40,7 @@ case "${1:-}" in
     tar -xzf "$pack/llama-src.tar.gz" -C "$bld/src"
     setsid bash -c "cd '$bld' && { cmake -S src -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
         -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
-        -DLLAMA_CURL=OFF && cmake --build build -j$jobs --target llama-bench; echo \"exit \$?\" > done; } > build.log 2>&1" \
+        -DLLAMA_CURL=OFF && cmake --build build -j$jobs --target llama-bench llama-perplexity; echo \"exit \$?\" > done; } > build.log 2>&1" \
       < /dev/null > /dev/null 2>&1 &
     echo "llama_peer.sh: llama.cpp $(cat "$pack/version") building in the background (log $bld/build.log)"
     ;;
