@@ -2,7 +2,10 @@
 // passes), loaded with dlopen and run on fresh random inputs against its reference.
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -184,6 +187,92 @@ TEST(CppBackend, ByteRangeBoundsWhatDot4Needs) {
   EXPECT_EQ(got["sb"], 124);
   EXPECT_EQ(got["sc"], 248);  // no carry, but not a 7-bit operand any more
   EXPECT_EQ(got["sd"], 255);  // may carry
+}
+
+// Compares and selects, as whole vectors (f32x8, u32x8, i1 logic) and as scalars, keep the IR's
+// semantics bit for bit: NaN compares false (ne: true), u32 compares unsigned, -0.0 and NaN
+// payloads pass a select unchanged. (The emitter makes them vector blends and branch-free scalar
+// selects; a lane loop or a branch gave the same bits, so this pins what the faster forms must keep.)
+TEST(CppBackend, ComparesAndSelectsKeepBitsAsVectorsAndScalars) {
+  REQUIRE_HOST_COMPILER();
+  auto m = ir::parse_module(R"(kernel @sel(%a: ptr<global, f32>, %b: ptr<global, f32>, %u: ptr<global, u32>, %v: ptr<global, f32>, %s: ptr<global, f32>) {
+  %tid = thread_id.x
+  %zero = const 0 : i32
+  %one = const 1 : i32
+  %eight = const 8 : i32
+  %half = const 32 : i32
+  %base = mul %tid, %eight
+  %x = load %a[%base], align 4 : f32x8
+  %y = load %b[%base], align 4 : f32x8
+  %ua = load %u[%base], align 4 : u32x8
+  %top = const 0x80000000 : u32x8
+  %gt = cmp.gt %x, %y
+  %nan = cmp.ne %x, %x
+  %m = or %gt, %nan
+  %nm = not %m
+  %ul = cmp.lt %ua, %top
+  %k = and %nm, %ul
+  %r1 = select %m, %x, %y
+  %r2 = select %k, %x, %y
+  store %v[%base], %r1, align 4
+  %base2 = add %base, %half
+  store %v[%base2], %r2, align 4
+  for %j = %zero to %eight step %one {
+    %i = add %base, %j
+    %xs = load %a[%i]
+    %ys = load %b[%i]
+    %us = load %u[%i]
+    %tops = const 0x80000000 : u32
+    %gts = cmp.gt %xs, %ys
+    %nans = cmp.ne %xs, %xs
+    %ms = or %gts, %nans
+    %nms = not %ms
+    %uls = cmp.lt %us, %tops
+    %ks = and %nms, %uls
+    %r1s = select %ms, %xs, %ys
+    %r2s = select %ks, %xs, %ys
+    store %s[%i], %r1s
+    %i2 = add %i, %half
+    store %s[%i2], %r2s
+  }
+}
+)");
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  ASSERT_TRUE(ir::verify(*m, ir::TargetKind::kCpp).ok()) << ir::verify(*m, ir::TargetKind::kCpp).to_string();
+  auto cpu = codegen::compile_cpu_module(*m);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+  auto fn = cpu->kernel("sel");
+  ASSERT_TRUE(fn.ok()) << fn.status().to_string();
+  auto bits = [](uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; };
+  const float specials[] = {bits(0x7fc01234u), -0.0f, 0.0f, INFINITY, -INFINITY, bits(0x00000003u), 1.0f, -2.5f,
+                            bits(0xffc00007u), 3.0f};
+  std::vector<float> a(32), b(32), v(64, 0.0f), s(64, 0.0f);
+  std::vector<uint32_t> u(32);
+  uint32_t seed = test_seed();
+  SCOPED_TRACE(fmt::format("seed {}", seed));
+  std::mt19937 rng(seed);
+  for (int i = 0; i < 32; ++i) {
+    a[i] = specials[rng() % 10];
+    b[i] = i % 5 == 0 ? a[i] : specials[rng() % 10];
+    u[i] = i % 2 ? 0x80000000u + static_cast<uint32_t>(rng() % 1000) : static_cast<uint32_t>(rng() % 1000);
+  }
+  void* pa = a.data(); void* pb = b.data(); void* pu = u.data(); void* pv = v.data(); void* ps = s.data();
+  void* args[] = {&pa, &pb, &pu, &pv, &ps};
+  ASSERT_TRUE(codegen::launch_cpu(*fn, args, {1, 1, 1}, {4, 1, 1}, 1).ok());
+  int selected_a = 0, selected_b = 0;
+  for (int i = 0; i < 32; ++i) {
+    const bool mm = a[i] > b[i] || a[i] != a[i];
+    const bool kk = !mm && u[i] < 0x80000000u;
+    const float e1 = mm ? a[i] : b[i], e2 = kk ? a[i] : b[i];
+    (kk ? selected_a : selected_b)++;
+    for (const auto* out : {&v, &s}) {
+      SCOPED_TRACE(fmt::format("{} element {}: a {} b {} u {:#x}", out == &v ? "vector" : "scalar", i, a[i], b[i], u[i]));
+      EXPECT_EQ(std::bit_cast<uint32_t>((*out)[i]), std::bit_cast<uint32_t>(e1));
+      EXPECT_EQ(std::bit_cast<uint32_t>((*out)[32 + i]), std::bit_cast<uint32_t>(e2));
+    }
+  }
+  EXPECT_GT(selected_a, 0);  // both sides of the second select are taken
+  EXPECT_GT(selected_b, 0);
 }
 
 }  // namespace

@@ -174,6 +174,10 @@ inline V loom_dot4_u7(V a, V b, V c) {
 // fma on f32/f64 lanes, one rounding per lane.
 template <class V>
 inline V loom_fma_v(V a, V b, V c) {
+#if defined(__AVX512F__)
+  if constexpr (sizeof(V) == 64 && sizeof(a[0]) == 4) return (V)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+  if constexpr (sizeof(V) == 64 && sizeof(a[0]) == 8) return (V)_mm512_fmadd_pd((__m512d)a, (__m512d)b, (__m512d)c);
+#endif
 #if defined(__FMA__)
   if constexpr (sizeof(V) == 32 && sizeof(a[0]) == 4) return (V)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
   if constexpr (sizeof(V) == 16 && sizeof(a[0]) == 4) return (V)_mm_fmadd_ps((__m128)a, (__m128)b, (__m128)c);
@@ -225,6 +229,17 @@ template <class T>
 inline T loom_fmin(T a, T b) {
   return (a < b || b != b) ? a : b;
 }
+// Float select without a branch: the condition of an element-wise select is data (a sign, a
+// threshold), and a branch on it mispredicts on half of the lanes of random data. Bitwise, so the
+// result is the chosen operand's bits exactly (NaN payloads, -0.0).
+inline float loom_select(bool c, float a, float b) {
+  const uint32_t m = 0u - static_cast<uint32_t>(c);
+  return loom_bitcast<float>((loom_bitcast<uint32_t>(a) & m) | (loom_bitcast<uint32_t>(b) & ~m));
+}
+inline double loom_select(bool c, double a, double b) {
+  const uint64_t m = uint64_t{0} - static_cast<uint64_t>(c);
+  return loom_bitcast<double>((loom_bitcast<uint64_t>(a) & m) | (loom_bitcast<uint64_t>(b) & ~m));
+}
 template <class V>
 inline V loom_fmax_v(V a, V b) {
   return ((a > b) | (b != b)) ? a : b;
@@ -235,48 +250,80 @@ inline V loom_fmin_v(V a, V b) {
 }
 
 // exp, exp2, log, tanh and erf on f32 lanes as SIMD polynomials (instead of a libm call per
-// lane): within a few ulp of the correctly rounded result (measured over every float of their ranges against double libm: exp, exp2, log <= 1 ulp, tanh 1.3, erf 2.8);
+// lane): within a few ulp of the correctly rounded result (docs/ir.md has the measured bounds);
 // NaN in, NaN out; exp and exp2 overflow to +inf and underflow through the denormals to 0.
+// Horner steps are fused multiply-adds where the host has them (one rounding, half the
+// instructions); the IR's own mul and add stay unfused (-ffp-contract=off).
 template <class V>
 inline V loom_splat(float c) {
   return V{} + c;
 }
-// p * 2^n for integer-valued n in [-150, 128]: two scale factors, so neither leaves the normals.
-template <class V, class I>
-inline V loom_ldexp_v(V p, I n) {
-  const I n1 = n >> 1, n2 = n - n1;
+template <class V>
+inline V loom_pfma(V a, V b, float c) {
+#if defined(__AVX512F__)
+  if constexpr (sizeof(V) == 64) return (V)_mm512_fmadd_ps((__m512)a, (__m512)b, _mm512_set1_ps(c));
+#endif
+#if defined(__FMA__)
+  if constexpr (sizeof(V) == 32) return (V)_mm256_fmadd_ps((__m256)a, (__m256)b, _mm256_set1_ps(c));
+  if constexpr (sizeof(V) == 16) return (V)_mm_fmadd_ps((__m128)a, (__m128)b, _mm_set1_ps(c));
+#endif
+  return a * b + c;
+}
+template <class V>
+inline V loom_pfma(V a, V b, V c) {
+#if defined(__AVX512F__)
+  if constexpr (sizeof(V) == 64) return (V)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#endif
+#if defined(__FMA__)
+  if constexpr (sizeof(V) == 32) return (V)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+  if constexpr (sizeof(V) == 16) return (V)_mm_fmadd_ps((__m128)a, (__m128)b, (__m128)c);
+#endif
+  return a * b + c;
+}
+// p * 2^n for integer-valued n in [-150, 128], rounded once (vscalefps where the host has it;
+// else two scale factors, so neither leaves the normals and only the second one rounds).
+template <class V>
+inline V loom_ldexp_v(V p, V n) {
+#if defined(__AVX512F__)
+  if constexpr (sizeof(V) == 64) return (V)_mm512_scalef_ps((__m512)p, (__m512)n);
+#endif
+#if defined(__AVX512VL__)
+  if constexpr (sizeof(V) == 32) return (V)_mm256_scalef_ps((__m256)p, (__m256)n);
+  if constexpr (sizeof(V) == 16) return (V)_mm_scalef_ps((__m128)p, (__m128)n);
+#endif
+  using I = decltype(p < p);
+  const I ni = __builtin_convertvector(n, I);
+  const I n1 = ni >> 1, n2 = ni - n1;
   return p * (V)((n1 + 127) << 23) * (V)((n2 + 127) << 23);
 }
 // e^r - 1 - r over r^2 on [-ln2/2, ln2/2] (least squares to 1e-8 relative).
 template <class V>
 inline V loom_expm1_poly(V r) {
   V p = loom_splat<V>(1.945324778e-04f);
-  p = p * r + 1.392975898e-03f;
-  p = p * r + 8.333904488e-03f;
-  p = p * r + 4.166650342e-02f;
-  p = p * r + 1.666666513e-01f;
-  p = p * r + 5.000000009e-01f;
-  return (p * (r * r) + r) + 1.0f;
+  p = loom_pfma(p, r, 1.392975898e-03f);
+  p = loom_pfma(p, r, 8.333904488e-03f);
+  p = loom_pfma(p, r, 4.166650342e-02f);
+  p = loom_pfma(p, r, 1.666666513e-01f);
+  p = loom_pfma(p, r, 5.000000009e-01f);
+  return loom_pfma(p, r * r, r) + 1.0f;
 }
 template <class V>
 inline V loom_exp_v(V x) {
-  using I = decltype(x < x);
   V c = x > 88.75f ? loom_splat<V>(88.75f) : x;  // e^88.75 overflows, e^-104 rounds to 0
   c = c < -104.0f ? loom_splat<V>(-104.0f) : c;
   const V n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
-  V r = c - n * 0.693359375f;                                          // ln2 in two parts
-  r = r + n * 2.12194440e-4f;
-  const V e = loom_ldexp_v(loom_expm1_poly(r), __builtin_convertvector(n, I));
+  V r = loom_pfma(n, loom_splat<V>(-0.693359375f), c);                 // ln2 in two parts
+  r = loom_pfma(n, loom_splat<V>(2.12194440e-4f), r);
+  const V e = loom_ldexp_v(loom_expm1_poly(r), n);
   return x != x ? x : e;
 }
 template <class V>
 inline V loom_exp2_v(V x) {
-  using I = decltype(x < x);
   V c = x > 128.5f ? loom_splat<V>(128.5f) : x;
   c = c < -151.0f ? loom_splat<V>(-151.0f) : c;
   const V n = (c + 12582912.0f) - 12582912.0f;
   const V r = (c - n) * 0.693147180559945309f;
-  const V e = loom_ldexp_v(loom_expm1_poly(r), __builtin_convertvector(n, I));
+  const V e = loom_ldexp_v(loom_expm1_poly(r), n);
   return x != x ? x : e;
 }
 template <class V>
@@ -292,17 +339,17 @@ inline V loom_log_v(V x) {
   e = e - big;
   const V f = m - 1.0f, z = f * f, ef = __builtin_convertvector(e, V);
   V p = loom_splat<V>(5.988920388e-02f);
-  p = p * f - 1.088954564e-01f;
-  p = p * f + 1.176392843e-01f;
-  p = p * f - 1.250994740e-01f;
-  p = p * f + 1.425033485e-01f;
-  p = p * f - 1.666436354e-01f;
-  p = p * f + 2.000058872e-01f;
-  p = p * f - 2.500003195e-01f;
-  p = p * f + 3.333333182e-01f;
-  V y = f * z * p + ef * -2.12194440e-4f;
-  y = y - z * 0.5f;
-  V r = (f + y) + ef * 0.693359375f;
+  p = loom_pfma(p, f, -1.088954564e-01f);
+  p = loom_pfma(p, f, 1.176392843e-01f);
+  p = loom_pfma(p, f, -1.250994740e-01f);
+  p = loom_pfma(p, f, 1.425033485e-01f);
+  p = loom_pfma(p, f, -1.666436354e-01f);
+  p = loom_pfma(p, f, 2.000058872e-01f);
+  p = loom_pfma(p, f, -2.500003195e-01f);
+  p = loom_pfma(p, f, 3.333333182e-01f);
+  V y = loom_pfma(f * z, p, ef * -2.12194440e-4f);
+  y = loom_pfma(z, loom_splat<V>(-0.5f), y);
+  V r = loom_pfma(ef, loom_splat<V>(0.693359375f), f + y);
   r = x == 0.0f ? loom_splat<V>(-__builtin_inff()) : r;
   r = x == __builtin_inff() ? x : r;
   r = x < 0.0f ? loom_splat<V>(__builtin_nanf("")) : r;
@@ -318,12 +365,12 @@ inline V loom_tanh_v(V x) {
   using I = decltype(x < x);
   const V a = (V)((I)x & 0x7fffffff), z = x * x;
   V p = loom_splat<V>(2.212293501e-03f);  // tanh(x) / x - 1 over x^2 on [0, 0.625]
-  p = p * z - 8.253952185e-03f;
-  p = p * z + 2.173205590e-02f;
-  p = p * z - 5.395257285e-02f;
-  p = p * z + 1.333325280e-01f;
-  p = p * z - 3.333333201e-01f;
-  const V small = x + x * (z * p);
+  p = loom_pfma(p, z, -8.253952185e-03f);
+  p = loom_pfma(p, z, 2.173205590e-02f);
+  p = loom_pfma(p, z, -5.395257285e-02f);
+  p = loom_pfma(p, z, 1.333325280e-01f);
+  p = loom_pfma(p, z, -3.333333201e-01f);
+  const V small = loom_pfma(x, z * p, x);
   const V ac = a > 9.0f ? loom_splat<V>(9.0f) : a;  // tanh(9) rounds to 1
   const V big = loom_copysign_v(1.0f - 2.0f / (loom_exp_v(ac + ac) + 1.0f), x);
   return a < 0.625f ? small : big;
@@ -333,26 +380,26 @@ inline V loom_erf_v(V x) {
   using I = decltype(x < x);
   const V a = (V)((I)x & 0x7fffffff), z = x * x;
   V p = loom_splat<V>(8.112205482e-05f);  // erf(x) / x over x^2 on [0, 1]
-  p = p * z - 8.085633726e-04f;
-  p = p * z + 5.196598136e-03f;
-  p = p * z - 2.685800445e-02f;
-  p = p * z + 1.128368199e-01f;
-  p = p * z - 3.761263418e-01f;
-  p = p * z + 1.128379167e+00f;
+  p = loom_pfma(p, z, -8.085633726e-04f);
+  p = loom_pfma(p, z, 5.196598136e-03f);
+  p = loom_pfma(p, z, -2.685800445e-02f);
+  p = loom_pfma(p, z, 1.128368199e-01f);
+  p = loom_pfma(p, z, -3.761263418e-01f);
+  p = loom_pfma(p, z, 1.128379167e+00f);
   const V small = x * p;
   const V ac = a > 4.0f ? loom_splat<V>(4.0f) : a;  // erf(4) rounds to 1
   const V t = 1.0f / ac - 0.625f;  // erfc(x) e^(x^2) over 1/x - 0.625 on [1, 4]
   V q = loom_splat<V>(-4.310347181e-02f);
-  q = q * t + 2.463042921e-02f;
-  q = q * t + 7.868946089e-03f;
-  q = q * t - 2.650897883e-02f;
-  q = q * t + 4.284620186e-02f;
-  q = q * t - 4.698349777e-02f;
-  q = q * t + 2.334803338e-02f;
-  q = q * t + 4.376839564e-02f;
-  q = q * t - 1.723950487e-01f;
-  q = q * t + 3.822837578e-01f;
-  q = q * t + 3.059529930e-01f;
+  q = loom_pfma(q, t, 2.463042921e-02f);
+  q = loom_pfma(q, t, 7.868946089e-03f);
+  q = loom_pfma(q, t, -2.650897883e-02f);
+  q = loom_pfma(q, t, 4.284620186e-02f);
+  q = loom_pfma(q, t, -4.698349777e-02f);
+  q = loom_pfma(q, t, 2.334803338e-02f);
+  q = loom_pfma(q, t, 4.376839564e-02f);
+  q = loom_pfma(q, t, -1.723950487e-01f);
+  q = loom_pfma(q, t, 3.822837578e-01f);
+  q = loom_pfma(q, t, 3.059529930e-01f);
   const V big = loom_copysign_v(1.0f - loom_exp_v(-(ac * ac)) * q, x);
   return a < 1.0f ? small : big;
 }
@@ -513,7 +560,9 @@ class CppEmitter {
                            : inst.mode == Mode::kLe ? "<=" : inst.mode == Mode::kGt ? ">" : ">=";
         return "(" + a[0] + " " + std::string(o) + " " + a[1] + ")";
       }
-      case Op::kSelect: return fmt::format("({} ? {} : {})", a[0], a[1], a[2]);
+      case Op::kSelect:
+        if (s == Scalar::kF32 || s == Scalar::kF64) return fmt::format("loom_select({}, {}, {})", a[0], a[1], a[2]);
+        return fmt::format("({} ? {} : {})", a[0], a[1], a[2]);
       case Op::kConvert: {
         std::string x = a[0];
         if (rs == Scalar::kI1) return "(" + to_f32(x, s) + " != 0)";
@@ -562,6 +611,30 @@ class CppEmitter {
                            : inst.op == Op::kTanh ? "tanh" : "erf";
         return fmt::format("loom_{}_v({})", f, a(0));
       }
+      case Op::kCmp: {
+        // GCC's vector comparison gives -1/0 lanes of the operands' width; i1 lanes are 0/1 bytes.
+        if (is_half(s) || s == Scalar::kI1) return "";
+        std::string_view o = inst.mode == Mode::kEq ? "==" : inst.mode == Mode::kNe ? "!=" : inst.mode == Mode::kLt ? "<"
+                           : inst.mode == Mode::kLe ? "<=" : inst.mode == Mode::kGt ? ">" : ">=";
+        return fmt::format("__builtin_convertvector(-({} {} {}), {})", a(0), o, a(1), ctype(rt));
+      }
+      case Op::kSelect: {
+        // A vector condition becomes a mask of the operands' lane width, so the select is a blend.
+        const Type ct = inst.operands[0]->type;
+        if (!ct.is_vector()) return "";
+        const Type ot = inst.operands[1]->type;
+        const int bytes = s == Scalar::kI1 ? 1 : ot.elem_bytes();
+        const Scalar mask = bytes == 1 ? Scalar::kI8 : bytes == 2 ? Scalar::kI16 : bytes == 4 ? Scalar::kI32 : Scalar::kI64;
+        return fmt::format("(__builtin_convertvector({}, {}) != 0) ? {} : {}", a(0), ctype(ct.with_elem(mask)), a(1), a(2));
+      }
+      case Op::kAnd:
+      case Op::kOr:
+      case Op::kXor:
+        if (s != Scalar::kI1) return "";  // i1 lanes are 0/1 bytes: bitwise ops keep them 0/1
+        return fmt::format("{} {} {}", a(0), inst.op == Op::kAnd ? "&" : inst.op == Op::kOr ? "|" : "^", a(1));
+      case Op::kNot:
+        if (s != Scalar::kI1) return "";
+        return fmt::format("{} ^ 1", a(0));
       case Op::kConvert:
         if (s == Scalar::kF16 && rs == Scalar::kF32) return fmt::format("loom_f16_to_f32_v<{}>({})", ctype(rt), a(0));
         if (s == Scalar::kF32 && rs == Scalar::kF16) return fmt::format("loom_f32_to_f16_v<{}>({})", ctype(rt), a(0));
