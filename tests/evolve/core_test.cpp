@@ -224,6 +224,64 @@ TEST(EvolveSearch, DeterministicGivenSeedAndHistory) {
   }
 }
 
+// The opening move: the baseline at the widest vector width first, the next narrower width only
+// after a wider one failed, then the strategy's moves; the same from the history alone (resume).
+TEST(EvolveSearch, OpeningTriesTheWidestVectorWidthFirst) {
+  std::vector<kernels::Knob> space = {{"vw", {1, 4, 8, 16}}, {"ev", {1, 2, 4}}, {"bs", {64, 32}}};
+  History h;
+  Node root;
+  root.id = 1;
+  root.cand.knobs = {{"vw", 1}, {"ev", 1}, {"bs", 64}};
+  root.hash = root.cand.hash();
+  root.ok = true;
+  root.speedup = 1;
+  h.add(root);
+  auto first = opening_move(space, h, h);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->cand.knobs.at("vw"), 16);
+  EXPECT_EQ(first->cand.knobs.at("ev"), 1);  // only the width moves
+  EXPECT_EQ(first->cand.knobs.at("bs"), 64);
+  EXPECT_NE(first->diff.find("vw 1->16"), std::string::npos) << first->diff;
+  // Proposed but not evaluated yet (a batch): no second opening.
+  History seen = h;
+  Node pending;
+  pending.seq = 1;
+  pending.hash = first->cand.hash();
+  seen.add(pending);
+  EXPECT_FALSE(opening_move(space, h, seen).has_value());
+  // vw=16 failed (e.g. the shape does not allow it): vw=8 next.
+  Node failed;
+  failed.id = 2;
+  failed.seq = 1;
+  failed.parent = 1;
+  failed.cand = first->cand;
+  failed.hash = first->cand.hash();
+  failed.ok = false;
+  History h2 = h;
+  h2.add(failed);
+  auto second = opening_move(space, h2, h2);
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->cand.knobs.at("vw"), 8);
+  auto again = opening_move(space, h2, h2);  // no generator: the same answer every time
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->cand.hash(), second->cand.hash());
+  // vw=16 worked: the opening is over.
+  History h3 = h;
+  failed.ok = true;
+  failed.speedup = 3;
+  h3.add(failed);
+  EXPECT_FALSE(opening_move(space, h3, h3).has_value());
+  // No vw knob, or a baseline already at the widest: no opening.
+  std::vector<kernels::Knob> no_vw = {{"ev", {1, 2, 4}}, {"bs", {64, 32}}};
+  EXPECT_FALSE(opening_move(no_vw, h, h).has_value());
+  History wide;
+  Node w = root;
+  w.cand.knobs["vw"] = 16;
+  w.hash = w.cand.hash();
+  wide.add(w);
+  EXPECT_FALSE(opening_move(space, wide, wide).has_value());
+}
+
 TEST(EvolveSearch, SkillsBiasMutations) {
   std::vector<kernels::Knob> space = {{"a", {1, 2, 4, 8}}, {"b", {1, 2, 3}}, {"ev_fma", {0, 1}}};
   Candidate parent;

@@ -589,6 +589,15 @@ Status run_leased(Db& db, int64_t job, const JobRow& row, const RunOptions& ro, 
     r.island = pick.island;
     if (!use_llm) {
       r.synth = "mutate";
+      if (strategy != StrategyKind::kRandom) {
+        if (auto o = opening_move(space, base, seen, normalize)) {
+          r.parent = base.nodes[0].id;
+          r.island = 0;
+          r.cand = o->cand;
+          r.diff = o->diff;
+          return std::optional<Record>(std::move(r));
+        }
+      }
       auto m = mutate(space, parent ? &parent->cand : nullptr, seen, cfg.skills ? &skills : nullptr, rng, normalize);
       if (!m) return std::optional<Record>();
       r.cand = m->cand;

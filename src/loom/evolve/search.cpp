@@ -138,6 +138,37 @@ std::string knob_diff(const kernels::Schedule& a, const kernels::Schedule& b) {
   return out;
 }
 
+std::optional<Mutation> opening_move(const std::vector<kernels::Knob>& space, const History& base, const History& seen,
+                                     const std::function<void(Candidate&)>& normalize) {
+  if (base.nodes.empty() || base.nodes[0].cand.kind != CandKind::kSchedule) return std::nullopt;
+  auto k = std::find_if(space.begin(), space.end(), [](const kernels::Knob& x) { return x.name == "vw"; });
+  if (k == space.end()) return std::nullopt;
+  const Candidate& root = base.nodes[0].cand;
+  auto it = root.knobs.find("vw");
+  const int64_t cur = it != root.knobs.end() ? it->second : k->choices[0];
+  std::vector<int64_t> wider;
+  for (int64_t v : k->choices)
+    if (v > cur) wider.push_back(v);
+  std::sort(wider.rbegin(), wider.rend());
+  for (int64_t v : wider) {
+    Candidate c = root;
+    for (const kernels::Knob& x : space)
+      if (!c.knobs.count(x.name)) c.knobs[x.name] = x.choices[0];
+    c.knobs["vw"] = v;
+    if (normalize) normalize(c);
+    const std::string hash = c.hash();
+    if (!seen.by_hash.count(hash)) {
+      Mutation mu;
+      mu.diff = knob_diff(root.knobs, c.knobs) + " (opening)";
+      mu.cand = std::move(c);
+      return mu;
+    }
+    auto b = base.by_hash.find(hash);
+    if (b == base.by_hash.end() || base.nodes[b->second].ok) return std::nullopt;  // pending, or it worked
+  }
+  return std::nullopt;
+}
+
 std::optional<Mutation> mutate(const std::vector<kernels::Knob>& space, const Candidate* parent, const History& h,
                                const SkillTable* skills, std::mt19937_64& rng,
                                const std::function<void(Candidate&)>& normalize) {

@@ -68,6 +68,16 @@ std::optional<Mutation> mutate(const std::vector<kernels::Knob>& space, const Ca
                                const SkillTable* skills, std::mt19937_64& rng,
                                const std::function<void(Candidate&)>& normalize = {});
 
+// The opening move, tried before the strategy's moves: the baseline with its vector width (a
+// knob named "vw", as user ops' templates call it) at the widest value of the space, then the
+// next narrower one while the wider ones failed. Scalar code is where a plain kernel loses most
+// on a CPU and a GPU alike, and a slow baseline leaves a short budget few evaluations, so
+// vectorizing is not left to the draw. Depends on the history only (not on a generator), so a
+// resumed job proposes the same. nullopt: no vw knob, the baseline is already at the widest
+// value, or an opening candidate is evaluated ok or pending in `seen` (the strategy goes on).
+std::optional<Mutation> opening_move(const std::vector<kernels::Knob>& space, const History& base, const History& seen,
+                                     const std::function<void(Candidate&)>& normalize = {});
+
 // Text of the knob changes from a to b.
 std::string knob_diff(const kernels::Schedule& a, const kernels::Schedule& b);
 
