@@ -476,6 +476,31 @@ GoldenRun ldmatrix_t_tile(std::mt19937& rng) {
   return run;
 }
 
+// See async_copy_tile.loom: two groups of cp_async, read by other threads after each wait.
+GoldenRun async_copy_tile(std::mt19937& rng) {
+  const int tiles = uniform_int(rng, 1, 12);
+  auto a = random_floats(rng, static_cast<size_t>(tiles) * 256), b = random_floats(rng, static_cast<size_t>(tiles) * 128),
+       c = random_floats(rng, static_cast<size_t>(tiles) * 64);
+  GoldenRun run;
+  run.buffers = {to_bytes(a), to_bytes(b), to_bytes(c), output(tiles * 448 * 4)};
+  run.args = {buf(0), buf(1), buf(2), buf(3)};
+  run.block = {64, 1, 1};
+  run.grid = {static_cast<uint32_t>(tiles), 1, 1};
+  run.check = [a, b, c, tiles](const std::vector<std::vector<uint8_t>>& out) {
+    std::vector<double> want(static_cast<size_t>(tiles) * 448);
+    for (int t = 0; t < tiles; ++t)
+      for (int i = 0; i < 64; ++i) {
+        const int j = 63 - i;
+        double* w = want.data() + t * 448;
+        for (int k = 0; k < 4; ++k) w[4 * i + k] = 2.0 * a[static_cast<size_t>(t * 256 + 4 * j + k)];
+        for (int k = 0; k < 2; ++k) w[256 + 2 * i + k] = b[static_cast<size_t>(t * 128 + 2 * j + k)];
+        w[384 + i] = c[static_cast<size_t>(t * 64 + j)];
+      }
+    return compare(from_bytes<float>(out[3]), want, want, 0, 0);
+  };
+  return run;
+}
+
 GoldenRun mixed_ops(std::mt19937& rng) {
   int n = uniform_int(rng, 500, 3000);
   auto x = random_floats(rng, n, -2, 2);
@@ -673,6 +698,7 @@ const std::vector<GoldenCase>& golden_cases() {
       {"mma_tile", false, mma_tile},
       {"mma_s8_tile", false, mma_s8_tile},
       {"ldmatrix_tile", false, ldmatrix_tile},
+      {"async_copy_tile", true, async_copy_tile},
       {"ldmatrix_t_tile", false, ldmatrix_t_tile},
   };
   return cases;

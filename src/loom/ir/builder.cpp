@@ -68,6 +68,14 @@ void Builder::store(Value* ptr, Value* index, Value* value, int align) {
   op_no_result(Op::kStore, {ptr, index, value})->imm = align;
 }
 
+void Builder::cp_async(Value* dst, Value* di, Value* src, Value* si, int bytes) {
+  op_no_result(Op::kCpAsync, {dst, di, src, si})->imm = bytes;
+}
+
+void Builder::cp_async_commit() { op_no_result(Op::kCpAsyncCommit, {}); }
+
+void Builder::cp_async_wait(int pending) { op_no_result(Op::kCpAsyncWait, {})->imm = pending; }
+
 Value* Builder::alloc_shared(Scalar elem, int64_t count) {
   Value* r = op(Op::kAllocShared, {}, Type::pointer(AddrSpace::kShared, elem));
   r->def->imm = count;

@@ -87,6 +87,11 @@ class Builder {
   Value* concat(Value* a, Value* b) { return op(Op::kConcat, {a, b}); }
   Value* mma(Value* a, Value* b, Value* c) { return op(Op::kMma, {a, b, c}); }
   Value* ldmatrix(Value* shared_f16, Value* index) { return op(Op::kLdmatrix, {shared_f16, index}); }
+  // Asynchronous copy of `bytes` (4, 8, 16) from src[si] to dst[di] (shared), its group's commit
+  // and the wait until at most `pending` committed groups are in flight (see ops.h).
+  void cp_async(Value* dst, Value* di, Value* src, Value* si, int bytes);
+  void cp_async_commit();
+  void cp_async_wait(int pending);
   Value* ldmatrix_t(Value* shared_f16, Value* index) { return op(Op::kLdmatrixT, {shared_f16, index}); }
 
   // Structured control flow. The callbacks build the region with this builder (its insertion

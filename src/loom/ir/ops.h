@@ -37,11 +37,19 @@ enum class TypeRule : uint8_t {
   kMma,         // (f16x8 A, f16x4 B, f32x4 C) -> f32x4, or packed s8 (i32x4 A, i32x2 B, i32x4 C) -> i32x4
   kLdmatrix,    // (ptr<shared, f16>, i32 index) -> f16x8: four 8x8 f16 matrices, fragment order
   kLdmatrixT,   // the same four matrices transposed (ldmatrix .trans): an mma B fragment of a row-major K x N tile
+  kCpAsync,     // (ptr<shared, T>, index, ptr<global|constant, T>, index), bytes (immediate 4, 8, 16): no result
+  kCpAsyncWait, // no operands, pending groups (immediate 0..8): no result
   kFor,         // (lo, hi, step, inits...) -> types of inits; region(iv, iters...)
   kIf,          // (i1) -> explicit types; regions then, else
   kYield,       // values returned by the enclosing region
   kNone,        // no operands, no results
 };
+
+// Rules of ops that define no value (stores, copies, barriers, waits, yields).
+constexpr bool rule_has_no_result(TypeRule r) {
+  return r == TypeRule::kStore || r == TypeRule::kNone || r == TypeRule::kYield || r == TypeRule::kCpAsync ||
+         r == TypeRule::kCpAsyncWait;
+}
 
 // Operand categories for kSame.
 enum class Category : uint8_t { kAny, kNum, kIntOrBool, kInt, kFloat, kFloatNo64 };
@@ -127,6 +135,13 @@ enum TargetMask : uint8_t { kOnPtx = 1, kOnCpp = 2, kOnAmdgpu = 4, kOnAll = 7 };
   /* l / 4, halves 2 (l % 4) and 2 (l % 4) + 1 of matrix j in result lanes 2j and 2j + 1     */ \
   X(kLdmatrix, "ldmatrix", 2, kLdmatrix, kAny, kNone, kReadsMemory | kConvergent, kOnPtx)      \
   X(kLdmatrixT, "ldmatrix_t", 2, kLdmatrix, kAny, kNone, kReadsMemory | kConvergent, kOnPtx)   \
+  /* asynchronous copies global -> shared (PTX cp.async, sm_80): a copy is issued, groups of   */ \
+  /* copies are committed, and cp_async_wait N waits until at most N committed groups are    */ \
+  /* still in flight; other threads see the data after the wait and a barrier. Targets       */ \
+  /* without them run each copy at once as a load and a store (commit and wait do nothing).   */ \
+  X(kCpAsync, "cp_async", 4, kCpAsync, kAny, kNone, kSideEffects, kOnAll)                      \
+  X(kCpAsyncCommit, "cp_async_commit", 0, kNone, kAny, kNone, kSideEffects, kOnAll)            \
+  X(kCpAsyncWait, "cp_async_wait", 0, kCpAsyncWait, kAny, kNone, kSideEffects, kOnAll)         \
   X(kFor, "for", -1, kFor, kAny, kNone, kHasRegions, kOnAll)                                   \
   X(kIf, "if", 1, kIf, kAny, kNone, kHasRegions, kOnAll)                                       \
   X(kYield, "yield", -1, kYield, kAny, kNone, kTerminator, kOnAll)

@@ -503,6 +503,18 @@ class Parser {
         LOOM_RETURN_IF_ERROR(maybe_types());
         break;
       }
+      case Op::kCpAsync: {  // cp_async %dst[%i], %src[%j], BYTES
+        LOOM_RETURN_IF_ERROR(ptr_index());
+        LOOM_RETURN_IF_ERROR(expect(Tok::kComma, "',' and the source"));
+        LOOM_RETURN_IF_ERROR(ptr_index());
+        LOOM_RETURN_IF_ERROR(expect(Tok::kComma, "',' and the byte count (4, 8 or 16)"));
+        LOOM_ASSIGN_OR_RETURN(inst->imm, small_int("a byte count (4, 8 or 16)"));
+        break;
+      }
+      case Op::kCpAsyncWait: {  // cp_async_wait N
+        LOOM_ASSIGN_OR_RETURN(inst->imm, small_int("the number of groups left pending (0 to 8)"));
+        break;
+      }
       case Op::kExtract: {
         LOOM_RETURN_IF_ERROR(operand());
         LOOM_RETURN_IF_ERROR(expect(Tok::kLBracket, "'[' and a lane number"));
@@ -534,7 +546,7 @@ class Parser {
       }
     }
     // Results of ordinary (single-result or no-result) ops.
-    const bool no_result = info.rule == TypeRule::kStore || info.rule == TypeRule::kNone || info.rule == TypeRule::kYield;
+    const bool no_result = rule_has_no_result(info.rule);
     if (no_result && !result_names.empty()) return error_at(loc, fmt::format("'{}' has no result to name", base));
     if (no_result && has_types) return error_at(op_loc, fmt::format("'{}' has no result type", base));
     if (!no_result) {

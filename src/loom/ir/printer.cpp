@@ -131,6 +131,22 @@ class Printer {
         }
         if (inst.imm != 0 && inst.op != Op::kAtomic) out_ += fmt::format(", align {}", inst.imm);
         break;
+      case Op::kCpAsync:
+        if (ops.size() == 4) {
+          out_ += ' ';
+          value(ops[0]);
+          out_ += '[';
+          value(ops[1]);
+          out_ += "], ";
+          value(ops[2]);
+          out_ += '[';
+          value(ops[3]);
+          out_ += fmt::format("], {}", inst.imm);
+        }
+        break;
+      case Op::kCpAsyncWait:
+        out_ += fmt::format(" {}", inst.imm);
+        break;
       case Op::kExtract:
         out_ += ' ';
         value_list(ops);

@@ -98,8 +98,7 @@ std::string check_inst_types(const Inst& inst, bool check_results) {
       if (!v || !valid_type(v->type)) return "result with an invalid or missing type";
   auto t = [&](size_t i) { return ops[i]->type; };
   const bool region_op = info.rule == TypeRule::kFor || info.rule == TypeRule::kIf;
-  const bool no_result = info.rule == TypeRule::kStore || info.rule == TypeRule::kNone ||
-                         info.rule == TypeRule::kYield;
+  const bool no_result = rule_has_no_result(info.rule);
   if (check_results && no_result && !inst.results.empty()) return fmt::format("'{}' has no result", info.name);
   if (check_results && !no_result && !region_op && inst.results.size() != 1)
     return fmt::format("'{}' has exactly one result", info.name);
@@ -274,6 +273,24 @@ std::string check_inst_types(const Inst& inst, bool check_results) {
       if (inst.regions.size() != 2) return "'if' needs then and else regions";
       for (const Value* v : inst.results)
         if (!v->type.is_value() && !v->type.is_pointer()) return "'if' results must be values or pointers";
+      return "";
+    case TypeRule::kCpAsync: {
+      if (!t(0).is_pointer() || t(0).addr_space() != AddrSpace::kShared)
+        return fmt::format("'cp_async' copies into a ptr<shared, T>, got {}", t(0).str());
+      if (!t(2).is_pointer() || (t(2).addr_space() != AddrSpace::kGlobal && t(2).addr_space() != AddrSpace::kConstant))
+        return fmt::format("'cp_async' copies from a ptr<global, T> or ptr<constant, T>, got {}", t(2).str());
+      if (t(0).elem() != t(2).elem())
+        return fmt::format("'cp_async' copies between one element type, got {} and {}", t(0).str(), t(2).str());
+      if (!is_index(t(1)) || !is_index(t(3)))
+        return fmt::format("'cp_async' indices must be 32- or 64-bit integers, got {} and {}", t(1).str(), t(3).str());
+      if (inst.imm != 4 && inst.imm != 8 && inst.imm != 16)
+        return fmt::format("'cp_async' copies 4, 8 or 16 bytes, not {}", inst.imm);
+      if (inst.imm % t(0).elem_bytes() != 0)
+        return fmt::format("'cp_async' of {} bytes is not a whole number of {} elements", inst.imm, scalar_name(t(0).elem()));
+      return "";
+    }
+    case TypeRule::kCpAsyncWait:
+      if (inst.imm < 0 || inst.imm > 8) return fmt::format("'cp_async_wait' leaves 0 to 8 groups pending, not {}", inst.imm);
       return "";
     case TypeRule::kYield:
     case TypeRule::kNone: return "";

@@ -605,7 +605,10 @@ AmdgpuLaneXor amdgpu_lane_xor(int mask) {
 
 Result<std::string> emit_amdgpu_llvm(const Module& module, const AmdgpuEmitOptions& options) {
   Module lowered = clone_module(module);
-  for (auto& k : lowered.kernels) lower_tanh_erf(*k);
+  for (auto& k : lowered.kernels) {
+    lower_tanh_erf(*k);
+    lower_async_copies(*k);  // no asynchronous copy on these GPUs: a load and a store
+  }
   std::map<std::string, std::string> decls;
   std::string globals, functions;
   // Attribute group 0: any block size up to 1024; one more group per distinct launch bound.

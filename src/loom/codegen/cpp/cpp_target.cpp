@@ -3,6 +3,7 @@
 #include "loom/codegen/cpp/host_compiler.h"
 #include "loom/base/file.h"
 #include "loom/codegen/target.h"
+#include "loom/ir/passes/passes.h"
 
 namespace loom::codegen {
 namespace {
@@ -14,7 +15,8 @@ class CppTarget final : public Target {
 
   Result<std::string> emit(const ir::Module& module, std::string_view arch) const override {
     LOOM_RETURN_IF_ERROR(verify(module, arch));
-    return emit_cpp(module);
+    ir::Module storage;  // asynchronous copies run at once on the cpu
+    return emit_cpp(ir::without_async_copies(module, storage));
   }
 
   Result<Artifact> compile(const ir::Module& module, std::string_view arch) const override {

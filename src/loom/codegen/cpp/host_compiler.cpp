@@ -1,5 +1,6 @@
 // Host compilation with a content-hash disk cache, dlopen wrappers, and the CPU grid launcher.
 #include "loom/codegen/cpp/host_compiler.h"
+#include "loom/ir/passes/passes.h"
 
 #include <dlfcn.h>
 #include <unistd.h>
@@ -135,7 +136,8 @@ Result<CpuKernelFn> CpuModule::kernel(std::string_view name) const {
 
 Result<CpuModule> compile_cpu_module(const ir::Module& module) {
   LOOM_RETURN_IF_ERROR(ir::verify(module, ir::TargetKind::kCpp));
-  LOOM_ASSIGN_OR_RETURN(std::string source, emit_cpp(module));
+  ir::Module storage;  // asynchronous copies run at once on the cpu
+  LOOM_ASSIGN_OR_RETURN(std::string source, emit_cpp(ir::without_async_copies(module, storage)));
   LOOM_ASSIGN_OR_RETURN(std::string so, compile_shared_object(source));
   return CpuModule::load(so);
 }

@@ -399,6 +399,14 @@ Status KernelEmitter::inst(const Inst& in) {
       for (size_t i = 0; i < 4; ++i) line(fmt::format("mov.b32 {{{}, {}}}, {};", d[2 * i], d[2 * i + 1], w[i]));
       return Status();
     }
+    case Op::kCpAsync: {  // 16 bytes bypass L1 (.cg); 4 and 8 bytes go through it (.ca, the only form they have)
+      std::string dst = address(in.operands[0], in.operands[1], 0);
+      std::string src = address(in.operands[2], in.operands[3], 0);
+      line(fmt::format("cp.async.{}.shared.global {}, {}, {};", in.imm == 16 ? "cg" : "ca", dst, src, in.imm));
+      return Status();
+    }
+    case Op::kCpAsyncCommit: line("cp.async.commit_group;"); return Status();
+    case Op::kCpAsyncWait: line(fmt::format("cp.async.wait_group {};", in.imm)); return Status();
     case Op::kFor: return for_loop(in);
     case Op::kIf: return if_else(in);
     case Op::kYield: return Status();  // handled by the enclosing region

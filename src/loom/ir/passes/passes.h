@@ -26,6 +26,14 @@ bool unroll_loops(Kernel& kernel, UnrollLimits limits = {});
 // (absolute error <= 1.5e-7). Returns whether anything was rewritten.
 bool lower_tanh_erf(Kernel& kernel);
 
+// Rewrites cp_async into a load and a store of its bytes and drops cp_async_commit and
+// cp_async_wait, for targets without asynchronous copies (cpp, amdgpu). Returns whether anything
+// was rewritten.
+bool lower_async_copies(Kernel& kernel);
+// The module itself when it has no asynchronous copies, else a copy of it in `storage` with
+// them lowered as above.
+const Module& without_async_copies(const Module& module, Module& storage);
+
 // The standard pipeline used by `loom ir compile` and the golden tests: fold, CSE, DCE and
 // unroll, repeated until nothing changes (bounded).
 void optimize(Kernel& kernel);
