@@ -35,8 +35,8 @@ enum class TypeRule : uint8_t {
   kDot4,        // (i32 packed 4 x i8, same, i32 acc) -> i32; lane-wise on i32xN
   kConcat,      // (vector T x N, vector T x N) -> T x 2N: lanes of a, then lanes of b
   kMma,         // (f16x8 A, f16x4 B, f32x4 C) -> f32x4, or packed s8 (i32x4 A, i32x2 B, i32x4 C) -> i32x4
-  kLdmatrix,    // (ptr<shared, f16>, i32 index) -> f16x8: four 8x8 f16 matrices, fragment order
-  kLdmatrixT,   // the same four matrices transposed (ldmatrix .trans): an mma B fragment of a row-major K x N tile
+  kLdmatrix,    // (ptr<shared, f16>, i32 index) -> f16x8: four 8x8 f16 matrices, fragment order (also
+                // ldmatrix_t: the same four transposed, an mma B fragment of a row-major K x N tile)
   kCpAsync,     // (ptr<shared, T>, index, ptr<global|constant, T>, index), bytes (immediate 4, 8, 16): no result
   kCpAsyncWait, // no operands, pending groups (immediate 0..8): no result
   kFor,         // (lo, hi, step, inits...) -> types of inits; region(iv, iters...)
