@@ -67,3 +67,11 @@ def test_every_problem_is_searched_and_its_winner_judged_correct(loom_bin, tmp_p
         assert p["evaluations"] >= 2 and p["speedup"] > 0
     assert doc["summary"]["correctness_rate"] == 1.0 and r.returncode == 0
     assert f"[{len(res)}/{len(res)}]" in r.stdout, "one progress line per problem"
+    assert doc["partial"] is False
+    # --resume keeps every problem the file holds: nothing is searched again, the results stay.
+    again = subprocess.run([sys.executable, str(ROOT / "bench" / "evolve_suite.py"), "--loom", str(loom_bin), "--small",
+                            "--budget", "1", "--db", str(tmp_path / "suite.db"), "--resume", "-o", str(out)],
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"resume: {len(res)} problems kept" in again.stdout and "[ 1/" not in again.stdout, again.stdout[-2000:]
+    assert json.loads(out.read_text())["problems"] == res
