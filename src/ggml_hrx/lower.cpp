@@ -50,6 +50,21 @@ Status of_type(const ggml_tensor* t, ggml_type type, const char* role) {
   return dense(t, role);
 }
 
+// The element stride between consecutive rows of an f32 tensor whose values within a row are
+// contiguous and whose rows lie evenly apart through dimensions 1..3 (dense tensors, and views
+// of every row's first part as ggml's fused-QKV and GLU views are), else an error. Rows of a
+// view start at multiples of 4 bytes; the view itself at a multiple of 16 (vector loads).
+Result<int64_t> row_stride(const ggml_tensor* t, const char* role) {
+  if (t->type != GGML_TYPE_F32) return unimplemented("{} {} is {}, not f32", role, t->name, ggml_type_name(t->type));
+  if (t->nb[0] != sizeof(float) || t->nb[1] % sizeof(float))
+    return unimplemented("{} {}: values of a row not contiguous", role, t->name);
+  if ((t->ne[2] > 1 && t->nb[2] != t->nb[1] * t->ne[1]) || (t->ne[3] > 1 && t->nb[3] != t->nb[2] * t->ne[2]))
+    return unimplemented("{} {}: rows not evenly strided", role, t->name);
+  if (t->view_src && t->view_offs % 16 != 0)
+    return unimplemented("{} {} is a view at offset {} (not a multiple of 16)", role, t->name, t->view_offs);
+  return static_cast<int64_t>(t->nb[1] / sizeof(float));
+}
+
 std::string label_of(const ggml_tensor* node, std::string_view op) {
   return fmt::format("{} -> {} ({})", ggml_op_desc(node), node->name, op);
 }
@@ -117,10 +132,17 @@ Result<Calls> lower_binary(const ggml_tensor* n, bool mul) {
 }
 
 // ROPE (normal and NeoX) of an f32 [head_dim, n_head, n_tokens] tensor by i32 positions, with
-// optional freq factors: rope. Multi-section, vision and offset forms stay on the CPU.
+// optional freq factors: rope, x dense or a view at whole-value head and token strides.
+// Multi-section, vision and offset forms stay on the CPU.
 Result<Calls> lower_rope(const ggml_tensor* n) {
   const ggml_tensor *x = n->src[0], *pos = n->src[1], *ff = n->src[2];
-  LOOM_RETURN_IF_ERROR(of_type(x, GGML_TYPE_F32, "src0"));
+  // x dense, or a view whose heads and tokens lie at whole-value strides (a fused QKV row's q
+  // or k): read through them; the result is dense.
+  if (x->type != GGML_TYPE_F32) return unimplemented("src0 {} is {}, not f32", x->name, ggml_type_name(x->type));
+  const bool x_dense = ggml_is_contiguous(x);
+  if (x_dense) LOOM_RETURN_IF_ERROR(dense(x, "src0"));
+  else if (x->nb[0] != sizeof(float) || x->nb[1] % sizeof(float) || x->nb[2] % sizeof(float) || addr(x) % sizeof(float))
+    return unimplemented("ROPE of {}: values of a head not contiguous", x->name);
   LOOM_RETURN_IF_ERROR(of_type(pos, GGML_TYPE_I32, "src1"));
   LOOM_RETURN_IF_ERROR(of_type(n, GGML_TYPE_F32, "dst"));
   if (ff) LOOM_RETURN_IF_ERROR(of_type(ff, GGML_TYPE_F32, "src2"));
@@ -137,27 +159,52 @@ Result<Calls> lower_rope(const ggml_tensor* n) {
        {"has_ff", ff ? 1 : 0}, {"n_ctx_orig", n_ctx_orig}},
       {{"freq_base_f32", f(5)}, {"freq_scale_f32", f(6)}, {"ext_factor_f32", f(7)}, {"attn_factor_f32", f(8)},
        {"beta_fast_f32", f(9)}, {"beta_slow_f32", f(10)}});
+  if (!x_dense) {
+    shape.dims["x_head"] = static_cast<int64_t>(x->nb[1] / sizeof(float));
+    shape.dims["x_tok"] = static_cast<int64_t>(x->nb[2] / sizeof(float));
+  }
   std::map<std::string, uint64_t> bind = {{"x", addr(x)}, {"pos", addr(pos)}, {"y", addr(n)}};
   if (ff) bind["ff"] = addr(ff);
   LOOM_ASSIGN_OR_RETURN(OpCall c, make_call(n, "rope", std::move(shape), std::move(bind)));
   return Calls{std::move(c)};
 }
 
-// GLU with its gate and up halves as two tensors of one shape (llama.cpp's split form, as its
-// llama and gemma graphs build it), not swapped: swiglu, geglu. The fused form (one tensor
-// holding both halves of each row) and the other GLU variants stay on the CPU.
+// GLU (SWIGLU, GEGLU): swiglu, geglu. The split form (gate and up as two tensors of one shape,
+// as llama.cpp's llama and gemma graphs build it) and the fused form (one tensor holding both
+// halves of each row, Phi-3's; `swapped` puts the gate second), dense or views of rows that lie
+// evenly apart: the op's strided rows read each half in place. Other GLU variants stay on the CPU.
 Result<Calls> lower_glu(const ggml_tensor* n) {
-  const ggml_tensor *g = n->src[0], *u = n->src[1];
-  if (!u) return unimplemented("GLU with both halves in one tensor ({})", g->name);
-  LOOM_RETURN_IF_ERROR(of_type(g, GGML_TYPE_F32, "src0"));
-  LOOM_RETURN_IF_ERROR(of_type(u, GGML_TYPE_F32, "src1"));
+  const ggml_tensor *a = n->src[0], *b = n->src[1];
   LOOM_RETURN_IF_ERROR(of_type(n, GGML_TYPE_F32, "dst"));
-  if (!ggml_are_same_shape(g, u) || !ggml_are_same_shape(g, n)) return unimplemented("GLU of tensors of different shapes");
-  if (n->op_params[1] != 0) return unimplemented("GLU with swapped halves");  // op_params: glu op, swapped
   const ggml_glu_op kind = ggml_get_glu_op(n);
   const char* op = kind == GGML_GLU_OP_SWIGLU ? "swiglu" : kind == GGML_GLU_OP_GEGLU ? "geglu" : nullptr;
   if (!op) return unimplemented("GLU {}", ggml_glu_op_name(kind));
-  LOOM_ASSIGN_OR_RETURN(OpCall c, make_elementwise(n, op, kernels::Shape{{{"n", ggml_nelements(n)}}}, {g, u}));
+  const bool swapped = n->op_params[1] != 0;  // op_params: glu op, swapped
+  const int64_t nc = n->ne[0], rows = ggml_nrows(n);
+  if (b) {
+    if (!ggml_are_same_shape(a, b) || !ggml_are_same_shape(a, n)) return unimplemented("GLU of tensors of different shapes");
+    const ggml_tensor *g = swapped ? b : a, *u = swapped ? a : b;
+    if (ggml_is_contiguous(a) && ggml_is_contiguous(b)) {
+      LOOM_RETURN_IF_ERROR(dense(a, "src0"));
+      LOOM_RETURN_IF_ERROR(dense(b, "src1"));
+      LOOM_ASSIGN_OR_RETURN(OpCall c, make_elementwise(n, op, kernels::Shape{{{"n", ggml_nelements(n)}}}, {g, u}));
+      return Calls{std::move(c)};
+    }
+    LOOM_ASSIGN_OR_RETURN(int64_t sa, row_stride(a, "src0"));
+    LOOM_ASSIGN_OR_RETURN(int64_t sb, row_stride(b, "src1"));
+    if (sa != sb) return unimplemented("GLU halves {} and {} of different row strides", a->name, b->name);
+    kernels::Shape shape{{{"n", nc}, {"n_rows", rows}, {"x_row", sa}}};
+    LOOM_ASSIGN_OR_RETURN(OpCall c, make_elementwise(n, op, std::move(shape), {g, u}));
+    return Calls{std::move(c)};
+  }
+  // Fused: row r holds [first half | second half] of nc = ne0 / 2 values each (an odd last
+  // value is not read, as in ggml).
+  if (a->ne[0] / 2 != nc || a->ne[1] != n->ne[1] || a->ne[2] != n->ne[2] || a->ne[3] != n->ne[3])
+    return unimplemented("GLU of {} halves {} into {}", a->name, a->ne[0], nc);
+  LOOM_ASSIGN_OR_RETURN(int64_t sa, row_stride(a, "src0"));
+  LOOM_ASSIGN_OR_RETURN(OpCall c, make_call(n, op, kernels::Shape{{{"n", nc}, {"n_rows", rows}, {"x_row", sa}}}, {}));
+  const uint64_t first = addr(a), second = first + sizeof(float) * static_cast<uint64_t>(nc);
+  c.bind = {{"g", swapped ? second : first}, {"u", swapped ? first : second}, {"y", addr(n)}};
   return Calls{std::move(c)};
 }
 
@@ -209,10 +256,17 @@ Result<Calls> lower_get_rows(const ggml_tensor* n) {
 
 // SET_ROWS: rows of f32 src0 written into dst (src2's data: ggml's result is a view of it), f32
 // or f16, at the i64 / i32 row indices of src1, batched as ggml broadcasts the indices: set_rows.
-// Quantized destinations and non-contiguous views stay on the CPU.
+// src0 may be a view (rows and batches at whole-value strides). Quantized destinations and
+// non-contiguous destinations or indices stay on the CPU.
 Result<Calls> lower_set_rows(const ggml_tensor* n) {
   const ggml_tensor *x = n->src[0], *ids = n->src[1], *dst = n->src[2];
-  LOOM_RETURN_IF_ERROR(of_type(x, GGML_TYPE_F32, "src0"));
+  // src0 dense, or a view whose rows and batches lie at whole-value strides (V of a fused QKV
+  // row, test-backend-ops' views): read through them.
+  if (x->type != GGML_TYPE_F32) return unimplemented("src0 {} is {}, not f32", x->name, ggml_type_name(x->type));
+  const bool x_dense = ggml_is_contiguous(x);
+  if (x_dense) LOOM_RETURN_IF_ERROR(dense(x, "src0"));
+  else if (x->nb[0] != sizeof(float) || x->nb[1] % 4 || x->nb[2] % 4 || x->nb[3] % 4 || addr(x) % 4)
+    return unimplemented("SET_ROWS of {}: values of a row not contiguous", x->name);
   if (dst->type != GGML_TYPE_F32 && dst->type != GGML_TYPE_F16)
     return unimplemented("SET_ROWS into {} (f32 and f16 only)", ggml_type_name(dst->type));
   LOOM_RETURN_IF_ERROR(dense(dst, "src2"));
@@ -226,8 +280,101 @@ Result<Calls> lower_set_rows(const ggml_tensor* n) {
   kernels::Shape shape{{{"n", x->ne[0]}, {"n_rows", x->ne[1]}, {"n_dst", dst->ne[1]}, {"b2", x->ne[2]}, {"b3", x->ne[3]},
                         {"i2", ids->ne[1]}, {"i3", ids->ne[2]}, {"itype", static_cast<int64_t>(ids->type)},
                         {"dtype", static_cast<int64_t>(dst->type)}}};
+  if (!x_dense) {
+    // Strides of size-1 dimensions are arbitrary in ggml: not used (0 there).
+    shape.dims["x_row"] = x->ne[1] > 1 ? static_cast<int64_t>(x->nb[1] / 4) : x->ne[0];
+    shape.dims["x_b2"] = x->ne[2] > 1 ? static_cast<int64_t>(x->nb[2] / 4) : 0;
+    shape.dims["x_b3"] = x->ne[3] > 1 ? static_cast<int64_t>(x->nb[3] / 4) : 0;
+  }
   LOOM_ASSIGN_OR_RETURN(OpCall c, make_call(n, "set_rows", std::move(shape), {{"x", addr(x)}, {"ids", addr(ids)}, {"dst", addr(n)}}));
   return Calls{std::move(c)};
+}
+
+// CONT (src0 into a dense result) and CPY (src0 into src1's memory, the result a view of it):
+// f32 values read through src0's strides, any view or permutation, written in ggml's logical
+// order as f32 (CONT, CPY) or f16 (CPY): copy. A destination of another shape than the source
+// (same element count) must be dense; other types stay on the CPU.
+Result<Calls> lower_copy(const ggml_tensor* n) {
+  const ggml_tensor *x = n->src[0], *dst = n->op == GGML_OP_CPY ? n->src[1] : n;
+  if (x->type != GGML_TYPE_F32) return unimplemented("{} of {} (f32 sources only)", ggml_op_desc(n), ggml_type_name(x->type));
+  if (dst->type != GGML_TYPE_F32 && !(n->op == GGML_OP_CPY && dst->type == GGML_TYPE_F16))
+    return unimplemented("{} into {}", ggml_op_desc(n), ggml_type_name(dst->type));
+  if (n->type != dst->type || n->data != dst->data || ggml_nelements(x) != ggml_nelements(n))
+    return unimplemented("{} whose result is not its destination's memory", ggml_op_desc(n));
+  const size_t es = ggml_type_size(dst->type);
+  for (int k = 0; k < 4; ++k)
+    if (x->nb[k] % sizeof(float) || dst->nb[k] % es)
+      return unimplemented("{} with strides of partial values", ggml_op_desc(n));
+  if (addr(x) % sizeof(float) || addr(dst) % es) return unimplemented("{} of unaligned tensors", ggml_op_desc(n));
+  const bool same = ggml_are_same_shape(x, dst);
+  if (!same && !ggml_is_contiguous(dst))
+    return unimplemented("{} into a non-contiguous destination of another shape", ggml_op_desc(n));
+  kernels::Shape shape{{{"dtype", static_cast<int64_t>(dst->type)}}};
+  int64_t dense_stride = 1;
+  for (int k = 0; k < 4; ++k) {
+    shape.dims[fmt::format("n{}", k)] = x->ne[k];
+    shape.dims[fmt::format("s{}", k)] = static_cast<int64_t>(x->nb[k] / sizeof(float));
+    // Same shapes: through dst's strides; else dense in src0's shape (the same memory order).
+    shape.dims[fmt::format("d{}", k)] = same ? static_cast<int64_t>(dst->nb[k] / es) : dense_stride;
+    dense_stride *= x->ne[k];
+  }
+  LOOM_ASSIGN_OR_RETURN(OpCall c, make_call(n, "copy", std::move(shape), {{"x", addr(x)}, {"y", addr(dst)}}));
+  return Calls{std::move(c)};
+}
+
+// A copy call of f32 `x` (any strides) into the dense f32 or f16 memory at `to`, in x's shape.
+Result<OpCall> dense_copy(const ggml_tensor* n, const ggml_tensor* x, uint64_t to, ggml_type to_type) {
+  kernels::Shape shape{{{"dtype", static_cast<int64_t>(to_type)}}};
+  int64_t dense_stride = 1;
+  for (int k = 0; k < 4; ++k) {
+    if (x->nb[k] % sizeof(float)) return unimplemented("{} of a tensor with strides of partial values", ggml_op_desc(n));
+    shape.dims[fmt::format("n{}", k)] = x->ne[k];
+    shape.dims[fmt::format("s{}", k)] = static_cast<int64_t>(x->nb[k] / sizeof(float));
+    shape.dims[fmt::format("d{}", k)] = dense_stride;
+    dense_stride *= x->ne[k];
+  }
+  return make_call(n, "copy", std::move(shape), {{"x", addr(x)}, {"y", to}});
+}
+
+// SOFT_MAX: softmax(x * scale + mask) per row of f32 x, the mask f32 (dense rows of the row
+// length, broadcast over dimensions 2 and 3 as ggml does) or none: x copied into the result
+// (copy, unless in place), then softmax in place, one call per batch (i2, i3) with a mask, one
+// for all rows without. ALiBi (max_bias), attention sinks and f16 masks stay on the CPU.
+Result<Calls> lower_soft_max(const ggml_tensor* n) {
+  const ggml_tensor *x = n->src[0], *m = n->src[1];
+  if (n->src[2]) return unimplemented("SOFT_MAX with attention sinks");
+  if (x->type != GGML_TYPE_F32) return unimplemented("SOFT_MAX of {}", ggml_type_name(x->type));
+  LOOM_RETURN_IF_ERROR(of_type(n, GGML_TYPE_F32, "dst"));
+  const float scale = f32_param(n, 0), max_bias = f32_param(n, 1);
+  if (max_bias != 0.0f) return unimplemented("SOFT_MAX with ALiBi (max_bias {})", max_bias);
+  if (!ggml_are_same_shape(x, n)) return unimplemented("SOFT_MAX of another shape than its result");
+  const int64_t ne0 = n->ne[0], ne1 = n->ne[1], batches = n->ne[2] * n->ne[3];
+  if (m) {
+    LOOM_RETURN_IF_ERROR(of_type(m, GGML_TYPE_F32, "mask"));
+    if (m->ne[0] != ne0 || m->ne[1] < ne1 || n->ne[2] % m->ne[2] || n->ne[3] % m->ne[3])
+      return unimplemented("SOFT_MAX with a mask of [{}, {}, {}, {}]", m->ne[0], m->ne[1], m->ne[2], m->ne[3]);
+    if (batches > kMaxBatches) return unimplemented("SOFT_MAX with a mask over {} batches", batches);
+  }
+  Calls calls;
+  if (n->data != x->data) {
+    LOOM_ASSIGN_OR_RETURN(OpCall c, dense_copy(n, x, addr(n), GGML_TYPE_F32));
+    calls.push_back(std::move(c));
+  } else if (!ggml_is_contiguous(x)) {
+    return unimplemented("SOFT_MAX in place of a non-contiguous tensor");
+  }
+  const int64_t rows = m ? ne1 : ggml_nrows(n);
+  kernels::Shape shape = kernels::elt::make_shape({{"n_rows", rows}, {"n", ne0}, {"has_mask", m ? 1 : 0}}, {{"scale_f32", scale}});
+  const uint64_t batch_bytes = sizeof(float) * static_cast<uint64_t>(ne0 * ne1);
+  for (int64_t b = 0; b < (m ? batches : 1); ++b) {
+    std::map<std::string, uint64_t> bind = {{"x", addr(n) + static_cast<uint64_t>(b) * batch_bytes}};
+    if (m) {
+      const int64_t i2 = b % n->ne[2], i3 = b / n->ne[2];
+      bind["mask"] = addr(m) + static_cast<uint64_t>(i2 % m->ne[2]) * m->nb[2] + static_cast<uint64_t>(i3 % m->ne[3]) * m->nb[3];
+    }
+    LOOM_ASSIGN_OR_RETURN(OpCall c, make_call(n, "softmax", shape, std::move(bind)));
+    calls.push_back(std::move(c));
+  }
+  return calls;
 }
 
 // dst[m][r] = dot(weight row r, activation row m): the engine's two steps, the activations
@@ -363,6 +510,8 @@ Result<std::vector<OpCall>> lower_node(const ggml_tensor* node, ir::TargetKind t
     case GGML_OP_RMS_NORM: return lower_rms_norm(node);
     case GGML_OP_GET_ROWS: return lower_get_rows(node);
     case GGML_OP_SET_ROWS: return lower_set_rows(node);
+    case GGML_OP_CONT: case GGML_OP_CPY: return lower_copy(node);
+    case GGML_OP_SOFT_MAX: return lower_soft_max(node);
     case GGML_OP_MUL_MAT: return lower_mul_mat(node, scratch);
     case GGML_OP_FLASH_ATTN_EXT: return lower_flash_attn(node, target);
     default: return unimplemented("{} has no lowering", ggml_op_desc(node));

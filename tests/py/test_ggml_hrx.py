@@ -24,7 +24,10 @@ CLAIMED = {
     "RMS_NORM": {"f32"},
     "GET_ROWS": {"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q6_K",
                  "iq4_nl", "iq4_xs"},
-    "SET_ROWS": {"f32", "f16"},
+    "SET_ROWS": {"f32", "f16"},  # destination type; source f32
+    "CONT": {"f32"},
+    "CPY": {"f32", "f16"},       # destination type; source f32
+    "SOFT_MAX": {"f32"},         # mask f32 or none
     "MUL_MAT": {"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K",
                 "iq4_nl", "iq4_xs"},
     "FLASH_ATTN_EXT": {"f16"},   # K/V type; q and the result f32, the mask f16
@@ -176,16 +179,18 @@ def test_model_on_hrx0_matches_the_cpu_backend(llama, name, tmp_path):
     assert texts[DEVICE].split()[:9] == texts["none"].split()[:9], texts
 
 
-def test_synthetic_qwen3_on_hrx0_kl_divergence(llama, loom_bin, tmp_path):
-    """An architecture Loom's own engine is not asked to run here: a Qwen 3 GGUF with random
-    weights (`loom model synth --arch qwen3 --shape tiny`: 2 layers, 4 query / 2 KV heads of 64,
-    per-head q/k norms, 512-token vocabulary) through stock llama.cpp on HRX0, every layer on
-    HRX0, its KL-divergence from the CPU backend reported and held to 0.01. Random weights give
-    diffuse distributions (perplexity near the vocabulary size), so the top-token agreement is
-    printed too."""
+@pytest.mark.parametrize("arch", ["qwen3", "phi3"])
+def test_synthetic_model_on_hrx0_kl_divergence(llama, loom_bin, tmp_path, arch):
+    """Architectures Loom's own engine is not asked to run here: a Qwen 3 or Phi-3 GGUF with
+    random weights (`loom model synth --arch ARCH --shape tiny`: 2 layers; Qwen 3 with 4 query /
+    2 KV heads of 64 and per-head q/k norms, Phi-3 with its fused QKV projection, whose q, k and
+    v are strided views, and its fused gate|up GLU; 512-token vocabulary) through stock
+    llama.cpp on HRX0, every layer on HRX0, its KL-divergence from the CPU backend reported and
+    held to 0.01. Random weights give diffuse distributions (perplexity near the vocabulary
+    size), so the top-token agreement is printed too."""
     bin_dir, env = llama
-    model = tmp_path / "qwen3-tiny-q4_0.gguf"
-    r = subprocess.run([str(loom_bin), "model", "synth", "--arch", "qwen3", "--shape", "tiny", "--quant", "q4_0",
+    model = tmp_path / f"{arch}-tiny-q4_0.gguf"
+    r = subprocess.run([str(loom_bin), "model", "synth", "--arch", arch, "--shape", "tiny", "--quant", "q4_0",
                         "-o", str(model)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     base = tmp_path / "cpu.kld"
@@ -194,10 +199,10 @@ def test_synthetic_qwen3_on_hrx0_kl_divergence(llama, loom_bin, tmp_path):
     r = run_tool(bin_dir, env, "llama-perplexity", "-m", model, *args, "--device", DEVICE, "-ngl", "99", "-v",
                  "--kl-divergence-base", base, "--kl-divergence")
     log = r.stdout + r.stderr
-    assert "arch                  = qwen3" in log, log[-2000:]
+    assert f"arch                  = {arch}" in log, log[-2000:]
     got = {key: float(rx.search(log).group(1)) for key, rx in KL.items()}
     splits = hrx_splits(log)
-    print(f"synthetic qwen3: PPL HRX0 {got['ppl_q']:.4f} vs CPU {got['ppl_base']:.4f}, mean KLD {got['kld']:.6f}, "
+    print(f"synthetic {arch}: PPL HRX0 {got['ppl_q']:.4f} vs CPU {got['ppl_base']:.4f}, mean KLD {got['kld']:.6f}, "
           f"same top {got['same_top']:.1f}%, graph splits {splits}")
     assert max(splits) <= 2, splits
     assert abs(got["ppl_q"] / got["ppl_base"] - 1) < 0.01

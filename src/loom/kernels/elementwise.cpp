@@ -2,7 +2,9 @@
 #include "loom/kernels/elementwise.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <numeric>
 
 #include "loom/ir/builder.h"
 #include "loom/kernels/elementwise_util.h"
@@ -17,33 +19,54 @@ using ir::Value;
 
 // ---- MapOp ----------------------------------------------------------------------------------
 
+namespace {
+// Rows of a strided MapOp: n_rows (1 when absent) and the input row stride (n when absent).
+int64_t map_rows(const Shape& s) { return dim_or(s, "n_rows", 1); }
+int64_t map_x_row(const Shape& s) { return dim_or(s, "x_row", dim_or(s, "n", 0)); }
+bool map_strided(const Shape& s) { return s.dims.count("n_rows") || s.dims.count("x_row"); }
+// What vector widths must divide: n, and the input row stride when rows are strided.
+int64_t map_vec_base(const Shape& s) {
+  const int64_t n = dim_or(s, "n", 1);
+  return map_strided(s) ? std::gcd(n, std::max<int64_t>(1, map_x_row(s))) : n;
+}
+}  // namespace
+
 Status MapOp::validate(const Shape& shape) const {
   LOOM_RETURN_IF_ERROR(elt::require_dim(name(), shape, "n", 1, int64_t{1} << 30));
+  if (map_strided(shape)) {
+    if (!strided_rows()) return invalid_argument("{}: takes no n_rows / x_row", name());
+    LOOM_RETURN_IF_ERROR(elt::require_dim(name(), shape, "n_rows", 1, int64_t{1} << 24));
+    LOOM_RETURN_IF_ERROR(elt::require_dim(name(), shape, "x_row", dim_or(shape, "n", 1), int64_t{1} << 30));
+    if ((map_rows(shape) - 1) * map_x_row(shape) + dim_or(shape, "n", 0) > (int64_t{1} << 30) ||
+        map_rows(shape) * dim_or(shape, "n", 0) > (int64_t{1} << 30))
+      return invalid_argument("{}: more than 2^30 elements", name());
+  }
   return validate_params(shape);
 }
 
 std::vector<ArgSpec> MapOp::args(const Shape& shape) const {
-  const int64_t n = dim_or(shape, "n", 0);
+  const int64_t n = dim_or(shape, "n", 0), rows = map_rows(shape);
+  const int64_t in_n = (rows - 1) * map_x_row(shape) + n;
   std::vector<ArgSpec> a;
-  for (const std::string& in : inputs()) a.push_back(elt::buffer_arg(in, ArgRole::kInput, n, Scalar::kF32));
-  a.push_back(elt::buffer_arg("y", ArgRole::kOutput, n, Scalar::kF32));
+  for (const std::string& in : inputs()) a.push_back(elt::buffer_arg(in, ArgRole::kInput, in_n, Scalar::kF32));
+  a.push_back(elt::buffer_arg("y", ArgRole::kOutput, rows * n, Scalar::kF32));
   return a;
 }
 
 Cost MapOp::cost(const Shape& shape) const {
-  const double n = static_cast<double>(dim_or(shape, "n", 0));
+  const double n = static_cast<double>(dim_or(shape, "n", 0) * map_rows(shape));
   return {n * 4.0 * static_cast<double>(inputs().size() + 1), n * flops_per_element()};
 }
 
 std::vector<Knob> MapOp::schedule_space(const Shape& shape, ir::TargetKind target) const {
-  const int64_t n = dim_or(shape, "n", 1);
+  const int64_t n = map_vec_base(shape);
   if (!elt::gpu_target(target))
     return {{"threads", {1}}, {"vec", elt::dividing(n, {4, 8, 16})}, {"per_thread", {16, 64, 256, 1024}}};
   return {{"threads", {64, 128, 256, 512}}, {"vec", elt::dividing(n, {2, 4})}, {"per_thread", {1, 2, 4, 8}}};
 }
 
 Schedule MapOp::default_schedule(const Shape& shape, ir::TargetKind target) const {
-  const int64_t n = dim_or(shape, "n", 1);
+  const int64_t n = map_vec_base(shape);
   auto widest = [&](std::initializer_list<int64_t> c) { return elt::dividing(n, c).back(); };
   if (!elt::gpu_target(target)) return {{"threads", 1}, {"vec", widest({4, 8})}, {"per_thread", 64}};
   return {{"threads", 256}, {"vec", widest({2, 4})}, {"per_thread", 1}};
@@ -58,6 +81,7 @@ Result<Generated> MapOp::generate(const Shape& shape, const Schedule& schedule,
   const int vec = static_cast<int>(schedule.at("vec"));
   const int per_thread = static_cast<int>(schedule.at("per_thread"));
   const int64_t n_vec = n / vec;
+  const bool strided = map_strided(shape);
 
   Generated g;
   ir::Kernel* k = g.module.add_kernel(std::string(name()));
@@ -68,14 +92,20 @@ Result<Generated> MapOp::generate(const Shape& shape, const Schedule& schedule,
   Value* tid = b.thread_id(ir::Mode::kX);
   Value* bid = b.block_id(ir::Mode::kX);
   Value* first = b.mul(bid, b.i32(per_thread));
+  // Strided rows: block row r reads its inputs from r * x_row, writes y from r * n.
+  Value* row = strided ? b.block_id(ir::Mode::kY) : nullptr;
+  Value* in_base = strided ? b.mul(row, b.i32(static_cast<int32_t>(map_x_row(shape)))) : nullptr;
+  Value* out_base = strided ? b.mul(row, b.i32(static_cast<int32_t>(n))) : nullptr;
   const Type vt = elt::f32_type(vec);
   b.for_loop(b.i32(0), b.i32(per_thread), b.i32(1), {}, [&](Value* it, std::span<Value* const>) {
     Value* iv = b.add(b.mul(b.add(first, it), b.i32(threads)), tid);
     b.if_then_else(b.cmp(ir::Mode::kLt, iv, b.i32(static_cast<int32_t>(n_vec))), {}, [&] {
       Value* e = b.mul(iv, b.i32(vec));
+      Value* ei = strided ? b.add(in_base, e) : e;
+      Value* eo = strided ? b.add(out_base, e) : e;
       std::vector<Value*> xs;
-      for (Value* p : in_ptrs) xs.push_back(b.load(p, e, vt, 4 * vec));
-      b.store(y, e, apply(b, shape, xs), 4 * vec);
+      for (Value* p : in_ptrs) xs.push_back(b.load(p, ei, vt, 4 * vec));
+      b.store(y, eo, apply(b, shape, xs), 4 * vec);
       return std::vector<Value*>{};
     });
     return std::vector<Value*>{};
@@ -83,7 +113,7 @@ Result<Generated> MapOp::generate(const Shape& shape, const Schedule& schedule,
   const int64_t per_block = int64_t{threads} * per_thread;
   KernelLaunch l;
   l.kernel = std::string(name());
-  l.grid = {static_cast<uint32_t>((n_vec + per_block - 1) / per_block), 1, 1};
+  l.grid = {static_cast<uint32_t>((n_vec + per_block - 1) / per_block), static_cast<uint32_t>(map_rows(shape)), 1};
   l.block = {static_cast<uint32_t>(threads), 1, 1};
   for (int i = 0; i <= static_cast<int>(in_ptrs.size()); ++i) l.args.push_back(i);
   g.launches.push_back(l);
@@ -98,10 +128,12 @@ void MapOp::fill_inputs(const Shape& shape, std::mt19937_64& rng, std::span<Host
 }
 
 Status MapOp::reference(const Shape& shape, std::span<HostArg> args) const {
-  const int64_t n = dim_or(shape, "n", 0);
-  std::vector<const float*> in;
-  for (size_t i = 0; i < inputs().size(); ++i) in.push_back(elt::f32s(args[i]).data());
-  host(shape, in, elt::f32s(args[inputs().size()]).data(), n);
+  const int64_t n = dim_or(shape, "n", 0), x_row = map_x_row(shape);
+  for (int64_t r = 0; r < map_rows(shape); ++r) {
+    std::vector<const float*> in;
+    for (size_t i = 0; i < inputs().size(); ++i) in.push_back(elt::f32s(args[i]).data() + r * x_row);
+    host(shape, in, elt::f32s(args[inputs().size()]).data() + r * n, n);
+  }
   return Status();
 }
 
@@ -113,6 +145,19 @@ std::vector<Shape> MapOp::test_shapes() const {
       Shape s = p;
       s.dims["n"] = n;
       out.push_back(s);
+    }
+  }
+  if (strided_rows()) {
+    // ggml's fused GLU halves: rows of 2n values, each half read in place (a row no vector
+    // width divides, and 3 rows of Llama-3-8B-like halves), and a view of every third row part.
+    for (auto [rows, n, x_row] : {std::array<int64_t, 3>{7, 5, 10}, {3, 1536, 3072}, {4, 128, 384}}) {
+      for (const Shape& p : extra_params()) {
+        Shape s = p;
+        s.dims["n"] = n;
+        s.dims["n_rows"] = rows;
+        s.dims["x_row"] = x_row;
+        out.push_back(s);
+      }
     }
   }
   return out;

@@ -17,6 +17,10 @@ struct Value;
 namespace loom::kernels {
 
 // y[i] = f(x0[i], x1[i], ...) for i < n ("n" is the only dimension besides the op's floats).
+// Ops whose strided_rows() is true also take n_rows rows of n values whose inputs lie x_row
+// elements apart (the halves of ggml's fused GLU rows, views): y[r*n + i] = f(x0[r*x_row + i],
+// ...); the output is dense. Without n_rows (or with n_rows 1 and no x_row) the kernel is the
+// flat one.
 // Schedule: threads (GPU block size; 1 on cpu), vec (elements per load), per_thread (vectors
 // each thread maps; consecutive threads take consecutive vectors, so GPU loads coalesce).
 class MapOp : public OpSpec {
@@ -37,6 +41,7 @@ class MapOp : public OpSpec {
   virtual double flops_per_element() const { return 1; }
   virtual Status validate_params(const Shape&) const { return Status(); }
   virtual std::vector<Shape> extra_params() const { return {Shape{}}; }  // float dims per test
+  virtual bool strided_rows() const { return false; }
   // Builds y from the input vectors (f32 scalars or f32xvec), in IR.
   virtual ir::Value* apply(ir::Builder& b, const Shape& shape,
                            std::span<ir::Value* const> in) const = 0;

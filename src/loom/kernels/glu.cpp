@@ -29,6 +29,7 @@ class SwigluOp final : public MapOp {
   std::vector<std::string> inputs() const override { return {"g", "u"}; }
   double flops_per_element() const override { return 5; }
   float input_range() const override { return 12.0f; }
+  bool strided_rows() const override { return true; }
   Value* apply(ir::Builder& b, const Shape&, std::span<Value* const> in) const override {
     // ggml's exp (llm::ref::silu_ggml): bit for bit the reference wherever it uses it (all
     // but a tail of n % 8 values).
@@ -58,6 +59,7 @@ class GegluOp final : public MapOp {
   std::vector<std::string> inputs() const override { return {"g", "u"}; }
   double flops_per_element() const override { return 10; }
   float input_range() const override { return 12.0f; }
+  bool strided_rows() const override { return true; }
   Value* apply(ir::Builder& b, const Shape&, std::span<Value* const> in) const override {
     Value* g = in[0];
     const int lanes = g->type.lanes();

@@ -38,6 +38,7 @@ const OpSpec& rope_op();
 const OpSpec& attention_decode_op();
 const OpSpec& attention_prompt_op();
 const OpSpec& rms_norm_q8_op();
+const OpSpec& copy_op();
 
 // GPU kernels at the memory and tensor-core limits.
 const OpSpec& matvec_gpu_op();

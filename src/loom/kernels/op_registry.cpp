@@ -32,6 +32,7 @@ const std::vector<const OpSpec*>& all_ops() {
       &attention_decode_op(),
       &attention_prompt_op(),
       &rms_norm_q8_op(),
+      &copy_op(),
       // GPU kernels at the memory and tensor-core limits.
       &matvec_gpu_op(),
       &matmul_mma_op(),

@@ -57,8 +57,10 @@ RopeConsts rope_consts(const Shape& s) {
   return c;
 }
 
-// rope (kv = false) reads only n_tokens, n_head, head_dim, n_dims, mode, has_ff, n_ctx_orig and
-// the floats; its args are x [n_tokens, n_head*head_dim], pos, [ff], y (x rotated; y may be x).
+// rope (kv = false) reads only n_tokens, n_head, head_dim, n_dims, mode, has_ff, n_ctx_orig,
+// x_tok and x_head (optional: x's tokens and heads lie that many values apart, as in a view of
+// a fused QKV row; defaults n_head*head_dim and head_dim) and the floats; its args are x, pos,
+// [ff], y [n_tokens, n_head*head_dim] (x rotated, always dense; y may be x when x is dense).
 class RopeOp final : public OpSpec {
  public:
   explicit RopeOp(bool kv) : kv_(kv) {}
@@ -83,6 +85,12 @@ class RopeOp final : public OpSpec {
       return invalid_argument("rope_kv: KV cache of more than 2^30 values");
     if (!kv_ && s.dims.at("n_tokens") * s.dims.at("n_head") * s.dims.at("head_dim") > (int64_t{1} << 30))
       return invalid_argument("rope: more than 2^30 values");
+    if (s.dims.count("x_tok") || s.dims.count("x_head")) {
+      if (kv_) return invalid_argument("rope_kv: takes no x_tok / x_head");
+      LOOM_RETURN_IF_ERROR(elt::require_dim(name(), s, "x_head", s.dims.at("head_dim"), int64_t{1} << 30));
+      LOOM_RETURN_IF_ERROR(elt::require_dim(name(), s, "x_tok", 1, int64_t{1} << 30));
+      if (x_span(s) > (int64_t{1} << 30)) return invalid_argument("rope: x spans more than 2^30 values");
+    }
     if (!(elt::f32_dim(s, "freq_base_f32") > 0.0f) || !(elt::f32_dim(s, "freq_scale_f32") > 0.0f))
       return invalid_argument("{}: freq_base_f32 and freq_scale_f32 must be > 0", name());
     if (elt::f32_dim(s, "ext_factor_f32") != 0.0f && dim_or(s, "n_ctx_orig", 0) <= 0)
@@ -95,7 +103,7 @@ class RopeOp final : public OpSpec {
     const int64_t h = dim_or(s, "n_head", 0), hk = dim_or(s, "n_head_kv", 0);
     const int64_t cells = dim_or(s, "n_seq", 1) * dim_or(s, "n_ctx", 0);
     if (!kv_) {
-      std::vector<ArgSpec> a = {elt::buffer_arg("x", ArgRole::kInput, t * h * d, Scalar::kF32),
+      std::vector<ArgSpec> a = {elt::buffer_arg("x", ArgRole::kInput, x_span(s), Scalar::kF32),
                                 elt::buffer_arg("pos", ArgRole::kInput, t, Scalar::kI32)};
       if (dim_or(s, "has_ff", 0)) a.push_back(elt::buffer_arg("ff", ArgRole::kInput, dim_or(s, "n_dims", 0) / 2, Scalar::kF32));
       a.push_back(elt::buffer_arg("y", ArgRole::kOutput, t * h * d, Scalar::kF32));
@@ -110,6 +118,15 @@ class RopeOp final : public OpSpec {
     a.push_back(elt::buffer_arg("k_cache", ArgRole::kInOut, cells * hk * d, Scalar::kF16));
     a.push_back(elt::buffer_arg("v_cache", ArgRole::kInOut, cells * hk * d, Scalar::kF16));
     return a;
+  }
+
+  // rope: x's strides (values) between tokens and heads, and the values it spans.
+  static int64_t x_head(const Shape& s) { return dim_or(s, "x_head", dim_or(s, "head_dim", 0)); }
+  static int64_t x_tok(const Shape& s) { return dim_or(s, "x_tok", dim_or(s, "n_head", 0) * dim_or(s, "head_dim", 0)); }
+  static int64_t x_span(const Shape& s) {
+    const int64_t t = dim_or(s, "n_tokens", 0), h = dim_or(s, "n_head", 0), d = dim_or(s, "head_dim", 0);
+    if (t < 1 || h < 1) return 0;
+    return (t - 1) * x_tok(s) + (h - 1) * x_head(s) + d;
   }
 
   Cost cost(const Shape& s) const override {
@@ -189,6 +206,9 @@ class RopeOp final : public OpSpec {
     Value* cell = multi_seq ? b.add(b.mul(b.load(seq_buf, tok), b.i32(n_ctx)), pos) : pos;
     Value* cache_row = b.mul(cell, b.i32(std::max(HK, 1) * D));
     Value* q_row = b.mul(tok, b.i32(H * D));
+    // rope reads x's token at x_tok values apart (a view), writes y densely.
+    Value* x_row = kv_ ? q_row : b.mul(tok, b.i32(static_cast<int32_t>(x_tok(s))));
+    const int32_t xh = kv_ ? D : static_cast<int32_t>(x_head(s));
     Value* kv_row = b.mul(tok, b.i32(std::max(HK, 1) * D));
     Value* i_begin = b.mul(b.thread_id(ir::Mode::kX), b.i32(ppt));
     Value* ts = b.f32(c.theta_scale);
@@ -209,7 +229,8 @@ class RopeOp final : public OpSpec {
         auto q_pair = [&] {
           if (cs || !kv_) {  // pass-through dims of q stay as they are (rope copies them to y)
             Value* base = b.add(q_row, b.mul(task, b.i32(D)));
-            auto [y0, y1] = rotate(b.load(q, b.add(base, ia)), b.load(q, b.add(base, ib)));
+            Value* in_base = b.add(x_row, b.mul(task, b.i32(xh)));
+            auto [y0, y1] = rotate(b.load(q, b.add(in_base, ia)), b.load(q, b.add(in_base, ib)));
             b.store(out, b.add(base, ia), y0);
             b.store(out, b.add(base, ib), y1);
           }
@@ -333,7 +354,9 @@ class RopeOp final : public OpSpec {
       const int32_t* pos = elt::i32s(a[1]).data();
       if (s.dims.at("has_ff")) p.freq_factors = elt::f32s(a[2]).data();
       auto y = elt::f32s(a[a.size() - 1]);
-      std::copy(x.begin(), x.end(), y.begin());
+      const int64_t xt = x_tok(s), xh = x_head(s);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t h = 0; h < H; ++h) std::copy_n(x.begin() + t * xt + h * xh, D, y.begin() + (t * H + h) * D);
       llm::ref::rope(y.data(), T, H, D, pos, p);
       return Status();
     }
@@ -374,10 +397,20 @@ class RopeOp final : public OpSpec {
                                  {"beta_fast_f32", 32.0f}, {"beta_slow_f32", 1.0f}});
       return s;
     };
+    auto strided = [](Shape s, int64_t tok, int64_t head) {
+      s.dims["x_tok"] = tok;
+      s.dims["x_head"] = head;
+      return s;
+    };
     if (!kv_)  // the same rotations without the cache
       return {shape(7, 9, 3, 64, 64, 0, 1, 64, 0, 100000.0f), shape(3, 4, 1, 256, 256, 2, 1, 600, 0, 1000000.0f),
               shape(2, 32, 8, 128, 128, 0, 1, 4096, 1, 500000.0f), shape(4, 4, 2, 64, 32, 2, 1, 40, 0, 10000.0f),
-              shape(2, 4, 2, 64, 64, 0, 1, 300, 0, 10000.0f, 1.0f), shape(5, 3, 1, 10, 6, 0, 1, 8, 0, 10000.0f)};
+              shape(2, 4, 2, 64, 64, 0, 1, 300, 0, 10000.0f, 1.0f), shape(5, 3, 1, 10, 6, 0, 1, 8, 0, 10000.0f),
+              // q and k of a fused QKV row (Phi-3: 4 heads of 64 q, 2 of k, 2 of v per token)
+              strided(shape(5, 4, 1, 64, 64, 2, 1, 512, 0, 10000.0f), 512, 64),
+              strided(shape(3, 2, 1, 64, 32, 0, 1, 64, 0, 10000.0f), 512, 64),
+              // a view of every other head's first half (test-backend-ops' ROPE views)
+              strided(shape(2, 3, 1, 16, 16, 0, 1, 64, 0, 10000.0f), 4 * 32 * 3, 32)};
     return {
         shape(1, 9, 3, 64, 64, 0, 1, 8192, 0, 100000.0f),     // SmolLM2 decode, late position
         shape(7, 9, 3, 64, 64, 0, 1, 64, 0, 100000.0f),       // SmolLM2 prompt

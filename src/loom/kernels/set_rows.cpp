@@ -4,7 +4,8 @@
 // n_rows and n_dst rows; the ids are [i3][i2][n_rows] and batch (p2, p3) reads ids batch
 // (p2 % i2, p3 % i3), as ggml broadcasts them. Rows the ids do not name keep their values; an
 // id outside 0..n_dst-1 writes nothing. One thread per element; conversion to f16 rounds to
-// nearest even, as ggml's does.
+// nearest even, as ggml's does. Optional x_row, x_b2, x_b3: x's rows and batches lie that many
+// values apart (a view, e.g. V of a fused QKV row; defaults dense).
 #include <algorithm>
 #include <cstring>
 
@@ -43,7 +44,22 @@ class SetRowsOp final : public OpSpec {
       return invalid_argument("set_rows: itype={} (26: i32, 27: i64)", s.at("itype"));
     if (s.at("dtype") != static_cast<int64_t>(GgmlType::F32) && s.at("dtype") != static_cast<int64_t>(GgmlType::F16))
       return invalid_argument("set_rows: dtype={} (0: f32, 1: f16)", s.at("dtype"));
+    if (strided(s)) {
+      const int64_t xr = x_row(s), x2 = x_b2(s), x3 = x_b3(s);
+      if (xr < n || x2 < 0 || x3 < 0 || x_elems(s) > (int64_t{1} << 31))
+        return invalid_argument("set_rows: x strides {}, {}, {} for rows of {}", xr, x2, x3, n);
+    }
     return Status();
+  }
+
+  static bool strided(const Shape& s) { return s.dims.count("x_row") || s.dims.count("x_b2") || s.dims.count("x_b3"); }
+  static int64_t x_row(const Shape& s) { return s.dims.count("x_row") ? s.at("x_row") : s.at("n"); }
+  static int64_t x_b2(const Shape& s) { return s.dims.count("x_b2") ? s.at("x_b2") : x_row(s) * s.at("n_rows"); }
+  static int64_t x_b3(const Shape& s) { return s.dims.count("x_b3") ? s.at("x_b3") : x_b2(s) * s.at("b2"); }
+  // Values x spans: the last row of the last batch, plus one row.
+  static int64_t x_elems(const Shape& s) {
+    if (!strided(s)) return s.at("n") * s.at("n_rows") * s.at("b2") * s.at("b3");
+    return (s.at("n_rows") - 1) * x_row(s) + (s.at("b2") - 1) * x_b2(s) + (s.at("b3") - 1) * x_b3(s) + s.at("n");
   }
 
   static bool ids64(const Shape& s) { return s.at("itype") == static_cast<int64_t>(GgmlType::I64); }
@@ -51,7 +67,7 @@ class SetRowsOp final : public OpSpec {
 
   std::vector<ArgSpec> args(const Shape& s) const override {
     const int64_t n = s.at("n"), batches = s.at("b2") * s.at("b3");
-    return {elt::buffer_arg("x", ArgRole::kInput, n * s.at("n_rows") * batches, Scalar::kF32),
+    return {elt::buffer_arg("x", ArgRole::kInput, x_elems(s), Scalar::kF32),
             elt::buffer_arg("ids", ArgRole::kInput, s.at("n_rows") * s.at("i2") * s.at("i3"),
                             ids64(s) ? Scalar::kI64 : Scalar::kI32),
             elt::buffer_arg("dst", ArgRole::kInOut, n * s.at("n_dst") * batches, f16(s) ? Scalar::kF16 : Scalar::kF32)};
@@ -91,7 +107,10 @@ class SetRowsOp final : public OpSpec {
       Value* ok = b.bit_and(b.cmp(Mode::kLe, b.i64(0), id64), b.cmp(Mode::kLt, id64, b.i64(nd)));
       b.if_then_else(ok, {}, [&] {
         Value* drow = b.add(b.convert(id64, ty::i32), b.mul(q, i32c(b, nd)));
-        Value* v = b.load(x, b.add(b.mul(row, i32c(b, n)), c));
+        Value* xi = strided(s) ? b.add(b.add(b.mul(r, i32c(b, x_row(s))), b.mul(p2, i32c(b, x_b2(s)))),
+                                       b.add(b.mul(p3, i32c(b, x_b3(s))), c))
+                               : b.add(b.mul(row, i32c(b, n)), c);
+        Value* v = b.load(x, xi);
         b.store(dst, b.add(b.mul(drow, i32c(b, n)), c), f16(s) ? b.convert(v, ty::f16) : v);
         return std::vector<Value*>{};
       });
@@ -110,7 +129,7 @@ class SetRowsOp final : public OpSpec {
   // the destination's end when there is room to show that it writes nothing.
   void fill_inputs(const Shape& s, std::mt19937_64& rng, std::span<HostArg> a) const override {
     const int64_t n = s.at("n"), nr = s.at("n_rows"), nd = s.at("n_dst"), batches = s.at("b2") * s.at("b3");
-    std::vector<float> x = random_floats(rng, static_cast<size_t>(n * nr * batches), -4.0f, 4.0f);
+    std::vector<float> x = random_floats(rng, static_cast<size_t>(x_elems(s)), -4.0f, 4.0f);
     a[0].bytes.resize(x.size() * 4);
     std::memcpy(a[0].bytes.data(), x.data(), a[0].bytes.size());
     const int64_t nid = s.at("i2") * s.at("i3"), isz = ids64(s) ? 8 : 4;
@@ -155,7 +174,7 @@ class SetRowsOp final : public OpSpec {
             id = v;
           }
           if (id < 0 || id >= nd) continue;
-          const int64_t src = (r + nr * (p2 + b2 * p3)) * n, dstr = (id + nd * (p2 + b2 * p3)) * n;
+          const int64_t src = r * x_row(s) + p2 * x_b2(s) + p3 * x_b3(s), dstr = (id + nd * (p2 + b2 * p3)) * n;
           for (int64_t c = 0; c < n; ++c) {
             if (f16(s)) {
               const uint16_t h = llm::fp32_to_fp16(x[src + c]);
@@ -181,6 +200,12 @@ class SetRowsOp final : public OpSpec {
         add(33, 3, 2, 2, 3, 1, 3, it, dt);    // more rows than the destination: some ids outside
       }
     add(64 * 8, 5, 1024, 1, 1, 1, 1, GgmlType::I64, GgmlType::F16);  // a KV cache's step of 5 tokens
+    // V of a fused QKV row (rows 3 x 128 values apart), and a view of half of each batch's rows.
+    add(128, 5, 64, 1, 1, 1, 1, GgmlType::I64, GgmlType::F16);
+    out.back().dims["x_row"] = 384;
+    add(33, 2, 5, 2, 3, 1, 3, GgmlType::I64, GgmlType::F32);
+    out.back().dims["x_b2"] = 33 * 4;
+    out.back().dims["x_b3"] = 33 * 4 * 2;
     return out;
   }
 };
