@@ -229,6 +229,17 @@ Result<Calls> lower_rms_norm(const ggml_tensor* n) {
   return Calls{std::move(c)};
 }
 
+// NORM: layer norm of f32 rows without weight (ggml multiplies and adds the weight and bias in
+// separate MUL and ADD nodes): layer_norm.
+Result<Calls> lower_norm(const ggml_tensor* n) {
+  const ggml_tensor* x = n->src[0];
+  LOOM_RETURN_IF_ERROR(of_type(x, GGML_TYPE_F32, "src0"));
+  LOOM_RETURN_IF_ERROR(of_type(n, GGML_TYPE_F32, "dst"));
+  kernels::Shape shape = kernels::elt::make_shape({{"n_rows", ggml_nrows(n)}, {"n", n->ne[0]}}, {{"eps_f32", f32_param(n, 0)}});
+  LOOM_ASSIGN_OR_RETURN(OpCall c, make_call(n, "layer_norm", std::move(shape), {{"x", addr(x)}, {"y", addr(n)}}));
+  return Calls{std::move(c)};
+}
+
 // out[:, i, b1, b2] = table[:, ids[i, b1, b2], b1, b2]: one get_rows per batch (b1, b2).
 Result<Calls> lower_get_rows(const ggml_tensor* n) {
   const ggml_tensor *table = n->src[0], *ids = n->src[1];
@@ -508,6 +519,7 @@ Result<std::vector<OpCall>> lower_node(const ggml_tensor* node, ir::TargetKind t
     case GGML_OP_ROPE: return lower_rope(node);
     case GGML_OP_SCALE: return lower_scale(node);
     case GGML_OP_RMS_NORM: return lower_rms_norm(node);
+    case GGML_OP_NORM: return lower_norm(node);
     case GGML_OP_GET_ROWS: return lower_get_rows(node);
     case GGML_OP_SET_ROWS: return lower_set_rows(node);
     case GGML_OP_CONT: case GGML_OP_CPY: return lower_copy(node);

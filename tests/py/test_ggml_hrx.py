@@ -22,6 +22,7 @@ CLAIMED = {
     "ROPE": {"f32"},
     "SCALE": {"f32"},
     "RMS_NORM": {"f32"},
+    "NORM": {"f32"},
     "GET_ROWS": {"f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q6_K",
                  "iq4_nl", "iq4_xs"},
     "SET_ROWS": {"f32", "f16"},  # destination type; source f32

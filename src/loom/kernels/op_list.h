@@ -39,6 +39,7 @@ const OpSpec& attention_decode_op();
 const OpSpec& attention_prompt_op();
 const OpSpec& rms_norm_q8_op();
 const OpSpec& copy_op();
+const OpSpec& layer_norm_op();
 
 // GPU kernels at the memory and tensor-core limits.
 const OpSpec& matvec_gpu_op();

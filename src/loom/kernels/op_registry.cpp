@@ -33,6 +33,7 @@ const std::vector<const OpSpec*>& all_ops() {
       &attention_prompt_op(),
       &rms_norm_q8_op(),
       &copy_op(),
+      &layer_norm_op(),
       // GPU kernels at the memory and tensor-core limits.
       &matvec_gpu_op(),
       &matmul_mma_op(),
