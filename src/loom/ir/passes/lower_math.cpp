@@ -53,29 +53,20 @@ Value* expand_erf(Builder& b, Value* x) {
 
 bool lower_tanh_erf(Kernel& kernel) {
   passes::Replacements repl(kernel);
-  bool changed = false;
   Builder b(kernel);
-  std::vector<Block*> work = {&kernel.body};
-  while (!work.empty()) {
-    Block* blk = work.back();
-    work.pop_back();
-    std::vector<Inst*> out;
-    for (Inst* i : blk->insts) {
-      for (Block& r : i->regions) work.push_back(&r);
-      if (i->op != Op::kTanh && i->op != Op::kErf) {
-        out.push_back(i);
-        continue;
-      }
-      Block tmp;
-      b.set_insertion_block(&tmp);
-      Value* v = i->op == Op::kTanh ? expand_tanh(b, i->operands[0]) : expand_erf(b, i->operands[0]);
-      for (Inst* n : tmp.insts) n->loc = i->loc;
-      out.insert(out.end(), tmp.insts.begin(), tmp.insts.end());
-      repl.replace(i->results[0], v);
-      changed = true;
+  const bool changed = passes::rewrite_blocks(kernel, [&](Inst* i, std::vector<Inst*>& out) {
+    if (i->op != Op::kTanh && i->op != Op::kErf) {
+      out.push_back(i);
+      return false;
     }
-    blk->insts = std::move(out);
-  }
+    Block tmp;
+    b.set_insertion_block(&tmp);
+    Value* v = i->op == Op::kTanh ? expand_tanh(b, i->operands[0]) : expand_erf(b, i->operands[0]);
+    for (Inst* n : tmp.insts) n->loc = i->loc;
+    out.insert(out.end(), tmp.insts.begin(), tmp.insts.end());
+    repl.replace(i->results[0], v);
+    return true;
+  });
   if (changed) repl.apply(kernel.body);
   return changed;
 }

@@ -11,6 +11,22 @@ std::vector<int> count_uses(const Kernel& k) {
   return uses;
 }
 
+bool rewrite_blocks(Kernel& k, const std::function<bool(Inst*, std::vector<Inst*>&)>& fn) {
+  bool changed = false;
+  std::vector<Block*> work = {&k.body};
+  while (!work.empty()) {
+    Block* blk = work.back();
+    work.pop_back();
+    std::vector<Inst*> out;
+    for (Inst* i : blk->insts) {
+      for (Block& r : i->regions) work.push_back(&r);
+      changed |= fn(i, out);
+    }
+    blk->insts = std::move(out);
+  }
+  return changed;
+}
+
 bool has_side_effects(const Block& b) {
   bool any = false;
   walk(b, [&](const Inst* i) {

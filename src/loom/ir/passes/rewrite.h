@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -40,6 +41,11 @@ class Replacements {
  private:
   std::vector<Value*> to_;
 };
+
+// Rebuilds the instruction list of every block of the kernel (nested regions included): for each
+// instruction `fn(inst, out)` appends to `out` the instructions that take its place (itself, none
+// or new ones) and returns whether it replaced it. Returns whether any was replaced.
+bool rewrite_blocks(Kernel& k, const std::function<bool(Inst* inst, std::vector<Inst*>& out)>& fn);
 
 // Trip count of a `for` whose bounds and step are constants (step > 0), else nullopt.
 std::optional<uint64_t> constant_trip_count(const Inst& loop);
