@@ -84,6 +84,17 @@ struct RowLayout {
   int warps_per_row = 1;
   int64_t n_rows = 0;
 
+  // The layout a row op's schedule picks: rows_per_block, and on GPUs warps_per_row; n_rows
+  // from the shape.
+  static RowLayout of(const Shape& s, const Schedule& sch, ir::TargetKind t) {
+    RowLayout r;
+    r.gpu = gpu_target(t);
+    r.rows_per_block = static_cast<int>(sch.at("rows_per_block"));
+    r.warps_per_row = r.gpu ? static_cast<int>(sch.at("warps_per_row")) : 1;
+    r.n_rows = s.dims.at("n_rows");
+    return r;
+  }
+
   int threads() const { return gpu ? 32 * warps_per_row * rows_per_block : 1; }
   uint32_t blocks() const {
     return static_cast<uint32_t>((n_rows + rows_per_block - 1) / rows_per_block);

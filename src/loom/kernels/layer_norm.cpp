@@ -57,11 +57,7 @@ class LayerNormOp final : public OpSpec {
     LOOM_RETURN_IF_ERROR(elt::check_schedule(name(), schedule_space(s, t), sch));
     const int64_t n = s.dims.at("n");
     const int vec = static_cast<int>(sch.at("vec"));
-    elt::RowLayout rows;
-    rows.gpu = elt::gpu_target(t);
-    rows.rows_per_block = static_cast<int>(sch.at("rows_per_block"));
-    rows.warps_per_row = rows.gpu ? static_cast<int>(sch.at("warps_per_row")) : 1;
-    rows.n_rows = s.dims.at("n_rows");
+    elt::RowLayout rows = elt::RowLayout::of(s, sch, t);
 
     Generated g;
     ir::Kernel* k = g.module.add_kernel("layer_norm");

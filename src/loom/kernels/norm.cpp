@@ -87,11 +87,7 @@ class NormOp final : public OpSpec {
     const bool has_w = s.dims.at("has_weight") != 0;
     const int vec = static_cast<int>(sch.at("vec"));
     const float eps = elt::f32_dim(s, "eps_f32");
-    elt::RowLayout rows;
-    rows.gpu = elt::gpu_target(t);
-    rows.rows_per_block = static_cast<int>(sch.at("rows_per_block"));
-    rows.warps_per_row = rows.gpu ? static_cast<int>(sch.at("warps_per_row")) : 1;
-    rows.n_rows = s.dims.at("n_rows");
+    elt::RowLayout rows = elt::RowLayout::of(s, sch, t);
 
     Generated g;
     ir::Kernel* k = g.module.add_kernel(std::string(name()));
