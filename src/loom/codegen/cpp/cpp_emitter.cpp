@@ -280,6 +280,22 @@ inline V loom_pfma(V a, V b, V c) {
 #endif
   return a * b + c;
 }
+// x clamped to [lo, hi] by min/max instructions (one each; the vector-extension compare-and-blend
+// is two). A NaN lane comes out as some bound: callers put NaN back themselves.
+template <class V>
+inline V loom_clamp_v(V x, float lo, float hi) {
+#if defined(__AVX512F__)
+  if constexpr (sizeof(V) == 64) return (V)_mm512_max_ps(_mm512_min_ps((__m512)x, _mm512_set1_ps(hi)), _mm512_set1_ps(lo));
+#endif
+#if defined(__AVX__)
+  if constexpr (sizeof(V) == 32) return (V)_mm256_max_ps(_mm256_min_ps((__m256)x, _mm256_set1_ps(hi)), _mm256_set1_ps(lo));
+#endif
+#if defined(__SSE__)
+  if constexpr (sizeof(V) == 16) return (V)_mm_max_ps(_mm_min_ps((__m128)x, _mm_set1_ps(hi)), _mm_set1_ps(lo));
+#endif
+  const V c = x > hi ? loom_splat<V>(hi) : x;
+  return c < lo ? loom_splat<V>(lo) : c;
+}
 // p * 2^n for integer-valued n in [-150, 128], rounded once (vscalefps where the host has it;
 // else two scale factors, so neither leaves the normals and only the second one rounds).
 template <class V>
@@ -296,7 +312,8 @@ inline V loom_ldexp_v(V p, V n) {
   const I n1 = ni >> 1, n2 = ni - n1;
   return p * (V)((n1 + 127) << 23) * (V)((n2 + 127) << 23);
 }
-// e^r - 1 - r over r^2 on [-ln2/2, ln2/2] (least squares to 1e-8 relative).
+// e^r - 1 on [-ln2/2, ln2/2]: r + r^2 p(r), p fitted to (e^r - 1 - r) / r^2 (least squares to
+// 1e-8 relative).
 template <class V>
 inline V loom_expm1_poly(V r) {
   V p = loom_splat<V>(1.945324778e-04f);
@@ -305,103 +322,141 @@ inline V loom_expm1_poly(V r) {
   p = loom_pfma(p, r, 4.166650342e-02f);
   p = loom_pfma(p, r, 1.666666513e-01f);
   p = loom_pfma(p, r, 5.000000009e-01f);
-  return loom_pfma(p, r * r, r) + 1.0f;
+  return loom_pfma(p, r * r, r);
 }
 template <class V>
 inline V loom_exp_v(V x) {
-  V c = x > 88.75f ? loom_splat<V>(88.75f) : x;  // e^88.75 overflows, e^-104 rounds to 0
-  c = c < -104.0f ? loom_splat<V>(-104.0f) : c;
+  const V c = loom_clamp_v(x, -104.0f, 88.75f);  // e^88.75 overflows, e^-104 rounds to 0
   const V n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
   V r = loom_pfma(n, loom_splat<V>(-0.693359375f), c);                 // ln2 in two parts
   r = loom_pfma(n, loom_splat<V>(2.12194440e-4f), r);
-  const V e = loom_ldexp_v(loom_expm1_poly(r), n);
+  const V e = loom_ldexp_v(loom_expm1_poly(r) + 1.0f, n);
   return x != x ? x : e;
 }
 template <class V>
 inline V loom_exp2_v(V x) {
-  V c = x > 128.5f ? loom_splat<V>(128.5f) : x;
-  c = c < -151.0f ? loom_splat<V>(-151.0f) : c;
+  const V c = loom_clamp_v(x, -151.0f, 128.5f);
   const V n = (c + 12582912.0f) - 12582912.0f;
   const V r = (c - n) * 0.693147180559945309f;
-  const V e = loom_ldexp_v(loom_expm1_poly(r), n);
+  const V e = loom_ldexp_v(loom_expm1_poly(r) + 1.0f, n);
   return x != x ? x : e;
 }
+// AVX-512's getmant/getexp for lanes of this width on this host (they see denormals as they are).
+template <class V>
+constexpr bool loom_has_getmant() {
+#if defined(__AVX512F__)
+  if (sizeof(V) == 64) return true;
+#endif
+#if defined(__AVX512VL__)
+  if (sizeof(V) == 32 || sizeof(V) == 16) return true;
+#endif
+  return false;
+}
+// x = m 2^k for finite x > 0 (denormals included): with getmant, m in [0.75, 1.5) and NaN for
+// x < 0 (and NaN); else from the exponent bits (denormals scaled by 2^23 first), m in
+// [sqrt(1/2), sqrt(2)).
+template <class V>
+inline void loom_frexp_v(V x, V& m, V& k) {
+  using I = decltype(x < x);
+  if constexpr (loom_has_getmant<V>()) {
+#if defined(__AVX512F__)
+    if constexpr (sizeof(V) == 64) {
+      m = (V)_mm512_getmant_ps((__m512)x, _MM_MANT_NORM_p75_1p5, _MM_MANT_SIGN_nan);
+      k = (V)_mm512_sub_ps(_mm512_getexp_ps((__m512)x), _mm512_getexp_ps((__m512)m));
+    }
+#endif
+#if defined(__AVX512VL__)
+    if constexpr (sizeof(V) == 32) {
+      m = (V)_mm256_getmant_ps((__m256)x, _MM_MANT_NORM_p75_1p5, _MM_MANT_SIGN_nan);
+      k = (V)_mm256_sub_ps(_mm256_getexp_ps((__m256)x), _mm256_getexp_ps((__m256)m));
+    }
+    if constexpr (sizeof(V) == 16) {
+      m = (V)_mm_getmant_ps((__m128)x, _MM_MANT_NORM_p75_1p5, _MM_MANT_SIGN_nan);
+      k = (V)_mm_sub_ps(_mm_getexp_ps((__m128)x), _mm_getexp_ps((__m128)m));
+    }
+#endif
+  } else {
+    const I den = x < 1.17549435e-38f;
+    const V xs = den ? x * 8388608.0f : x;
+    const I bits = (I)xs;
+    k = __builtin_convertvector(((bits >> 23) & 0xff) - 127 + (den & -23), V);
+    m = (V)((bits & 0x007fffff) | 0x3f800000);  // [1, 2)
+    const I big = m > 1.41421356f;
+    m = big ? m * 0.5f : m;
+    k = big ? k + 1.0f : k;
+  }
+}
+// log(m 2^k) = k ln2 + 2 atanh(s) with s = f / (2 + f), f = m - 1 (|s| <= 0.2), written as
+// f - s (f - t) where t = 2 (atanh(s) / s - 1) = 2 s^2 / 3 + 2 s^4 / 5 + ... (series to s^10).
 template <class V>
 inline V loom_log_v(V x) {
-  using I = decltype(x < x);
-  const I den = x < 1.17549435e-38f;  // denormals (and zero, negatives: fixed below) scaled by 2^23
-  const V xs = den ? x * 8388608.0f : x;
-  const I bits = (I)xs;
-  I e = ((bits >> 23) & 0xff) - 127 + (den & -23);
-  V m = (V)((bits & 0x007fffff) | 0x3f800000);  // [1, 2)
-  const I big = m > 1.41421356f;
-  m = big ? m * 0.5f : m;  // [sqrt(1/2), sqrt(2))
-  e = e - big;
-  const V f = m - 1.0f, z = f * f, ef = __builtin_convertvector(e, V);
-  V p = loom_splat<V>(5.988920388e-02f);
-  p = loom_pfma(p, f, -1.088954564e-01f);
-  p = loom_pfma(p, f, 1.176392843e-01f);
-  p = loom_pfma(p, f, -1.250994740e-01f);
-  p = loom_pfma(p, f, 1.425033485e-01f);
-  p = loom_pfma(p, f, -1.666436354e-01f);
-  p = loom_pfma(p, f, 2.000058872e-01f);
-  p = loom_pfma(p, f, -2.500003195e-01f);
-  p = loom_pfma(p, f, 3.333333182e-01f);
-  V y = loom_pfma(f * z, p, ef * -2.12194440e-4f);
-  y = loom_pfma(z, loom_splat<V>(-0.5f), y);
-  V r = loom_pfma(ef, loom_splat<V>(0.693359375f), f + y);
+  V m, k;
+  loom_frexp_v(x, m, k);
+  const V f = m - 1.0f, s = f / (f + 2.0f), z = s * s;
+  V t = loom_splat<V>(2.0f / 11.0f);
+  t = loom_pfma(t, z, 2.0f / 9.0f);
+  t = loom_pfma(t, z, 2.0f / 7.0f);
+  t = loom_pfma(t, z, 2.0f / 5.0f);
+  t = loom_pfma(t, z, 2.0f / 3.0f) * z;
+  const V c = loom_pfma(s, f - t, k * 2.12194440e-4f);     // ln2 in two parts
+  V r = loom_pfma(k, loom_splat<V>(0.693359375f), f - c);
+  // The special inputs in one fixupimm where the host has it (a 4-bit answer per class of x:
+  // NaN -> NaN, 0 -> -inf, 1 and positive -> r, +inf -> +inf, negative and -inf -> NaN).
+#if defined(__AVX512F__)
+  if constexpr (sizeof(V) == 64) return (V)_mm512_fixupimm_ps((__m512)r, (__m512)x, _mm512_set1_epi32(0x03530422), 0);
+#endif
+#if defined(__AVX512VL__)
+  if constexpr (sizeof(V) == 32) return (V)_mm256_fixupimm_ps((__m256)r, (__m256)x, _mm256_set1_epi32(0x03530422), 0);
+  if constexpr (sizeof(V) == 16) return (V)_mm_fixupimm_ps((__m128)r, (__m128)x, _mm_set1_epi32(0x03530422), 0);
+#endif
   r = x == 0.0f ? loom_splat<V>(-__builtin_inff()) : r;
   r = x == __builtin_inff() ? x : r;
   r = x < 0.0f ? loom_splat<V>(__builtin_nanf("")) : r;
   return x != x ? x : r;
+}
+// e^x - 1 for x in [-104, 88.75]: 2^n (e^r - 1) + (2^n - 1), exact in its last step for n = 0,
+// so small x keep their relative accuracy.
+template <class V>
+inline V loom_expm1_v(V x) {
+  const V n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  V r = loom_pfma(n, loom_splat<V>(-0.693359375f), x);
+  r = loom_pfma(n, loom_splat<V>(2.12194440e-4f), r);
+  const V e = loom_expm1_poly(r);
+  const V p2 = loom_ldexp_v(loom_splat<V>(1.0f), n);
+  return loom_pfma(p2, e, p2 - 1.0f);
 }
 template <class V>
 inline V loom_copysign_v(V mag, V sgn) {
   using I = decltype(mag < mag);
   return (V)(((I)mag & 0x7fffffff) | ((I)sgn & (I{} + (-2147483647 - 1))));
 }
+// tanh(x) = e / (e + 2) with e = e^(2x) - 1, x clamped to [-9, 9] (tanh(9) rounds to 1).
 template <class V>
 inline V loom_tanh_v(V x) {
-  using I = decltype(x < x);
-  const V a = (V)((I)x & 0x7fffffff), z = x * x;
-  V p = loom_splat<V>(2.212293501e-03f);  // tanh(x) / x - 1 over x^2 on [0, 0.625]
-  p = loom_pfma(p, z, -8.253952185e-03f);
-  p = loom_pfma(p, z, 2.173205590e-02f);
-  p = loom_pfma(p, z, -5.395257285e-02f);
-  p = loom_pfma(p, z, 1.333325280e-01f);
-  p = loom_pfma(p, z, -3.333333201e-01f);
-  const V small = loom_pfma(x, z * p, x);
-  const V ac = a > 9.0f ? loom_splat<V>(9.0f) : a;  // tanh(9) rounds to 1
-  const V big = loom_copysign_v(1.0f - 2.0f / (loom_exp_v(ac + ac) + 1.0f), x);
-  return a < 0.625f ? small : big;
+  const V c = loom_clamp_v(x, -9.0f, 9.0f);
+  const V e = loom_expm1_v(c + c);
+  return x != x ? x : loom_copysign_v(e / (e + 2.0f), x);  // -0 stays -0
 }
+// erf(x) = x P(x^2) / Q(x^2) on [-3.9241, 3.9241] (a rational fit to relative 2e-9; erf rounds
+// to +-1 beyond), x clamped: one division, no exp.
 template <class V>
 inline V loom_erf_v(V x) {
-  using I = decltype(x < x);
-  const V a = (V)((I)x & 0x7fffffff), z = x * x;
-  V p = loom_splat<V>(8.112205482e-05f);  // erf(x) / x over x^2 on [0, 1]
-  p = loom_pfma(p, z, -8.085633726e-04f);
-  p = loom_pfma(p, z, 5.196598136e-03f);
-  p = loom_pfma(p, z, -2.685800445e-02f);
-  p = loom_pfma(p, z, 1.128368199e-01f);
-  p = loom_pfma(p, z, -3.761263418e-01f);
-  p = loom_pfma(p, z, 1.128379167e+00f);
-  const V small = x * p;
-  const V ac = a > 4.0f ? loom_splat<V>(4.0f) : a;  // erf(4) rounds to 1
-  const V t = 1.0f / ac - 0.625f;  // erfc(x) e^(x^2) over 1/x - 0.625 on [1, 4]
-  V q = loom_splat<V>(-4.310347181e-02f);
-  q = loom_pfma(q, t, 2.463042921e-02f);
-  q = loom_pfma(q, t, 7.868946089e-03f);
-  q = loom_pfma(q, t, -2.650897883e-02f);
-  q = loom_pfma(q, t, 4.284620186e-02f);
-  q = loom_pfma(q, t, -4.698349777e-02f);
-  q = loom_pfma(q, t, 2.334803338e-02f);
-  q = loom_pfma(q, t, 4.376839564e-02f);
-  q = loom_pfma(q, t, -1.723950487e-01f);
-  q = loom_pfma(q, t, 3.822837578e-01f);
-  q = loom_pfma(q, t, 3.059529930e-01f);
-  const V big = loom_copysign_v(1.0f - loom_exp_v(-(ac * ac)) * q, x);
-  return a < 1.0f ? small : big;
+  const V c = loom_clamp_v(x, -3.9241f, 3.9241f);
+  const V z = c * c;
+  V p = loom_splat<V>(-1.282199874e-08f);
+  p = loom_pfma(p, z, 4.613286940e-06f);
+  p = loom_pfma(p, z, 3.769142222e-04f);
+  p = loom_pfma(p, z, 3.839398550e-03f);
+  p = loom_pfma(p, z, 5.424850482e-02f);
+  p = loom_pfma(p, z, 1.851437508e-01f);
+  p = loom_pfma(p, z, 1.128379169e+00f);
+  V q = loom_splat<V>(6.243714024e-05f);
+  q = loom_pfma(q, z, 1.301888958e-03f);
+  q = loom_pfma(q, z, 1.543215763e-02f);
+  q = loom_pfma(q, z, 1.138802655e-01f);
+  q = loom_pfma(q, z, 4.974127836e-01f);
+  q = loom_pfma(q, z, 1.0f);
+  return x != x ? x : (c * p) / q;
 }
 }  // namespace
 )";
