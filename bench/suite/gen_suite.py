@@ -87,9 +87,15 @@ ACT = {
                     "%u{s} = add %a@, %t{s}", "%m{s} = max %u{s}, %z{s}", "%c{s} = min %m{s}, %six{s}",
                     "%p{s} = mul %a@, %c{s}", "%r{s} = div %p{s}, %six{s}"),
                   "x * std::fmin(std::fmax(x + 3.0f, 0.0f), 6.0f) / 6.0f", "torch.nn.functional.hardswish(x)"),
-    "mish": (B("%o{s} = const 1.0 : {T}", "%th{s} = const 20.0 : {T}", "%e{s} = exp %a@", "%d{s} = add %e{s}, %o{s}",
-               "%l{s} = log %d{s}", "%p{s} = cmp.gt %a@, %th{s}", "%sp{s} = select %p{s}, %a@, %l{s}",
-               "%t{s} = tanh %sp{s}", "%r{s} = mul %a@, %t{s}"),
+    # Two forms (knob `form`): the textbook composition x tanh(softplus(x)), three transcendental
+    # functions per value, and the closed form with one: tanh(log(1 + e)) = n / (n + 2) where
+    # n = e (e + 2), e = exp(min(x, 20)) (beyond 20 the quotient rounds to 1, as tanh does).
+    "mish": ([B("%o{s} = const 1.0 : {T}", "%th{s} = const 20.0 : {T}", "%e{s} = exp %a@", "%d{s} = add %e{s}, %o{s}",
+                "%l{s} = log %d{s}", "%p{s} = cmp.gt %a@, %th{s}", "%sp{s} = select %p{s}, %a@, %l{s}",
+                "%t{s} = tanh %sp{s}", "%r{s} = mul %a@, %t{s}"),
+              B("%th{s} = const 20.0 : {T}", "%two{s} = const 2.0 : {T}", "%c{s} = min %a@, %th{s}", "%e{s} = exp %c{s}",
+                "%ep{s} = add %e{s}, %two{s}", "%nn{s} = mul %e{s}, %ep{s}", "%dd{s} = add %nn{s}, %two{s}",
+                "%q{s} = div %nn{s}, %dd{s}", "%r{s} = mul %a@, %q{s}")],
              "x * std::tanh(x > 20.0f ? x : std::log1p(std::exp(x)))", "torch.nn.functional.mish(x)"),
 }
 BIN = {
@@ -111,7 +117,20 @@ def ld(dst, ptr, idx, vw, align=True):
 
 
 def elementwise_kernel(name, body, n_in, bias=False, n="n"):
-    """y = f(inputs) over n elements; with `bias`, a per-column vector b[i % cols] is added first."""
+    """y = f(inputs) over n elements; with `bias`, a per-column vector b[i % cols] is added first.
+    `body` may be a list of equivalent forms: one kernel per form and width, knob `form` picks."""
+    forms = body if isinstance(body, list) else [body]
+    src, nargs = [], 0
+    for f, b in enumerate(forms):
+        kname = name if len(forms) == 1 else f"{name}_f{f}"
+        k, nargs = elementwise_kernel_form(kname, b, n_in, bias, n)
+        if len(forms) > 1:
+            k[0] = k[0].replace(f"{kname}_v${{vw}}", f"{name}_f${{form}}_v${{vw}}")
+        src += k if f == 0 else k[1:]
+    return src, nargs
+
+
+def elementwise_kernel_form(name, body, n_in, bias=False, n="n"):
     ptrs = [f"%in{i}: ptr<global, f32>" for i in range(n_in)]
     if bias:
         ptrs.append("%bias: ptr<global, f32>")
@@ -186,6 +205,8 @@ def ew_op(name, body, cexpr, torch, n_in, bias=False, special=False):
           "test_shapes": ["n=1000", "n=65536"] if not bias else ["rows=3,cols=48", "rows=64,cols=256"],
           "reference": {"lang": "cpp", "entry": "reference", "source": cpp_ref(decl, loop)},
           "kernel": {"knobs": {"vw": VWS, "ev": [1, 2, 4, 8], "bs": [64, 16, 32, 128, 256]}, "source": kernel}}
+    if isinstance(body, list):
+        op["kernel"]["knobs"]["form"] = list(range(len(body)))
     if bias:
         op["description"] = f"y[r, c] = {name.split('_', 1)[1]}(x[r, c] + b[c]) over rows x cols"
         op["pytorch"] = ["def model(x, b, rows, cols):", "    x = x.view(rows, cols) + b",
