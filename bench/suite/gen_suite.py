@@ -120,24 +120,22 @@ def elementwise_kernel(name, body, n_in, bias=False, n="n"):
     """y = f(inputs) over n elements; with `bias`, a per-column vector b[i % cols] is added first.
     `body` may be a list of equivalent forms: one kernel per form and width, knob `form` picks."""
     forms = body if isinstance(body, list) else [body]
-    src, nargs = [], 0
-    for f, b in enumerate(forms):
-        kname = name if len(forms) == 1 else f"{name}_f{f}"
-        k, nargs = elementwise_kernel_form(kname, b, n_in, bias, n)
-        if len(forms) > 1:
-            k[0] = k[0].replace(f"{kname}_v${{vw}}", f"{name}_f${{form}}_v${{vw}}")
-        src += k if f == 0 else k[1:]
-    return src, nargs
-
-
-def elementwise_kernel_form(name, body, n_in, bias=False, n="n"):
     ptrs = [f"%in{i}: ptr<global, f32>" for i in range(n_in)]
     if bias:
         ptrs.append("%bias: ptr<global, f32>")
     ptrs.append("%y: ptr<global, f32>")
     nargs = len(ptrs)
-    src = [f"// launch {name}_v${{vw}} grid=${{({n}+bs*vw*ev-1)/(bs*vw*ev)}},1,1 block=${{bs}},1,1 args="
+    kname = name if len(forms) == 1 else f"{name}_f${{form}}"
+    src = [f"// launch {kname}_v${{vw}} grid=${{({n}+bs*vw*ev-1)/(bs*vw*ev)}},1,1 block=${{bs}},1,1 args="
            + ",".join(str(i) for i in range(nargs))]
+    for f, b in enumerate(forms):
+        src += elementwise_kernels(name if len(forms) == 1 else f"{name}_f{f}", b, ptrs, n_in, bias, n)
+    return src, nargs
+
+
+def elementwise_kernels(name, body, ptrs, n_in, bias, n):
+    """One form's kernels, one per vector width."""
+    src = []
     for vw in VWS:
         src.append(f"kernel @{name}_v{vw}({', '.join(ptrs)}) {{")
         src += ["  " + p for p in PRELUDE]
@@ -154,7 +152,7 @@ def elementwise_kernel_form(name, body, n_in, bias=False, n="n"):
                 "    for %it = %base to %n step %one {"]
         src += body_at(body, 1, "t", n_in, bias, "      ", "%it")
         src += [f"      store %y[%it], {body.out.replace('{s}', 't')}", "    }", "  }", "}"]
-    return src, nargs
+    return src
 
 
 def body_at(body, vw, s, n_in, bias, indent, idx="%i"):

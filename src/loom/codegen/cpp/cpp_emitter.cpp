@@ -324,12 +324,18 @@ inline V loom_expm1_poly(V r) {
   p = loom_pfma(p, r, 5.000000009e-01f);
   return loom_pfma(p, r * r, r);
 }
+// x = n ln2 + r with n an integer and |r| <= ln2/2 (ln2 in two parts, so r is exact enough).
+template <class V>
+inline V loom_exp_reduce(V x, V& n) {
+  n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
+  const V r = loom_pfma(n, loom_splat<V>(-0.693359375f), x);
+  return loom_pfma(n, loom_splat<V>(2.12194440e-4f), r);
+}
 template <class V>
 inline V loom_exp_v(V x) {
   const V c = loom_clamp_v(x, -104.0f, 88.75f);  // e^88.75 overflows, e^-104 rounds to 0
-  const V n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
-  V r = loom_pfma(n, loom_splat<V>(-0.693359375f), c);                 // ln2 in two parts
-  r = loom_pfma(n, loom_splat<V>(2.12194440e-4f), r);
+  V n;
+  const V r = loom_exp_reduce(c, n);
   const V e = loom_ldexp_v(loom_expm1_poly(r) + 1.0f, n);
   return x != x ? x : e;
 }
@@ -418,10 +424,8 @@ inline V loom_log_v(V x) {
 // so small x keep their relative accuracy.
 template <class V>
 inline V loom_expm1_v(V x) {
-  const V n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  V r = loom_pfma(n, loom_splat<V>(-0.693359375f), x);
-  r = loom_pfma(n, loom_splat<V>(2.12194440e-4f), r);
-  const V e = loom_expm1_poly(r);
+  V n;
+  const V e = loom_expm1_poly(loom_exp_reduce(x, n));
   const V p2 = loom_ldexp_v(loom_splat<V>(1.0f), n);
   return loom_pfma(p2, e, p2 - 1.0f);
 }
