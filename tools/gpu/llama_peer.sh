@@ -26,7 +26,8 @@ case "${1:-}" in
     sdist="$cache/llama_cpp_python-$version.tar.gz"
     [[ -f "$sdist" ]] || python3 -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$version" -d "$cache"
     top="llama_cpp_python-$version/vendor/llama.cpp"
-    parts=(CMakeLists.txt cmake ggml src include common tools vendor licenses LICENSE app)
+    # tests: test-backend-ops, for tools/gpu/ggml_hrx.sh.
+    parts=(CMakeLists.txt cmake ggml src include common tools vendor licenses LICENSE app tests)
     rm -rf "$pack" && mkdir -p "$pack"
     tar -xzf "$sdist" -C "$cache" "${parts[@]/#/$top/}"
     tar -czf "$pack/llama-src.tar.gz" -C "$cache/$top" "${parts[@]}"

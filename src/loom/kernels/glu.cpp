@@ -1,6 +1,7 @@
 // Gated activations of the FFN: swiglu (SiLU(g) * u, Llama) and geglu (GELU(g) * u, Gemma),
 // on the MapOp kernel shape.
 #include <cmath>
+#include <vector>
 
 #include "loom/ir/builder.h"
 #include "loom/kernels/elementwise.h"
@@ -68,7 +69,20 @@ class GegluOp final : public MapOp {
     Value* x = b.convert(b.convert(g, h), g->type);  // the table's input
     Value* inner = b.mul(b.mul(c(0.79788456080286535587989211986876f), x),
                          b.fma(b.mul(c(0.044715f), x), x, c(1.0)));
-    Value* gelu = b.mul(b.mul(c(0.5), x), b.add(c(1.0), b.unary(ir::Op::kTanh, inner)));
+    // tanh lane by lane: a scalar tanh is the C library's on the cpp target (the reference's, so
+    // the table entries come out bit for bit), where a vector tanh would be the emitter's own
+    // 2.5-ulp lanes, enough to move a table entry by one fp16 step now and then (Gemma 3 on
+    // real text: logits off from the 83rd token, another greedy answer). On PTX every lane is
+    // scalar anyway.
+    Value* th = nullptr;
+    if (lanes == 1) {
+      th = b.unary(ir::Op::kTanh, inner);
+    } else {
+      std::vector<Value*> per_lane;
+      for (int l = 0; l < lanes; ++l) per_lane.push_back(b.unary(ir::Op::kTanh, b.extract(inner, l)));
+      th = b.build(std::move(per_lane));
+    }
+    Value* gelu = b.mul(b.mul(c(0.5), x), b.add(c(1.0), th));
     Value* rounded = b.convert(b.convert(gelu, h), g->type);
     Value* lo = b.cmp(ir::Mode::kLe, g, c(-10.0));
     Value* hi = b.cmp(ir::Mode::kGe, g, c(10.0));
