@@ -11,7 +11,7 @@
 #          bash tools/gpu/ggml_hrx.sh wait       blocks until that build ends
 #          bash tools/gpu/ggml_hrx.sh module     builds libggml-hrx.so against it in the build folder
 #            of tools/gpu/remote_build.sh (/tmp/loom-build) and stages it beside the binaries
-#          bash tools/gpu/ggml_hrx.sh devices    llama-cli --list-devices with ggml-hrx loaded
+#          bash tools/gpu/ggml_hrx.sh devices    llama-bench --list-devices with ggml-hrx loaded
 #          bash tools/gpu/ggml_hrx.sh ops [DEVICE] [OP...]
 #            test-backend-ops -b DEVICE (default HRX0, the first GPU) for each op (default: all
 #            that ggml-hrx claims); per op the cases claimed, tested and passed in
@@ -40,7 +40,7 @@ case "${1:-}" in
         -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=ON \
         -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_EXAMPLES=OFF && \
         cmake --build build -j$jobs --target ggml-cpu ggml-cuda test-backend-ops llama-bench llama-perplexity \
-        llama-completion llama-cli; echo \"exit \$?\" > done; } > build.log 2>&1" < /dev/null > /dev/null 2>&1 &
+        llama-completion; echo \"exit \$?\" > done; } > build.log 2>&1" < /dev/null > /dev/null 2>&1 &
     echo "ggml_hrx.sh: llama.cpp $(cat "$pack/version") (GGML_BACKEND_DL, CUDA) building in the background (log $bld/build.log)"
     ;;
   wait)
@@ -62,7 +62,7 @@ case "${1:-}" in
     ;;
   devices)
     hrx_env
-    "$llbin/llama-cli" --list-devices 2>&1 | grep -v "^load_backend" | tail -8
+    "$llbin/llama-bench" --list-devices 2>&1 | grep -v "^load_backend" | tail -8
     ;;
   ops)
     shift
