@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "loom/exec/weight_plan.h"
 #include "loom/gguf/ggml_types.h"
 #include "loom/kernels/elementwise_util.h"
 #include "loom/kernels/op_spec.h"
@@ -389,27 +390,31 @@ Result<Calls> lower_soft_max(const ggml_tensor* n) {
 }
 
 // dst[m][r] = dot(weight row r, activation row m): the engine's two steps, the activations
-// quantized to the weight's vec_dot_type (quantize_act; f32 weights read them as they are),
-// then matvec for one row or matmul for more. One weight matrix serves all activation rows
-// at once; batched weights (src0 ne2, ne3 > 1, broadcast over src1's batches as ggml does)
-// take one matvec/matmul per activation batch.
-Result<Calls> lower_mul_mat(const ggml_tensor* n, const ScratchAlloc& scratch) {
+// converted to what the kernel reads (quantize_act: the weight's vec_dot_type, Q8_1 for
+// matmul_mmq, f16 for matmul_mma; f32 weights read them as they are), then the kernel that the
+// engine's weight plan picks for a matrix in GGUF rows and a step of that many rows
+// (exec::WeightPlan::for_rows: on PTX matvec_gpu up to 16 rows, the tensor-core matmuls for
+// prompts; elsewhere matvec/matmul). One weight matrix serves all activation rows at once;
+// batched weights (src0 ne2, ne3 > 1, broadcast over src1's batches as ggml does) take one
+// call per activation batch.
+Result<Calls> lower_mul_mat(const ggml_tensor* n, ir::TargetKind target, const ScratchAlloc& scratch) {
   const ggml_tensor *w = n->src[0], *x = n->src[1];
   LOOM_RETURN_IF_ERROR(dense(w, "src0"));
   LOOM_RETURN_IF_ERROR(of_type(x, GGML_TYPE_F32, "src1"));
   LOOM_RETURN_IF_ERROR(of_type(n, GGML_TYPE_F32, "dst"));
   const GgmlType wt = type_of(w);
-  auto xt = llm::ref::vec_dot_type(wt);
-  if (!xt.ok()) return unimplemented("MUL_MAT with {} weights", ggml_type_name(w->type));
+  if (!llm::ref::vec_dot_type(wt).ok()) return unimplemented("MUL_MAT with {} weights", ggml_type_name(w->type));
   const bool batched = w->ne[2] != 1 || w->ne[3] != 1;
   const int64_t n_batches = batched ? x->ne[2] * x->ne[3] : 1;
   if (n_batches > kMaxBatches) return unimplemented("MUL_MAT over {} batches of weights", n_batches);
   const int64_t n_in = w->ne[0], n_out = w->ne[1], rows = ggml_nrows(x), batch_rows = rows / n_batches;
+  LOOM_ASSIGN_OR_RETURN(exec::MatmulKernel k,
+                        exec::WeightPlan::for_rows(wt, n_in, n_out, batch_rows, target, exec::prefill_matmul_option()));
   Calls calls;
   // Dense rows throughout (ggml's strides of size-1 dimensions are arbitrary: not used).
   uint64_t xq = addr(x), xq_row = sizeof(float) * static_cast<uint64_t>(n_in);
-  if (*xt != GgmlType::F32) {
-    kernels::Shape qs{{{"dtype", static_cast<int64_t>(*xt)}, {"n_in", n_in}, {"n_tokens", rows}}};
+  if (k.xtype != GgmlType::F32) {
+    kernels::Shape qs{{{"dtype", static_cast<int64_t>(k.xtype)}, {"n_in", n_in}, {"n_tokens", rows}}};
     LOOM_ASSIGN_OR_RETURN(OpCall q, make_call(n, "quantize_act", std::move(qs), {{"x", addr(x)}}));
     uint64_t bytes = 0;
     for (const kernels::ArgSpec& a : q.op->args(q.shape))
@@ -419,16 +424,16 @@ Result<Calls> lower_mul_mat(const ggml_tensor* n, const ScratchAlloc& scratch) {
     q.bind["xq"] = xq;
     calls.push_back(std::move(q));
   }
-  kernels::Shape ms{{{"wtype", static_cast<int64_t>(wt)}, {"n_in", n_in}, {"n_out", n_out}, {"n_tokens", batch_rows}}};
-  const std::string_view mat = batch_rows == 1 ? "matvec" : "matmul";
+  const std::string x_arg = k.op->name() == "matmul_mma" ? "x" : "xq";
   const int64_t r2 = x->ne[2] / w->ne[2], r3 = x->ne[3] / w->ne[3];  // ggml's broadcast ratios
   const uint64_t w_matrix = ggml_row_size(w->type, n_in) * static_cast<uint64_t>(n_out);
   for (int64_t b = 0; b < n_batches; ++b) {
     const int64_t i2 = b % x->ne[2], i3 = b / x->ne[2];
     const uint64_t wb = addr(w) + static_cast<uint64_t>(i2 / r2 + (i3 / r3) * w->ne[2]) * w_matrix;
     const uint64_t row = static_cast<uint64_t>(b * batch_rows);
-    LOOM_ASSIGN_OR_RETURN(OpCall m, make_call(n, mat, ms, {{"w", wb}, {"xq", xq + row * xq_row},
-                                                           {"y", addr(n) + row * sizeof(float) * static_cast<uint64_t>(n_out)}}));
+    LOOM_ASSIGN_OR_RETURN(OpCall m, make_call(n, k.op->name(), k.shape,
+                                              {{"w", wb}, {x_arg, xq + row * xq_row},
+                                               {"y", addr(n) + row * sizeof(float) * static_cast<uint64_t>(n_out)}}));
     calls.push_back(std::move(m));
   }
   return calls;
@@ -524,7 +529,7 @@ Result<std::vector<OpCall>> lower_node(const ggml_tensor* node, ir::TargetKind t
     case GGML_OP_SET_ROWS: return lower_set_rows(node);
     case GGML_OP_CONT: case GGML_OP_CPY: return lower_copy(node);
     case GGML_OP_SOFT_MAX: return lower_soft_max(node);
-    case GGML_OP_MUL_MAT: return lower_mul_mat(node, scratch);
+    case GGML_OP_MUL_MAT: return lower_mul_mat(node, target, scratch);
     case GGML_OP_FLASH_ATTN_EXT: return lower_flash_attn(node, target);
     default: return unimplemented("{} has no lowering", ggml_op_desc(node));
   }

@@ -163,6 +163,41 @@ TEST(FusePass, GpuDecodeStepTakesEveryFusedForm) {
   for (const llm::Launch& l : pp->launches) EXPECT_FALSE(l.op == OpCode::kAttention && l.out1 >= 0);
 }
 
+// One table for both users of the op library: a matrix in GGUF rows that no model binds
+// (ggml-hrx's MUL_MAT weights) gets from WeightPlan::for_rows the kernel the engine's plan gives
+// the same weight, planar aside, at every step size and on both targets; on PTX that is
+// matvec_gpu up to 16 tokens and a tensor-core matmul for prompts, on cpp matvec/matmul.
+TEST(WeightPlan, RowsOutsideAModelGetTheEnginesKernel) {
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_1}) {
+    auto m = load_tiny("llama", t);
+    ASSERT_TRUE(m);
+    for (ir::TargetKind target : {ir::TargetKind::kPtx, ir::TargetKind::kCpp}) {
+      const WeightPlan plan = WeightPlan::make(*m, target);
+      for (size_t w = 0; w < m->weights().size(); ++w) {
+        const llm::ref::WeightView& v = m->weights()[w].view;
+        if (v.n_out <= 1 || m->weights()[w].n_expert > 0 || !llm::ref::vec_dot_type(v.type).ok()) continue;
+        for (int64_t nt : {1, 16, 17, 512}) {
+          auto engine = plan.matmul(static_cast<int32_t>(w), nt);
+          auto rows = WeightPlan::for_rows(v.type, v.n_in, v.n_out, nt, target);
+          ASSERT_TRUE(engine.ok() && rows.ok()) << m->weights()[w].name;
+          EXPECT_EQ(rows->op->name(), engine->op->name()) << m->weights()[w].name << " " << nt << " tokens";
+          EXPECT_EQ(rows->xtype, engine->xtype);
+          EXPECT_EQ(rows->shape.dims.count("planar"), 0u);
+          if (target == ir::TargetKind::kCpp) EXPECT_EQ(rows->op->name(), nt == 1 ? "matvec" : "matmul");
+        }
+      }
+    }
+  }
+  // Llama-3-8B projections on PTX: the decode and prompt kernels the engine measured best.
+  const auto ptx = ir::TargetKind::kPtx;
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    EXPECT_EQ(WeightPlan::for_rows(t, 4096, 4096, 1, ptx)->op->name(), "matvec_gpu") << llm::ggml_type_name(t);
+    EXPECT_EQ(WeightPlan::for_rows(t, 4096, 4096, 512, ptx)->op->name(),
+              t == GgmlType::Q6_K ? "matmul_mma" : "matmul_mmq") << llm::ggml_type_name(t);
+    EXPECT_EQ(WeightPlan::for_rows(t, 4096, 4096, 512, ptx, PrefillMatmul::kF16)->op->name(), "matmul_mma");
+  }
+}
+
 // Which weights go to the planar layout: on PTX every layer projection of a Q4_0 or Q8_0 model
 // (matvec_gpu, matmul_mmq and matmul_mma read those planar), none of a Q4_1 model (the prompt
 // matmuls refuse Q4_1, and the prompt path must read the same copy), and nothing on the cpp

@@ -8,9 +8,11 @@
 namespace loom::exec {
 namespace {
 
+kernels::Shape matmul_shape(llm::GgmlType type, int64_t n_in, int64_t n_out, int64_t n_tokens) {
+  return kernels::Shape{{{"wtype", static_cast<int64_t>(type)}, {"n_in", n_in}, {"n_out", n_out}, {"n_tokens", n_tokens}}};
+}
 kernels::Shape matmul_shape(const llm::ref::WeightView& v, int64_t n_tokens) {
-  return kernels::Shape{{{"wtype", static_cast<int64_t>(v.type)}, {"n_in", v.n_in}, {"n_out", v.n_out},
-                         {"n_tokens", n_tokens}}};
+  return matmul_shape(v.type, v.n_in, v.n_out, n_tokens);
 }
 
 // The formats whose prompts measured faster on matmul_mmq than on matmul_mma (H200, 8B pp512:
@@ -35,21 +37,9 @@ WeightPlan WeightPlan::make(const llm::Model& model, ir::TargetKind target, Pref
   if (target != ir::TargetKind::kPtx) return p;
   const kernels::OpSpec* mvg = kernels::find_op("matvec_gpu");
   const kernels::OpSpec* mma = kernels::find_op("matmul_mma");
-  const kernels::OpSpec* mmq = kernels::find_op("matmul_mmq");
   for (size_t i = 0; i < model.weights().size(); ++i) {
     const llm::ref::WeightView& v = model.weights()[i].view;
-    kernels::Shape s = matmul_shape(v, 1);
-    Entry& e = p.entries_[i];
-    e.fast_matvec = mvg && mvg->validate(s).ok();
-    s.dims["n_tokens"] = 512;
-    // kAuto: the integer matmul where it measured faster (mmq_measured); kInt8: every format
-    // matmul_mmq takes.
-    const bool measured = mmq_measured(v.type);
-    // Q6_K: matmul_mmq takes GGUF rows only, and dense Q6_K matrices live in the planar layout.
-    e.mmq = mmq && prompts != PrefillMatmul::kF16 && (measured || prompts == PrefillMatmul::kInt8) &&
-            v.type != llm::GgmlType::Q6_K && mmq->validate(s).ok();
-    s.dims["xtype"] = 1;
-    e.mma = mma && mma->validate(s).ok();
+    p.entries_[i] = rules(v.type, v.n_in, v.n_out, target, prompts);
   }
   // The planar layout where only matvec_gpu and matmul_mma read the weight, in every step size.
   auto consider = [&](int32_t id) {
@@ -74,14 +64,44 @@ WeightPlan WeightPlan::make(const llm::Model& model, ir::TargetKind target, Pref
   return p;
 }
 
+WeightPlan::Entry WeightPlan::rules(llm::GgmlType type, int64_t n_in, int64_t n_out, ir::TargetKind target,
+                                    PrefillMatmul prompts) {
+  Entry e;
+  if (target != ir::TargetKind::kPtx) return e;
+  const kernels::OpSpec* mvg = kernels::find_op("matvec_gpu");
+  const kernels::OpSpec* mma = kernels::find_op("matmul_mma");
+  const kernels::OpSpec* mmq = kernels::find_op("matmul_mmq");
+  kernels::Shape s = matmul_shape(type, n_in, n_out, 1);
+  e.fast_matvec = mvg && mvg->validate(s).ok();
+  s.dims["n_tokens"] = 512;
+  // kAuto: the integer matmul where it measured faster (mmq_measured); kInt8: every format
+  // matmul_mmq takes. Q6_K: matmul_mmq takes GGUF rows only, and the engine keeps dense Q6_K
+  // matrices in the planar layout.
+  const bool measured = mmq_measured(type);
+  e.mmq = mmq && prompts != PrefillMatmul::kF16 && (measured || prompts == PrefillMatmul::kInt8) &&
+          type != llm::GgmlType::Q6_K && mmq->validate(s).ok();
+  s.dims["xtype"] = 1;
+  e.mma = mma && mma->validate(s).ok();
+  return e;
+}
+
+Result<MatmulKernel> WeightPlan::for_rows(llm::GgmlType type, int64_t n_in, int64_t n_out, int64_t n_tokens,
+                                          ir::TargetKind target, PrefillMatmul prompts) {
+  return pick(rules(type, n_in, n_out, target, prompts), type, n_in, n_out, n_tokens, "");
+}
+
 Result<MatmulKernel> WeightPlan::matmul(int32_t weight, int64_t n_tokens) const {
   if (!model_ || weight < 0 || static_cast<size_t>(weight) >= entries_.size())
     return internal_error("no weight plan for weight {}", weight);
-  const llm::ref::WeightView& w = model_->weight(weight).view;
-  const Entry& e = entry(weight);
+  const llm::Weight& w = model_->weight(weight);
+  return pick(entry(weight), w.view.type, w.view.n_in, w.view.n_out, n_tokens, w.name);
+}
+
+Result<MatmulKernel> WeightPlan::pick(const Entry& e, llm::GgmlType type, int64_t n_in, int64_t n_out, int64_t n_tokens,
+                                      std::string_view name) {
   MatmulKernel k;
-  k.shape = matmul_shape(w, n_tokens);
-  LOOM_ASSIGN_OR_RETURN(k.xtype, llm::ref::vec_dot_type(w.type));
+  k.shape = matmul_shape(type, n_in, n_out, n_tokens);
+  LOOM_ASSIGN_OR_RETURN(k.xtype, llm::ref::vec_dot_type(type));
   if (e.fast_matvec) {
     const kernels::OpSpec* mvg = kernels::find_op("matvec_gpu");
     if (mvg->validate(k.shape).ok()) {
@@ -108,7 +128,7 @@ Result<MatmulKernel> WeightPlan::matmul(int32_t weight, int64_t n_tokens) const 
   }
   if (e.planar) {
     if (!k.op)
-      return internal_error("planar weight {} has no kernel for a step of {} tokens", model_->weight(weight).name, n_tokens);
+      return internal_error("planar weight {} has no kernel for a step of {} tokens", name, n_tokens);
     k.shape.dims["planar"] = 1;
     return k;
   }

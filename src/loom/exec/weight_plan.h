@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "loom/base/status.h"
@@ -46,6 +47,10 @@ class WeightPlan {
   ir::TargetKind target() const { return target_; }
   const std::vector<bool>& planar_flags() const { return planar_; }
   Result<MatmulKernel> matmul(int32_t weight, int64_t n_tokens) const;
+  // The same choice for a matrix in GGUF rows that no model binds (ggml-hrx's MUL_MAT weights):
+  // what matmul() gives a weight of this format and shape that is not planar.
+  static Result<MatmulKernel> for_rows(llm::GgmlType type, int64_t n_in, int64_t n_out, int64_t n_tokens,
+                                       ir::TargetKind target, PrefillMatmul prompts = PrefillMatmul::kAuto);
   // Stacked expert matrices (Weight::n_expert > 0), in GGUF rows on every target: steps of more
   // than kMatmulIdMmqTokens tokens on PTX targets through matmul_mmq_id (Q8_1 activations) for
   // the formats it takes (not under PrefillMatmul::kF16), else matvec_id with activations in the
@@ -63,6 +68,11 @@ class WeightPlan {
     bool fast_matvec = false, mma = false, mmq = false, planar = false;
   };
   const Entry& entry(int32_t w) const { return entries_[static_cast<size_t>(w)]; }
+  // Which kernels a matrix of this format and shape can take on `target` (the layout aside).
+  static Entry rules(llm::GgmlType type, int64_t n_in, int64_t n_out, ir::TargetKind target, PrefillMatmul prompts);
+  // The kernel for a step of n_tokens from those (`name` for errors).
+  static Result<MatmulKernel> pick(const Entry& e, llm::GgmlType type, int64_t n_in, int64_t n_out, int64_t n_tokens,
+                                   std::string_view name);
 
   const llm::Model* model_ = nullptr;
   ir::TargetKind target_ = ir::TargetKind::kCpp;
