@@ -424,7 +424,7 @@ Result<Calls> lower_mul_mat(const ggml_tensor* n, ir::TargetKind target, const S
     q.bind["xq"] = xq;
     calls.push_back(std::move(q));
   }
-  const std::string x_arg = k.op->name() == "matmul_mma" ? "x" : "xq";
+  const std::string x_arg(k.x_arg());
   const int64_t r2 = x->ne[2] / w->ne[2], r3 = x->ne[3] / w->ne[3];  // ggml's broadcast ratios
   const uint64_t w_matrix = ggml_row_size(w->type, n_in) * static_cast<uint64_t>(n_out);
   for (int64_t b = 0; b < n_batches; ++b) {

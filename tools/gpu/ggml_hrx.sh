@@ -44,12 +44,7 @@ case "${1:-}" in
     echo "ggml_hrx.sh: llama.cpp $(cat "$pack/version") (GGML_BACKEND_DL, CUDA) building in the background (log $bld/build.log)"
     ;;
   wait)
-    while [[ ! -f "$bld/done" ]]; do
-      sleep 10
-      echo "ggml_hrx.sh: building llama.cpp: $(grep -c '^\[' "$bld/build.log" 2>/dev/null || echo 0) steps so far"
-    done
-    tail -3 "$bld/build.log"
-    grep -q "exit 0" "$bld/done"
+    LLAMA_PEER_BUILD_DIR="$bld" bash "$root/tools/gpu/llama_peer.sh" wait
     ;;
   module)
     [[ -f "$loom_build/build.ninja" ]] || { echo "ggml_hrx.sh: $loom_build missing: tools/gpu/remote_build.sh first" >&2; exit 1; }

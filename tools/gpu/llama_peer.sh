@@ -18,7 +18,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 version="$(sed -n 's/^LLAMA_CPP_PYTHON_VERSION=//p' tools/llama_cpp.sh)"
 pack="$root/.gpu-llama"
-bld=/tmp/llama-cuda
+# LLAMA_PEER_BUILD_DIR: where the build lives (tools/gpu/ggml_hrx.sh waits on its own through `wait`).
+bld="${LLAMA_PEER_BUILD_DIR:-/tmp/llama-cuda}"
 case "${1:-}" in
   pack)
     cache="${LOOM_CACHE_DIR:-$HOME/.cache/loom}/llama-peer-$version"

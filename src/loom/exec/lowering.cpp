@@ -123,7 +123,7 @@ Result<OpCall> lower_matmul(const Site& s) {
   OpCall call = named(s, fmt::format("matmul -> {}", s.name(s.l.out)));
   call.op = k.op;
   call.shape = k.shape;
-  call.bind = {{"w", s.c.at.weight(s.l.weight)}, {k.op->name() == "matmul_mma" ? "x" : "xq", s.at(s.l.in0)},
+  call.bind = {{"w", s.c.at.weight(s.l.weight)}, {std::string(k.x_arg()), s.at(s.l.in0)},
                {"y", s.at(s.l.out)}};
   if (s.l.weight1 < 0) return call;
   // One matvec_gpu launch for up to three weights of this input (the fusion pass checked it).

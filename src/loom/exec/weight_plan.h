@@ -22,6 +22,8 @@ struct MatmulKernel {
   llm::GgmlType xtype = llm::GgmlType::F32;
   kernels::Shape shape;                 // wtype, n_in, n_out, n_tokens (+ xtype, planar)
   bool fast_matvec = false;             // matvec_gpu: up to 3 weights of one input per launch
+  // The argument the activations bind to: matmul_mma reads f16 rows as "x", the others "xq".
+  std::string_view x_arg() const { return op && op->name() == "matmul_mma" ? "x" : "xq"; }
 };
 
 // Which tensor-core matmul prompts use: kAuto picks per weight format where it measured faster
