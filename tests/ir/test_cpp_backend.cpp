@@ -277,6 +277,49 @@ TEST(CppBackend, ComparesAndSelectsKeepBitsAsVectorsAndScalars) {
   EXPECT_GT(selected_b, 0);
 }
 
+// `prefetch` is a hint: it prints and parses back, becomes __builtin_prefetch on the host, never
+// faults (here it asks for bytes far past the buffer) and leaves the results alone; it takes only
+// global or constant memory.
+TEST(CppBackend, PrefetchIsAHintThatNeverChangesResults) {
+  REQUIRE_HOST_COMPILER();
+  const char* text = R"(kernel @copy(%a: ptr<global, f32>, %y: ptr<global, f32>) {
+  %tid = thread_id.x : i32
+  %far = const 1048576 : i32
+  %ahead = add %tid, %far : i32
+  prefetch %a[%ahead]
+  %x = load %a[%tid] : f32
+  store %y[%tid], %x
+}
+)";
+  auto m = ir::parse_module(text);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ(ir::print(*m), text);
+  ASSERT_TRUE(ir::verify(*m, ir::TargetKind::kCpp).ok());
+  ASSERT_TRUE(ir::verify(*m, ir::TargetKind::kPtx).ok());
+  auto src = codegen::emit_cpp(*m);
+  ASSERT_TRUE(src.ok()) << src.status().to_string();
+  EXPECT_NE(src->find("__builtin_prefetch("), std::string::npos);
+  auto cpu = codegen::compile_cpu_module(*m);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+  auto fn = cpu->kernel("copy");
+  ASSERT_TRUE(fn.ok());
+  std::vector<float> a(64), y(64, 0.0f);
+  for (int i = 0; i < 64; ++i) a[i] = 0.5f * static_cast<float>(i) - 3.0f;
+  void* pa = a.data(); void* py = y.data();
+  void* args[] = {&pa, &py};
+  ASSERT_TRUE(codegen::launch_cpu(*fn, args, {1, 1, 1}, {64, 1, 1}, 1).ok());
+  EXPECT_EQ(y, a);
+
+  auto shared = ir::parse_module(R"(kernel @k(%n: i32) {
+  %s = alloc_shared 64 : ptr<shared, f32>
+  prefetch %s[%n]
+}
+)");
+  ASSERT_FALSE(shared.ok());
+  EXPECT_NE(shared.status().message().find("'prefetch' needs a pointer to global or constant memory"), std::string::npos)
+      << shared.status().to_string();
+}
+
 // The prelude's SIMD f32 lanes of exp, exp2, log, tanh and erf against double libm, in ulps of
 // the float result: every 1021st float of the whole line, every 613th in [-10, 10] (where tanh
 // and erf bend), and the special values. The bounds are the ones docs/ir.md states.

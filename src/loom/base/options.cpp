@@ -54,6 +54,9 @@ const std::vector<OptionInfo>& rows() {
        "the HRX cpu driver prints launches and time per kernel at exit"},
       {Opt::kCxx, "cxx", "LOOM_CXX", "", Type::kString, "c++", "", 0, 0,
        "the C++ compiler of the cpp target (a name on PATH or a path)"},
+      {Opt::kCpuArch, "cpu_arch", "LOOM_CPU_ARCH", "", Type::kString, "native", "native|x86-64-v4|x86-64-v3|x86-64-v2", 0,
+       0, "the instruction sets of the cpp target's kernels (-march): native (this CPU's, VNNI included where present), "
+       "x86-64-v4 (AVX-512), x86-64-v3 (AVX2+FMA), x86-64-v2 (SSE4.2); a level this CPU lacks is refused"},
       {Opt::kLlc, "llc", "LOOM_LLC", "", Type::kPath, "", "", 0, 0,
        "LLVM's llc for the amdgpu target (empty: llc-19, else llc, on PATH)"},
       {Opt::kLld, "lld", "LOOM_LLD", "", Type::kPath, "", "", 0, 0,

@@ -47,6 +47,7 @@ enum class Opt : int {
   // runtime and code generation
   kHrxProfile,
   kCxx,
+  kCpuArch,
   kLlc,
   kLld,
   kHsaRuntime,

@@ -305,10 +305,12 @@ Result<Module> Module::compile(const Device& dev, const ir::Module& module) {
   if (!dev.valid()) return invalid_argument("Module::compile on an invalid device");
   const ir::TargetKind kind = dev.target();
   const codegen::Target* target = codegen::target(kind);
-  // cpp: the one arch ("native"). ptx: the newest arch the emitter knows that the device runs
+  // cpp: the instruction sets LOOM_CPU_ARCH selects (native unless told). ptx: the newest arch the emitter knows that the device runs
   // (PTX is JIT-compiled forward, so sm_90 PTX also serves newer GPUs). amdgpu: the device's own
   // gfx arch (code objects are not portable across chips).
-  std::string use_arch = kind == ir::TargetKind::kAmdgpu ? dev.props().arch : target->archs().front();
+  std::string use_arch = kind == ir::TargetKind::kAmdgpu ? dev.props().arch
+                         : kind == ir::TargetKind::kCpp  ? codegen::selected_cpu_arch()
+                                                          : target->archs().front();
   if (kind == ir::TargetKind::kPtx) {
     const int cc = dev.props().cc_major * 10 + dev.props().cc_minor;
     use_arch.clear();
@@ -336,7 +338,7 @@ Result<Module> Module::compile(const Device& dev, const ir::Module& module) {
     LOOM_ASSIGN_OR_RETURN(std::vector<uint8_t> elf, codegen::compile_amdgpu_code_object(text, use_arch));
     LOOM_ASSIGN_OR_RETURN(loaded, load_code_object(dev, elf));
   } else {
-    LOOM_ASSIGN_OR_RETURN(std::string so, codegen::compile_shared_object(text));
+    LOOM_ASSIGN_OR_RETURN(std::string so, codegen::compile_shared_object(text, use_arch));
     LOOM_ASSIGN_OR_RETURN(loaded, load_shared_object(dev, so));
   }
   std::lock_guard<std::mutex> lock(d->cache_mu);

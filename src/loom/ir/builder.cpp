@@ -68,6 +68,8 @@ void Builder::store(Value* ptr, Value* index, Value* value, int align) {
   op_no_result(Op::kStore, {ptr, index, value})->imm = align;
 }
 
+void Builder::prefetch(Value* ptr, Value* index) { op_no_result(Op::kPrefetch, {ptr, index}); }
+
 void Builder::cp_async(Value* dst, Value* di, Value* src, Value* si, int bytes) {
   op_no_result(Op::kCpAsync, {dst, di, src, si})->imm = bytes;
 }

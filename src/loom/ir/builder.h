@@ -66,6 +66,8 @@ class Builder {
   // bytes, 0 for the element's natural alignment.
   Value* load(Value* ptr, Value* index, Type type = Type(), int align = 0);
   void store(Value* ptr, Value* index, Value* value, int align = 0);
+  // A hint that ptr[index] will be read soon (ops.h: kPrefetch).
+  void prefetch(Value* ptr, Value* index);
   Value* offset(Value* ptr, Value* index) { return op(Op::kOffset, {ptr, index}); }
   Value* atomic(Mode kind, Value* ptr, Value* index, Value* value) {
     return op(Op::kAtomic, {ptr, index, value}, Type(), kind);

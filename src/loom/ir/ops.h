@@ -26,6 +26,7 @@ enum class TypeRule : uint8_t {
   kExtract,     // vector, lane (immediate) -> element
   kLoad,        // (ptr, index) -> pointee elem with any lane count; explicit or scalar
   kStore,       // (ptr, index, value)
+  kPrefetch,    // (ptr<global|constant, T>, index): no result
   kOffset,      // (ptr, index) -> same ptr type, moved by index elements
   kAtomic,      // (ptr, index, value) -> old value (scalar pointee type)
   kAlloc,       // -> ptr<shared|local, T>, count elements (immediate)
@@ -47,7 +48,7 @@ enum class TypeRule : uint8_t {
 
 // Rules of ops that define no value (stores, copies, barriers, waits, yields).
 constexpr bool rule_has_no_result(TypeRule r) {
-  return r == TypeRule::kStore || r == TypeRule::kNone || r == TypeRule::kYield || r == TypeRule::kCpAsync ||
+  return r == TypeRule::kStore || r == TypeRule::kPrefetch || r == TypeRule::kNone || r == TypeRule::kYield || r == TypeRule::kCpAsync ||
          r == TypeRule::kCpAsyncWait;
 }
 
@@ -114,6 +115,10 @@ enum TargetMask : uint8_t { kOnPtx = 1, kOnCpp = 2, kOnAmdgpu = 4, kOnAll = 7 };
   X(kLoad, "load", 2, kLoad, kAny, kNone, kReadsMemory, kOnAll)                                \
   X(kStore, "store", 3, kStore, kAny, kNone, kSideEffects, kOnAll)                             \
   X(kOffset, "offset", 2, kOffset, kAny, kNone, kPure, kOnAll)                                 \
+  /* a hint that the element at ptr + index will be read soon: no effect on any value, never  */ \
+  /* faults (an address past the buffer is allowed); cpp: into the caches (prefetcht0); the   */ \
+  /* GPU targets drop it (their many warps hide memory latency)                              */ \
+  X(kPrefetch, "prefetch", 2, kPrefetch, kAny, kNone, kSideEffects, kOnAll)                    \
   X(kAtomic, "atomic", 3, kAtomic, kAny, kAtomic, kSideEffects, kOnAll)                        \
   X(kAllocShared, "alloc_shared", 0, kAlloc, kAny, kNone, kAllocates, kOnAll)                  \
   X(kAllocLocal, "alloc_local", 0, kAlloc, kAny, kNone, kAllocates, kOnAll)                    \

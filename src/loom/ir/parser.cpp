@@ -494,6 +494,10 @@ class Parser {
         LOOM_RETURN_IF_ERROR(maybe_types());
         break;
       }
+      case Op::kPrefetch: {  // prefetch %p[%i]
+        LOOM_RETURN_IF_ERROR(ptr_index());
+        break;
+      }
       case Op::kStore:
       case Op::kAtomic: {
         LOOM_RETURN_IF_ERROR(ptr_index());

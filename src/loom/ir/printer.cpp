@@ -118,6 +118,7 @@ class Printer {
       case Op::kLoad:
       case Op::kStore:
       case Op::kAtomic:
+      case Op::kPrefetch:
         if (ops.size() >= 2) {
           out_ += ' ';
           value(ops[0]);

@@ -171,6 +171,11 @@ std::string check_inst_types(const Inst& inst, bool check_results) {
       if (inst.imm < 0 || inst.imm >= t(0).lanes())
         return fmt::format("lane {} out of range for {}", inst.imm, t(0).str());
       return want(t(0).elem_type());
+    case TypeRule::kPrefetch:
+      if (!t(0).is_pointer() || (t(0).addr_space() != AddrSpace::kGlobal && t(0).addr_space() != AddrSpace::kConstant))
+        return fmt::format("'prefetch' needs a pointer to global or constant memory, got {}", t(0).str());
+      if (!is_index(t(1))) return fmt::format("'prefetch' index must be a 32- or 64-bit integer, got {}", t(1).str());
+      return "";
     case TypeRule::kLoad:
     case TypeRule::kStore:
     case TypeRule::kOffset:

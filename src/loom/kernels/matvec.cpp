@@ -145,7 +145,8 @@ class MatOp final : public OpSpec {
     if (t == ir::TargetKind::kCpp) {
       // matmul: tok_tile tokens share each weight block (1: one token per work item).
       if (multi_ && !id_) return {{"rows_per_block", {1, 2, 4, 8, 16}}, {"row_tile", {1, 2, 4}}, {"tok_tile", {1, 2, 4, 8}}};
-      return {{"rows_per_block", {1, 2, 4, 8, 16}}, {"row_tile", {1, 2, 4}}};
+      // prefetch: each row first asks for the weight bytes this far ahead of it (0: none).
+      return {{"rows_per_block", {1, 2, 4, 8, 16}}, {"row_tile", {1, 2, 4}}, {"prefetch", {0, 1024, 2048, 4096, 8192}}};
     }
     // matmul: tok_tile tokens per CTA share each weight block (read once from memory for them).
     if (multi_ && !id_) return {{"rows_per_block", {1, 2, 4, 8}}, {"lanes_per_row", {8, 16, 32}}, {"tok_tile", {1, 4, 8, 16}}};
@@ -172,7 +173,10 @@ class MatOp final : public OpSpec {
           default: return {{"rows_per_block", 4}, {"row_tile", 4}, {"tok_tile", 4}};
         }
       }
-      return {{"rows_per_block", 4}, {"row_tile", 1}};
+      // The hardware prefetchers alone keep too few weight lines in flight for a row-at-a-time
+      // stream from DRAM: asking for the bytes 4 KiB ahead takes SmolLM2's decode mat-vecs from
+      // ~5 to ~17 GB/s on 2 threads (docs/kernels.md).
+      return {{"rows_per_block", 4}, {"row_tile", 1}, {"prefetch", 4096}};
     }
     if (id_) {
       // Expert rows are short (Qwen3-30B-A3B: 8 Q4_K blocks per gate/up row, 3 per down row):
@@ -253,6 +257,12 @@ class MatOp final : public OpSpec {
             for (Value* v : dot_init(b, f)) init.push_back(v);
           }
         const size_t per = init.size() / static_cast<size_t>(count * mats);
+        if (const int64_t ahead = knob(sch, "prefetch", 0); ahead > 0)
+          for (Value* row : wr)
+            b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(w_row)), b.i32(64), {}, [&](Value* o, std::span<Value* const>) {
+              b.prefetch(row, b.addc(o, ahead));
+              return std::vector<Value*>{};
+            });
         auto acc = b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(nb)), b.i32(1), init,
                               [&](Value* blk, std::span<Value* const> it) {
                                 DotX x = dot_prep_x(b, f, xrow, b.mul(blk, b.i32(f.x_bytes)));

@@ -384,6 +384,7 @@ class FunctionEmitter {
         emit(fmt::format("{} = load {}, {} {}, align {}", define(r), ty(r->type), ty(in.operands[0]->type), p, align));
         return Status();
       }
+      case Op::kPrefetch: return Status();  // dropped (ops.h)
       case Op::kStore: {
         std::string p = element_ptr(in.operands[0], in.operands[1]);
         int64_t align = in.imm ? in.imm : in.operands[2]->type.elem_bytes();

@@ -159,8 +159,17 @@ inline V loom_dot4_v(V a, V b, V c) {
 // dot4 where every byte of `a` is known to be <= 127: unsigned-by-signed byte products summed in
 // 16-bit pairs (vpmaddubsw; at most 2 * 127 * 128 in magnitude, so it never saturates), then
 // pairs of those (vpmaddwd with ones).
+// With VNNI (AVX-512 VNNI or AVX-VNNI) one vpdpbusd does both steps and the accumulation: its
+// four products and their sum are exact in 32 bits, as the two-step form's are.
 template <class V>
 inline V loom_dot4_u7(V a, V b, V c) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  if constexpr (sizeof(V) == 32) return (V)_mm256_dpbusd_epi32((__m256i)c, (__m256i)a, (__m256i)b);
+  if constexpr (sizeof(V) == 16) return (V)_mm_dpbusd_epi32((__m128i)c, (__m128i)a, (__m128i)b);
+#elif defined(__AVXVNNI__)
+  if constexpr (sizeof(V) == 32) return (V)_mm256_dpbusd_avx_epi32((__m256i)c, (__m256i)a, (__m256i)b);
+  if constexpr (sizeof(V) == 16) return (V)_mm_dpbusd_avx_epi32((__m128i)c, (__m128i)a, (__m128i)b);
+#endif
 #if defined(__AVX2__)
   if constexpr (sizeof(V) == 32)
     return c + (V)_mm256_madd_epi16(_mm256_maddubs_epi16((__m256i)a, (__m256i)b), _mm256_set1_epi16(1));
@@ -807,6 +816,9 @@ class CppEmitter {
           line(fmt::format("loom_store({} + {}, {});", op(0), op(1), op(2)));
         else
           line(fmt::format("{}[{}] = {};", op(0), op(1), op(2)));
+        return Status();
+      case Op::kPrefetch:  // prefetcht0: never faults, so an address past the buffer is harmless
+        line(fmt::format("__builtin_prefetch({} + {}, 0, 3);", op(0), op(1)));
         return Status();
       case Op::kOffset:
         line(fmt::format("{} const {} = {} + {};", ctype(r->type), name(r), op(0), op(1)));

@@ -1,4 +1,5 @@
-// The cpp Target: C++ text, compiled into a cached shared object for this machine ("native").
+// The cpp Target: C++ text, compiled into a cached shared object for this machine ("native") or
+// for an x86-64 level this machine runs (LOOM_CPU_ARCH; see host_compiler.h).
 #include "loom/codegen/cpp/cpp_emitter.h"
 #include "loom/codegen/cpp/host_compiler.h"
 #include "loom/base/file.h"
@@ -11,7 +12,7 @@ namespace {
 class CppTarget final : public Target {
  public:
   ir::TargetKind kind() const override { return ir::TargetKind::kCpp; }
-  std::vector<std::string> archs() const override { return {"native"}; }
+  std::vector<std::string> archs() const override { return cpu_archs(); }
 
   Result<std::string> emit(const ir::Module& module, std::string_view arch) const override {
     LOOM_RETURN_IF_ERROR(verify(module, arch));
@@ -22,7 +23,7 @@ class CppTarget final : public Target {
   Result<Artifact> compile(const ir::Module& module, std::string_view arch) const override {
     Artifact a;
     LOOM_ASSIGN_OR_RETURN(a.text, emit(module, arch));
-    LOOM_ASSIGN_OR_RETURN(a.path, compile_shared_object(a.text));
+    LOOM_ASSIGN_OR_RETURN(a.path, compile_shared_object(a.text, arch));
     LOOM_ASSIGN_OR_RETURN(std::string bytes, read_file(a.path));
     a.binary.assign(bytes.begin(), bytes.end());
     return a;

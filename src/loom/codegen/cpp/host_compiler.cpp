@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -24,10 +25,9 @@
 namespace loom::codegen {
 namespace {
 
-const std::vector<std::string>& compile_flags() {
-  static const std::vector<std::string> flags = {"-std=c++20", "-O3", "-march=native", "-fPIC", "-shared",
-                                                 "-fwrapv", "-fno-math-errno", "-ffp-contract=off", "-w"};
-  return flags;
+std::vector<std::string> compile_flags(std::string_view arch) {
+  return {"-std=c++20", "-O3", fmt::format("-march={}", arch), "-fPIC", "-shared", "-fwrapv", "-fno-math-errno",
+          "-ffp-contract=off", "-w"};
 }
 
 std::string compiler_name() {
@@ -50,13 +50,57 @@ Result<std::string> compiler_identity(const std::string& compiler) {
 
 }  // namespace
 
-Result<std::string> compile_shared_object(std::string_view source) {
+const std::vector<std::string>& cpu_archs() {
+  static const std::vector<std::string> archs = {"native", "x86-64-v4", "x86-64-v3", "x86-64-v2"};
+  return archs;
+}
+
+std::string selected_cpu_arch() { return opt::get_string(opt::Opt::kCpuArch); }
+
+Status check_cpu_arch(std::string_view arch) {
+  if (arch == "native") return Status();
+  // The features of each x86-64 level that the kernels' code paths test for.
+  struct Need {
+    const char* level;
+    const char* feature;
+    bool have;
+  };
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const Need needs[] = {
+      {"x86-64-v2", "sse4.2", __builtin_cpu_supports("sse4.2") != 0},
+      {"x86-64-v2", "popcnt", __builtin_cpu_supports("popcnt") != 0},
+      {"x86-64-v3", "avx2", __builtin_cpu_supports("avx2") != 0},
+      {"x86-64-v3", "fma", __builtin_cpu_supports("fma") != 0},
+      {"x86-64-v3", "bmi2", __builtin_cpu_supports("bmi2") != 0},
+      {"x86-64-v4", "avx512f", __builtin_cpu_supports("avx512f") != 0},
+      {"x86-64-v4", "avx512bw", __builtin_cpu_supports("avx512bw") != 0},
+      {"x86-64-v4", "avx512vl", __builtin_cpu_supports("avx512vl") != 0},
+      {"x86-64-v4", "avx512dq", __builtin_cpu_supports("avx512dq") != 0},
+  };
+  const std::vector<std::string>& all = cpu_archs();
+  auto rank = [&](std::string_view a) { return std::find(all.begin(), all.end(), a) - all.begin(); };
+  if (rank(arch) == static_cast<std::ptrdiff_t>(all.size()))
+    return invalid_argument("cpu arch '{}' is not one of native, x86-64-v4, x86-64-v3, x86-64-v2", arch);
+  for (const Need& n : needs)
+    if (rank(n.level) >= rank(arch) && !n.have)
+      return unavailable("this CPU cannot run {} code: it lacks {}", arch, n.feature);
+  return Status();
+#else
+  return unavailable("cpu arch '{}' is an x86-64 level; this CPU is not x86-64 (use native)", arch);
+#endif
+}
+
+Result<std::string> compile_shared_object(std::string_view source, std::string_view arch_in) {
+  const std::string arch = arch_in.empty() ? selected_cpu_arch() : std::string(arch_in);
+  LOOM_RETURN_IF_ERROR(check_cpu_arch(arch));
+  const std::vector<std::string> flags = compile_flags(arch);
   std::string compiler = compiler_name();
   LOOM_ASSIGN_OR_RETURN(std::string identity, compiler_identity(compiler));
   std::string key_text(source);
   key_text += '\0';
   key_text += identity;
-  for (const auto& f : compile_flags()) {
+  for (const auto& f : flags) {
     key_text += '\0';
     key_text += f;
   }
@@ -76,7 +120,7 @@ Result<std::string> compile_shared_object(std::string_view source) {
   std::string tmp_so = so + ".tmp." + tag;
   LOOM_RETURN_IF_ERROR(write_file(tmp_src, source));
   std::vector<std::string> argv = {identity.substr(0, identity.find('\n'))};
-  for (const auto& f : compile_flags()) argv.push_back(f);
+  for (const auto& f : flags) argv.push_back(f);
   argv.insert(argv.end(), {"-x", "c++", tmp_src, "-o", tmp_so});
   auto result = run_tool(argv);
   if (!result.ok() || result->exit_code != 0) {

@@ -18,12 +18,20 @@ class ThreadPool;
 namespace loom::codegen {
 
 // Compiler and flags: $LOOM_CXX (default "c++") with
-// -std=c++20 -O3 -march=native -fPIC -shared -fwrapv -fno-math-errno.
+// -std=c++20 -O3 -march=ARCH -fPIC -shared -fwrapv -fno-math-errno, ARCH one of cpu_archs()
+// ("" means $LOOM_CPU_ARCH, default native). An x86-64 level that this CPU lacks is refused
+// (unavailable) before anything is compiled, since its code would die of an illegal instruction.
 // Returns the path $LOOM_CACHE_DIR/kernels/cpp/<hash>.so, compiling only when it is missing
 // (the key covers the source, the flags and the compiler's version, so each machine compiles a
 // kernel once). Safe to call from several processes: results are renamed into place.
 // A compiler failure is an internal error carrying the compiler's output.
-Result<std::string> compile_shared_object(std::string_view source);
+Result<std::string> compile_shared_object(std::string_view source, std::string_view arch = "");
+
+// The -march values the cpp target compiles for, "native" first; the one LOOM_CPU_ARCH selects.
+const std::vector<std::string>& cpu_archs();
+std::string selected_cpu_arch();
+// OK when this CPU runs code compiled for `arch`; else unavailable, naming what it lacks.
+Status check_cpu_arch(std::string_view arch);
 
 // A dlopen'ed shared object; move-only, dlclose on destruction.
 class SharedLibrary {

@@ -291,6 +291,7 @@ Status KernelEmitter::inst(const Inst& in) {
     case Op::kConst: constant(in); return Status();
     case Op::kLoad: load(in); return Status();
     case Op::kStore: store(in); return Status();
+    case Op::kPrefetch: return Status();  // dropped (ops.h): the comment line above records it
     case Op::kOffset: {
       auto [base, off] = address_parts(in.operands[0], in.operands[1], 0);
       const std::string& d = define(r)[0];
