@@ -168,11 +168,16 @@ DotX dot_prep_x(Emit& b, const DotFormat& f, Value* x, Value* xoff) {
   }
   switch (f.xtype) {
     case GgmlType::Q8_0:
-    case GgmlType::Q8_1: {  // [0] d, [1] the 32 bytes, [2] their lane sums (Q4_0/Q5_0), [3] s (Q8_1)
+    case GgmlType::Q8_1: {  // [0] d, [1] the 32 bytes, [2] -o x their lane sums (Q4_0/Q5_0), [3] s (Q8_1)
       const bool q81 = f.xtype == GgmlType::Q8_1;
       Value* y = b.load_at(x, b.addc(xoff, q81 ? 4 : 2), kI32x8, q81 ? 4 : 2);
-      const bool offset = f.wtype == GgmlType::Q4_0 || f.wtype == GgmlType::Q5_0;
-      r.v = {f16_at(b, x, xoff), y, offset ? b.dot4(b.c(kI32x8, 0x01010101), y, b.c(kI32x8, 0)) : nullptr};
+      // (q - o) . y = q . y - o * (lane sums of y), o = 8 (Q4_0) or 16 (Q5_0): the second term,
+      // once per activation block, starts every row's dot4 (one vpdpbusd then does both).
+      Value* neg_offset = nullptr;
+      if (f.wtype == GgmlType::Q4_0 || f.wtype == GgmlType::Q5_0)
+        neg_offset = b.sub(b.c(kI32x8, 0), b.shlc(b.dot4(b.c(kI32x8, 0x01010101), y, b.c(kI32x8, 0)),
+                                                  f.wtype == GgmlType::Q5_0 ? 4 : 3));
+      r.v = {f16_at(b, x, xoff), y, neg_offset};
       if (q81) r.v.push_back(f16_at(b, x, b.addc(xoff, 2)));
       return r;
     }
@@ -222,9 +227,8 @@ std::vector<Value*> dot_step(Emit& b, const DotFormat& f, Value* w, Value* woff,
         const int qs_off = (has_m ? 4 : 2) + (q5 ? 4 : 0);
         Value* q = nibbles32(b, w, b.addc(woff, qs_off), has_m ? 4 : 2);
         if (q5) q = b.bit_or(q, q5_high_bits(b, w, b.addc(woff, qh_off)));
-        lanes = dot32(b, q, x.v[1]);
-        // (q - o) . y = q . y - o * (lane sums of y), o = 8 or 16.
-        if (!has_m) lanes = b.sub(lanes, b.shlc(x.v[2], q5 ? 4 : 3));
+        if (q->type != kI32x8) q = b.bitcast(q, kI32x8);
+        lanes = has_m ? dot32(b, q, x.v[1]) : b.dot4(q, x.v[1], x.v[2]);  // x.v[2]: -o x lane sums
       }
       out[0] = fma_lanes(b, d, lanes, acc[0]);
       return out;

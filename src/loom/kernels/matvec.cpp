@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "loom/codegen/cpp/host_compiler.h"
 #include "loom/kernels/elementwise_util.h"
 #include "loom/kernels/mat_dot.h"
 #include "loom/kernels/matmul_cpu.h"
@@ -161,16 +162,19 @@ class MatOp final : public OpSpec {
     if (t == ir::TargetKind::kCpp) {
       if (multi_ && !id_) {
         // matmul: tiles of rows x tokens that unpack each weight block once per tile (128 tokens,
-        // 2 threads). 4 x 4: SmolLM2's Q4_1/Q8_0 shapes 1.9-2.1x the one-token kernel (4 x 8 and
-        // 8-row items within 2%, 2 x 4 and 4 x 2 6-8% slower), Q4_K 2048->640 2.1x. Smaller tiles
-        // where a pair's accumulators are larger: Q6_K 2 x 4 (2048->640: 4 x 4 no faster than one
-        // token, 2 x 4 1.6x), F16 2 x 2 (1536->640: 2 x 2 1.6x, 4 x 4 1.0x); IQ4_XS untiled
-        // (its tiles are 1.2-1.6x slower than one token).
+        // 2 threads). 4 x 4 with 16 vector registers (AVX2): SmolLM2's Q4_1/Q8_0 shapes 1.9-2.1x
+        // the one-token kernel (4 x 8 and 8-row items within 2%, 2 x 4 and 4 x 2 6-8% slower),
+        // Q4_K 2048->640 2.1x. With AVX-512's 32, 4 x 8 (2048->1536: Q4_0 4%, Q4_1 11%, Q5_0 15%,
+        // Q8_0/Q4_K 3% faster than 4 x 4). Smaller tiles where a pair's accumulators are larger:
+        // Q6_K 2 x 4 (2048->640: 4 x 4 no faster than one token, 2 x 4 1.6x; 2 x 4 is also best
+        // with 32 registers), F16 2 x 2 (1536->640: 2 x 2 1.6x, 4 x 4 1.0x); IQ4_XS untiled (its
+        // tiles are 1.2-1.6x slower than one token).
         switch (static_cast<GgmlType>(s.at("wtype"))) {
           case GgmlType::Q6_K: return {{"rows_per_block", 4}, {"row_tile", 2}, {"tok_tile", 4}};
           case GgmlType::F16: return {{"rows_per_block", 4}, {"row_tile", 2}, {"tok_tile", 2}};
           case GgmlType::IQ4_XS: return {{"rows_per_block", 4}, {"row_tile", 1}, {"tok_tile", 1}};
-          default: return {{"rows_per_block", 4}, {"row_tile", 4}, {"tok_tile", 4}};
+          default:
+            return {{"rows_per_block", 4}, {"row_tile", 4}, {"tok_tile", codegen::cpu_vector_registers() >= 32 ? 8 : 4}};
         }
       }
       // The hardware prefetchers alone keep too few weight lines in flight for a row-at-a-time

@@ -133,9 +133,34 @@ inline int32_t loom_dot4(int32_t a, int32_t b, int32_t c) {
 // SIMD path for the host's instruction set and a lane loop for other hosts.
 
 // dot4 on i32 lanes. Exact for all inputs: bytes sign-extended to 16 bits (even and odd bytes
-// apart), then pairwise 16-bit multiply-adds (vpmaddwd).
+// apart), then pairwise 16-bit multiply-adds (vpmaddwd). With VNNI, a's bytes move to unsigned
+// (a ^ 0x80 = a + 128) for vpdpbusd and the extra 128 * (b's byte sums) is taken off again; the
+// sums wrap mod 2^32 like the IR's, so the result is the same in every bit.
 template <class V>
 inline V loom_dot4_v(V a, V b, V c) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  if constexpr (sizeof(V) == 32) {
+    const __m256i k = _mm256_set1_epi8(static_cast<char>(0x80));
+    return (V)_mm256_sub_epi32(_mm256_dpbusd_epi32((__m256i)c, _mm256_xor_si256((__m256i)a, k), (__m256i)b),
+                               _mm256_dpbusd_epi32(_mm256_setzero_si256(), k, (__m256i)b));
+  }
+  if constexpr (sizeof(V) == 16) {
+    const __m128i k = _mm_set1_epi8(static_cast<char>(0x80));
+    return (V)_mm_sub_epi32(_mm_dpbusd_epi32((__m128i)c, _mm_xor_si128((__m128i)a, k), (__m128i)b),
+                            _mm_dpbusd_epi32(_mm_setzero_si128(), k, (__m128i)b));
+  }
+#elif defined(__AVXVNNI__)
+  if constexpr (sizeof(V) == 32) {
+    const __m256i k = _mm256_set1_epi8(static_cast<char>(0x80));
+    return (V)_mm256_sub_epi32(_mm256_dpbusd_avx_epi32((__m256i)c, _mm256_xor_si256((__m256i)a, k), (__m256i)b),
+                               _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), k, (__m256i)b));
+  }
+  if constexpr (sizeof(V) == 16) {
+    const __m128i k = _mm_set1_epi8(static_cast<char>(0x80));
+    return (V)_mm_sub_epi32(_mm_dpbusd_avx_epi32((__m128i)c, _mm_xor_si128((__m128i)a, k), (__m128i)b),
+                            _mm_dpbusd_avx_epi32(_mm_setzero_si128(), k, (__m128i)b));
+  }
+#endif
 #if defined(__AVX2__)
   if constexpr (sizeof(V) == 32) {
     const __m256i x = (__m256i)a, y = (__m256i)b;

@@ -91,6 +91,18 @@ Status check_cpu_arch(std::string_view arch) {
 #endif
 }
 
+int cpu_vector_registers(std::string_view arch_in) {
+  const std::string arch = arch_in.empty() ? selected_cpu_arch() : std::string(arch_in);
+  if (arch == "x86-64-v4") return 32;
+#if defined(__x86_64__)
+  if (arch == "native") {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") ? 32 : 16;
+  }
+#endif
+  return 16;
+}
+
 Result<std::string> compile_shared_object(std::string_view source, std::string_view arch_in) {
   const std::string arch = arch_in.empty() ? selected_cpu_arch() : std::string(arch_in);
   LOOM_RETURN_IF_ERROR(check_cpu_arch(arch));

@@ -32,6 +32,9 @@ const std::vector<std::string>& cpu_archs();
 std::string selected_cpu_arch();
 // OK when this CPU runs code compiled for `arch`; else unavailable, naming what it lacks.
 Status check_cpu_arch(std::string_view arch);
+// Vector registers that code compiled for `arch` (empty: the selected one) has: 32 with AVX-512
+// (x86-64-v4, or native on an AVX-512 CPU), else 16. Register tiles are sized by it.
+int cpu_vector_registers(std::string_view arch = "");
 
 // A dlopen'ed shared object; move-only, dlclose on destruction.
 class SharedLibrary {
