@@ -160,6 +160,58 @@ TEST_P(EltOpCpu, EveryShapeDefaultAndRandomSchedules) {
 INSTANTIATE_TEST_SUITE_P(Ops, EltOpCpu, testing::Values(&rope_kv_op()),
                          [](const testing::TestParamInfo<const OpSpec*>& i) { return std::string(i.param->name()); });
 
+// geglu's GELU is a table over fp16 inputs: the vector kernel (a fast tanh, the C library's where
+// an entry could round either way) gives the reference's entry for every one of the 65536 fp16
+// values of g, as 8- and 4-lane vectors and as scalars, bit for bit.
+TEST(EltOpsCpu, GegluMatchesTheReferenceOnEveryF16Input) {
+  const OpSpec& op = geglu_op();
+  const int64_t n = 65536;
+  Shape shape;
+  shape.dims["n"] = n;
+  ASSERT_TRUE(op.validate(shape).ok());
+  std::mt19937_64 rng(fresh_seed());
+  for (int64_t vec : {8, 4, 1}) {
+    SCOPED_TRACE(fmt::format("vec {}", vec));
+    Schedule sch = op.default_schedule(shape, ir::TargetKind::kCpp);
+    sch["vec"] = vec;
+    auto gen = op.generate(shape, sch, ir::TargetKind::kCpp);
+    ASSERT_TRUE(gen.ok()) << gen.status().to_string();
+    auto mod = codegen::compile_cpu_module(gen->module);
+    ASSERT_TRUE(mod.ok()) << mod.status().to_string();
+    const std::vector<ArgSpec> specs = op.args(shape);
+    ASSERT_EQ(specs.size(), 3u);  // g, u, y
+    std::vector<HostArg> host(3);
+    for (auto& h : host) h.bytes.assign(static_cast<size_t>(n) * 4, 0);
+    std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = llm::fp16_to_fp32(static_cast<uint16_t>(i));
+      const float uv = u(rng);
+      std::memcpy(host[0].bytes.data() + 4 * i, &g, 4);
+      std::memcpy(host[1].bytes.data() + 4 * i, &uv, 4);
+    }
+    std::vector<HostArg> want = host;
+    ASSERT_TRUE(op.reference(shape, want).ok());
+    for (const KernelLaunch& l : gen->launches) {
+      auto fn = mod->kernel(l.kernel);
+      ASSERT_TRUE(fn.ok());
+      std::vector<void*> ptrs;
+      for (int a : l.args) ptrs.push_back(host[static_cast<size_t>(a)].bytes.data());
+      std::vector<void*> params;
+      for (void*& p : ptrs) params.push_back(&p);
+      ASSERT_TRUE(codegen::launch_cpu(*fn, params.data(), l.grid, l.block, 2).ok());
+    }
+    int bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t got, exp;
+      std::memcpy(&got, host[2].bytes.data() + 4 * i, 4);
+      std::memcpy(&exp, want[2].bytes.data() + 4 * i, 4);
+      if (got != exp && bad++ < 5)
+        ADD_FAILURE() << fmt::format("g = fp16 {:#06x}: got {:#010x} want {:#010x}", i, got, exp);
+    }
+    EXPECT_EQ(bad, 0);
+  }
+}
+
 TEST(EltOpsCpu, OutsideTheScheduleSpaceIsAnError) {
   const OpSpec& op = rms_norm_op();
   Shape shape = op.test_shapes().front();

@@ -69,21 +69,35 @@ class GegluOp final : public MapOp {
     Value* x = b.convert(b.convert(g, h), g->type);  // the table's input
     Value* inner = b.mul(b.mul(c(0.79788456080286535587989211986876f), x),
                          b.fma(b.mul(c(0.044715f), x), x, c(1.0)));
-    // tanh lane by lane: a scalar tanh is the C library's on the cpp target (the reference's, so
-    // the table entries come out bit for bit), where a vector tanh would be the emitter's own
-    // 2.5-ulp lanes, enough to move a table entry by one fp16 step now and then (Gemma 3 on
-    // real text: logits off from the 83rd token, another greedy answer). On PTX every lane is
-    // scalar anyway.
-    Value* th = nullptr;
+    // The table entry needs the C library's tanh (the reference's): the emitter's vector tanh
+    // (2.5 ulp) moves an entry by one fp16 step now and then (Gemma 3 on real text: logits off
+    // from the 83rd token, another greedy answer). So vectors take the fast tanh and keep its
+    // entries only where no tanh within the bound below could round to another fp16 value; a
+    // vector with any such lane is recomputed lane by lane with the scalar tanh (on the cpp
+    // target the C library's; on PTX every lane is scalar anyway).
+    auto entry = [&](Value* th) { return b.mul(b.mul(c(0.5), x), b.add(c(1.0), th)); };
+    auto to_h = [&](Value* v) { return b.convert(b.convert(v, h), g->type); };
+    Value* rounded = nullptr;
     if (lanes == 1) {
-      th = b.unary(ir::Op::kTanh, inner);
+      rounded = to_h(entry(b.unary(ir::Op::kTanh, inner)));
     } else {
-      std::vector<Value*> per_lane;
-      for (int l = 0; l < lanes; ++l) per_lane.push_back(b.unary(ir::Op::kTanh, b.extract(inner, l)));
-      th = b.build(std::move(per_lane));
+      Value* fast = entry(b.unary(ir::Op::kTanh, inner));
+      // |tanh error| <= 3 ulp <= 3 * 2^-24 and two roundings of 1 + tanh: (1 + tanh) moves by
+      // < 2^-21, gelu by 0.5 |x| 2^-21 plus its own two roundings (<= |gelu| 2^-23); doubled.
+      Value* bound = b.fma(b.unary(ir::Op::kAbs, x), c(std::ldexp(1.0, -21)),
+                           b.mul(b.unary(ir::Op::kAbs, fast), c(std::ldexp(1.0, -22))));
+      Value* lo_h = to_h(b.sub(fast, bound));
+      Value* hi_h = to_h(b.add(fast, bound));
+      // 1 where the ends round apart (or NaN), summed over the lanes.
+      Value* apart = b.select(b.cmp(ir::Mode::kEq, lo_h, hi_h), c(0.0), c(1.0));
+      Value* n_apart = b.extract(apart, 0);
+      for (int l = 1; l < lanes; ++l) n_apart = b.add(n_apart, b.extract(apart, l));
+      rounded = b.if_then_else(b.cmp(ir::Mode::kGt, n_apart, b.f32(0.0)), {g->type}, [&] {
+        std::vector<Value*> per_lane;
+        for (int l = 0; l < lanes; ++l) per_lane.push_back(b.unary(ir::Op::kTanh, b.extract(inner, l)));
+        return std::vector<Value*>{to_h(entry(b.build(std::move(per_lane))))};
+      }, [&] { return std::vector<Value*>{to_h(fast)}; })[0];
     }
-    Value* gelu = b.mul(b.mul(c(0.5), x), b.add(c(1.0), th));
-    Value* rounded = b.convert(b.convert(gelu, h), g->type);
     Value* lo = b.cmp(ir::Mode::kLe, g, c(-10.0));
     Value* hi = b.cmp(ir::Mode::kGe, g, c(10.0));
     Value* act = b.select(hi, g, b.select(lo, c(0.0), rounded));
