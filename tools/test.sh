@@ -29,4 +29,5 @@ fi
 
 echo "== oracle tests (pytest)"
 cd "$root"
-python3 -m pytest -q tests/py "$@"
+# The slowest tests are listed at the end (what to look at when CI time grows).
+python3 -m pytest -q --durations=15 tests/py "$@"
