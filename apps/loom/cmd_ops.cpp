@@ -48,8 +48,12 @@ Result<const OpSpec*> find(const std::string& name) {
 std::string space_text(const std::vector<Knob>& space) {
   std::string out;
   for (const Knob& k : space) {
-    out += (out.empty() ? "" : " ") + k.name + "={";
-    for (size_t i = 0; i < k.choices.size(); ++i) out += (i ? "," : "") + std::to_string(k.choices[i]);
+    if (!out.empty()) out += ' ';
+    out += k.name + "={";
+    for (size_t i = 0; i < k.choices.size(); ++i) {
+      if (i) out += ',';
+      out += std::to_string(k.choices[i]);
+    }
     out += "}";
   }
   return out;
@@ -69,9 +73,20 @@ int run_list() {
   return 0;
 }
 
-Result<Schedule> parse_schedule(const std::string& text) {
-  LOOM_ASSIGN_OR_RETURN(Shape s, Shape::parse(text));  // same NAME=VALUE,... syntax
-  return Schedule(s.dims.begin(), s.dims.end());
+// --schedule: the knobs given over the op's default schedule for this shape and target (a knob
+// left out keeps its default); a name outside the op's space is refused, naming the space.
+Result<Schedule> parse_schedule(const std::string& text, const OpSpec& op, const Shape& shape, ir::TargetKind target) {
+  LOOM_ASSIGN_OR_RETURN(Shape given, Shape::parse(text));  // same NAME=VALUE,... syntax
+  Schedule sc = op.default_schedule(shape, target);
+  const std::vector<Knob> space = op.schedule_space(shape, target);
+  for (const auto& [name, value] : given.dims) {
+    const bool known = std::any_of(space.begin(), space.end(), [&](const Knob& k) { return k.name == name; });
+    if (!known)
+      return invalid_argument("--schedule: {} has no knob '{}' for {{{}}} on this target (knobs: {})", op.name(), name,
+                              shape.key(), space_text(space));
+    sc[name] = value;
+  }
+  return sc;
 }
 
 Status run_test(const OpsFlags& f) {
@@ -91,7 +106,7 @@ Status run_test(const OpsFlags& f) {
   for (const Shape& s : shapes) {
     std::vector<Schedule> scheds;
     if (!f.schedule.empty()) {
-      LOOM_ASSIGN_OR_RETURN(Schedule sc, parse_schedule(f.schedule));
+      LOOM_ASSIGN_OR_RETURN(Schedule sc, parse_schedule(f.schedule, *op, s, dev->target()));
       scheds.push_back(sc);
     } else {
       scheds.push_back(op->default_schedule(s, dev->target()));
@@ -144,7 +159,7 @@ Status run_bench(const OpsFlags& f) {
   LOOM_ASSIGN_OR_RETURN(auto dev, OpDevice::open(f.device, f.threads));
   Schedule sc = op->default_schedule(s, dev->target());
   if (!f.schedule.empty()) {
-    LOOM_ASSIGN_OR_RETURN(sc, parse_schedule(f.schedule));
+    LOOM_ASSIGN_OR_RETURN(sc, parse_schedule(f.schedule, *op, s, dev->target()));
   }
   LOOM_ASSIGN_OR_RETURN(BenchResult b, bench_op(*op, s, sc, *dev, f.warmup, f.reps));
   Cost c = op->cost(s);
@@ -185,7 +200,7 @@ Status run_ir(const OpsFlags& f) {
   if (!target) return invalid_argument("unknown target '{}' (cpp, ptx, amdgpu)", f.device);
   Schedule sc = op->default_schedule(s, *target);
   if (!f.schedule.empty()) {
-    LOOM_ASSIGN_OR_RETURN(sc, parse_schedule(f.schedule));
+    LOOM_ASSIGN_OR_RETURN(sc, parse_schedule(f.schedule, *op, s, *target));
   }
   LOOM_ASSIGN_OR_RETURN(Generated g, op->generate(s, sc, *target));
   std::printf("// op %s shape {%s} schedule {%s} target %s\n", std::string(op->name()).c_str(), s.key().c_str(),
@@ -242,7 +257,7 @@ LOOM_COMMAND(kOps, "ops", "The op library: list ops, test them against their ref
                auto* irc = sub.add_subcommand("ir", "print the Loom IR an op generates");
                irc->add_option("op", f->op, "op name")->required();
                irc->add_option("--shape", f->shape, "NAME=VALUE,...")->required();
-               irc->add_option("--schedule", f->schedule, "knob values (default schedule if absent)");
+               irc->add_option("--schedule", f->schedule, "knob values over the default schedule, NAME=VALUE,...");
                irc->add_option("--target", f->device, "cpp (default), ptx or amdgpu");
                irc->callback([which] { *which = "ir"; });
                auto* build = sub.add_subcommand("build", "compile every op for AMDGPU; report registers, LDS, spills");
@@ -258,7 +273,7 @@ LOOM_COMMAND(kOps, "ops", "The op library: list ops, test them against their ref
                                                         : "check, then time (median of --reps after --warmup)");
                  c->add_option("op", f->op, "op name")->required();
                  c->add_option("--shape", f->shape, "NAME=VALUE,... (e.g. n_in=576,n_out=1536,n_tokens=1,wtype=3)");
-                 c->add_option("--schedule", f->schedule, "knob values, NAME=VALUE,... (default schedule if absent)");
+                 c->add_option("--schedule", f->schedule, "knob values over the default schedule, NAME=VALUE,... (knobs left out keep their default)");
                  c->add_option("--device", f->device, "cpu, cuda[:N], amdgpu[:N] (through HRX) or cpu-direct");
                  c->add_option("--threads", f->threads, "cpu-direct and reference threads (default $LOOM_THREADS or 2)");
                  c->add_option("--seed", f->seed, "input seed (default random, printed)");

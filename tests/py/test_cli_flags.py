@@ -109,3 +109,24 @@ def test_bench_prints_a_line_per_step_when_piped(loom_bin):
     assert "repetition 2/2" in text
     # stdout keeps only the JSON results.
     assert len(res) == 2 and all(line.startswith("{") for line in r.stdout.splitlines())
+
+
+def test_ops_schedule_overrides_single_knobs_over_the_default(loom_bin):
+    """`loom ops bench --schedule` sets the knobs given and keeps the default for the rest; a knob
+    outside the op's space is one error naming it and the space."""
+    shape = "n_in=256,n_out=64,n_tokens=1,wtype=2"
+    default = json.loads(run_loom(loom_bin, "ops", "bench", "matvec", "--device", "cpu", "--shape", shape,
+                                  "--reps", "1", "--warmup", "0", "--json").stdout)
+    given = json.loads(run_loom(loom_bin, "ops", "bench", "matvec", "--device", "cpu", "--shape", shape,
+                                "--schedule", "prefetch=0", "--reps", "1", "--warmup", "0", "--json").stdout)
+
+    def knobs(j):
+        return dict(kv.split("=") for kv in j["schedule"].split(","))
+
+    d, g = knobs(default), knobs(given)
+    assert d["prefetch"] != "0" and g["prefetch"] == "0"
+    assert {k: v for k, v in d.items() if k != "prefetch"} == {k: v for k, v in g.items() if k != "prefetch"}
+    bad = run_loom(loom_bin, "ops", "bench", "matvec", "--device", "cpu", "--shape", shape, "--schedule", "warp=4",
+                   check=False)
+    assert bad.returncode != 0
+    assert "no knob 'warp'" in bad.stderr and "prefetch" in bad.stderr, bad.stderr

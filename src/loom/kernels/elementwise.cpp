@@ -105,7 +105,7 @@ Result<Generated> MapOp::generate(const Shape& shape, const Schedule& schedule,
       Value* eo = strided ? b.add(out_base, e) : e;
       std::vector<Value*> xs;
       for (Value* p : in_ptrs) xs.push_back(b.load(p, ei, vt, 4 * vec));
-      b.store(y, eo, apply(b, shape, xs), 4 * vec);
+      b.store(y, eo, apply_on(b, shape, xs, target), 4 * vec);
       return std::vector<Value*>{};
     });
     return std::vector<Value*>{};

@@ -45,6 +45,11 @@ class MapOp : public OpSpec {
   // Builds y from the input vectors (f32 scalars or f32xvec), in IR.
   virtual ir::Value* apply(ir::Builder& b, const Shape& shape,
                            std::span<ir::Value* const> in) const = 0;
+  // The same for one target (what generate calls); by default the target does not matter.
+  virtual ir::Value* apply_on(ir::Builder& b, const Shape& shape, std::span<ir::Value* const> in,
+                              ir::TargetKind) const {
+    return apply(b, shape, in);
+  }
   // The host definition on n elements.
   virtual void host(const Shape& shape, std::span<const float* const> in, float* y,
                     int64_t n) const = 0;

@@ -61,7 +61,18 @@ class GegluOp final : public MapOp {
   double flops_per_element() const override { return 10; }
   float input_range() const override { return 12.0f; }
   bool strided_rows() const override { return true; }
-  Value* apply(ir::Builder& b, const Shape&, std::span<Value* const> in) const override {
+  Value* apply(ir::Builder& b, const Shape&, std::span<Value* const> in) const override { return entries(b, in, false); }
+  Value* apply_on(ir::Builder& b, const Shape&, std::span<Value* const> in, ir::TargetKind t) const override {
+    return entries(b, in, t == ir::TargetKind::kCpp);
+  }
+  void host(const Shape&, std::span<const float* const> in, float* y, int64_t n) const override {
+    llm::ref::geglu(in[0], in[1], y, n);
+  }
+
+ private:
+  // fast_vector: the cpp target's vector tanh with the check below (its error bound is known);
+  // elsewhere every lane takes the scalar tanh.
+  Value* entries(ir::Builder& b, std::span<Value* const> in, bool fast_vector) const {
     Value* g = in[0];
     const int lanes = g->type.lanes();
     auto c = [&](double v) { return splat_like(b, b.f32(v), g); };
@@ -73,13 +84,20 @@ class GegluOp final : public MapOp {
     // (2.5 ulp) moves an entry by one fp16 step now and then (Gemma 3 on real text: logits off
     // from the 83rd token, another greedy answer). So vectors take the fast tanh and keep its
     // entries only where no tanh within the bound below could round to another fp16 value; a
-    // vector with any such lane is recomputed lane by lane with the scalar tanh (on the cpp
-    // target the C library's; on PTX every lane is scalar anyway).
+    // vector with any such lane is recomputed lane by lane with the C library's tanh. Other
+    // targets take their scalar tanh in every lane (PTX's vectors are one lane anyway).
     auto entry = [&](Value* th) { return b.mul(b.mul(c(0.5), x), b.add(c(1.0), th)); };
     auto to_h = [&](Value* v) { return b.convert(b.convert(v, h), g->type); };
     Value* rounded = nullptr;
+    auto scalar_lanes = [&] {
+      std::vector<Value*> per_lane;
+      for (int l = 0; l < lanes; ++l) per_lane.push_back(b.unary(ir::Op::kTanh, b.extract(inner, l)));
+      return to_h(entry(b.build(std::move(per_lane))));
+    };
     if (lanes == 1) {
       rounded = to_h(entry(b.unary(ir::Op::kTanh, inner)));
+    } else if (!fast_vector) {
+      rounded = scalar_lanes();
     } else {
       Value* fast = entry(b.unary(ir::Op::kTanh, inner));
       // |tanh error| <= 3 ulp <= 3 * 2^-24 and two roundings of 1 + tanh: (1 + tanh) moves by
@@ -92,19 +110,14 @@ class GegluOp final : public MapOp {
       Value* apart = b.select(b.cmp(ir::Mode::kEq, lo_h, hi_h), c(0.0), c(1.0));
       Value* n_apart = b.extract(apart, 0);
       for (int l = 1; l < lanes; ++l) n_apart = b.add(n_apart, b.extract(apart, l));
-      rounded = b.if_then_else(b.cmp(ir::Mode::kGt, n_apart, b.f32(0.0)), {g->type}, [&] {
-        std::vector<Value*> per_lane;
-        for (int l = 0; l < lanes; ++l) per_lane.push_back(b.unary(ir::Op::kTanh, b.extract(inner, l)));
-        return std::vector<Value*>{to_h(entry(b.build(std::move(per_lane))))};
-      }, [&] { return std::vector<Value*>{to_h(fast)}; })[0];
+      rounded = b.if_then_else(b.cmp(ir::Mode::kGt, n_apart, b.f32(0.0)), {g->type},
+                               [&] { return std::vector<Value*>{scalar_lanes()}; },
+                               [&] { return std::vector<Value*>{to_h(fast)}; })[0];
     }
     Value* lo = b.cmp(ir::Mode::kLe, g, c(-10.0));
     Value* hi = b.cmp(ir::Mode::kGe, g, c(10.0));
     Value* act = b.select(hi, g, b.select(lo, c(0.0), rounded));
     return b.mul(act, in[1]);
-  }
-  void host(const Shape&, std::span<const float* const> in, float* y, int64_t n) const override {
-    llm::ref::geglu(in[0], in[1], y, n);
   }
 };
 
