@@ -61,10 +61,10 @@ def test_search_q4_0_ffn_two_minutes(loom_bin, tmp_path):
     # The gate: 1.3x over the default schedule (confirmed: the job re-times its three best
     # candidates in 5 rounds interleaved with the baseline), or, where the winner already streams
     # its weights at >= 70% of the measured read bandwidth, 1.2x. The default schedule prefetches
-    # its weight stream (56-69% of the bandwidth on the 2-core Xeon); every variant of the C++
-    # family, 256-bit or 512-bit, VNNI or not, lands at 26.7-28 us there (~18.5 GB/s, the 2-thread
-    # stream rate of this 0.5 MB launch), 1.23-1.31x over the default: the remaining gap is the
-    # memory's, not the kernel's. The 2-thread peak itself varies with the load (14-31 GB/s
+    # its weight stream (56-69% of the bandwidth on the 2-core Xeon); the C++ family's winners
+    # land at 27-29 us there (~18 GB/s, the 2-thread stream rate of this 0.5 MB launch; a 512-bit
+    # VBMI/VNNI variant of the family measured the same), 1.23-1.31x over the default: the
+    # remaining gap is the memory's, not the kernel's. The 2-thread peak itself varies with the load (14-31 GB/s
     # measured), so the search-time fraction is gated only loosely.
     stored = db_rows(db, "SELECT speedup, median_us, candidate FROM kernels WHERE op = 'matvec' AND shape_key = ?", FFN)
     assert stored, f"nothing stored: confirmed {confirmed:.2f}x"

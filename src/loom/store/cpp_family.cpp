@@ -3,8 +3,6 @@
 
 #include <algorithm>
 
-#include "loom/codegen/cpp/host_compiler.h"
-
 namespace loom::store {
 namespace {
 
@@ -21,19 +19,6 @@ bool layout_of(int64_t wtype, Layout& l) {
   }
 }
 
-// Whether cx_wide compiles to the 512-bit path here: the cpp target builds for this CPU
-// (LOOM_CPU_ARCH native) and it has AVX-512 VBMI and VNNI (the named x86-64 levels have neither).
-bool wide_here() {
-#if defined(__x86_64__)
-  if (codegen::selected_cpu_arch() != "native") return false;
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vnni") &&
-         __builtin_cpu_supports("avx512bw");
-#else
-  return false;
-#endif
-}
-
 bool applies(const kernels::OpSpec& op, const kernels::Shape& s, ir::TargetKind t) {
   Layout l;
   auto wt = s.dims.find("wtype");
@@ -47,43 +32,11 @@ bool applies(const kernels::OpSpec& op, const kernels::Shape& s, ir::TargetKind 
 constexpr std::string_view kSource = R"(// evolve cpp family: matvec wtype={wtype} rows={rows} tile={tile} acc={acc} pf={pf} unroll={unroll} offset={offset}{extra}
 // launch evolve_matvec grid={grid},1,1 block=1,1,1 args=0,1,2
 #include <immintrin.h>
-// VNNI: vpdpbusd (unsigned x signed bytes, four products summed into each 32-bit lane, no
-// saturation) where the compiler's target has it; elsewhere vpmaddubsw + vpmaddwd, the same sums.
-#if {vnni} && defined(__AVX512VNNI__) && defined(__AVX512VL__)
-#define LOOM_DPBUSD(c, u, s) _mm256_dpbusd_epi32((c), (u), (s))
-#elif {vnni} && defined(__AVXVNNI__)
-#define LOOM_DPBUSD(c, u, s) _mm256_dpbusd_avx_epi32((c), (u), (s))
-#endif
-// WIDE: four 4-bit blocks per 512-bit register, their nibbles and scales picked out of two loads
-// by vpermt2b/vpermt2w (AVX-512 VBMI), summed by vpdpbusd; without those, the pair path.
-#if {wide} && {pair} && defined(__AVX512VBMI__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
-#define LOOM_WIDE 1
-#else
-#define LOOM_WIDE 0
-#endif
 namespace {{
 constexpr int NB = {nb}, N_OUT = {n_out}, ROWS = {rows}, TILE = {tile}, ACC = {acc}, PF = {pf};
 constexpr int WB = {wb}, WQ = {wq}, XB = {xb}, XQ = {xq}, WTYPE = {wtype}, OFFSET = {offset};
 constexpr int XPRE = {xpre}, PAIR = {pair}, PFSTEP = {pfstep};
 constexpr long long WROW = (long long)NB * WB;
-// c + the dot products of u (unsigned bytes, at most 2 x 15 x 128 per 16-bit pair sum on the
-// 4-bit path, so vpmaddubsw never saturates) with s (signed bytes), four per 32-bit lane.
-inline __m256i dot_us(__m256i c, __m256i u, __m256i s) {{
-#ifdef LOOM_DPBUSD
-  return LOOM_DPBUSD(c, u, s);
-#else
-  return _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
-#endif
-}}
-// Two blocks' halves at once: c + u0.s0 + u1.s1 (the 16-bit sums of both stay below 2^15).
-inline __m256i dot_us2(__m256i c, __m256i u0, __m256i s0, __m256i u1, __m256i s1) {{
-#ifdef LOOM_DPBUSD
-  return LOOM_DPBUSD(LOOM_DPBUSD(c, u0, s0), u1, s1);
-#else
-  const __m256i h = _mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), _mm256_maddubs_epi16(u1, s1));
-  return _mm256_add_epi32(c, _mm256_madd_epi16(h, _mm256_set1_epi16(1)));
-#endif
-}}
 inline float h2f(const unsigned char* p) {{ unsigned short h; __builtin_memcpy(&h, p, 2); return _cvtsh_ss(h); }}
 inline unsigned short h16(const unsigned char* p) {{ unsigned short h; __builtin_memcpy(&h, p, 2); return h; }}
 // An f16 broadcast to 8 lanes (vpbroadcastw + vcvtph2ps: no scalar round trip).
@@ -117,24 +70,24 @@ inline void rows_tile(const unsigned char* w, const unsigned char* x, float* y, 
     const unsigned char* xb = x + b * XB;
     const __m256i xv = _mm256_loadu_si256((const __m256i*)(xb + XQ));
     const float dx = h2f(xb);
-    // Q4_0's offset: -8 x the activation's lane sums starts each dot product.
     __m256i xs8 = _mm256_setzero_si256();
-    if (WTYPE == 2 && OFFSET) xs8 = _mm256_sub_epi32(xs8, _mm256_slli_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, xv), ones16), 3));
+    if (WTYPE == 2 && OFFSET) xs8 = _mm256_slli_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, xv), ones16), 3);
     for (int t = 0; t < T; ++t) {{
       const unsigned char* wb = wr[t] + b * WB;
       if (PF) _mm_prefetch((const char*)(wb + PF), _MM_HINT_T0);
       __m256i p;
       if (WTYPE == 8) {{
         const __m256i wv = _mm256_loadu_si256((const __m256i*)(wb + WQ));
-        p = dot_us(_mm256_setzero_si256(), _mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
+        p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv)), ones16);
       }} else {{
         const __m128i q = _mm_loadu_si128((const __m128i*)(wb + WQ));
         __m256i wv = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
         if (WTYPE == 2 && !OFFSET) {{
           wv = _mm256_sub_epi8(wv, _mm256_set1_epi8(8));
-          p = dot_us(_mm256_setzero_si256(), _mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
+          p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv)), ones16);
         }} else {{
-          p = dot_us(xs8, wv, xv);
+          p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, xv), ones16);
+          if (WTYPE == 2) p = _mm256_sub_epi32(p, xs8);
         }}
       }}
       const __m256 d = _mm256_set1_ps(h2f(wb) * dx);
@@ -149,7 +102,7 @@ inline void rows_tile(const unsigned char* w, const unsigned char* x, float* y, 
   }}
 }}
 // Activation tables, built once per call and shared by all its rows (XPRE, PAIR): the quants,
-// -8 x the lane sums (Q4_0's offset, where a row's dot products start), the scale splat; for PAIR the same for two blocks per
+// 8 x the lane sums (Q4_0's offset), the scale splat; for PAIR the same for two blocks per
 // 256-bit register (low halves of both blocks, then high halves; lanes 0-3 block b, 4-7 b+1).
 struct XTab {{
   __m256i q[NB > 0 ? NB : 1], s8[NB > 0 ? NB : 1];
@@ -165,7 +118,7 @@ inline void build_tab(const unsigned char* x, XTab& t) {{
   for (int b = 0; b < NB; ++b) {{
     const unsigned char* xb = x + b * XB;
     t.q[b] = _mm256_loadu_si256((const __m256i*)(xb + XQ));
-    t.s8[b] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, t.q[b]), ones16), 3));
+    t.s8[b] = _mm256_slli_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, t.q[b]), ones16), 3);
     t.d[b] = hsplat(xb);
     t.m[b] = WTYPE == 3 ? h2f(xb + 2) : 0.0f;
   }}
@@ -180,77 +133,10 @@ inline void build_tab2(const unsigned char* x, XTab2& t) {{
     t.lo[b / 2] = _mm256_set_m128i(b0, a0);
     t.hi[b / 2] = _mm256_set_m128i(b1, a1);
     const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(ones8, t.lo[b / 2]), _mm256_maddubs_epi16(ones8, t.hi[b / 2]));
-    t.s8[b / 2] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(s, ones16), 3));
+    t.s8[b / 2] = _mm256_slli_epi32(_mm256_madd_epi16(s, ones16), 3);
     t.d[b / 2] = hsplat2(x0, x1);
   }}
 }}
-#if LOOM_WIDE
-// Groups of four blocks; the last one may hold fewer (its missing blocks read as zeros).
-constexpr int NG = (NB + 3) / 4;
-// vpermt2b / vpermt2w indices over a group's bytes (two 64-byte loads): 128-bit lane j gets
-// block j's 16 nibble bytes; 16-bit lane l gets block l/4's scale (and for Q4_1, its min).
-struct WideIdx {{
-  alignas(64) unsigned char q[64];
-  alignas(64) unsigned short d[32], m[32];
-  constexpr WideIdx() : q{{}}, d{{}}, m{{}} {{
-    for (int i = 0; i < 64; ++i) q[i] = (unsigned char)(WB * (i / 16) + WQ + i % 16);
-    for (int l = 0; l < 32; ++l) {{
-      d[l] = (unsigned short)(l < 16 ? WB * (l / 4) / 2 : 0);
-      m[l] = (unsigned short)(l < 16 ? (WB * (l / 4) + 2) / 2 : 0);
-    }}
-  }}
-}};
-constexpr WideIdx kIdx;
-// The activation's side of each group, in the same lanes: the low and high 16 quants of each
-// block, -8 x the lane sums (Q4_0), the scale per lane, Q4_1's sum term in lane 4j only.
-struct XTabW {{
-  alignas(64) signed char lo[NG][64], hi[NG][64];
-  alignas(64) int s8[NG][16];
-  alignas(64) float d[NG][16], m[NG][16];
-}};
-inline void build_tabw(const unsigned char* x, XTabW& t) {{
-  for (int g = 0; g < NG; ++g)
-    for (int j = 0; j < 4; ++j) {{
-      const int b = 4 * g + j;
-      const unsigned char* xb = x + b * XB;
-      for (int i = 0; i < 16; ++i) {{
-        t.lo[g][16 * j + i] = b < NB ? (signed char)xb[XQ + i] : 0;
-        t.hi[g][16 * j + i] = b < NB ? (signed char)xb[XQ + 16 + i] : 0;
-      }}
-      for (int l = 0; l < 4; ++l) {{
-        int sum = 0;
-        for (int e = 0; e < 4; ++e) sum += t.lo[g][16 * j + 4 * l + e] + t.hi[g][16 * j + 4 * l + e];
-        t.s8[g][4 * j + l] = -8 * sum;
-        t.d[g][4 * j + l] = b < NB ? h2f(xb) : 0.0f;
-        t.m[g][4 * j + l] = b < NB && l == 0 && WTYPE == 3 ? h2f(xb + 2) : 0.0f;
-      }}
-    }}
-}}
-inline float row_wide(const unsigned char* wr, const XTabW& t) {{
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  const __m512i iq = _mm512_load_si512(kIdx.q), id = _mm512_load_si512(kIdx.d), im = _mm512_load_si512(kIdx.m);
-  __m512 acc = _mm512_setzero_ps(), macc = _mm512_setzero_ps();
-#pragma GCC unroll {unroll}
-  for (int g = 0; g < NG; ++g) {{
-    const unsigned char* w0 = wr + 4 * g * WB;
-    if (PF) _mm_prefetch((const char*)(w0 + PF), _MM_HINT_T0);
-    // Masked loads stop at the row's end (no read past the last row).
-    const int bytes = (g + 1) * 4 <= NB ? 4 * WB : (NB - 4 * g) * WB;
-    const __mmask64 ma = bytes >= 64 ? ~0ull : (1ull << bytes) - 1;
-    const __mmask64 mb = bytes <= 64 ? 0ull : (1ull << (bytes - 64)) - 1;
-    const __m512i a = _mm512_maskz_loadu_epi8(ma, w0), b = _mm512_maskz_loadu_epi8(mb, w0 + 64);
-    const __m512i q = _mm512_permutex2var_epi8(a, iq, b);
-    const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-    __m512i p = _mm512_dpbusd_epi32(WTYPE == 2 ? _mm512_load_si512(t.s8[g]) : _mm512_setzero_si512(), lo, _mm512_load_si512(t.lo[g]));
-    p = _mm512_dpbusd_epi32(p, hi, _mm512_load_si512(t.hi[g]));
-    const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(a, id, b)));
-    acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_load_ps(t.d[g])), _mm512_cvtepi32_ps(p), acc);
-    if (WTYPE == 3)
-      macc = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(a, im, b))), _mm512_load_ps(t.m[g]), macc);
-  }}
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc, macc));
-}}
-#endif
 // One row from the tables (tile 1; rows stream one after another).
 inline float row_pre(const unsigned char* wr, const XTab& t, const XTab2& t2) {{
   const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -266,7 +152,9 @@ inline float row_pre(const unsigned char* wr, const XTab& t, const XTab2& t2) {{
       if (PF && (i % PFSTEP) == 0) _mm_prefetch((const char*)(w0 + PF), _MM_HINT_T0);
       const __m256i q = _mm256_set_m128i(_mm_loadu_si128((const __m128i*)(w0 + WB + WQ)), _mm_loadu_si128((const __m128i*)(w0 + WQ)));
       const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-      const __m256i p = dot_us2(WTYPE == 2 ? t2.s8[i] : _mm256_setzero_si256(), lo, t2.lo[i], hi, t2.hi[i]);
+      const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, t2.lo[i]), _mm256_maddubs_epi16(hi, t2.hi[i]));
+      __m256i p = _mm256_madd_epi16(s, ones16);
+      if (WTYPE == 2) p = _mm256_sub_epi32(p, t2.s8[i]);
       acc[i % ACC] = _mm256_fmadd_ps(_mm256_mul_ps(hsplat2(w0, w0 + WB), t2.d[i]), _mm256_cvtepi32_ps(p), acc[i % ACC]);
       if (WTYPE == 3) macc += h2f(w0 + 2) * t.m[2 * i] + h2f(w0 + WB + 2) * t.m[2 * i + 1];
     }}
@@ -279,11 +167,12 @@ inline float row_pre(const unsigned char* wr, const XTab& t, const XTab2& t2) {{
     __m256i p;
     if (WTYPE == 8) {{
       const __m256i wv = _mm256_loadu_si256((const __m256i*)(wb + WQ));
-      p = dot_us(_mm256_setzero_si256(), _mm256_sign_epi8(wv, wv), _mm256_sign_epi8(t.q[b], wv));
+      p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(t.q[b], wv)), ones16);
     }} else {{
       const __m128i q = _mm_loadu_si128((const __m128i*)(wb + WQ));
       const __m256i wv = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
-      p = dot_us(WTYPE == 2 ? t.s8[b] : _mm256_setzero_si256(), wv, t.q[b]);
+      p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, t.q[b]), ones16);
+      if (WTYPE == 2) p = _mm256_sub_epi32(p, t.s8[b]);
     }}
     acc[b % ACC] = _mm256_fmadd_ps(_mm256_mul_ps(hsplat(wb), t.d[b]), _mm256_cvtepi32_ps(p), acc[b % ACC]);
     if (WTYPE == 3) macc += h2f(wb + 2) * t.m[b];
@@ -297,16 +186,6 @@ extern "C" void evolve_matvec(void* const* args, const LoomLaunchDims* dims) {{
   const unsigned char* w = *static_cast<const unsigned char* const*>(args[0]);
   const unsigned char* x = *static_cast<const unsigned char* const*>(args[1]);
   float* y = *static_cast<float* const*>(args[2]);
-#if LOOM_WIDE
-  {{
-    XTabW t;
-    build_tabw(x, t);
-    const int r0 = (int)dims->block_begin * ROWS;
-    const int r1 = (long long)dims->block_end * ROWS < N_OUT ? (int)dims->block_end * ROWS : N_OUT;
-    for (int r = r0; r < r1; ++r) y[r] = row_wide(w + (long long)r * WROW, t);
-    return;
-  }}
-#endif
   if constexpr (XPRE || PAIR) {{
     XTab t;
     XTab2 t2;
@@ -349,9 +228,7 @@ std::vector<kernels::Knob> family_knobs(const kernels::OpSpec& op, const kernels
                                   {"cx_tile", {1, 2, 4}},       {"cx_acc", {1, 2}},
                                   {"cx_pf", {4096, 2048, 1024, 256, 0}},
                                   {"cx_unroll", {1, 2, 4}},     {"cx_xpre", {1, 0}},
-                                  {"cx_threads", {0, 1}},       {"cx_pfstep", {2, 1, 4}},
-                                  {"cx_vnni", {1, 0}}};
-  if (wt == 2 || wt == 3) k.push_back({"cx_wide", {1, 0}});
+                                  {"cx_threads", {0, 1}},       {"cx_pfstep", {2, 1, 4}}};
   if (wt == 2) k.push_back({"cx_offset", {0, 1}});
   if (wt == 2 || wt == 3) k.push_back({"cx_pair", {1, 0}});
   return k;
@@ -373,10 +250,9 @@ Result<std::string> family_source(const kernels::OpSpec& op, const kernels::Shap
   // One thread: a single block of all rows (the device runs a one-block launch inline).
   const int64_t rows = one ? n_out : get("cx_rows", 16);
   std::string extra;
-  const int64_t vnni = get("cx_vnni", 0), wide = pair ? get("cx_wide", 0) : 0;
-  if (xpre || pair || one || pfstep != 1 || vnni || wide)
-    extra = fmt::format(" xpre={} pair={} threads={} pfstep={} vnni={} wide={}", xpre, pair, one ? 1 : 0, pfstep, vnni, wide);
-  return fmt::format(kSource, fmt::arg("extra", extra), fmt::arg("vnni", vnni), fmt::arg("wide", wide), fmt::arg("xpre", xpre), fmt::arg("pair", pair),
+  if (xpre || pair || one || pfstep != 1)
+    extra = fmt::format(" xpre={} pair={} threads={} pfstep={}", xpre, pair, one ? 1 : 0, pfstep);
+  return fmt::format(kSource, fmt::arg("extra", extra), fmt::arg("xpre", xpre), fmt::arg("pair", pair),
                      fmt::arg("pfstep", pfstep), fmt::arg("wtype", s.at("wtype")), fmt::arg("rows", rows), fmt::arg("tile", get("cx_tile", 1)),
                      fmt::arg("acc", get("cx_acc", 1)), fmt::arg("pf", get("cx_pf", 0)), fmt::arg("unroll", get("cx_unroll", 1)),
                      fmt::arg("offset", get("cx_offset", 0)), fmt::arg("grid", (n_out + rows - 1) / rows),
@@ -406,17 +282,6 @@ void canonicalize(kernels::Schedule& knobs, const std::vector<kernels::Knob>& sp
       auto pf = knobs.find("cx_pf");
       const bool table = (xp != knobs.end() && xp->second) || (pr != knobs.end() && pr->second);
       if (!table || pf == knobs.end() || pf->second == 0) knobs[k.name] = k.choices[0];
-    }
-    // cx_wide only exists on the pair path, and changes the code only where it compiles to the
-    // 512-bit path; that path has no accumulator split, prefetch spacing or 256-bit VNNI choice.
-    if (cpp) {
-      auto pr = knobs.find("cx_pair");
-      auto wd = knobs.find("cx_wide");
-      const bool pair = pr != knobs.end() && pr->second;
-      if (k.name == "cx_wide" && (!pair || !wide_here())) knobs[k.name] = k.choices[0];
-      const bool wide = pair && wd != knobs.end() && wd->second && wide_here();
-      if (wide && (k.name == "cx_acc" || k.name == "cx_pfstep" || k.name == "cx_vnni" || k.name == "cx_xpre"))
-        knobs[k.name] = k.choices[0];
     }
     // One thread takes all rows: the block size does not matter.
     if (cpp && k.name == "cx_rows") {

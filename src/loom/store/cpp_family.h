@@ -1,10 +1,8 @@
 // A second kernel family for the search on the cpu device: quantized mat-vec (Q4_0, Q4_1,
 // Q8_0 weights, one token) written as C++ with AVX2 intrinsics by evolve's own generator, with
-// knobs the search tunes. The op library's kernels build their lanes with the IR's lane-wise
-// dot4 and have no byte shuffle or vector f16 convert (docs/kernels.md); this family adds what
-// only intrinsics give: two blocks' nibbles per register, F16C scale splats, vpmaddubsw/vpmaddwd
-// (or, with cx_vnni on a host with AVX-512-VNNI or AVX-VNNI, vpdpbusd: one instruction for the
-// two, the same sums). It enters the search as schedule knobs:
+// knobs the search tunes. The cpp target's Loom IR has no byte dot product, shuffle or vector
+// f16 convert (docs/kernels.md), so the op library's kernels spend ~70 instructions per weight
+// block; this family uses vpmaddubsw/vpmaddwd and F16C. It enters the search as schedule knobs:
 // ev_family=1 selects it, cx_* are its knobs; candidates are C++ text (kind cpp) per shape.
 //
 // Numerics: integer lanes as llm::ref (lane l holds elements 4l..4l+3), one fma per block and
