@@ -74,7 +74,8 @@ int run_list() {
 }
 
 // --schedule: the knobs given over the op's default schedule for this shape and target (a knob
-// left out keeps its default); a name outside the op's space is refused, naming the space.
+// left out keeps its default; no text, the default); a name outside the op's space is refused,
+// naming the space.
 Result<Schedule> parse_schedule(const std::string& text, const OpSpec& op, const Shape& shape, ir::TargetKind target) {
   LOOM_ASSIGN_OR_RETURN(Shape given, Shape::parse(text));  // same NAME=VALUE,... syntax
   Schedule sc = op.default_schedule(shape, target);
@@ -157,10 +158,7 @@ Status run_bench(const OpsFlags& f) {
   LOOM_ASSIGN_OR_RETURN(Shape s, Shape::parse(f.shape));
   LOOM_RETURN_IF_ERROR(op->validate(s));
   LOOM_ASSIGN_OR_RETURN(auto dev, OpDevice::open(f.device, f.threads));
-  Schedule sc = op->default_schedule(s, dev->target());
-  if (!f.schedule.empty()) {
-    LOOM_ASSIGN_OR_RETURN(sc, parse_schedule(f.schedule, *op, s, dev->target()));
-  }
+  LOOM_ASSIGN_OR_RETURN(Schedule sc, parse_schedule(f.schedule, *op, s, dev->target()));
   LOOM_ASSIGN_OR_RETURN(BenchResult b, bench_op(*op, s, sc, *dev, f.warmup, f.reps));
   Cost c = op->cost(s);
   nlohmann::ordered_json j = {{"op", op->name()}, {"shape", s.key()}, {"schedule", schedule_key(sc)},
@@ -198,10 +196,7 @@ Status run_ir(const OpsFlags& f) {
   LOOM_RETURN_IF_ERROR(op->validate(s));
   auto target = ir::parse_target_kind(f.device == "cpu" ? "cpp" : f.device);
   if (!target) return invalid_argument("unknown target '{}' (cpp, ptx, amdgpu)", f.device);
-  Schedule sc = op->default_schedule(s, *target);
-  if (!f.schedule.empty()) {
-    LOOM_ASSIGN_OR_RETURN(sc, parse_schedule(f.schedule, *op, s, *target));
-  }
+  LOOM_ASSIGN_OR_RETURN(Schedule sc, parse_schedule(f.schedule, *op, s, *target));
   LOOM_ASSIGN_OR_RETURN(Generated g, op->generate(s, sc, *target));
   std::printf("// op %s shape {%s} schedule {%s} target %s\n", std::string(op->name()).c_str(), s.key().c_str(),
               schedule_key(sc).c_str(), std::string(ir::target_kind_name(*target)).c_str());
