@@ -27,20 +27,19 @@ Value* f16_value_at(Emit& b, Value* base, Value* off) {
   return b.convert(b.bitcast(bits, ty::s(Scalar::kF16)), ty::f32);
 }
 
-// Q4_K/Q5_K in tiles. mat_dot's step multiplies each sub-block's integer lane sums by its 6-bit
-// scale in 32 bits (vpmulld, two micro-ops) and sums the sub-block minimums in scalars, per
-// (row, token) pair. Here the scale multiply happens in f32: every sub-block's lane sum times
-// its scale is an integer of magnitude <= 4 * 31 * 128 * 63 (Q5_K's 5-bit quants) and the eight
-// of them together stay below 8 * that < 2^24, so the f32 products and sums are exact and equal
-// the reference's 32-bit lanes converted. The minimums become one f32x8 product of the row's
-// mins and the token's sub-block sums (both prepared once: per row, per token), exact for the
-// same reason; Q4_K's four chains (sub-blocks 2c and 2c+1 each) are its low and high halves
-// with the lanes ordered 0,2,4,6,1,3,5,7. Bit-identical to mat_dot's step. (Pairs of sub-blocks
-// in 512-bit vectors measured 16% slower on the Sapphire Rapids Xeon.)
+// Q4_K/Q5_K in tiles. A row's scales, mins and quants and a token's activation bytes and
+// sub-block sums are prepared once per block (not per pair, as mat_dot's step would). A pair's
+// lanes are the reference's: each sub-block's dot4 times its 6-bit scale, added in 32 bits (the
+// cpp emitter makes each mul + add of a dot4 by a 16-bit scale one vpmaddubsw + vpdpwssd). The
+// minimums are one f32x8 product of the row's mins and the token's sub-block sums instead of
+// eight scalar multiplies per pair: each product is an integer below 63 * 4096 and a pair of
+// them below 2^24, so the f32 arithmetic is exact and equals the reference's 32-bit sums; Q4_K's
+// four chains (sub-blocks 2c and 2c+1 each) are the product's halves with the lanes ordered
+// 0,2,4,6,1,3,5,7. Bit-identical to mat_dot's step.
 struct KRow {
   Value* dw;      // f16 d
   Value* dm;      // f16 dmin
-  Value* sc[8];   // scales as f32
+  Value* sc[8];   // scales (i32, 0..63)
   Value* mn;      // mins as f32x8 (in kQ4kOrder for Q4_K)
   Value* v[8];    // sub-block quants, 32 bytes (i32x8) each
 };
@@ -63,7 +62,7 @@ KRow k_row(Emit& b, bool q5, Value* w, Value* woff) {
   k4_scales_mins(b, q, sc, mn);
   std::vector<Value*> m;
   for (int s = 0; s < 8; ++s) {
-    r.sc[s] = b.convert(sc[s], ty::f32);
+    r.sc[s] = sc[s];
     m.push_back(mn[q5 ? s : kQ4kOrder[s]]);
   }
   r.mn = b.convert(b.build(m), f32x8);
@@ -101,11 +100,12 @@ KTok k_tok(Emit& b, bool q5, Value* x, Value* xoff) {
 // Q5_K's f32 min sum (mat_dot's accumulators for these types).
 std::vector<Value*> k_pair(Emit& b, bool q5, const KRow& r, const KTok& t, std::span<Value* const> acc) {
   const ir::Type i32x8 = ir::Type::vector(Scalar::kI32, 8), f32x8 = ir::Type::vector(Scalar::kF32, 8);
-  Value* lanes = nullptr;
+  Value* li = nullptr;
   for (int s = 0; s < 8; ++s) {
-    Value* l = b.convert(b.dot4(r.v[s], t.y[s], b.c(i32x8, 0)), f32x8);
-    lanes = lanes ? b.fma(b.splat(r.sc[s], 8), l, lanes) : b.mul(b.splat(r.sc[s], 8), l);
+    Value* l = b.mul(b.dot4(r.v[s], t.y[s], b.c(i32x8, 0)), b.splat(r.sc[s], 8));
+    li = li ? b.add(li, l) : l;
   }
+  Value* lanes = b.convert(li, f32x8);
   Value* d = b.mul(t.xd, r.dw);
   Value* dmin = b.mul(b.neg(t.xd), r.dm);
   Value* p = b.mul(r.mn, t.bsp);

@@ -23,4 +23,26 @@ class ByteRange {
   std::vector<int16_t> memo_;
 };
 
+// Bounds of integer values as signed numbers, for ops that need a value to fit a narrower lane
+// (a scale that fits 16 bits multiplies vpmaddubsw's pair sums in vpmaddwd / vpdpwssd). Built from
+// constants, narrow loads and converts, masks, shifts, or, add, sub, mul, splat, build and
+// select; anything else is its type's full range (unknown).
+class IntRange {
+ public:
+  IntRange() = default;
+  explicit IntRange(const ir::Kernel& k) : memo_(k.num_values()) {}
+  struct Bounds {
+    int64_t lo = 0, hi = -1;  // hi < lo: not computed yet
+  };
+  Bounds of(const ir::Value* v);
+  bool within(const ir::Value* v, int64_t lo, int64_t hi) {
+    const Bounds b = of(v);
+    return b.lo >= lo && b.hi <= hi;
+  }
+
+ private:
+  Bounds compute(const ir::Value* v);
+  std::vector<Bounds> memo_;
+};
+
 }  // namespace loom::codegen

@@ -205,6 +205,37 @@ inline V loom_dot4_u7(V a, V b, V c) {
 #endif
   return loom_dot4_v(a, b, c);
 }
+// c + m * dot4(a, b) per i32 lane where a's bytes are <= 127 and m fits 16 bits: vpmaddubsw's
+// pair sums (|p| <= 2 * 127 * 128) times m in vpmaddwd (each product within 2^30, their sum
+// within 2^31: exact), added to c with wraparound; with VNNI the multiply and the add are one
+// vpdpwssd. The same value as the IR's mul and add in every bit.
+template <class V>
+inline V loom_pair16(V m) {
+  return (m & 0xFFFF) | (m << 16);
+}
+template <class V>
+inline V loom_dot4_u7_mul_acc(V c, V a, V b, V m) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  if constexpr (sizeof(V) == 32)
+    return (V)_mm256_dpwssd_epi32((__m256i)c, _mm256_maddubs_epi16((__m256i)a, (__m256i)b), (__m256i)loom_pair16(m));
+  if constexpr (sizeof(V) == 16)
+    return (V)_mm_dpwssd_epi32((__m128i)c, _mm_maddubs_epi16((__m128i)a, (__m128i)b), (__m128i)loom_pair16(m));
+#elif defined(__AVXVNNI__)
+  if constexpr (sizeof(V) == 32)
+    return (V)_mm256_dpwssd_avx_epi32((__m256i)c, _mm256_maddubs_epi16((__m256i)a, (__m256i)b), (__m256i)loom_pair16(m));
+  if constexpr (sizeof(V) == 16)
+    return (V)_mm_dpwssd_avx_epi32((__m128i)c, _mm_maddubs_epi16((__m128i)a, (__m128i)b), (__m128i)loom_pair16(m));
+#endif
+#if defined(__AVX2__)
+  if constexpr (sizeof(V) == 32)
+    return c + (V)_mm256_madd_epi16(_mm256_maddubs_epi16((__m256i)a, (__m256i)b), (__m256i)loom_pair16(m));
+#endif
+#if defined(__SSSE3__)
+  if constexpr (sizeof(V) == 16)
+    return c + (V)_mm_madd_epi16(_mm_maddubs_epi16((__m128i)a, (__m128i)b), (__m128i)loom_pair16(m));
+#endif
+  return c + loom_dot4_u7(a, b, V{}) * m;
+}
 // fma on f32/f64 lanes, one rounding per lane.
 template <class V>
 inline V loom_fma_v(V a, V b, V c) {
@@ -763,6 +794,44 @@ class CppEmitter {
     }
   }
 
+  // mul(dot4(a, b, 0), m) and add(x, mul(dot4(a, b, 0), m)) on i32 vectors where a's (or b's)
+  // bytes are <= 127 and m fits 16 bits (a K-quant sub-block's lane sums times its scale): one
+  // loom_dot4_u7_mul_acc (vpmaddubsw + vpdpwssd) instead of vpdpbusd + vpmulld + vpaddd. The
+  // unfused dot4 and mul are still declared; unused, the host compiler drops them. "" otherwise.
+  std::string scaled_dot4(const Inst& inst) {
+    const Type& rt = inst.result()->type;
+    if (!rt.is_vector() || rt.elem() != Scalar::kI32 || (rt.lanes() != 8 && rt.lanes() != 4)) return "";
+    auto match_mul = [&](const Value* v, std::string* out) {
+      const Inst* m = v->def;
+      if (!m || m->op != Op::kMul) return false;
+      for (int k = 0; k < 2; ++k) {
+        const Inst* d = m->operands[static_cast<size_t>(k)]->def;
+        const Value* scale = m->operands[static_cast<size_t>(1 - k)];
+        if (!d || d->op != Op::kDot4 || !scale->type.is_vector()) continue;
+        const Inst* acc = d->operands[2]->def;
+        if (!acc || acc->op != Op::kConst || acc->lit.is_float || acc->lit.i != 0) continue;
+        if (!ranges_.within(scale, -32768, 32767)) continue;
+        const bool a7 = bytes_.max_byte(d->operands[0]) <= 127, b7 = bytes_.max_byte(d->operands[1]) <= 127;
+        if (!a7 && !b7) continue;
+        const std::string& ua = name(d->operands[a7 ? 0 : 1]);
+        const std::string& sb = name(d->operands[a7 ? 1 : 0]);
+        *out = fmt::format("{}, {}, {}", ua, sb, name(scale));
+        return true;
+      }
+      return false;
+    };
+    std::string args;
+    if (inst.op == Op::kMul) {
+      if (match_mul(inst.result(), &args)) return fmt::format("loom_dot4_u7_mul_acc({}{{}}, {})", ctype(rt), args);
+      return "";
+    }
+    if (inst.op != Op::kAdd) return "";
+    for (int k = 0; k < 2; ++k)
+      if (match_mul(inst.operands[static_cast<size_t>(k)], &args))
+        return fmt::format("loom_dot4_u7_mul_acc({}, {})", name(inst.operands[static_cast<size_t>(1 - k)]), args);
+    return "";
+  }
+
   // Declares the result of a lane-wise op.
   void elementwise(const Inst& inst) {
     const Value* r = inst.result();
@@ -773,6 +842,10 @@ class CppEmitter {
       std::vector<std::string> a;
       for (const Value* v : inst.operands) a.push_back(name(v));
       line(fmt::format("const {} {} = {};", ctype(rt), name(r), scalar_expr(inst, s, rt.elem(), a)));
+      return;
+    }
+    if (std::string e = scaled_dot4(inst); !e.empty()) {
+      line(fmt::format("const {} {} = {};", ctype(rt), name(r), e));
       return;
     }
     if (vector_operator(inst, s)) {
@@ -972,6 +1045,7 @@ class CppEmitter {
   Status kernel(const Kernel& k) {
     body_.clear();
     bytes_ = ByteRange(k);
+    ranges_ = IntRange(k);
     Namer namer(k);
     names_.assign(k.num_values(), "");
     auto assign = [&](const Value* v) { names_[v->id] = value_ident(v, namer); };
@@ -1079,6 +1153,7 @@ class CppEmitter {
 
   std::map<std::string, std::string> typedefs_;
   ByteRange bytes_;
+  IntRange ranges_;
   std::vector<std::string> names_;
   std::string body_;
   int indent_ = 0;
