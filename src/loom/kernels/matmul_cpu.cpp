@@ -80,13 +80,13 @@ KRow k_row(Emit& b, bool q5, Value* w, Value* woff) {
 }
 
 KTok k_tok(Emit& b, bool q5, Value* x, Value* xoff) {
-  const ir::Type i32x8 = ir::Type::vector(Scalar::kI32, 8), f32x8 = ir::Type::vector(Scalar::kF32, 8);
+  const ir::Type f32x8 = ir::Type::vector(Scalar::kF32, 8);
+  // The Q8_K block as mat_dot prepares it: [0] d, [1 + c] chunk c's bytes, [9 + g] bsum g.
+  const DotX p = dot_prep_x(b, dot_format(q5 ? GgmlType::Q5_K : GgmlType::Q4_K), x, xoff);
   KTok t;
-  t.xd = b.load_at(x, xoff, ty::f32, 4);
-  for (int c = 0; c < 8; ++c) t.y[c] = b.load_at(x, b.addc(xoff, 4 + 32 * c), i32x8, 4);
-  Value* bs[16];
-  for (int g = 0; g < 16; ++g)
-    bs[g] = b.convert(b.load_at(x, b.addc(xoff, 260 + 2 * g), ty::s(Scalar::kI16), 2), ty::i32);
+  t.xd = p.v[0];
+  for (int c = 0; c < 8; ++c) t.y[c] = p.v[1 + c];
+  Value* const* bs = &p.v[9];
   std::vector<Value*> sums;
   for (int s = 0; s < 8; ++s) {
     const int k = q5 ? s : kQ4kOrder[s];
