@@ -277,6 +277,78 @@ TEST(CppBackend, ComparesAndSelectsKeepBitsAsVectorsAndScalars) {
   EXPECT_GT(selected_b, 0);
 }
 
+// A chain of dot4s (each one's accumulator the previous result) with a small-byte operand sums
+// its products in 16 bits on AVX2 only while they provably fit: nine links of nibbles (bytes <=
+// 15) against bytes of -128 and 127 (the largest products) make a chain of eight and a new one;
+// links of bytes <= 127 never chain. The results are the scalar definition's in every bit, and
+// the C++ carries the chain. A convert of eight i32 lanes to bytes keeps each lane's low byte.
+TEST(CppBackend, Dot4ChainsAndByteConvertsKeepBits) {
+  REQUIRE_HOST_COMPILER();
+  std::string src = R"(kernel @chain(%w: ptr<global, i32>, %x: ptr<global, i32>, %y: ptr<global, i32>, %b: ptr<global, i8>) {
+  %z = const 0 : i32
+  %nib = const 0x0F0F0F0F : i32x8
+  %low = const 0x7F7F7F7F : i32x8
+  %c = load %y[%z], align 4 : i32x8
+)";
+  for (int k = 0; k < 9; ++k) {
+    const std::string n = k ? fmt::format("%n{}", k) : "%c", s7 = k ? fmt::format("%s{}", k) : "%c";
+    src += fmt::format("  %o{0} = const {1} : i32\n  %wr{0} = load %w[%o{0}], align 4 : i32x8\n", k, 8 * k);
+    src += fmt::format("  %xr{0} = load %x[%o{0}], align 4 : i32x8\n", k);
+    src += fmt::format("  %wn{0} = and %wr{0}, %nib\n  %n{1} = dot4 %wn{0}, %xr{0}, {2}\n", k, k + 1, n);
+    src += fmt::format("  %ws{0} = and %wr{0}, %low\n  %s{1} = dot4 %xr{0}, %ws{0}, {2}\n", k, k + 1, s7);
+  }
+  src += R"(  %o9 = const 8 : i32
+  store %y[%o9], %n9, align 4
+  %o10 = const 16 : i32
+  store %y[%o10], %s9, align 4
+  %bb = convert %n9 : i8x8
+  store %b[%z], %bb, align 1
+}
+)";
+  auto m = ir::parse_module(src);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  ASSERT_TRUE(ir::verify(*m, ir::TargetKind::kCpp).ok()) << ir::verify(*m, ir::TargetKind::kCpp).to_string();
+  auto text = codegen::emit_cpp(*m);
+  ASSERT_TRUE(text.ok()) << text.status().to_string();
+  // Links 2..8 of the nibble chain carry the one before; link 9 starts over; no 7-bit link carries.
+  const std::regex carried(R"(loom_dot4_u7_part\(v_\w+_p,)");
+  const auto n_carried = std::distance(std::sregex_iterator(text->begin(), text->end(), carried), std::sregex_iterator());
+  EXPECT_EQ(n_carried, 7) << *text;
+  auto cpu = codegen::compile_cpu_module(*m);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+  auto fn = cpu->kernel("chain");
+  ASSERT_TRUE(fn.ok()) << fn.status().to_string();
+  uint32_t seed = test_seed();
+  SCOPED_TRACE(fmt::format("seed {}", seed));
+  std::mt19937 rng(seed);
+  std::vector<int32_t> w(72), x(72), y(24, 0);
+  std::vector<int8_t> bytes(8, 0);
+  for (int i = 0; i < 72; ++i) {
+    // Half the lanes at the extremes (nibble 15 and 127 against -128), half random bytes.
+    w[i] = i % 16 < 8 ? static_cast<int32_t>(0xFFFFFFFFu) : static_cast<int32_t>(rng());
+    x[i] = i % 16 < 8 ? static_cast<int32_t>(0x80808080u) : static_cast<int32_t>(rng());
+  }
+  for (int l = 0; l < 8; ++l) y[l] = static_cast<int32_t>(rng());
+  const std::vector<int32_t> c(y.begin(), y.begin() + 8);
+  void* pw = w.data(); void* px = x.data(); void* py = y.data(); void* pb = bytes.data();
+  void* args[] = {&pw, &px, &py, &pb};
+  ASSERT_TRUE(codegen::launch_cpu(*fn, args, {1, 1, 1}, {1, 1, 1}, 1).ok());
+  auto byte = [](int32_t v, int k) { return static_cast<int8_t>(static_cast<uint32_t>(v) >> (8 * k)); };
+  for (int l = 0; l < 8; ++l) {
+    uint32_t n = static_cast<uint32_t>(c[l]), s7 = static_cast<uint32_t>(c[l]);
+    for (int k = 0; k < 9; ++k) {
+      const int32_t wv = w[8 * k + l], xv = x[8 * k + l];
+      for (int j = 0; j < 4; ++j) {
+        n += static_cast<uint32_t>((byte(wv, j) & 0x0F) * byte(xv, j));
+        s7 += static_cast<uint32_t>((byte(wv, j) & 0x7F) * byte(xv, j));
+      }
+    }
+    EXPECT_EQ(static_cast<uint32_t>(y[8 + l]), n) << "nibble chain, lane " << l;
+    EXPECT_EQ(static_cast<uint32_t>(y[16 + l]), s7) << "7-bit chain, lane " << l;
+    EXPECT_EQ(bytes[l], static_cast<int8_t>(n & 0xFF)) << "low byte, lane " << l;
+  }
+}
+
 // `prefetch` is a hint: it prints and parses back, becomes __builtin_prefetch on the host, never
 // faults (here it asks for bytes far past the buffer) and leaves the results alone; it takes only
 // global or constant memory.

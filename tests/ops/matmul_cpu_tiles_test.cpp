@@ -1,9 +1,13 @@
 // matmul's tiled cpp kernel (rows x tokens in registers, tok_tile > 1) must give exactly the
 // bytes of llm::ref::matmul (llm::ref::vec_dot per output) for every weight type matmul accepts,
 // at token counts that leave a partial last token tile (which moves back over the tile before
-// it) or are below the tile, and row counts that leave single rows after the row tiles.
+// it) or are below the tile, and row counts that leave single rows after the row tiles. So must
+// the token-lane kernel's exact form (tok_lanes 1, prompts from 32 tokens); its summed form
+// (tok_lanes 2) is within matmul's tolerance and gives a token the same bits whatever tokens
+// follow it in the launch.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -66,7 +70,7 @@ TEST(MatmulCpuTiles, BitIdenticalToReference) {
     const Shape s{{{"n_in", 512}, {"n_out", 19}, {"n_tokens", 7}, {"wtype", static_cast<int64_t>(id)}}};
     if (!op->validate(s).ok()) continue;
     ++types;
-    expect_bit_identical(fx, *op, s, {Schedule{{"rows_per_block", 8}, {"row_tile", 4}, {"tok_tile", 4}}}, rng);
+    expect_bit_identical(fx, *op, s, {Schedule{{"rows_per_block", 8}, {"row_tile", 4}, {"tok_tile", 4}, {"tok_lanes", 0}}}, rng);
   }
   // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, the K-quants Q2_K..Q6_K, IQ4_NL, IQ4_XS, F16, BF16 at least.
   EXPECT_GE(types, 14);
@@ -77,11 +81,81 @@ TEST(MatmulCpuTiles, BitIdenticalToReference) {
   for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
     const Shape s{{{"n_in", 512}, {"n_out", 19}, {"n_tokens", 7}, {"wtype", static_cast<int64_t>(t)}}};
     expect_bit_identical(fx, *op, s,
-                         {Schedule{{"rows_per_block", 16}, {"row_tile", 2}, {"tok_tile", 2}},
-                          Schedule{{"rows_per_block", 4}, {"row_tile", 1}, {"tok_tile", 8}}},
+                         {Schedule{{"rows_per_block", 16}, {"row_tile", 2}, {"tok_tile", 2}, {"tok_lanes", 0}},
+                          Schedule{{"rows_per_block", 4}, {"row_tile", 1}, {"tok_tile", 8}, {"tok_lanes", 0}}},
                          rng);
     const Shape two{{{"n_in", 512}, {"n_out", 19}, {"n_tokens", 2}, {"wtype", static_cast<int64_t>(t)}}};
-    expect_bit_identical(fx, *op, two, {Schedule{{"rows_per_block", 4}, {"row_tile", 4}, {"tok_tile", 8}}}, rng);
+    expect_bit_identical(fx, *op, two, {Schedule{{"rows_per_block", 4}, {"row_tile", 4}, {"tok_tile", 8}, {"tok_lanes", 0}}}, rng);
+  }
+}
+
+TEST(MatmulCpuTokenLanes, ExactLanesBitIdenticalSummedLanesWithinToleranceAndPerToken) {
+  auto dev = hrx::Device::open("cpu");
+  ASSERT_TRUE(dev.ok()) << dev.status().to_string();
+  auto stream = hrx::Stream::create(*dev);
+  ASSERT_TRUE(stream.ok()) << stream.status().to_string();
+  Fixture fx{std::move(*dev), std::move(*stream)};
+  const OpSpec* op = find_op("matmul");
+  ASSERT_NE(op, nullptr);
+  std::mt19937_64 rng(std::random_device{}());
+  auto shape = [](GgmlType t, int64_t nt, int64_t n_in = 512) {
+    return Shape{{{"n_in", n_in}, {"n_out", 70}, {"n_tokens", nt}, {"wtype", static_cast<int64_t>(t)}}};
+  };
+  // The engine's configuration: exact token lanes for prompts of 32 tokens and more in the formats
+  // that gain (not Q8_0) where the scratch holds a row's blocks, the tiles otherwise.
+  auto lanes = [&](const Shape& s) { return op->default_schedule(s, ir::TargetKind::kCpp).at("tok_lanes"); };
+  EXPECT_EQ(lanes(shape(GgmlType::Q4_0, 32)), 1);
+  EXPECT_EQ(lanes(shape(GgmlType::Q5_1, 512)), 1);
+  EXPECT_EQ(lanes(shape(GgmlType::Q4_0, 31)), 0);
+  EXPECT_EQ(lanes(shape(GgmlType::Q8_0, 128)), 0);
+  EXPECT_EQ(lanes(shape(GgmlType::Q4_K, 128, 512)), 0);
+  EXPECT_EQ(lanes(shape(GgmlType::Q4_0, 128, 8192)), 0);  // 256 blocks: more than the scratch holds
+  const Schedule too_big{{"rows_per_block", 64}, {"row_tile", 1}, {"tok_tile", 8}, {"tok_lanes", 1}};
+  EXPECT_FALSE(op->generate(shape(GgmlType::Q4_K, 64), too_big, ir::TargetKind::kCpp).ok());
+  EXPECT_FALSE(op->generate(shape(GgmlType::Q4_0, 64, 8192), too_big, ir::TargetKind::kCpp).ok());
+
+  // Exact lanes: the reference's bytes, under the default and other tiles (70 rows: partial row
+  // tiles and items; 37 tokens: the last token chunk moves back over the one before).
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0})
+    expect_bit_identical(fx, *op, shape(t, 37),
+                         {Schedule{{"rows_per_block", 64}, {"row_tile", 1}, {"tok_tile", 8}, {"tok_lanes", 1}},
+                          Schedule{{"rows_per_block", 8}, {"row_tile", 2}, {"tok_tile", 16}, {"tok_lanes", 1}},
+                          Schedule{{"rows_per_block", 16}, {"row_tile", 4}, {"tok_tile", 16}, {"tok_lanes", 1}}},
+                         rng);
+
+  // Summed lanes: within matmul's tolerance, and a token's outputs do not depend on the tokens
+  // after it (the first 21 of 37 alone give the same bytes).
+  const std::vector<Schedule> summed = {
+      {{"rows_per_block", 64}, {"row_tile", 2}, {"tok_tile", 16}, {"tok_lanes", 2}},
+      {{"rows_per_block", 8}, {"row_tile", 4}, {"tok_tile", 8}, {"tok_lanes", 2}},
+      {{"rows_per_block", 16}, {"row_tile", 1}, {"tok_tile", 16}, {"tok_lanes", 2}}};
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0}) {
+    const Shape big = shape(t, 37), small = shape(t, 21);
+    std::vector<HostArg> host(op->args(big).size());
+    op->fill_inputs(big, rng, host);
+    ASSERT_TRUE(op->reference(big, host).ok());
+    std::vector<float> want(host[2].bytes.size() / 4);
+    std::memcpy(want.data(), host[2].bytes.data(), host[2].bytes.size());
+    const Tolerance tol = op->tolerance(big);
+    const size_t small_x = static_cast<size_t>(op->args(small)[1].bytes);
+    for (const Schedule& sch : summed) {
+      SCOPED_TRACE(fmt::format("{} {}", big.key(), schedule_key(sch)));
+      auto got = run_op(fx.dev, fx.stream, *op, big, sch,
+                        {std::span<const uint8_t>(host[0].bytes), std::span<const uint8_t>(host[1].bytes)});
+      ASSERT_TRUE(got.ok()) << got.status().to_string();
+      const std::vector<float>& y = (*got)[0];
+      ASSERT_EQ(y.size(), want.size());
+      int bad = 0;
+      for (size_t i = 0; i < y.size(); ++i)
+        if (!(std::fabs(y[i] - want[i]) <= tol.atol + tol.rtol * std::fabs(want[i])) && bad++ < 3)
+          ADD_FAILURE() << "y[" << i << "] = " << y[i] << ", reference " << want[i];
+      EXPECT_EQ(bad, 0);
+      auto part = run_op(fx.dev, fx.stream, *op, small, sch,
+                         {std::span<const uint8_t>(host[0].bytes), std::span<const uint8_t>(host[1].bytes).first(small_x)});
+      ASSERT_TRUE(part.ok()) << part.status().to_string();
+      EXPECT_EQ(std::memcmp((*part)[0].data(), y.data(), (*part)[0].size() * 4), 0)
+          << "the first 21 tokens' outputs depend on the tokens after them";
+    }
   }
 }
 

@@ -206,6 +206,17 @@ DotX dot_prep_x(Emit& b, const DotFormat& f, Value* x, Value* xoff) {
   }
 }
 
+Value* dot_quants(Emit& b, const DotFormat& f, Value* w, Value* woff) {
+  if (f.wtype == GgmlType::Q8_0) return b.load_at(w, b.addc(woff, 2), kI32x8, 2);
+  const bool has_m = f.wtype == GgmlType::Q4_1 || f.wtype == GgmlType::Q5_1;
+  const bool q5 = f.wtype == GgmlType::Q5_0 || f.wtype == GgmlType::Q5_1;
+  const int qh_off = has_m ? 4 : 2;
+  const int qs_off = (has_m ? 4 : 2) + (q5 ? 4 : 0);
+  Value* q = nibbles32(b, w, b.addc(woff, qs_off), has_m ? 4 : 2);
+  if (q5) q = b.bit_or(q, q5_high_bits(b, w, b.addc(woff, qh_off)));
+  return b.bitcast(q, kI32x8);
+}
+
 std::vector<Value*> dot_step(Emit& b, const DotFormat& f, Value* w, Value* woff, const DotX& x,
                              std::span<Value* const> acc) {
   std::vector<Value*> out(acc.begin(), acc.end());

@@ -41,6 +41,11 @@ std::vector<ir::Value*> dot_init(Emit& b, const DotFormat& f);
 // Loads and unpacks the activation step at byte offset xoff of x (u8 pointer).
 DotX dot_prep_x(Emit& b, const DotFormat& f, ir::Value* x, ir::Value* xoff);
 // Adds one weight step at byte offset woff of w to `acc`; returns the new accumulators.
+// A 32-element block's quants (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) as i32x8 with lane c holding
+// elements 4c..4c+3, as dot_step reads them: nibbles (with Q5's fifth bit), 0..31, no offset;
+// Q8_0's signed bytes.
+ir::Value* dot_quants(Emit& b, const DotFormat& f, ir::Value* w, ir::Value* woff);
+
 std::vector<ir::Value*> dot_step(Emit& b, const DotFormat& f, ir::Value* w, ir::Value* woff, const DotX& x,
                                  std::span<ir::Value* const> acc);
 // The row's dot product (f32) from its accumulators.

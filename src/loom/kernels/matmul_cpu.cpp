@@ -262,4 +262,184 @@ Result<Generated> generate_matmul_cpu_tiles(const Shape& s, const Schedule& sch,
   return g;
 }
 
+
+int64_t token_lane_scratch_per_block(GgmlType wt, bool exact) {
+  const bool offset = wt == GgmlType::Q4_0 || wt == GgmlType::Q5_0;
+  return (offset && exact ? 18 : 10) * 32;
+}
+
+// Token lanes (see matmul_cpu.h). Scratch per block and group of 8 tokens, 32 bytes a vector:
+// [0..7] chunk c of the 8 tokens (lane l = token l's bytes 4c..4c+3), [8] the tokens' d as
+// f32x8, [9] Q4_1/Q5_1: the tokens' s (f32x8); Q4_0/Q5_0: [9] -o x the tokens' byte sums
+// (whole-block sums), or [10 + c] -o x their chunk c's byte sums (exact: the reference's lanes).
+Result<Generated> generate_matmul_cpu_tokens(const Shape& s, const Schedule& sch, std::string_view op_name) {
+  const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
+  const DotFormat f = dot_format(wt);
+  const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
+  const int64_t nb = n_in / f.block_elems;
+  const int64_t w_row = nb * f.w_bytes, x_row = nb * f.x_bytes;
+  const int64_t rpb = sch.at("rows_per_block");
+  const int64_t rt = std::min(sch.at("row_tile"), rpb);
+  const bool exact = sch.at("tok_lanes") == 1;
+  if (nt < 8) return invalid_argument("matmul token lanes: n_tokens={} below 8", nt);
+  const bool has_m = wt == GgmlType::Q4_1 || wt == GgmlType::Q5_1;
+  const bool q5 = wt == GgmlType::Q5_0 || wt == GgmlType::Q5_1;
+  const bool offset = wt == GgmlType::Q4_0 || wt == GgmlType::Q5_0;
+  const int64_t kVec = 32, kPer = token_lane_scratch_per_block(wt, exact);  // scratch bytes per (block, group)
+  // Groups of 8 tokens: as many as tok_tile asks for and the scratch holds.
+  int64_t groups = std::max<int64_t>(1, std::min(sch.at("tok_tile"), nt) / 8);
+  while (groups > 1 && nb * groups * kPer > kTokenLaneScratch) --groups;
+  if (nb * groups * kPer > kTokenLaneScratch)
+    return invalid_argument("matmul token lanes: n_in={} needs {} bytes of scratch (at most {})", n_in, nb * kPer,
+                            kTokenLaneScratch);
+  const int64_t tt = 8 * groups;
+  const int64_t n_tc = (nt + tt - 1) / tt;
+  const int64_t n_rc = (n_out + rpb - 1) / rpb;
+  const std::string kname = fmt::format("{}_{}_tokens{}", op_name, llm::ggml_type_name(wt), exact ? "" : "_sum");
+  Generated g;
+  ir::Kernel* k = g.module.add_kernel(kname);
+  Emit b(*k);
+  b.cpu = true;
+  Value* w = b.param(ty::gptr(Scalar::kU8), "w");
+  Value* xq = b.param(ty::gptr(Scalar::kU8), "xq");
+  Value* y = b.param(ty::gptr(Scalar::kF32), "y");
+  auto i32c = [&](int64_t v) { return b.i32(static_cast<int32_t>(v)); };
+  const ir::Type i32x8 = ir::Type::vector(Scalar::kI32, 8), f32x8 = ir::Type::vector(Scalar::kF32, 8);
+  Value* scr = b.alloc_shared(Scalar::kU8, nb * groups * kPer);
+  const int o_shift = q5 ? 4 : 3;  // -o = -8 (Q4_0) or -16 (Q5_0)
+
+  // Work item: rows_per_block rows times tok_tile tokens, the token chunks of a row chunk in
+  // consecutive items (a thread's items reuse the chunk's weights from cache).
+  Value* bid = b.block_id(Mode::kX);
+  Value* rc = b.div(bid, i32c(n_tc));
+  Value* t0 = b.min(b.mul(b.rem(bid, i32c(n_tc)), i32c(tt)), i32c(nt - tt));
+  const int xq_off = f.xtype == GgmlType::Q8_1 ? 4 : 2;
+
+  // The tokens' activation blocks, transposed into the scratch.
+  b.for_loop(i32c(0), i32c(nb), i32c(1), {}, [&](Value* blk, std::span<Value* const>) {
+    for (int64_t gi = 0; gi < groups; ++gi) {
+      std::vector<Value*> xo;
+      for (int l = 0; l < 8; ++l) {
+        Value* tok = b.add(t0, i32c(8 * gi + l));
+        xo.push_back(b.add(b.mul(tok, i32c(x_row)), b.mul(blk, i32c(f.x_bytes))));
+      }
+      Value* sb = b.mul(b.add(b.mul(blk, i32c(groups)), i32c(gi)), i32c(kPer));
+      Value* bsum = nullptr;
+      for (int c = 0; c < 8; ++c) {
+        std::vector<Value*> ws;
+        for (int l = 0; l < 8; ++l) ws.push_back(b.load_at(xq, b.addc(xo[l], xq_off + 4 * c), ty::i32, 2));
+        Value* xc = b.build(ws);
+        b.store_at(scr, b.addc(sb, kVec * c), xc, 16);
+        if (offset && exact) {
+          Value* cs = b.dot4(b.c(i32x8, 0x01010101), xc, b.c(i32x8, 0));
+          b.store_at(scr, b.addc(sb, kVec * (10 + c)), b.sub(b.c(i32x8, 0), b.shlc(cs, o_shift)), 16);
+        } else if (offset) {
+          bsum = b.dot4(b.c(i32x8, 0x01010101), xc, bsum ? bsum : b.c(i32x8, 0));
+        }
+      }
+      std::vector<Value*> ds, ss;
+      for (int l = 0; l < 8; ++l) {
+        ds.push_back(f16_value_at(b, xq, xo[l]));
+        if (has_m) ss.push_back(f16_value_at(b, xq, b.addc(xo[l], 2)));
+      }
+      b.store_at(scr, b.addc(sb, 8 * kVec), b.build(ds), 16);
+      if (offset && !exact) b.store_at(scr, b.addc(sb, 9 * kVec), b.sub(b.c(i32x8, 0), b.shlc(bsum, o_shift)), 16);
+      if (has_m) b.store_at(scr, b.addc(sb, 9 * kVec), b.build(ss), 16);
+    }
+    return std::vector<Value*>{};
+  });
+
+  // `rows` rows from r: per row and group of 8 tokens (lane l: token t0 + 8 g + l) one f32x8
+  // accumulator (whole-block sums), or (exact) the reference's eight lane accumulators, one per
+  // chunk, and for Q4_1/Q5_1 its separate min chain.
+  const size_t per = exact ? (has_m ? 9 : 8) : 1;
+  auto emit_tile = [&](Value* r, int64_t rows) {
+    std::vector<Value*> wr, init;
+    for (int64_t i = 0; i < rows; ++i)
+      wr.push_back(b.offset(w, b.mul(b.convert(b.add(r, i32c(i)), ty::s(Scalar::kI64)), b.i64(w_row))));
+    for (int64_t p = 0; p < rows * groups * static_cast<int64_t>(per); ++p) init.push_back(b.cf(f32x8, 0));
+    auto acc = b.for_loop(i32c(0), i32c(nb), i32c(1), init, [&](Value* blk, std::span<Value* const> it) {
+      Value* woff = b.mul(blk, i32c(f.w_bytes));
+      // Per row: the block's quants with lane c = chunk c (as dot_step reads them), d and m.
+      std::vector<Value*> q, dw, mw;
+      for (int64_t i = 0; i < rows; ++i) {
+        Value* wi = wr[static_cast<size_t>(i)];
+        dw.push_back(f16_value_at(b, wi, woff));
+        if (has_m) mw.push_back(f16_value_at(b, wi, b.addc(woff, 2)));
+        q.push_back(dot_quants(b, f, wi, woff));
+      }
+      std::vector<Value*> next(it.begin(), it.end());
+      for (int64_t gi = 0; gi < groups; ++gi) {
+        Value* sb = b.mul(b.add(b.mul(blk, i32c(groups)), i32c(gi)), i32c(kPer));
+        Value* xc[8];
+        Value* neg[8] = {};
+        for (int c = 0; c < 8; ++c) {
+          xc[c] = b.load_at(scr, b.addc(sb, kVec * c), i32x8, 16);
+          if (offset && exact) neg[c] = b.load_at(scr, b.addc(sb, kVec * (10 + c)), i32x8, 16);
+        }
+        Value* xd = b.load_at(scr, b.addc(sb, 8 * kVec), f32x8, 16);
+        Value* x9 = offset && !exact ? b.load_at(scr, b.addc(sb, 9 * kVec), i32x8, 16)
+                   : has_m ? b.load_at(scr, b.addc(sb, 9 * kVec), f32x8, 16) : nullptr;
+        for (int64_t i = 0; i < rows; ++i) {
+          Value* qi = q[static_cast<size_t>(i)];
+          const size_t p = static_cast<size_t>(i * groups + gi) * per;
+          // d_w * d_x per token, the product the reference's step forms.
+          Value* dd = b.mul(b.splat(dw[static_cast<size_t>(i)], 8), xd);
+          if (exact) {
+            for (int c = 0; c < 8; ++c) {
+              Value* lane = b.dot4(b.splat(b.extract(qi, c), 8), xc[c], offset ? neg[c] : b.c(i32x8, 0));
+              next[p + static_cast<size_t>(c)] = b.fma(dd, b.convert(lane, f32x8), next[p + static_cast<size_t>(c)]);
+            }
+            if (has_m) next[p + 8] = b.fma(b.splat(mw[static_cast<size_t>(i)], 8), x9, next[p + 8]);
+            continue;
+          }
+          Value* sum = offset ? x9 : b.c(i32x8, 0);
+          for (int c = 0; c < 8; ++c) sum = b.dot4(b.splat(b.extract(qi, c), 8), xc[c], sum);
+          Value* a = b.fma(dd, b.convert(sum, f32x8), next[p]);
+          if (has_m) a = b.fma(b.splat(mw[static_cast<size_t>(i)], 8), x9, a);
+          next[p] = a;
+        }
+      }
+      return next;
+    });
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t gi = 0; gi < groups; ++gi) {
+        const size_t p = static_cast<size_t>(i * groups + gi) * per;
+        Value* v = acc[p];
+        if (exact) {
+          // dot_finish per lane: hsum_float_8's order over the eight lane accumulators, then the
+          // min chain.
+          Value* h[4];
+          for (int c = 0; c < 4; ++c) h[c] = b.add(acc[p + 4 + static_cast<size_t>(c)], acc[p + static_cast<size_t>(c)]);
+          v = b.add(b.add(h[0], h[2]), b.add(h[1], h[3]));
+          if (has_m) v = b.add(v, acc[p + 8]);
+        }
+        for (int l = 0; l < 8; ++l) {
+          Value* yrow = b.offset(y, b.mul(b.add(t0, i32c(8 * gi + l)), i32c(n_out)));
+          b.store(yrow, b.add(r, i32c(i)), b.extract(v, l));
+        }
+      }
+  };
+
+  Value* r0 = b.mul(rc, i32c(rpb));
+  Value* rend = b.min(b.add(r0, i32c(rpb)), i32c(n_out));
+  Value* full_end = b.sub(rend, b.rem(b.sub(rend, r0), i32c(rt)));
+  b.for_loop(r0, full_end, i32c(rt), {}, [&](Value* r, std::span<Value* const>) {
+    emit_tile(r, rt);
+    return std::vector<Value*>{};
+  });
+  if (rt > 1)
+    b.for_loop(full_end, rend, i32c(1), {}, [&](Value* r, std::span<Value* const>) {
+      emit_tile(r, 1);
+      return std::vector<Value*>{};
+    });
+  KernelLaunch l;
+  l.kernel = kname;
+  l.args = {0, 1, 2};
+  l.grid = {static_cast<uint32_t>(n_rc * n_tc), 1, 1};
+  l.block = {1, 1, 1};
+  g.launches.push_back(l);
+  return g;
+}
+
 }  // namespace loom::kernels

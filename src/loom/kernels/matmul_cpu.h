@@ -5,6 +5,7 @@
 
 #include <string_view>
 
+#include "loom/gguf/ggml_types.h"
 #include "loom/kernels/op_spec.h"
 
 namespace loom::kernels {
@@ -16,5 +17,24 @@ namespace loom::kernels {
 // accumulators, stepped in block order exactly as the one-row-one-token kernel steps them, so
 // the results are bit-identical to it and to llm::ref::matmul. Arguments w, xq, y (matmul's).
 Result<Generated> generate_matmul_cpu_tiles(const Shape& s, const Schedule& sch, std::string_view op_name);
+
+// The token-lane cpp kernel of matmul (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) for n_tokens >= 8: a vector
+// lane per token instead of per group of four elements. A work item takes rows_per_block rows
+// times tok_tile (8 or 16) tokens; it first transposes its tokens' activation blocks into a
+// thread-local scratch (chunk c of eight tokens as one vector), then per weight row and block
+// broadcasts each 4-element chunk of the row to all lanes and multiplies it with the tokens'
+// chunks. tok_lanes 1 keeps the reference's arithmetic: eight lane accumulators per row and
+// token (one per chunk), each stepped with the block's fma as the reference steps its lane,
+// reduced in hsum_float_8's order, so the results are bit-identical to llm::ref::matmul.
+// tok_lanes 2 sums a block's eight chunks in integers first (in 16 bits on AVX2: a block's nibble
+// products cannot overflow) and adds d_w * d_x times that sum to one accumulator: a convert and an
+// fma per row, block and eight tokens instead of eight, but the whole-block conversion rounds
+// differently from the reference (not bit-identical; within matmul's tolerance).
+Result<Generated> generate_matmul_cpu_tokens(const Shape& s, const Schedule& sch, std::string_view op_name);
+
+// The token-lane kernel's scratch (a kernel's shared memory, at most the IR's 48 KiB): bytes per
+// 32-element block and group of 8 tokens (exact: tok_lanes 1).
+constexpr int64_t kTokenLaneScratch = 48 * 1024;
+int64_t token_lane_scratch_per_block(llm::GgmlType wt, bool exact);
 
 }  // namespace loom::kernels

@@ -87,6 +87,18 @@ class MatOp final : public OpSpec {
     return Status();
   }
 
+  // The shapes matmul's token-lane cpp kernel takes (exact: tok_lanes 1, else 2): its formats,
+  // 8 tokens or more, and rows short enough that one group of 8 tokens fits its scratch.
+  static bool token_lanes(const Shape& s, bool exact) {
+    if (!s.dims.count("wtype") || !s.dims.count("n_tokens") || !s.dims.count("n_in")) return false;
+    const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
+    switch (wt) {
+      case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q8_0:
+        return s.at("n_tokens") >= 8 && s.at("n_in") / 32 * token_lane_scratch_per_block(wt, exact) <= kTokenLaneScratch;
+      default: return false;
+    }
+  }
+
   // matvec_id: the (token, slot) pairs, activation rows, experts.
   int64_t pairs(const Shape& s) const { return id_ ? s.at("n_tokens") * s.at("n_used") : s.at("n_tokens"); }
   int64_t x_rows(const Shape& s) const { return id_ && s.at("x_per_slot") ? pairs(s) : s.at("n_tokens"); }
@@ -142,10 +154,18 @@ class MatOp final : public OpSpec {
     return {2e-6 * std::sqrt(n), 1e-5, false};
   }
 
-  std::vector<Knob> schedule_space(const Shape&, ir::TargetKind t) const override {
+  std::vector<Knob> schedule_space(const Shape& s, ir::TargetKind t) const override {
     if (t == ir::TargetKind::kCpp) {
       // matmul: tok_tile tokens share each weight block (1: one token per work item).
-      if (multi_ && !id_) return {{"rows_per_block", {1, 2, 4, 8, 16}}, {"row_tile", {1, 2, 4}}, {"tok_tile", {1, 2, 4, 8}}};
+      // tok_lanes 1: a vector lane per token, the reference's lanes (bit-identical); 2: the same with
+      // whole-block sums (not bit-identical; the shapes token_lanes takes; matmul_cpu.h).
+      if (multi_ && !id_) {
+        std::vector<int64_t> lanes = {0};
+        if (token_lanes(s, true)) lanes.push_back(1);
+        if (token_lanes(s, false)) lanes.push_back(2);
+        return {{"rows_per_block", {1, 2, 4, 8, 16, 32, 64}}, {"row_tile", {1, 2, 4}}, {"tok_tile", {1, 2, 4, 8, 16}},
+                {"tok_lanes", lanes}};
+      }
       // prefetch: each row first asks for the weight bytes this far ahead of it (0: none).
       return {{"rows_per_block", {1, 2, 4, 8, 16}}, {"row_tile", {1, 2, 4}}, {"prefetch", {0, 1024, 2048, 4096, 8192}}};
     }
@@ -169,12 +189,21 @@ class MatOp final : public OpSpec {
         // Q6_K 2 x 4 (2048->640: 4 x 4 no faster than one token, 2 x 4 1.6x; 2 x 4 is also best
         // with 32 registers), F16 2 x 2 (1536->640: 2 x 2 1.6x, 4 x 4 1.0x); IQ4_XS untiled (its
         // tiles are 1.2-1.6x slower than one token).
+        // From 32 tokens on, Q4_0/Q4_1/Q5_0/Q5_1 in exact token lanes, 64 rows x 8 tokens per work
+        // item (the activation transpose amortized over 64 rows), one row at a time (its eight
+        // lane accumulators in registers): SmolLM2-shape Q4_0 pp128 on 2 EPYC threads 302 ->
+        // 507 tok/s (docs/kernels.md).
+        if (token_lanes(s, true) && s.at("n_tokens") >= 32 && static_cast<GgmlType>(s.at("wtype")) != GgmlType::Q8_0)
+          return {{"rows_per_block", 64}, {"row_tile", 1}, {"tok_tile", 8}, {"tok_lanes", 1}};
         switch (static_cast<GgmlType>(s.at("wtype"))) {
-          case GgmlType::Q6_K: return {{"rows_per_block", 4}, {"row_tile", 2}, {"tok_tile", 4}};
-          case GgmlType::F16: return {{"rows_per_block", 4}, {"row_tile", 2}, {"tok_tile", 2}};
-          case GgmlType::IQ4_XS: return {{"rows_per_block", 4}, {"row_tile", 1}, {"tok_tile", 1}};
+          case GgmlType::Q6_K: return {{"rows_per_block", 4}, {"row_tile", 2}, {"tok_tile", 4}, {"tok_lanes", 0}};
+          case GgmlType::F16: return {{"rows_per_block", 4}, {"row_tile", 2}, {"tok_tile", 2}, {"tok_lanes", 0}};
+          case GgmlType::IQ4_XS: return {{"rows_per_block", 4}, {"row_tile", 1}, {"tok_tile", 1}, {"tok_lanes", 0}};
           default:
-            return {{"rows_per_block", 4}, {"row_tile", 4}, {"tok_tile", codegen::cpu_vector_registers() >= 32 ? 8 : 4}};
+            return {{"rows_per_block", 4},
+                    {"row_tile", 4},
+                    {"tok_tile", codegen::cpu_vector_registers() >= 32 ? 8 : 4},
+                    {"tok_lanes", 0}};
         }
       }
       // The hardware prefetchers alone keep too few weight lines in flight for a row-at-a-time
@@ -205,6 +234,12 @@ class MatOp final : public OpSpec {
     LOOM_RETURN_IF_ERROR(validate(s));
     LOOM_RETURN_IF_ERROR(check_schedule(schedule_space(s, target), sch));
     if (grouped(s)) return generate_grouped(s, sch, target);
+    if (target == ir::TargetKind::kCpp && multi_ && !id_ && sch.at("tok_lanes") != 0) {
+      if (!token_lanes(s, sch.at("tok_lanes") == 1))
+        return invalid_argument("matmul: tok_lanes={} takes Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0, n_tokens >= 8 and rows that "
+                                "fit its scratch", sch.at("tok_lanes"));
+      return generate_matmul_cpu_tokens(s, sch, name());
+    }
     if (target == ir::TargetKind::kCpp && multi_ && !id_ && sch.at("tok_tile") > 1)
       return generate_matmul_cpu_tiles(s, sch, name());
     const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));

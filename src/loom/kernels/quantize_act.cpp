@@ -57,6 +57,48 @@ void emit_q8_block(Emit& b, Value* x, Value* xq, Value* blk, bool with_sum) {
   }
 }
 
+// emit_q8_block for the cpp target in f32x8 vectors: the same values in every bit. The lanes'
+// running maxima start at 0 and take a value only when it is larger (so NaN never wins, as in
+// the scalar loop), and a maximum does not depend on the order it is taken in; each quant is
+// the same product rounded the same way (the host compiler does not contract, -ffp-contract=off);
+// the sum of the quants is an exact integer sum.
+void emit_q8_block_cpu(Emit& b, Value* x, Value* xq, Value* blk, bool with_sum) {
+  const Type f32x8 = Type::vector(Scalar::kF32, 8), i32x8 = Type::vector(Scalar::kI32, 8);
+  const int bytes = with_sum ? 36 : 34, qoff = with_sum ? 4 : 2;
+  Value* xb = b.offset(x, b.mulc(blk, 32));
+  Value* v[4];
+  Value* m = b.cf(f32x8, 0);
+  for (int k = 0; k < 4; ++k) {
+    v[k] = b.load(xb, b.i32(8 * k), f32x8, 4);
+    Value* a = b.bitcast(b.andc(b.bitcast(v[k], i32x8), 0x7FFFFFFF), f32x8);
+    m = b.select(b.cmp(Mode::kLt, m, a), a, m);
+  }
+  // The lanes hold no NaN: their maximum as a tree of halves.
+  auto vmax = [&](Value* p, Value* q) { return b.select(b.cmp(Mode::kLt, p, q), q, p); };
+  Value* m4 = vmax(b.build({b.extract(m, 0), b.extract(m, 1), b.extract(m, 2), b.extract(m, 3)}),
+                   b.build({b.extract(m, 4), b.extract(m, 5), b.extract(m, 6), b.extract(m, 7)}));
+  Value* amax = vmax(vmax(b.extract(m4, 0), b.extract(m4, 2)), vmax(b.extract(m4, 1), b.extract(m4, 3)));
+  Value* d = b.div(amax, b.f32(127.0));
+  Value* nz = b.cmp(Mode::kNe, amax, b.f32(0));
+  Value* id = b.splat(b.select(nz, b.div(b.f32(127.0), amax), b.f32(0)), 8);
+  Value* base = b.mulc(blk, bytes);
+  b.store_at(xq, base, b.bitcast(b.convert(d, ty::s(Scalar::kF16)), ty::s(Scalar::kU16)), 2);
+  Value* sum = nullptr;
+  for (int k = 0; k < 4; ++k) {
+    // nearest_int per lane: the float adder rounds p + 1.5 * 2^23 (|p| <= 127).
+    Value* t = b.bitcast(b.add(b.mul(v[k], id), b.cf(f32x8, 12582912.0)), i32x8);
+    Value* q = b.sub(b.andc(t, 0x007fffff), b.c(i32x8, 0x00400000));
+    b.store_at(xq, b.addc(base, qoff + 8 * k), b.convert(q, Type::vector(Scalar::kI8, 8)), 1);
+    sum = sum ? b.add(sum, q) : q;
+  }
+  if (with_sum) {
+    Value* tot = b.extract(sum, 0);
+    for (int l = 1; l < 8; ++l) tot = b.add(tot, b.extract(sum, l));
+    Value* sv = b.mul(d, b.convert(tot, ty::f32));
+    b.store_at(xq, b.addc(base, 2), b.bitcast(b.convert(sv, ty::s(Scalar::kF16)), ty::s(Scalar::kU16)), 2);
+  }
+}
+
 // Q8_K of one 256-element block: max = first element of largest magnitude, iscale = -127/max,
 // q = min(127, nearest(iscale * x)), bsums per 16, d = 1/iscale (f32).
 void emit_q8k_block(Emit& b, Value* x, Value* xq, Value* blk) {
@@ -272,8 +314,11 @@ class QuantizeActOp final : public OpSpec {
     Value* i = coop ? nullptr : b.global_x();
     if (!coop) b.if_then_else(b.cmp(Mode::kLt, i, b.i32(static_cast<int32_t>(units))), {}, [&] {
       switch (t) {
-        case GgmlType::Q8_0: emit_q8_block(b, x, xq, i, false); break;
-        case GgmlType::Q8_1: emit_q8_block(b, x, xq, i, true); break;
+        case GgmlType::Q8_0:
+        case GgmlType::Q8_1:
+          if (target == ir::TargetKind::kCpp) emit_q8_block_cpu(b, x, xq, i, t == GgmlType::Q8_1);
+          else emit_q8_block(b, x, xq, i, t == GgmlType::Q8_1);
+          break;
         case GgmlType::Q8_K: emit_q8k_block(b, x, xq, i); break;
         case GgmlType::F16: {
           Value* h = b.bitcast(b.convert(b.load(x, i), ty::s(Scalar::kF16)), ty::s(Scalar::kU16));

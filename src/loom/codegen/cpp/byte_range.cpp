@@ -69,7 +69,8 @@ int ByteRange::compute(const ir::Value* v) {
     }
     case Op::kBitcast:
       return d->operands[0]->type.is_value() ? arg(0) : 255;  // the same bytes
-    case Op::kSplat: return arg(0);
+    case Op::kSplat:
+    case Op::kExtract: return arg(0);  // a lane's bytes are among the vector's
     case Op::kSelect: return std::max(arg(1), arg(2));
     case Op::kBuild:
     case Op::kConcat: {

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include "loom/codegen/cpp/byte_range.h"
 #include "loom/codegen/cpp/cpu_abi.h"
@@ -205,6 +206,43 @@ inline V loom_dot4_u7(V a, V b, V c) {
 #endif
   return loom_dot4_v(a, b, c);
 }
+// A chain of dot4s, each one's accumulator the previous one's result, where one operand of each
+// has bytes <= 127: loom_dot4_u7_part carries the chain's products and loom_dot4_u7_fold adds
+// them to the chain's first accumulator c. On AVX2 (without VNNI) the carry is vpmaddubsw's
+// 16-bit pair sums added in 16 bits (the emitter chains only while they provably fit), so a
+// chain of n costs n vpmaddubsw + n - 1 vpaddw + one vpmaddwd instead of n of each; with VNNI
+// and elsewhere the carry is the i32 lane sums. Exact either way: the same value as the IR's
+// chain in every bit.
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) || defined(__AVXVNNI__) || !defined(__AVX2__)
+#define LOOM_PART16_256 0
+#else
+#define LOOM_PART16_256 1
+#endif
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__) || defined(__AVXVNNI__) || !defined(__SSSE3__)
+#define LOOM_PART16_128 0
+#else
+#define LOOM_PART16_128 1
+#endif
+template <class V>
+inline V loom_dot4_u7_part(V p, V a, V b) {
+#if LOOM_PART16_256
+  if constexpr (sizeof(V) == 32) return (V)_mm256_add_epi16((__m256i)p, _mm256_maddubs_epi16((__m256i)a, (__m256i)b));
+#endif
+#if LOOM_PART16_128
+  if constexpr (sizeof(V) == 16) return (V)_mm_add_epi16((__m128i)p, _mm_maddubs_epi16((__m128i)a, (__m128i)b));
+#endif
+  return loom_dot4_u7(a, b, p);
+}
+template <class V>
+inline V loom_dot4_u7_fold(V c, V p) {
+#if LOOM_PART16_256
+  if constexpr (sizeof(V) == 32) return c + (V)_mm256_madd_epi16((__m256i)p, _mm256_set1_epi16(1));
+#endif
+#if LOOM_PART16_128
+  if constexpr (sizeof(V) == 16) return c + (V)_mm_madd_epi16((__m128i)p, _mm_set1_epi16(1));
+#endif
+  return c + p;
+}
 // c + m * dot4(a, b) per i32 lane where a's bytes are <= 127 and m fits 16 bits: vpmaddubsw's
 // pair sums (|p| <= 2 * 127 * 128) times m in vpmaddwd (each product within 2^30, their sum
 // within 2^31: exact), added to c with wraparound; with VNNI the multiply and the add are one
@@ -235,6 +273,23 @@ inline V loom_dot4_u7_mul_acc(V c, V a, V b, V m) {
     return c + (V)_mm_madd_epi16(_mm_maddubs_epi16((__m128i)a, (__m128i)b), (__m128i)loom_pair16(m));
 #endif
   return c + loom_dot4_u7(a, b, V{}) * m;
+}
+// The low byte of each of eight 32-bit lanes (the IR's integer convert truncates).
+template <class R, class V>
+inline R loom_low_bytes8(V v) {
+#if defined(__AVX2__)
+  if constexpr (sizeof(V) == 32) {
+    const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                          0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m256i t = _mm256_shuffle_epi8((__m256i)v, pick);
+    const __m128i lo = _mm256_castsi256_si128(t), hi = _mm256_extracti128_si256(t, 1);
+    const long long both = _mm_cvtsi128_si64(_mm_unpacklo_epi32(lo, hi));
+    R r;
+    std::memcpy(&r, &both, 8);
+    return r;
+  }
+#endif
+  return __builtin_convertvector(v, R);
 }
 // fma on f32/f64 lanes, one rounding per lane.
 template <class V>
@@ -788,6 +843,9 @@ class CppEmitter {
         if (s == Scalar::kF16 && rs == Scalar::kF32) return fmt::format("loom_f16_to_f32_v<{}>({})", ctype(rt), a(0));
         if (s == Scalar::kF32 && rs == Scalar::kF16) return fmt::format("loom_f32_to_f16_v<{}>({})", ctype(rt), a(0));
         if (is_half(s) || is_half(rs) || s == Scalar::kI1 || rs == Scalar::kI1) return "";
+        // Eight 32-bit lanes to their low bytes: a byte shuffle (GCC scalarizes the convert).
+        if ((s == Scalar::kI32 || s == Scalar::kU32) && (rs == Scalar::kI8 || rs == Scalar::kU8) && rt.lanes() == 8)
+          return fmt::format("loom_low_bytes8<{}>({})", ctype(rt), a(0));
         // C conversions per lane: int -> float rounds to nearest even, float -> int truncates.
         return fmt::format("__builtin_convertvector({}, {})", a(0), ctype(rt));
       default: return "";
@@ -947,11 +1005,35 @@ class CppEmitter {
           return Status();
         }
         // The products are symmetric: the operand with 7-bit bytes goes first (the unsigned one).
-        const bool a7 = bytes_.max_byte(in.operands[0]) <= 127, b7 = bytes_.max_byte(in.operands[1]) <= 127;
-        std::string call = a7 ? fmt::format("loom_dot4_u7({}, {}, {})", op(0), op(1), op(2))
-                           : b7 ? fmt::format("loom_dot4_u7({}, {}, {})", op(1), op(0), op(2))
-                                : fmt::format("loom_dot4_v({}, {}, {})", op(0), op(1), op(2));
-        line(fmt::format("const {} {} = {};", ctype(r->type), name(r), call));
+        const int ma = bytes_.max_byte(in.operands[0]), mb = bytes_.max_byte(in.operands[1]);
+        const bool a7 = ma <= 127, b7 = mb <= 127;
+        if (!a7 && !b7) {
+          line(fmt::format("const {} {} = loom_dot4_v({}, {}, {});", ctype(r->type), name(r), op(0), op(1), op(2)));
+          return Status();
+        }
+        const bool first = a7 && (!b7 || ma <= mb);
+        const std::string& ua = op(first ? 0 : 1);
+        const std::string& sb = op(first ? 1 : 0);
+        // A link of a dot4 chain (loom_dot4_u7_part): its 16-bit pair sums are at most
+        // 2 * 128 * (the unsigned operand's largest byte) in magnitude.
+        const int bound = 2 * 128 * (first ? ma : mb);
+        const std::string pname = name(r) + "_p";
+        auto prev = chain_.find(in.operands[2]->id);
+        if (prev != chain_.end() && prev->second.bound + bound <= 32767) {
+          const Chain link{pname, prev->second.base, prev->second.bound + bound};
+          line(fmt::format("const {} {} = loom_dot4_u7_part({}, {}, {});", ctype(r->type), pname, prev->second.part, ua, sb));
+          line(fmt::format("const {} {} = loom_dot4_u7_fold({}, {});", ctype(r->type), name(r), link.base, pname));
+          chain_[r->id] = link;
+          chain_order_.push_back(r->id);
+          return Status();
+        }
+        // A chain's first link; its carry is declared where another dot4 accumulates onto it.
+        line(fmt::format("const {} {} = loom_dot4_u7({}, {}, {});", ctype(r->type), name(r), ua, sb, op(2)));
+        if (feeds_dot4_[r->id]) {
+          line(fmt::format("const {} {} = loom_dot4_u7_part({}{{}}, {}, {});", ctype(r->type), pname, ctype(r->type), ua, sb));
+          chain_[r->id] = Chain{pname, op(2), bound};
+          chain_order_.push_back(r->id);
+        }
         return Status();
       }
       case Op::kConcat: {
@@ -980,7 +1062,11 @@ class CppEmitter {
   }
 
   Status block(const Block& b) {
+    // The block's declarations end with its scope: so do the dot4 chains begun in it.
+    const size_t mark = chain_order_.size();
     for (const Inst* i : b.insts) LOOM_RETURN_IF_ERROR(inst(*i));
+    for (size_t j = mark; j < chain_order_.size(); ++j) chain_.erase(chain_order_[j]);
+    chain_order_.resize(mark);
     return Status();
   }
 
@@ -1046,6 +1132,10 @@ class CppEmitter {
     body_.clear();
     bytes_ = ByteRange(k);
     ranges_ = IntRange(k);
+    feeds_dot4_.assign(k.num_values(), false);
+    walk(k.body, [&](const Inst* i) {
+      if (i->op == Op::kDot4 && i->result()->type.is_vector()) feeds_dot4_[i->operands[2]->id] = true;
+    });
     Namer namer(k);
     names_.assign(k.num_values(), "");
     auto assign = [&](const Value* v) { names_[v->id] = value_ident(v, namer); };
@@ -1124,6 +1214,8 @@ class CppEmitter {
     for (const Value* v : spilled)
       line(fmt::format("static thread_local {} {}_spill[{}];", ctype(v->type), name(v), kMaxBlockThreads));
     for (size_t p = 0; p < phases.size(); ++p) {
+      chain_.clear();  // each phase is a scope of its own
+      chain_order_.clear();
       if (phases.size() > 1) line(fmt::format("// phase {} of {} (barriers between phases)", p + 1, phases.size()));
       line("for (uint32_t tz = 0; tz < bdz; ++tz)");
       line("for (uint32_t ty = 0; ty < bdy; ++ty)");
@@ -1152,6 +1244,15 @@ class CppEmitter {
   }
 
   std::map<std::string, std::string> typedefs_;
+  // dot4 chains (kDot4): per result, its carry's name, the chain's first accumulator and the
+  // carry's bound.
+  struct Chain {
+    std::string part, base;
+    int bound = 0;
+  };
+  std::unordered_map<uint32_t, Chain> chain_;
+  std::vector<uint32_t> chain_order_;  // chain_'s keys in the order they were declared
+  std::vector<bool> feeds_dot4_;         // per value: the accumulator of a vector dot4
   ByteRange bytes_;
   IntRange ranges_;
   std::vector<std::string> names_;
