@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
 
 #include <fmt/format.h>
@@ -27,6 +28,15 @@ struct Fixture {
   hrx::Device dev;
   hrx::Stream stream;
 };
+
+// The cpu device and a stream on it.
+void open_cpu(std::optional<Fixture>& fx) {
+  auto dev = hrx::Device::open("cpu");
+  ASSERT_TRUE(dev.ok()) << dev.status().to_string();
+  auto stream = hrx::Stream::create(*dev);
+  ASSERT_TRUE(stream.ok()) << stream.status().to_string();
+  fx.emplace(Fixture{std::move(*dev), std::move(*stream)});
+}
 
 // Runs matmul at `s` under each schedule and compares its bytes with the reference's.
 void expect_bit_identical(Fixture& fx, const OpSpec& op, const Shape& s, const std::vector<Schedule>& schedules,
@@ -48,11 +58,10 @@ void expect_bit_identical(Fixture& fx, const OpSpec& op, const Shape& s, const s
 }
 
 TEST(MatmulCpuTiles, BitIdenticalToReference) {
-  auto dev = hrx::Device::open("cpu");
-  ASSERT_TRUE(dev.ok()) << dev.status().to_string();
-  auto stream = hrx::Stream::create(*dev);
-  ASSERT_TRUE(stream.ok()) << stream.status().to_string();
-  Fixture fx{std::move(*dev), std::move(*stream)};
+  std::optional<Fixture> opened;
+  open_cpu(opened);
+  if (HasFatalFailure()) return;
+  Fixture& fx = *opened;
   const OpSpec* op = find_op("matmul");
   ASSERT_NE(op, nullptr);
   std::mt19937_64 rng(std::random_device{}());
@@ -90,11 +99,10 @@ TEST(MatmulCpuTiles, BitIdenticalToReference) {
 }
 
 TEST(MatmulCpuTokenLanes, ExactLanesBitIdenticalSummedLanesWithinToleranceAndPerToken) {
-  auto dev = hrx::Device::open("cpu");
-  ASSERT_TRUE(dev.ok()) << dev.status().to_string();
-  auto stream = hrx::Stream::create(*dev);
-  ASSERT_TRUE(stream.ok()) << stream.status().to_string();
-  Fixture fx{std::move(*dev), std::move(*stream)};
+  std::optional<Fixture> opened;
+  open_cpu(opened);
+  if (HasFatalFailure()) return;
+  Fixture& fx = *opened;
   const OpSpec* op = find_op("matmul");
   ASSERT_NE(op, nullptr);
   std::mt19937_64 rng(std::random_device{}());
@@ -109,19 +117,20 @@ TEST(MatmulCpuTokenLanes, ExactLanesBitIdenticalSummedLanesWithinToleranceAndPer
   EXPECT_EQ(lanes(shape(GgmlType::Q4_0, 31)), 0);
   EXPECT_EQ(lanes(shape(GgmlType::Q8_0, 128)), 0);
   EXPECT_EQ(lanes(shape(GgmlType::Q4_K, 128, 512)), 0);
-  EXPECT_EQ(lanes(shape(GgmlType::Q4_0, 128, 8192)), 0);  // 256 blocks: more than the scratch holds
-  const Schedule too_big{{"rows_per_block", 64}, {"row_tile", 1}, {"tok_tile", 8}, {"tok_lanes", 1}};
-  EXPECT_FALSE(op->generate(shape(GgmlType::Q4_K, 64), too_big, ir::TargetKind::kCpp).ok());
-  EXPECT_FALSE(op->generate(shape(GgmlType::Q4_0, 64, 8192), too_big, ir::TargetKind::kCpp).ok());
+  EXPECT_EQ(lanes(shape(GgmlType::Q4_0, 128, 8192)), 0);  // 256 blocks: K-chunks, no faster than the tiles
+  EXPECT_FALSE(op->generate(shape(GgmlType::Q4_K, 64), {{"rows_per_block", 64}, {"row_tile", 1}, {"tok_tile", 8}, {"tok_lanes", 1}},
+                            ir::TargetKind::kCpp).ok());
 
   // Exact lanes: the reference's bytes, under the default and other tiles (70 rows: partial row
-  // tiles and items; 37 tokens: the last token chunk moves back over the one before).
+  // tiles and items; 37 tokens: the last token chunk moves back over the one before); 4096-element
+  // rows (128 blocks) go in K-chunks through the accumulator scratch.
   for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0})
-    expect_bit_identical(fx, *op, shape(t, 37),
-                         {Schedule{{"rows_per_block", 64}, {"row_tile", 1}, {"tok_tile", 8}, {"tok_lanes", 1}},
-                          Schedule{{"rows_per_block", 8}, {"row_tile", 2}, {"tok_tile", 16}, {"tok_lanes", 1}},
-                          Schedule{{"rows_per_block", 16}, {"row_tile", 4}, {"tok_tile", 16}, {"tok_lanes", 1}}},
-                         rng);
+    for (int64_t n_in : {512, 4096})
+      expect_bit_identical(fx, *op, shape(t, 37, n_in),
+                           {Schedule{{"rows_per_block", 64}, {"row_tile", 1}, {"tok_tile", 8}, {"tok_lanes", 1}},
+                            Schedule{{"rows_per_block", 8}, {"row_tile", 2}, {"tok_tile", 16}, {"tok_lanes", 1}},
+                            Schedule{{"rows_per_block", 16}, {"row_tile", 4}, {"tok_tile", 16}, {"tok_lanes", 1}}},
+                           rng);
 
   // Summed lanes: within matmul's tolerance, and a token's outputs do not depend on the tokens
   // after it (the first 21 of 37 alone give the same bytes).
@@ -129,8 +138,9 @@ TEST(MatmulCpuTokenLanes, ExactLanesBitIdenticalSummedLanesWithinToleranceAndPer
       {{"rows_per_block", 64}, {"row_tile", 2}, {"tok_tile", 16}, {"tok_lanes", 2}},
       {{"rows_per_block", 8}, {"row_tile", 4}, {"tok_tile", 8}, {"tok_lanes", 2}},
       {{"rows_per_block", 16}, {"row_tile", 1}, {"tok_tile", 16}, {"tok_lanes", 2}}};
-  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0}) {
-    const Shape big = shape(t, 37), small = shape(t, 21);
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0})
+  for (int64_t n_in : {512, 8192}) {
+    const Shape big = shape(t, 37, n_in), small = shape(t, 21, n_in);
     std::vector<HostArg> host(op->args(big).size());
     op->fill_inputs(big, rng, host);
     ASSERT_TRUE(op->reference(big, host).ok());

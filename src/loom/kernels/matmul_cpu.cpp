@@ -7,6 +7,7 @@
 #include "loom/kernels/matmul_cpu.h"
 
 #include <algorithm>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -122,21 +123,64 @@ std::vector<Value*> k_pair(Emit& b, bool q5, const KRow& r, const KTok& t, std::
   return {b.fma(b.splat(d, 8), lanes, acc[0]), min};
 }
 
+// A work item's rows [r0, r0 + rows_per_block) below n_out: full tiles of rt rows, then single
+// rows (n_out need not be a multiple of the tile); tile(r, rows) emits one.
+void for_row_tiles(Emit& b, Value* r0, int64_t rpb, int64_t n_out, int64_t rt,
+                   const std::function<void(Value*, int64_t)>& tile) {
+  Value* rend = b.min(b.add(r0, b.i32(static_cast<int32_t>(rpb))), b.i32(static_cast<int32_t>(n_out)));
+  Value* full_end = b.sub(rend, b.rem(b.sub(rend, r0), b.i32(static_cast<int32_t>(rt))));
+  b.for_loop(r0, full_end, b.i32(static_cast<int32_t>(rt)), {}, [&](Value* r, std::span<Value* const>) {
+    tile(r, rt);
+    return std::vector<Value*>{};
+  });
+  if (rt > 1)
+    b.for_loop(full_end, rend, b.i32(1), {}, [&](Value* r, std::span<Value* const>) {
+      tile(r, 1);
+      return std::vector<Value*>{};
+    });
+}
+
+// The sizes both kernels start from, and their kernel (matmul's arguments w, xq, y).
+struct MatKernel {
+  GgmlType wt;
+  DotFormat f;
+  int64_t n_in, n_out, nt, nb, w_row, x_row, rpb, rt;
+  Generated g;
+  ir::Kernel* k = nullptr;
+  KernelLaunch launch(uint32_t grid) const {
+    KernelLaunch l;
+    l.kernel = k->name;
+    l.args = {0, 1, 2};
+    l.grid = {grid, 1, 1};
+    l.block = {1, 1, 1};
+    return l;
+  }
+};
+MatKernel mat_kernel(const Shape& s, const Schedule& sch, const std::string& kname_fmt, std::string_view op_name) {
+  MatKernel m;
+  m.wt = static_cast<GgmlType>(s.at("wtype"));
+  m.f = dot_format(m.wt);
+  m.n_in = s.at("n_in");
+  m.n_out = s.at("n_out");
+  m.nt = s.at("n_tokens");
+  m.nb = m.n_in / m.f.block_elems;
+  m.w_row = m.nb * m.f.w_bytes;
+  m.x_row = m.nb * m.f.x_bytes;
+  m.rpb = sch.at("rows_per_block");
+  m.rt = std::min(sch.at("row_tile"), m.rpb);
+  m.k = m.g.module.add_kernel(fmt::format(fmt::runtime(kname_fmt), op_name, llm::ggml_type_name(m.wt)));
+  return m;
+}
+
 }  // namespace
 
 Result<Generated> generate_matmul_cpu_tiles(const Shape& s, const Schedule& sch, std::string_view op_name) {
-  const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
-  const DotFormat f = dot_format(wt);
-  const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
-  const int64_t nb = n_in / f.block_elems;
-  const int64_t w_row = nb * f.w_bytes, x_row = nb * f.x_bytes;
-  const int64_t rpb = sch.at("rows_per_block");
-  const int64_t rt = std::min(sch.at("row_tile"), rpb);
+  MatKernel m = mat_kernel(s, sch, "{}_{}_tiles", op_name);
+  const GgmlType wt = m.wt;
+  const DotFormat f = m.f;
+  const int64_t nt = m.nt, nb = m.nb, w_row = m.w_row, x_row = m.x_row, rpb = m.rpb, rt = m.rt, n_out = m.n_out;
   const int64_t tt = std::min(sch.at("tok_tile"), nt);
-  const std::string kname = fmt::format("{}_{}_tiles", op_name, llm::ggml_type_name(wt));
-  Generated g;
-  ir::Kernel* k = g.module.add_kernel(kname);
-  Emit b(*k);
+  Emit b(*m.k);
   b.cpu = true;
   Value* w = b.param(ty::gptr(Scalar::kU8), "w");
   Value* xq = b.param(ty::gptr(Scalar::kU8), "xq");
@@ -235,31 +279,15 @@ Result<Generated> generate_matmul_cpu_tiles(const Shape& s, const Schedule& sch,
   };
 
   Value* r0 = b.mul(b.block_id(Mode::kX), i32c(rpb));
-  Value* rend = b.min(b.add(r0, i32c(rpb)), i32c(n_out));
-  // Full row tiles, then single rows (n_out need not be a multiple of the tile).
-  Value* full_end = b.sub(rend, b.rem(b.sub(rend, r0), i32c(rt)));
   // Token tiles; the last one moves back to end at the last token (it recomputes a few outputs
   // of the tile before it, in this thread, with the same result).
   b.for_loop(i32c(0), i32c(nt), i32c(tt), {}, [&](Value* tok, std::span<Value* const>) {
     Value* t0 = b.min(tok, i32c(nt - tt));
-    b.for_loop(r0, full_end, i32c(rt), {}, [&](Value* r, std::span<Value* const>) {
-      emit_tile(r, rt, t0);
-      return std::vector<Value*>{};
-    });
-    if (rt > 1)
-      b.for_loop(full_end, rend, i32c(1), {}, [&](Value* r, std::span<Value* const>) {
-        emit_tile(r, 1, t0);
-        return std::vector<Value*>{};
-      });
+    for_row_tiles(b, r0, rpb, n_out, rt, [&](Value* r, int64_t rows) { emit_tile(r, rows, t0); });
     return std::vector<Value*>{};
   });
-  KernelLaunch l;
-  l.kernel = kname;
-  l.args = {0, 1, 2};
-  l.grid = {static_cast<uint32_t>((n_out + rpb - 1) / rpb), 1, 1};
-  l.block = {1, 1, 1};
-  g.launches.push_back(l);
-  return g;
+  m.g.launches.push_back(m.launch(static_cast<uint32_t>((n_out + rpb - 1) / rpb)));
+  return std::move(m.g);
 }
 
 
@@ -273,39 +301,45 @@ int64_t token_lane_scratch_per_block(GgmlType wt, bool exact) {
 // f32x8, [9] Q4_1/Q5_1: the tokens' s (f32x8); Q4_0/Q5_0: [9] -o x the tokens' byte sums
 // (whole-block sums), or [10 + c] -o x their chunk c's byte sums (exact: the reference's lanes).
 Result<Generated> generate_matmul_cpu_tokens(const Shape& s, const Schedule& sch, std::string_view op_name) {
-  const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
-  const DotFormat f = dot_format(wt);
-  const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
-  const int64_t nb = n_in / f.block_elems;
-  const int64_t w_row = nb * f.w_bytes, x_row = nb * f.x_bytes;
-  const int64_t rpb = sch.at("rows_per_block");
-  const int64_t rt = std::min(sch.at("row_tile"), rpb);
   const bool exact = sch.at("tok_lanes") == 1;
+  MatKernel m = mat_kernel(s, sch, exact ? "{}_{}_tokens" : "{}_{}_tokens_sum", op_name);
+  const GgmlType wt = m.wt;
+  const DotFormat f = m.f;
+  const int64_t n_in = m.n_in, n_out = m.n_out, nt = m.nt, nb = m.nb, w_row = m.w_row, x_row = m.x_row;
+  const int64_t rpb = m.rpb, rt = m.rt;
   if (nt < 8) return invalid_argument("matmul token lanes: n_tokens={} below 8", nt);
   const bool has_m = wt == GgmlType::Q4_1 || wt == GgmlType::Q5_1;
   const bool q5 = wt == GgmlType::Q5_0 || wt == GgmlType::Q5_1;
   const bool offset = wt == GgmlType::Q4_0 || wt == GgmlType::Q5_0;
   const int64_t kVec = 32, kPer = token_lane_scratch_per_block(wt, exact);  // scratch bytes per (block, group)
-  // Groups of 8 tokens: as many as tok_tile asks for and the scratch holds.
+  // Per row and group of 8 tokens (lane l: token t0 + 8 g + l) one f32x8 accumulator
+  // (whole-block sums), or (exact) the reference's eight lane accumulators, one per chunk, and for
+  // Q4_1/Q5_1 its separate min chain.
+  const size_t per = exact ? (has_m ? 9 : 8) : 1;
+  // Groups of 8 tokens: as many as tok_tile asks for and the scratch holds. Rows longer than the
+  // scratch holds for one group go in K-chunks of kb blocks: each chunk's activations are
+  // transposed in turn, and the rows' accumulators wait in a second scratch between chunks
+  // (stored and loaded unchanged, so the arithmetic is the same).
   int64_t groups = std::max<int64_t>(1, std::min(sch.at("tok_tile"), nt) / 8);
   while (groups > 1 && nb * groups * kPer > kTokenLaneScratch) --groups;
-  if (nb * groups * kPer > kTokenLaneScratch)
-    return invalid_argument("matmul token lanes: n_in={} needs {} bytes of scratch (at most {})", n_in, nb * kPer,
-                            kTokenLaneScratch);
+  const bool chunked = nb * groups * kPer > kTokenLaneScratch;
+  const int64_t acc_bytes = chunked ? rpb * static_cast<int64_t>(per) * kVec : 0;
+  const int64_t kb = chunked ? (kTokenLaneScratch - acc_bytes) / kPer : nb;
+  if (kb < 1)
+    return invalid_argument("matmul token lanes: rows_per_block={} leaves no scratch for n_in={}", rpb, n_in);
+  const int64_t n_kc = (nb + kb - 1) / kb;
   const int64_t tt = 8 * groups;
   const int64_t n_tc = (nt + tt - 1) / tt;
   const int64_t n_rc = (n_out + rpb - 1) / rpb;
-  const std::string kname = fmt::format("{}_{}_tokens{}", op_name, llm::ggml_type_name(wt), exact ? "" : "_sum");
-  Generated g;
-  ir::Kernel* k = g.module.add_kernel(kname);
-  Emit b(*k);
+  Emit b(*m.k);
   b.cpu = true;
   Value* w = b.param(ty::gptr(Scalar::kU8), "w");
   Value* xq = b.param(ty::gptr(Scalar::kU8), "xq");
   Value* y = b.param(ty::gptr(Scalar::kF32), "y");
   auto i32c = [&](int64_t v) { return b.i32(static_cast<int32_t>(v)); };
   const ir::Type i32x8 = ir::Type::vector(Scalar::kI32, 8), f32x8 = ir::Type::vector(Scalar::kF32, 8);
-  Value* scr = b.alloc_shared(Scalar::kU8, nb * groups * kPer);
+  Value* scr = b.alloc_shared(Scalar::kU8, kb * groups * kPer);
+  Value* acs = chunked ? b.alloc_shared(Scalar::kU8, acc_bytes) : nullptr;
   const int o_shift = q5 ? 4 : 3;  // -o = -8 (Q4_0) or -16 (Q5_0)
 
   // Work item: rows_per_block rows times tok_tile tokens, the token chunks of a row chunk in
@@ -315,15 +349,16 @@ Result<Generated> generate_matmul_cpu_tokens(const Shape& s, const Schedule& sch
   Value* t0 = b.min(b.mul(b.rem(bid, i32c(n_tc)), i32c(tt)), i32c(nt - tt));
   const int xq_off = f.xtype == GgmlType::Q8_1 ? 4 : 2;
 
-  // The tokens' activation blocks, transposed into the scratch.
-  b.for_loop(i32c(0), i32c(nb), i32c(1), {}, [&](Value* blk, std::span<Value* const>) {
+  // The tokens' activation blocks kbeg..kend, transposed into the scratch (block blk at blk - kbeg).
+  auto transpose = [&](Value* kbeg, Value* kend) {
+  b.for_loop(kbeg, kend, i32c(1), {}, [&](Value* blk, std::span<Value* const>) {
     for (int64_t gi = 0; gi < groups; ++gi) {
       std::vector<Value*> xo;
       for (int l = 0; l < 8; ++l) {
         Value* tok = b.add(t0, i32c(8 * gi + l));
         xo.push_back(b.add(b.mul(tok, i32c(x_row)), b.mul(blk, i32c(f.x_bytes))));
       }
-      Value* sb = b.mul(b.add(b.mul(blk, i32c(groups)), i32c(gi)), i32c(kPer));
+      Value* sb = b.mul(b.add(b.mul(b.sub(blk, kbeg), i32c(groups)), i32c(gi)), i32c(kPer));
       Value* bsum = nullptr;
       for (int c = 0; c < 8; ++c) {
         std::vector<Value*> ws;
@@ -348,17 +383,40 @@ Result<Generated> generate_matmul_cpu_tokens(const Shape& s, const Schedule& sch
     }
     return std::vector<Value*>{};
   });
+  };
 
-  // `rows` rows from r: per row and group of 8 tokens (lane l: token t0 + 8 g + l) one f32x8
-  // accumulator (whole-block sums), or (exact) the reference's eight lane accumulators, one per
-  // chunk, and for Q4_1/Q5_1 its separate min chain.
-  const size_t per = exact ? (has_m ? 9 : 8) : 1;
-  auto emit_tile = [&](Value* r, int64_t rows) {
+  // Per (row, group) its accumulators finished (exact: dot_finish per lane, hsum_float_8's order
+  // over the eight lane accumulators, then the min chain) and stored as the tokens' outputs.
+  auto finish = [&](Value* row, int64_t gi, std::span<Value* const> a) {
+    Value* v = a[0];
+    if (exact) {
+      Value* h[4];
+      for (int c = 0; c < 4; ++c) h[c] = b.add(a[4 + static_cast<size_t>(c)], a[static_cast<size_t>(c)]);
+      v = b.add(b.add(h[0], h[2]), b.add(h[1], h[3]));
+      if (has_m) v = b.add(v, a[8]);
+    }
+    for (int l = 0; l < 8; ++l) {
+      Value* yrow = b.offset(y, b.mul(b.add(t0, i32c(8 * gi + l)), i32c(n_out)));
+      b.store(yrow, row, b.extract(v, l));
+    }
+  };
+  // Byte offset of accumulator j of row r in the accumulator scratch (chunked: one group).
+  Value* r0 = b.mul(rc, i32c(rpb));
+  auto acc_off = [&](Value* r, size_t j) {
+    return b.mul(b.add(b.mul(b.sub(r, r0), i32c(static_cast<int64_t>(per))), i32c(static_cast<int64_t>(j))), i32c(kVec));
+  };
+
+  // `rows` rows from r over blocks kbeg..kend: rows x groups x per accumulators, from zero (or,
+  // chunked, from the accumulator scratch, and back there after).
+  auto emit_tile = [&](Value* r, int64_t rows, Value* kbeg, Value* kend) {
     std::vector<Value*> wr, init;
     for (int64_t i = 0; i < rows; ++i)
       wr.push_back(b.offset(w, b.mul(b.convert(b.add(r, i32c(i)), ty::s(Scalar::kI64)), b.i64(w_row))));
-    for (int64_t p = 0; p < rows * groups * static_cast<int64_t>(per); ++p) init.push_back(b.cf(f32x8, 0));
-    auto acc = b.for_loop(i32c(0), i32c(nb), i32c(1), init, [&](Value* blk, std::span<Value* const> it) {
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t p = 0; p < groups * static_cast<int64_t>(per); ++p)
+        init.push_back(chunked ? b.load_at(acs, acc_off(b.add(r, i32c(i)), static_cast<size_t>(p)), f32x8, 16)
+                               : b.cf(f32x8, 0));
+    auto acc = b.for_loop(kbeg, kend, i32c(1), init, [&](Value* blk, std::span<Value* const> it) {
       Value* woff = b.mul(blk, i32c(f.w_bytes));
       // Per row: the block's quants with lane c = chunk c (as dot_step reads them), d and m.
       std::vector<Value*> q, dw, mw;
@@ -370,7 +428,7 @@ Result<Generated> generate_matmul_cpu_tokens(const Shape& s, const Schedule& sch
       }
       std::vector<Value*> next(it.begin(), it.end());
       for (int64_t gi = 0; gi < groups; ++gi) {
-        Value* sb = b.mul(b.add(b.mul(blk, i32c(groups)), i32c(gi)), i32c(kPer));
+        Value* sb = b.mul(b.add(b.mul(b.sub(blk, kbeg), i32c(groups)), i32c(gi)), i32c(kPer));
         Value* xc[8];
         Value* neg[8] = {};
         for (int c = 0; c < 8; ++c) {
@@ -405,41 +463,39 @@ Result<Generated> generate_matmul_cpu_tokens(const Shape& s, const Schedule& sch
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t gi = 0; gi < groups; ++gi) {
         const size_t p = static_cast<size_t>(i * groups + gi) * per;
-        Value* v = acc[p];
-        if (exact) {
-          // dot_finish per lane: hsum_float_8's order over the eight lane accumulators, then the
-          // min chain.
-          Value* h[4];
-          for (int c = 0; c < 4; ++c) h[c] = b.add(acc[p + 4 + static_cast<size_t>(c)], acc[p + static_cast<size_t>(c)]);
-          v = b.add(b.add(h[0], h[2]), b.add(h[1], h[3]));
-          if (has_m) v = b.add(v, acc[p + 8]);
+        if (!chunked) {
+          finish(b.add(r, i32c(i)), gi, std::span<Value* const>(acc).subspan(p, per));
+          continue;
         }
-        for (int l = 0; l < 8; ++l) {
-          Value* yrow = b.offset(y, b.mul(b.add(t0, i32c(8 * gi + l)), i32c(n_out)));
-          b.store(yrow, b.add(r, i32c(i)), b.extract(v, l));
-        }
+        for (size_t j = 0; j < per; ++j) b.store_at(acs, acc_off(b.add(r, i32c(i)), j), acc[p + j], 16);
       }
   };
 
-  Value* r0 = b.mul(rc, i32c(rpb));
-  Value* rend = b.min(b.add(r0, i32c(rpb)), i32c(n_out));
-  Value* full_end = b.sub(rend, b.rem(b.sub(rend, r0), i32c(rt)));
-  b.for_loop(r0, full_end, i32c(rt), {}, [&](Value* r, std::span<Value* const>) {
-    emit_tile(r, rt);
-    return std::vector<Value*>{};
-  });
-  if (rt > 1)
-    b.for_loop(full_end, rend, i32c(1), {}, [&](Value* r, std::span<Value* const>) {
-      emit_tile(r, 1);
+  if (!chunked) {
+    transpose(i32c(0), i32c(nb));
+    for_row_tiles(b, r0, rpb, n_out, rt, [&](Value* r, int64_t rows) { emit_tile(r, rows, i32c(0), i32c(nb)); });
+  } else {
+    Value* rend = b.min(b.add(r0, i32c(rpb)), i32c(n_out));
+    b.for_loop(r0, rend, i32c(1), {}, [&](Value* r, std::span<Value* const>) {
+      for (size_t j = 0; j < per; ++j) b.store_at(acs, acc_off(r, j), b.cf(f32x8, 0), 16);
       return std::vector<Value*>{};
     });
-  KernelLaunch l;
-  l.kernel = kname;
-  l.args = {0, 1, 2};
-  l.grid = {static_cast<uint32_t>(n_rc * n_tc), 1, 1};
-  l.block = {1, 1, 1};
-  g.launches.push_back(l);
-  return g;
+    b.for_loop(i32c(0), i32c(n_kc), i32c(1), {}, [&](Value* kc, std::span<Value* const>) {
+      Value* kbeg = b.mul(kc, i32c(kb));
+      Value* kend = b.min(b.add(kbeg, i32c(kb)), i32c(nb));
+      transpose(kbeg, kend);
+      for_row_tiles(b, r0, rpb, n_out, rt, [&](Value* r, int64_t rows) { emit_tile(r, rows, kbeg, kend); });
+      return std::vector<Value*>{};
+    });
+    b.for_loop(r0, rend, i32c(1), {}, [&](Value* r, std::span<Value* const>) {
+      std::vector<Value*> a;
+      for (size_t j = 0; j < per; ++j) a.push_back(b.load_at(acs, acc_off(r, j), f32x8, 16));
+      finish(r, 0, a);
+      return std::vector<Value*>{};
+    });
+  }
+  m.g.launches.push_back(m.launch(static_cast<uint32_t>(n_rc * n_tc)));
+  return std::move(m.g);
 }
 
 }  // namespace loom::kernels

@@ -33,7 +33,8 @@ Result<Generated> generate_matmul_cpu_tiles(const Shape& s, const Schedule& sch,
 Result<Generated> generate_matmul_cpu_tokens(const Shape& s, const Schedule& sch, std::string_view op_name);
 
 // The token-lane kernel's scratch (a kernel's shared memory, at most the IR's 48 KiB): bytes per
-// 32-element block and group of 8 tokens (exact: tok_lanes 1).
+// 32-element block and group of 8 tokens (exact: tok_lanes 1). Rows with more blocks than it holds
+// go in K-chunks, their accumulators kept in a second scratch between chunks.
 constexpr int64_t kTokenLaneScratch = 48 * 1024;
 int64_t token_lane_scratch_per_block(llm::GgmlType wt, bool exact);
 

@@ -87,14 +87,12 @@ class MatOp final : public OpSpec {
     return Status();
   }
 
-  // The shapes matmul's token-lane cpp kernel takes (exact: tok_lanes 1, else 2): its formats,
-  // 8 tokens or more, and rows short enough that one group of 8 tokens fits its scratch.
-  static bool token_lanes(const Shape& s, bool exact) {
-    if (!s.dims.count("wtype") || !s.dims.count("n_tokens") || !s.dims.count("n_in")) return false;
-    const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
-    switch (wt) {
+  // The shapes matmul's token-lane cpp kernel takes: its formats and 8 tokens or more.
+  static bool token_lanes(const Shape& s) {
+    if (!s.dims.count("wtype") || !s.dims.count("n_tokens")) return false;
+    switch (static_cast<GgmlType>(s.at("wtype"))) {
       case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q8_0:
-        return s.at("n_tokens") >= 8 && s.at("n_in") / 32 * token_lane_scratch_per_block(wt, exact) <= kTokenLaneScratch;
+        return s.at("n_tokens") >= 8;
       default: return false;
     }
   }
@@ -161,8 +159,7 @@ class MatOp final : public OpSpec {
       // whole-block sums (not bit-identical; the shapes token_lanes takes; matmul_cpu.h).
       if (multi_ && !id_) {
         std::vector<int64_t> lanes = {0};
-        if (token_lanes(s, true)) lanes.push_back(1);
-        if (token_lanes(s, false)) lanes.push_back(2);
+        if (token_lanes(s)) lanes.insert(lanes.end(), {1, 2});
         return {{"rows_per_block", {1, 2, 4, 8, 16, 32, 64}}, {"row_tile", {1, 2, 4}}, {"tok_tile", {1, 2, 4, 8, 16}},
                 {"tok_lanes", lanes}};
       }
@@ -191,9 +188,12 @@ class MatOp final : public OpSpec {
         // tiles are 1.2-1.6x slower than one token).
         // From 32 tokens on, Q4_0/Q4_1/Q5_0/Q5_1 in exact token lanes, 64 rows x 8 tokens per work
         // item (the activation transpose amortized over 64 rows), one row at a time (its eight
-        // lane accumulators in registers): SmolLM2-shape Q4_0 pp128 on 2 EPYC threads 302 ->
-        // 507 tok/s (docs/kernels.md).
-        if (token_lanes(s, true) && s.at("n_tokens") >= 32 && static_cast<GgmlType>(s.at("wtype")) != GgmlType::Q8_0)
+        // lane accumulators in registers): SmolLM2-shape Q4_0 pp128 on 2 EPYC threads 289 ->
+        // 456 tok/s (docs/performance.md). Rows whose blocks the scratch does not hold at once
+        // stay in tiles: in K-chunks the lanes measured no faster (Q4_0 8192 -> 2048).
+        const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
+        if (token_lanes(s) && s.at("n_tokens") >= 32 && wt != GgmlType::Q8_0 &&
+            s.at("n_in") / 32 * token_lane_scratch_per_block(wt, true) <= kTokenLaneScratch)
           return {{"rows_per_block", 64}, {"row_tile", 1}, {"tok_tile", 8}, {"tok_lanes", 1}};
         switch (static_cast<GgmlType>(s.at("wtype"))) {
           case GgmlType::Q6_K: return {{"rows_per_block", 4}, {"row_tile", 2}, {"tok_tile", 4}, {"tok_lanes", 0}};
@@ -235,9 +235,9 @@ class MatOp final : public OpSpec {
     LOOM_RETURN_IF_ERROR(check_schedule(schedule_space(s, target), sch));
     if (grouped(s)) return generate_grouped(s, sch, target);
     if (target == ir::TargetKind::kCpp && multi_ && !id_ && sch.at("tok_lanes") != 0) {
-      if (!token_lanes(s, sch.at("tok_lanes") == 1))
-        return invalid_argument("matmul: tok_lanes={} takes Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0, n_tokens >= 8 and rows that "
-                                "fit its scratch", sch.at("tok_lanes"));
+      if (!token_lanes(s))
+        return invalid_argument("matmul: tok_lanes={} takes Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 and n_tokens >= 8",
+                                sch.at("tok_lanes"));
       return generate_matmul_cpu_tokens(s, sch, name());
     }
     if (target == ir::TargetKind::kCpp && multi_ && !id_ && sch.at("tok_tile") > 1)
