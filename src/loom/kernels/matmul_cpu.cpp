@@ -7,6 +7,7 @@
 #include "loom/kernels/matmul_cpu.h"
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <span>
 #include <vector>
@@ -172,6 +173,11 @@ MatKernel mat_kernel(const Shape& s, const Schedule& sch, const std::string& kna
   return m;
 }
 
+// matmul's arguments w, xq, y as the kernel's parameters.
+std::array<Value*, 3> mat_params(Emit& b) {
+  return {b.param(ty::gptr(Scalar::kU8), "w"), b.param(ty::gptr(Scalar::kU8), "xq"), b.param(ty::gptr(Scalar::kF32), "y")};
+}
+
 }  // namespace
 
 Result<Generated> generate_matmul_cpu_tiles(const Shape& s, const Schedule& sch, std::string_view op_name) {
@@ -182,9 +188,7 @@ Result<Generated> generate_matmul_cpu_tiles(const Shape& s, const Schedule& sch,
   const int64_t tt = std::min(sch.at("tok_tile"), nt);
   Emit b(*m.k);
   b.cpu = true;
-  Value* w = b.param(ty::gptr(Scalar::kU8), "w");
-  Value* xq = b.param(ty::gptr(Scalar::kU8), "xq");
-  Value* y = b.param(ty::gptr(Scalar::kF32), "y");
+  auto [w, xq, y] = mat_params(b);
   auto i32c = [&](int64_t v) { return b.i32(static_cast<int32_t>(v)); };
 
   // Q4_1/Q5_1: each pair's min term fma(m_w, s_x, summs) is its own chain, added after the lane
@@ -333,9 +337,7 @@ Result<Generated> generate_matmul_cpu_tokens(const Shape& s, const Schedule& sch
   const int64_t n_rc = (n_out + rpb - 1) / rpb;
   Emit b(*m.k);
   b.cpu = true;
-  Value* w = b.param(ty::gptr(Scalar::kU8), "w");
-  Value* xq = b.param(ty::gptr(Scalar::kU8), "xq");
-  Value* y = b.param(ty::gptr(Scalar::kF32), "y");
+  auto [w, xq, y] = mat_params(b);
   auto i32c = [&](int64_t v) { return b.i32(static_cast<int32_t>(v)); };
   const ir::Type i32x8 = ir::Type::vector(Scalar::kI32, 8), f32x8 = ir::Type::vector(Scalar::kF32, 8);
   Value* scr = b.alloc_shared(Scalar::kU8, kb * groups * kPer);

@@ -21,11 +21,12 @@ using ir::Type;
 using ir::Value;
 using llm::GgmlType;
 
-// Round to nearest, ties to even, of |v| < 2^22: the float adder rounds v + 1.5 * 2^23.
+// Round to nearest, ties to even, of |v| < 2^22 (f32 or its lanes): the float adder rounds
+// v + 1.5 * 2^23.
 Value* nearest_int(Emit& b, Value* v) {
-  Value* t = b.add(v, b.f32(12582912.0));
-  Value* bits = b.bitcast(t, ty::i32);
-  return b.sub(b.andc(bits, 0x007fffff), b.i32(0x00400000));
+  Value* t = b.add(v, b.cf(v->type, 12582912.0));
+  Value* bits = b.bitcast(t, v->type.with_elem(Scalar::kI32));
+  return b.sub(b.andc(bits, 0x007fffff), b.c(bits->type, 0x00400000));
 }
 
 // Q8_0 / Q8_1 of one 32-element block: d = amax/127 (fp16), q = nearbyint(x * 127/amax).
@@ -85,9 +86,7 @@ void emit_q8_block_cpu(Emit& b, Value* x, Value* xq, Value* blk, bool with_sum) 
   b.store_at(xq, base, b.bitcast(b.convert(d, ty::s(Scalar::kF16)), ty::s(Scalar::kU16)), 2);
   Value* sum = nullptr;
   for (int k = 0; k < 4; ++k) {
-    // nearest_int per lane: the float adder rounds p + 1.5 * 2^23 (|p| <= 127).
-    Value* t = b.bitcast(b.add(b.mul(v[k], id), b.cf(f32x8, 12582912.0)), i32x8);
-    Value* q = b.sub(b.andc(t, 0x007fffff), b.c(i32x8, 0x00400000));
+    Value* q = nearest_int(b, b.mul(v[k], id));
     b.store_at(xq, b.addc(base, qoff + 8 * k), b.convert(q, Type::vector(Scalar::kI8, 8)), 1);
     sum = sum ? b.add(sum, q) : q;
   }
