@@ -103,6 +103,44 @@ TEST(CppBackend, SharedObjectIsCachedByContentHash) {
   std::filesystem::remove_all(dir);
 }
 
+// GCC reads the emitted units' system headers from one precompiled header in the cache; the
+// shared object is byte for byte the one a compile without it gives (where the precompiled
+// header cannot be built, here because a file stands where its directory would go).
+TEST(CppBackend, PrecompiledHeadersLeaveTheCodeAsItWas) {
+  REQUIRE_HOST_COMPILER();
+  auto base = std::filesystem::temp_directory_path() / fmt::format("loom_pch_test_{}", test_seed());
+  std::filesystem::remove_all(base);
+  auto m = load_golden("matvec_i8");
+  ASSERT_TRUE(m.ok());
+  std::string with, without;
+  {
+    opt::ScopedFlag cache(opt::Opt::kCacheDir, (base / "with").string());
+    auto k = codegen::cpp_target().compile(*m, "native");
+    ASSERT_TRUE(k.ok()) << k.status().to_string();
+    with = k->path;
+  }
+  bool gcc = false;
+  if (auto tool = codegen::find_tool({"c++"}); tool.ok())
+    if (auto v = codegen::run_tool({*tool, "--version"}); v.ok()) gcc = v->output.find("clang") == std::string::npos;
+  size_t headers = 0;
+  if (std::filesystem::exists(base / "with/kernels/cpp/pch"))
+    for (const auto& e : std::filesystem::recursive_directory_iterator(base / "with/kernels/cpp/pch"))
+      headers += e.path().extension() == ".gch";
+  if (gcc && !std::getenv("LOOM_CXX")) EXPECT_EQ(headers, 1u) << "GCC compiled without a precompiled header";
+  {
+    std::filesystem::create_directories(base / "without/kernels/cpp");
+    ASSERT_TRUE(write_file((base / "without/kernels/cpp/pch").string(), "not a directory").ok());
+    opt::ScopedFlag cache(opt::Opt::kCacheDir, (base / "without").string());
+    auto k = codegen::cpp_target().compile(*m, "native");
+    ASSERT_TRUE(k.ok()) << k.status().to_string();
+    without = k->path;
+  }
+  auto a = read_file(with), b = read_file(without);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(*a == *b) << with << " and " << without << " differ";
+  std::filesystem::remove_all(base);
+}
+
 TEST(CppBackend, RunsOnAThreadPool) {
   REQUIRE_HOST_COMPILER();
   ThreadPool pool(3);

@@ -18,4 +18,8 @@ Result<std::string> emit_cpp(const ir::Module& module);
 // files store what follows it, so a prelude change does not rewrite every golden.
 std::string_view cpp_prelude();
 
+// The system headers the prelude includes (a part of it). Parsing them is a third to two thirds
+// of a kernel's compile time, so the host compiler precompiles them once per compiler and flags.
+std::string_view cpp_system_includes();
+
 }  // namespace loom::codegen

@@ -48,6 +48,48 @@ Result<std::string> compiler_identity(const std::string& compiler) {
   return cached;
 }
 
+// The system headers of every emitted unit, precompiled (a GCC .gch) once per compiler, flags
+// and header list, under $LOOM_CACHE_DIR/kernels/cpp/pch/<hash>/. Returns the header to pass to
+// -include (GCC then reads the .gch beside it), or "" where there is none: clang (whose
+// precompiled headers work differently) or a failed build, after which kernels compile as
+// before. The generated code is the same either way; only the parsing is skipped.
+std::string precompiled_includes(const std::string& identity, const std::vector<std::string>& flags) {
+  static std::mutex mu;
+  static std::map<std::string, std::string> built;  // directory -> header path, or "" after a failure
+  if (identity.find("clang") != std::string::npos) return "";
+  std::string key_text = identity;
+  for (const auto& f : flags) key_text += '\0' + f;
+  key_text += '\0';
+  key_text += cpp_system_includes();
+  const std::string hash = content_hash(key_text);
+  const std::string dir = cache_dir() + "/kernels/cpp/pch/" + hash;
+  const std::string header = dir + "/loom_prelude.h";
+  std::lock_guard<std::mutex> lock(mu);
+  // A failed build is not retried in this process; a removed cache is rebuilt.
+  if (auto it = built.find(dir); it != built.end() && (it->second.empty() || file_exists(header + ".gch")))
+    return it->second;
+  std::string& result = built[dir];
+  if (file_exists(header + ".gch")) return result = header;
+  // Built in a unique directory renamed into place: another process either sees none or all.
+  std::error_code ec;
+  const std::string tmp = fmt::format("{}.tmp.{}", dir, ::getpid());
+  std::filesystem::remove_all(tmp, ec);
+  std::filesystem::create_directories(tmp, ec);
+  if (ec || !write_file(tmp + "/loom_prelude.h", cpp_system_includes()).ok()) return "";
+  std::vector<std::string> argv = {identity.substr(0, identity.find('\n'))};
+  for (const auto& f : flags)
+    if (f != "-shared") argv.push_back(f);
+  argv.insert(argv.end(), {"-x", "c++-header", tmp + "/loom_prelude.h", "-o", tmp + "/loom_prelude.h.gch"});
+  auto r = run_tool(argv);
+  if (!r.ok() || r->exit_code != 0) {
+    std::filesystem::remove_all(tmp, ec);
+    return "";
+  }
+  std::filesystem::rename(tmp, dir, ec);
+  if (ec) std::filesystem::remove_all(tmp, ec);  // another process put its own in place first
+  return result = file_exists(header + ".gch") ? header : "";
+}
+
 }  // namespace
 
 const std::vector<std::string>& cpu_archs() {
@@ -133,6 +175,7 @@ Result<std::string> compile_shared_object(std::string_view source, std::string_v
   LOOM_RETURN_IF_ERROR(write_file(tmp_src, source));
   std::vector<std::string> argv = {identity.substr(0, identity.find('\n'))};
   for (const auto& f : flags) argv.push_back(f);
+  if (std::string pch = precompiled_includes(identity, flags); !pch.empty()) argv.insert(argv.end(), {"-include", pch});
   argv.insert(argv.end(), {"-x", "c++", tmp_src, "-o", tmp_so});
   auto result = run_tool(argv);
   if (!result.ok() || result->exit_code != 0) {
