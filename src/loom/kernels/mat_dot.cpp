@@ -209,6 +209,27 @@ DotX dot_prep_x(Emit& b, const DotFormat& f, Value* x, Value* xoff) {
   }
 }
 
+// Table layout: block k's lane sums (i32x8) at 32 k, its scale (f32) at 32 nb + 4 k.
+int64_t x_table_bytes(const DotFormat& f, int64_t nb) {
+  const bool offset = f.xtype == GgmlType::Q8_0 && (f.wtype == GgmlType::Q4_0 || f.wtype == GgmlType::Q5_0);
+  return offset ? 36 * nb : 0;
+}
+
+void fill_x_table(Emit& b, const DotFormat& f, Value* x, int64_t nb, Value* table) {
+  b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(nb)), b.i32(1), {}, [&](Value* blk, std::span<Value* const>) {
+    DotX p = dot_prep_x(b, f, x, b.mul(blk, b.i32(f.x_bytes)));
+    b.store_at(table, b.mul(blk, b.i32(32)), p.v[2], 16);
+    b.store_at(table, b.addc(b.mul(blk, b.i32(4)), 32 * nb), p.v[0], 4);
+    return std::vector<Value*>{};
+  });
+}
+
+DotX dot_prep_x_table(Emit& b, const DotFormat& f, Value* x, Value* blk, int64_t nb, Value* table) {
+  Value* y = b.load_at(x, b.addc(b.mul(blk, b.i32(f.x_bytes)), 2), kI32x8, 2);
+  Value* d = b.load_at(table, b.addc(b.mul(blk, b.i32(4)), 32 * nb), ty::f32, 4);
+  return DotX{{d, y, b.load_at(table, b.mul(blk, b.i32(32)), kI32x8, 16)}};
+}
+
 Value* dot_quants(Emit& b, const DotFormat& f, Value* w, Value* woff) {
   if (f.wtype == GgmlType::Q8_0) return b.load_at(w, b.addc(woff, 2), kI32x8, 2);
   const bool has_m = f.wtype == GgmlType::Q4_1 || f.wtype == GgmlType::Q5_1;

@@ -40,6 +40,14 @@ struct DotX {
 std::vector<ir::Value*> dot_init(Emit& b, const DotFormat& f);
 // Loads and unpacks the activation step at byte offset xoff of x (u8 pointer).
 DotX dot_prep_x(Emit& b, const DotFormat& f, ir::Value* x, ir::Value* xoff);
+
+// The row-independent part of dot_prep_x, prepared once for all rows of a cpu work item: for
+// Q4_0/Q5_0 weights (the formats where x_table_bytes > 0) each activation block's f32 scale and
+// its -o x lane sums, in a buffer of x_table_bytes(f, nb) bytes (alloc_shared). Same values as
+// dot_prep_x, so results keep their bits.
+int64_t x_table_bytes(const DotFormat& f, int64_t nb);
+void fill_x_table(Emit& b, const DotFormat& f, ir::Value* x, int64_t nb, ir::Value* table);
+DotX dot_prep_x_table(Emit& b, const DotFormat& f, ir::Value* x, ir::Value* blk, int64_t nb, ir::Value* table);
 // Adds one weight step at byte offset woff of w to `acc`; returns the new accumulators.
 // A 32-element block's quants (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) as i32x8 with lane c holding
 // elements 4c..4c+3, as dot_step reads them: nibbles (with Q5's fifth bit), 0..31, no offset;

@@ -283,6 +283,11 @@ class MatOp final : public OpSpec {
     if (target == ir::TargetKind::kCpp) {
       // One thread per block of rows; rows in tiles of row_tile that share each activation step.
       const int64_t tile = std::min(sch.at("row_tile"), rpb);
+      // Q4_0/Q5_0 with several rows per work item: the activation blocks' scales and offset lane
+      // sums once per item instead of once per row (the decode loop's 24 instructions per block
+      // become 19; docs/kernels.md).
+      const int64_t xt_bytes = !id_ && rpb > 1 ? x_table_bytes(f, nb) : 0;
+      Value* xt = xt_bytes ? b.alloc_shared(Scalar::kU8, xt_bytes) : nullptr;
       Value* r0 = b.mul(b.block_id(Mode::kX), b.i32(static_cast<int32_t>(rpb)));
       Value* rend = b.min(b.add(r0, b.i32(static_cast<int32_t>(rpb))), b.i32(static_cast<int32_t>(n_out)));
       // Full tiles, then single rows (n_out need not be a multiple of the tile).
@@ -304,7 +309,8 @@ class MatOp final : public OpSpec {
             });
         auto acc = b.for_loop(b.i32(0), b.i32(static_cast<int32_t>(nb)), b.i32(1), init,
                               [&](Value* blk, std::span<Value* const> it) {
-                                DotX x = dot_prep_x(b, f, xrow, b.mul(blk, b.i32(f.x_bytes)));
+                                DotX x = xt ? dot_prep_x_table(b, f, xrow, blk, nb, xt)
+                                            : dot_prep_x(b, f, xrow, b.mul(blk, b.i32(f.x_bytes)));
                                 Value* woff = b.mul(blk, b.i32(f.w_bytes));
                                 std::vector<Value*> next;
                                 for (int64_t t = 0; t < count * mats; ++t) {
@@ -321,6 +327,7 @@ class MatOp final : public OpSpec {
           b.store(yrow, b.add(r, b.i32(static_cast<int32_t>(t))), v);
         }
       };
+      if (xt) fill_x_table(b, f, xrow, nb, xt);
       b.for_loop(r0, full_end, b.i32(static_cast<int32_t>(tile)), {}, [&](Value* r, std::span<Value* const>) {
         emit_rows(r, tile);
         return std::vector<Value*>{};
