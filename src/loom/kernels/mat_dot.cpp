@@ -57,8 +57,8 @@ Value* hsum8(Emit& b, Value* v) {
 // 16 bytes of nibbles (qs[j]: element j low, j+16 high) as the 32 elements packed in u32x8.
 Value* nibbles32(Emit& b, Value* w, Value* off, int align) {
   Value* q = b.load_at(w, off, kU32x4, align);
-  // cpu: the 16 bytes twice, the upper copy shifted by 4, one mask (vbroadcasti128 + vpsrlvd +
-  // vpand on AVX2, where two masks and a shift joined by vinserti128 took seven instructions).
+  // cpu: the 16 bytes twice, the upper copy shifted by 4, one mask (vperm2i128 + vpsrlvd + vpand
+  // on AVX2, where two masks and a shift joined by vinserti128 took seven instructions).
   if (b.cpu) return b.andc(b.shr(b.concat(q, q), b.lanes(Scalar::kU32, {0, 0, 0, 0, 4, 4, 4, 4})), 0x0F0F0F0F);
   return b.concat(b.andc(q, 0x0F0F0F0F), b.andc(b.shrc(q, 4), 0x0F0F0F0F));
 }

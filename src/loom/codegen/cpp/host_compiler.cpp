@@ -48,6 +48,15 @@ Result<std::string> compiler_identity(const std::string& compiler) {
   return cached;
 }
 
+// The compiler of `identity` ("<path>\n<version>") with `flags`, without -shared where the
+// output is not a shared object.
+std::vector<std::string> compiler_argv(const std::string& identity, const std::vector<std::string>& flags, bool shared) {
+  std::vector<std::string> argv = {identity.substr(0, identity.find('\n'))};
+  for (const auto& f : flags)
+    if (shared || f != "-shared") argv.push_back(f);
+  return argv;
+}
+
 // The system headers of every emitted unit, precompiled (a GCC .gch) once per compiler, flags
 // and header list, under $LOOM_CACHE_DIR/kernels/cpp/pch/<hash>/. Returns the header to pass to
 // -include (GCC then reads the .gch beside it), or "" where there is none: clang (whose
@@ -76,9 +85,7 @@ std::string precompiled_includes(const std::string& identity, const std::vector<
   std::filesystem::remove_all(tmp, ec);
   std::filesystem::create_directories(tmp, ec);
   if (ec || !write_file(tmp + "/loom_prelude.h", cpp_system_includes()).ok()) return "";
-  std::vector<std::string> argv = {identity.substr(0, identity.find('\n'))};
-  for (const auto& f : flags)
-    if (f != "-shared") argv.push_back(f);
+  std::vector<std::string> argv = compiler_argv(identity, flags, false);
   argv.insert(argv.end(), {"-x", "c++-header", tmp + "/loom_prelude.h", "-o", tmp + "/loom_prelude.h.gch"});
   auto r = run_tool(argv);
   if (!r.ok() || r->exit_code != 0) {
@@ -173,8 +180,7 @@ Result<std::string> compile_shared_object(std::string_view source, std::string_v
   std::string tmp_src = src + ".tmp." + tag;
   std::string tmp_so = so + ".tmp." + tag;
   LOOM_RETURN_IF_ERROR(write_file(tmp_src, source));
-  std::vector<std::string> argv = {identity.substr(0, identity.find('\n'))};
-  for (const auto& f : flags) argv.push_back(f);
+  std::vector<std::string> argv = compiler_argv(identity, flags, true);
   if (std::string pch = precompiled_includes(identity, flags); !pch.empty()) argv.insert(argv.end(), {"-include", pch});
   argv.insert(argv.end(), {"-x", "c++", tmp_src, "-o", tmp_so});
   auto result = run_tool(argv);
