@@ -30,6 +30,7 @@
 #include "loom/gguf/ggml_types.h"
 #include "loom/model/model.h"
 #include "loom/ref/ops_ref.h"
+#include "loom/store/store.h"
 
 namespace loom::cli {
 namespace {
@@ -230,6 +231,12 @@ Status bench(const BenchFlags& f, const std::string& command) {
     j["device_spec"] = lim.spec;
     j["backend"] = std::string(engine->backend_name());
     j["threads"] = f.gen.n_threads;
+    // Which kernels did not come from the op library's defaults: the user's store or the
+    // kernels that ship with Loom (the same lines go to stderr as the plans are compiled).
+    nlohmann::json tuned = nlohmann::json::array();
+    for (const store::KernelUse& u : store::kernels_in_use())
+      tuned.push_back({{"op", u.op}, {"shape", u.shape_key}, {"id", u.id}, {"origin", u.origin}, {"speedup", u.speedup}});
+    j["tuned_kernels"] = std::move(tuned);
     j["model"] = model_file;
     j["shape"] = shape_name(*model);
     j["quant"] = quant_name(*model);

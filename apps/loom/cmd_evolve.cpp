@@ -1,4 +1,4 @@
-// `loom evolve run|resume|status|ops|report`: automated kernel search (src/loom/evolve). A job is
+// `loom evolve run|resume|ship|status|ops|report`: automated kernel search (src/loom/evolve). A job is
 // stored in one SQLite file (--db, default ~/.cache/loom/evolve.db); every evaluation is
 // committed as it finishes, so `resume` continues a job that was killed.
 #include <unistd.h>
@@ -18,6 +18,7 @@
 #include "loom/evolve/kb.h"
 #include "loom/evolve/ncu.h"
 #include "loom/evolve/report.h"
+#include "loom/evolve/ship.h"
 #include "loom/evolve/user_op.h"
 #include "loom/evolve/queue.h"
 #include "loom/evolve/worker.h"
@@ -43,6 +44,8 @@ struct EvolveFlags {
   int workers = -1;     // run/resume: -1 evaluate here; N >= 0 through the queue with N local workers
   double lease_s = 30;  // worker --db, run/resume --workers
   WorkerOptions queue_worker;
+  std::string searches;       // ship
+  double min_speedup = 1.05;  // ship
 };
 
 Result<Db> open_db(const EvolveFlags& f) { return Db::open(f.db.empty() ? Db::default_path() : f.db); }
@@ -70,6 +73,19 @@ Status run_cmd(EvolveFlags& f) {
   ro.db_url = f.db;
   ro.worker_lease_s = f.lease_s;
   return run_job(db, job, ro);
+}
+
+Status ship_cmd(EvolveFlags& f) {
+  ShipOptions o;
+  LOOM_RETURN_IF_ERROR(parse_budget(f.budget, f.cfg));
+  f.cfg.skills = !f.no_skills;
+  o.job = f.cfg;
+  o.searches_file = f.searches;
+  o.db = f.db;
+  o.out = f.out == "report.html" ? "" : f.out;
+  o.min_speedup = f.min_speedup;
+  o.command = command_line();
+  return ship(o);
 }
 
 Status resume_cmd(const EvolveFlags& f) {
@@ -212,7 +228,7 @@ Status kb_cmd(const EvolveFlags& f) {
   return Status();
 }
 
-LOOM_COMMAND(kEvolve, "evolve", "Search for faster kernels (jobs in an SQLite file), resume, report",
+LOOM_COMMAND(kEvolve, "evolve", "Search for faster kernels (jobs in an SQLite file), resume, report, ship",
              [](CLI::App& sub) -> Action {
                auto f = std::make_shared<EvolveFlags>();
                auto which = std::make_shared<std::string>();
@@ -239,6 +255,7 @@ LOOM_COMMAND(kEvolve, "evolve", "Search for faster kernels (jobs in an SQLite fi
                run->add_option("--compile-jobs", f->cfg.compile_jobs,
                                "candidates proposed and compiled in parallel per batch (default: cores, at most 8)");
                run->add_flag("--no-store", [f](int64_t) { f->cfg.store = false; }, "do not put the winner into the kernel store");
+               run->add_flag("--exact", f->cfg.exact, "accept only candidates that give the reference's exact bytes (the cpu driver's contract)");
                bind_option(run->add_option("--llm-url", f->llm_url, "OpenAI-compatible endpoint (or LOOM_LLM_URL)"),
                            opt::Opt::kLlmUrl);
                bind_option(run->add_option("--llm-model", f->llm_model, "model name (or LOOM_LLM_MODEL)"), opt::Opt::kLlmModel);
@@ -261,6 +278,19 @@ LOOM_COMMAND(kEvolve, "evolve", "Search for faster kernels (jobs in an SQLite fi
                resume->add_option("--worker-lease", f->lease_s, "lease of a queued evaluation in seconds (default 30)");
                db_flag(resume);
                resume->callback([which] { *which = "resume"; });
+               auto* shp = sub.add_subcommand("ship", "run the searches of a file and write the winners as shipped kernels (data/kernels)");
+               shp->add_option("--searches", f->searches, "searches file (e.g. data/kernels/searches/cpu.json)")->required();
+               shp->add_option("--device", f->cfg.device, "cpu or cuda[:N]");
+               shp->add_option("--budget", f->budget, "per search: time (120s, 10m) and/or count (500)");
+               shp->add_option("--seed", f->cfg.seed, "seed of every random choice (default 1)");
+               shp->add_option("--trials", f->cfg.trials, "fresh random inputs per candidate (default 3)");
+               shp->add_option("--holdout", f->cfg.holdout, "held-out shapes per candidate (default 3)");
+               shp->add_option("--time-per-candidate", f->cfg.time_budget_s, "seconds of timing per candidate (default 0.3)");
+               shp->add_option("--confirm-rounds", f->cfg.confirm_rounds, "interleaved re-timing rounds of the finalists (default 5)");
+               shp->add_option("--min-speedup", f->min_speedup, "confirmed speed-up a winner needs to ship (default 1.05)");
+               shp->add_option("-o,--output", f->out, "the shipped file to write or update (e.g. data/kernels/cpu-x86-64-v3.json)")->required();
+               db_flag(shp);
+               shp->callback([which] { *which = "ship"; });
                auto* status = sub.add_subcommand("status", "jobs, or one job's counts by status");
                status->add_option("job", f->job, "job id (default: all)");
                db_flag(status);
@@ -315,7 +345,7 @@ LOOM_COMMAND(kEvolve, "evolve", "Search for faster kernels (jobs in an SQLite fi
                    if (n > 0) set_worker_binary(std::string(exe, static_cast<size_t>(n)));
                  }
                  if (*which == "ops") return ops_cmd();
-                 Status s = *which == "worker" ? queue_worker_cmd(*f) : *which == "run" ? run_cmd(*f) : *which == "resume" ? resume_cmd(*f) : *which == "status" ? status_cmd(*f)
+                 Status s = *which == "worker" ? queue_worker_cmd(*f) : *which == "run" ? run_cmd(*f) : *which == "ship" ? ship_cmd(*f) : *which == "resume" ? resume_cmd(*f) : *which == "status" ? status_cmd(*f)
                           : *which == "kb" ? kb_cmd(*f) : *which == "check" ? check_cmd(*f) : report_cmd(*f);
                  return s.ok() ? 0 : report(s);
                };

@@ -1,4 +1,4 @@
-// `loom kernels list|show|export|import`: the kernel store (best kernel per op, shape class,
+// `loom kernels list|show|export|import|shipped`: the kernel store (best kernel per op, shape class,
 // device architecture and Loom version) that evolve fills and the engine reads.
 #include <cstdio>
 #include <fstream>
@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "option_flags.h"
 #include "loom/store/db.h"
+#include "loom/store/shipped.h"
 #include "loom/store/store.h"
 #include "loom/evolve/store_names.h"
 #include "loom/ir/ir.h"
@@ -21,6 +22,7 @@ using namespace loom::evolve;
 
 struct KernelsFlags {
   std::string db, id, file, out;
+  bool json = false;
 };
 
 Result<Db> open_db(const KernelsFlags& f) {
@@ -86,6 +88,33 @@ Status export_cmd(const KernelsFlags& f) {
   return Status();
 }
 
+// The kernels compiled into this binary (data/kernels/*.json) and the key this CPU looks them up
+// under; GPUs use "cuda:<sm arch>" ("amdgpu:<gfx arch>").
+Status shipped_cmd(const KernelsFlags& f) {
+  using store::ShippedFile, store::shipped_files, store::shipped_arch_of, store::shipped_json;
+  LOOM_ASSIGN_OR_RETURN(const std::vector<ShippedFile>* files, shipped_files());
+  hrx::DeviceProps cpu;
+  cpu.driver = hrx::DriverKind::kCpu;
+  const std::string here = shipped_arch_of(cpu);
+  if (f.json) {
+    nlohmann::ordered_json arr = nlohmann::ordered_json::array();
+    for (const ShippedFile& sf : *files) arr.push_back(nlohmann::ordered_json::parse(shipped_json(sf)));
+    std::printf("%s\n", nlohmann::ordered_json{{"cpu_key", here}, {"files", arr}}.dump(2).c_str());
+    return Status();
+  }
+  std::printf("this CPU's key: %s\n", here.c_str());
+  if (files->empty()) std::printf("no shipped kernels in this build\n");
+  for (const ShippedFile& sf : *files) {
+    std::printf("%s: %s, %zu kernels, searched on %s at %s (%s)%s\n", sf.name.c_str(), sf.device_arch.c_str(),
+                sf.kernels.size(), sf.searched_on.c_str(), sf.commit.c_str(), sf.date.c_str(),
+                sf.device_arch == here ? "; used on this CPU" : "");
+    for (const StoredKernel& k : sf.kernels)
+      std::printf("  %-14s %-10s {%s}: %.2fx, %.1f us vs %.1f us; %s\n", k.id().c_str(), k.op.c_str(),
+                  k.shape_key.c_str(), k.speedup, k.median_us, k.baseline_us, k.cand.summary().c_str());
+  }
+  return Status();
+}
+
 Status import_cmd(const KernelsFlags& f) {
   std::ifstream in(f.file);
   if (!in) return not_found("cannot read {}", f.file);
@@ -119,7 +148,7 @@ Status import_cmd(const KernelsFlags& f) {
   return Status();
 }
 
-LOOM_COMMAND(kKernels, "kernels", "The kernel store that evolve fills and the engine uses: list, show, export, import",
+LOOM_COMMAND(kKernels, "kernels", "The kernel store that evolve fills and the engine uses: list, show, export, import, shipped",
              [](CLI::App& sub) -> Action {
                auto f = std::make_shared<KernelsFlags>();
                auto which = std::make_shared<std::string>();
@@ -136,9 +165,12 @@ LOOM_COMMAND(kKernels, "kernels", "The kernel store that evolve fills and the en
                auto* imp = sub.add_subcommand("import", "add kernels from an exported JSON file");
                imp->add_option("file", f->file, "JSON file from `loom kernels export`")->required();
                imp->callback([which] { *which = "import"; });
+               auto* shp = sub.add_subcommand("shipped", "the kernels that ship with Loom (data/kernels), per device key");
+               shp->add_flag("--json", f->json, "as JSON");
+               shp->callback([which] { *which = "shipped"; });
                return [f, which]() -> int {
                  Status s = *which == "list" ? list_cmd(*f) : *which == "show" ? show_cmd(*f)
-                          : *which == "export" ? export_cmd(*f) : import_cmd(*f);
+                          : *which == "export" ? export_cmd(*f) : *which == "shipped" ? shipped_cmd(*f) : import_cmd(*f);
                  return s.ok() ? 0 : report(s);
                };
              });

@@ -14,7 +14,9 @@
 # Env: EVOLVE_GPU_JOBS (q4_0-glu q4_0-down q4_k-glu q4_k-down: the searches to run, default all),
 # EVOLVE_GPU_BUDGET (per search, default 20s), EVOLVE_GPU_NCU=1 (Nsight Compute on the
 # best kernel of every job; default: the first job only, ~10 s each; 0: none),
-# EVOLVE_GPU_BENCH_ROUNDS (default 2), LOOM_GPU_STAGE (.gpu).
+# EVOLVE_GPU_BENCH_ROUNDS (default 2), LOOM_GPU_STAGE (.gpu); EVOLVE_GPU_SHIP=1: the four
+# searches as one `loom evolve ship` (data/kernels/searches/cuda.json), its shipped file in
+# $OUT/shipped-cuda.json.
 # summary.json per job: evaluations per GPU-hour over the whole job (baseline, search,
 # confirmation, instrumented run, ncu) and over the search loop alone, and where the baseline's
 # and the last search evaluation's time went (the jobs' phase lines; full job logs in searches.log).
@@ -164,12 +166,27 @@ echo "commit $commit; deadline ${deadline}s; search budget $budget" | tee -a "$l
 # when at least one of them ran.
 jobs=" ${EVOLVE_GPU_JOBS:-q4_0-glu q4_0-down q4_k-glu q4_k-down} "
 want() { [[ "$jobs" == *" $1 "* ]]; }
-want q4_0-glu && search q4_0 n_in=4096,n_out=14336,n_out1=14336,n_w=2,glu=1,n_tokens=1,planar=1,wtype=2 1
-want q4_0-down && search q4_0 n_in=14336,n_out=4096,n_tokens=1,planar=1,wtype=2 0
-{ want q4_0-glu || want q4_0-down; } && bench q4_0
-want q4_k-glu && search q4_k n_in=4096,n_out=14336,n_out1=14336,n_w=2,glu=1,n_tokens=1,planar=1,wtype=12 0
-want q4_k-down && search q4_k n_in=14336,n_out=4096,n_tokens=1,planar=1,wtype=12 0
-{ want q4_k-glu || want q4_k-down; } && bench q4_k
+if [[ "${EVOLVE_GPU_SHIP:-0}" == 1 ]]; then
+  # The shipped GPU kernels (docs/evolve.md, "Kernels that ship with Loom"): the same searches as
+  # one `loom evolve ship` over data/kernels/searches/cuda.json; its file comes back in $out, to
+  # be committed as data/kernels/cuda-<arch>.json. The benches then run with and without them.
+  echo "=== ship ($(left) s left)" | tee -a "$log"
+  PATH="$path_no_ncu" timeout $(( $(left) - 70 )) "$bin/loom" evolve ship --searches data/kernels/searches/cuda.json \
+    --device cuda --budget "$budget" --db "$db" -o "$out/shipped-cuda.json" > /tmp/evolve-ship.log 2>&1
+  echo "ship: rc $?" | tee -a "$log"
+  cat /tmp/evolve-ship.log >> "$out/searches.log"
+  grep -E "^ship:|confirm:|done" /tmp/evolve-ship.log | tee -a "$log"
+  summary
+  bench q4_0
+  bench q4_k
+else
+  want q4_0-glu && search q4_0 n_in=4096,n_out=14336,n_out1=14336,n_w=2,glu=1,n_tokens=1,planar=1,wtype=2 1
+  want q4_0-down && search q4_0 n_in=14336,n_out=4096,n_tokens=1,planar=1,wtype=2 0
+  { want q4_0-glu || want q4_0-down; } && bench q4_0
+  want q4_k-glu && search q4_k n_in=4096,n_out=14336,n_out1=14336,n_w=2,glu=1,n_tokens=1,planar=1,wtype=12 0
+  want q4_k-down && search q4_k n_in=14336,n_out=4096,n_tokens=1,planar=1,wtype=12 0
+  { want q4_k-glu || want q4_k-down; } && bench q4_k
+fi
 "$bin/loom" evolve status --db "$db" >> "$log" 2>&1
 summary
 python3 -c "

@@ -70,7 +70,9 @@ const std::vector<OptionInfo>& rows() {
        "the bearer token loom serve requires on /v1/* (empty: none)", false, true},
 
       {Opt::kNoKernelStore, "no_kernel_store", "LOOM_NO_KERNEL_STORE", "", Type::kBool, "0", "", 0, 0,
-       "the lowering ignores the kernel store (ops' default schedules only)"},
+       "the lowering ignores the kernel store and the shipped kernels (ops' default schedules only)"},
+      {Opt::kNoShippedKernels, "no_shipped_kernels", "LOOM_NO_SHIPPED_KERNELS", "", Type::kBool, "0", "", 0, 0,
+       "the lowering ignores the kernels that ship with Loom (data/kernels/); the user's store still applies"},
       {Opt::kEvolveDb, "evolve_db", "LOOM_EVOLVE_DB", "--db", Type::kPath, "", "", 0, 0,
        "the evolve database and kernel store (empty: <cache_dir>/evolve.db)"},
       {Opt::kEvolveDbRetry, "evolve_db_retry_s", "LOOM_EVOLVE_DB_RETRY_S", "", Type::kDouble, "60", "", 0, 86400,

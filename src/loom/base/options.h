@@ -56,6 +56,7 @@ enum class Opt : int {
   kApiKey,
   // kernel store, evolve
   kNoKernelStore,
+  kNoShippedKernels,
   kEvolveDb,
   kEvolveDbRetry,
   kKbDir,

@@ -142,6 +142,13 @@ uint64_t mix(uint64_t a, uint64_t b) {
   return x ^ (x >> 29);
 }
 
+// The op's tolerance, or none at all when the job asks for the reference's exact bytes.
+kernels::Tolerance tolerance_of(const kernels::OpSpec& op, const Shape& shape, const EvalOptions& opt) {
+  kernels::Tolerance t = op.tolerance(shape);
+  if (opt.exact) t = kernels::Tolerance{0, 0, true};
+  return t;
+}
+
 struct ShapeRun {
   std::vector<ArgSpec> specs;
   EvalDevice::Loaded loaded;
@@ -159,7 +166,8 @@ Result<ShapeRun> prepare(EvalDevice& dev, const kernels::OpSpec& op, const Shape
 
 // One trial: the set's inputs, poisoned outputs, launch, checks. Returns "" or "<tag>: ...".
 Result<std::string> trial(EvalDevice& dev, const kernels::OpSpec& op, const Shape& shape, ShapeRun& r,
-                          const InputSet& set, int t, const std::vector<HostArg>* prev_ref, Phases& ph, const ProcessWatch& w) {
+                          const InputSet& set, int t, const std::vector<HostArg>* prev_ref, Phases& ph, const ProcessWatch& w,
+                          const EvalOptions& opt) {
   {
     Lap lap(ph, "upload");
     LOOM_RETURN_IF_ERROR(r.g.upload(set.in, t));
@@ -172,7 +180,7 @@ Result<std::string> trial(EvalDevice& dev, const kernels::OpSpec& op, const Shap
   Lap lap(ph, "check");
   LOOM_RETURN_IF_ERROR(r.g.download());
   if (std::string gd = r.g.guard_damage(); !gd.empty()) return gd;
-  return compare(r.specs, r.g, set.in, set.ref, prev_ref, t, op.tolerance(shape));
+  return compare(r.specs, r.g, set.in, set.ref, prev_ref, t, tolerance_of(op, shape, opt));
 }
 
 // A rejection found by after_launch (the kernel's code is still loaded: see abandon).
@@ -312,6 +320,31 @@ std::vector<Shape> holdout_shapes(const kernels::OpSpec& op, const Shape& shape,
   return out;
 }
 
+Result<std::string> differs_in_bits(EvalDevice& dev, const kernels::OpSpec& op, const Shape& shape, const Candidate& a,
+                                    const Candidate& b, int trials, uint64_t seed) {
+  LOOM_ASSIGN_OR_RETURN(ShapeRun ra, prepare(dev, op, shape, a));
+  LOOM_ASSIGN_OR_RETURN(ShapeRun rb, prepare(dev, op, shape, b));
+  std::mt19937_64 rng(seed);
+  for (int t = 0; t < trials; ++t) {
+    std::vector<HostArg> in(ra.specs.size());
+    op.fill_inputs(shape, rng, in);
+    for (ShapeRun* r : {&ra, &rb}) {
+      LOOM_RETURN_IF_ERROR(r->g.upload(in, t));
+      LOOM_RETURN_IF_ERROR(dev.run(r->loaded, r->g.addrs()).with_context("run"));
+      LOOM_RETURN_IF_ERROR(r->g.download());
+    }
+    for (size_t i = 0; i < ra.specs.size(); ++i) {
+      if (ra.specs[i].role != ArgRole::kOutput) continue;
+      const size_t n = static_cast<size_t>(ra.specs[i].bytes);
+      const uint8_t *x = ra.g.data(i), *y = rb.g.data(i);
+      for (size_t k = 0; k < n; ++k)
+        if (x[k] != y[k])
+          return fmt::format("output '{}' byte {} differs (trial {} of {})", ra.specs[i].name, k, t + 1, trials);
+    }
+  }
+  return std::string();
+}
+
 EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& shape, const Candidate& c,
                     const EvalOptions& opt) {
   const auto t_start = clock_type::now();
@@ -365,7 +398,7 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
       r.reason = set.status().to_string();
       return done(r);
     }
-    auto bad = trial(dev, op, shape, run, *set, t, t ? &prev_ref : nullptr, ph, watch);
+    auto bad = trial(dev, op, shape, run, *set, t, t ? &prev_ref : nullptr, ph, watch, opt);
     if (!bad.ok()) {
       r.reason = bad.status().to_string();
       return done(r);
@@ -376,7 +409,7 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
   }
   // Launch order and history: the first inputs again, twice, after the others.
   for (int again = 0; again < 2; ++again) {
-    auto bad = trial(dev, op, shape, run, first, 3 + again, nullptr, ph, watch);
+    auto bad = trial(dev, op, shape, run, first, 3 + again, nullptr, ph, watch, opt);
     if (!bad.ok()) {
       r.reason = bad.status().to_string();
       return done(r);
@@ -396,7 +429,7 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
       r.reason = set.status().to_string();
       return done(r);
     }
-    auto bad = trial(dev, op, shape, run, *set, 5, nullptr, ph, watch);
+    auto bad = trial(dev, op, shape, run, *set, 5, nullptr, ph, watch, opt);
     if (!bad.ok()) {
       r.reason = bad.status().to_string();
       return done(r);
@@ -420,7 +453,7 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
     auto set = input_set(op, hs, hp->specs, mix(opt.pool_seed, 100 + h), true, opt, ph);
     if (!set.ok())
       return done(reject(r, fmt::format("holdout: fails on held-out shape {{{}}}: {}", hs.key(), set.status().to_string())));
-    auto bad = trial(dev, op, hs, *hp, *set, static_cast<int>(h), nullptr, ph, watch);
+    auto bad = trial(dev, op, hs, *hp, *set, static_cast<int>(h), nullptr, ph, watch, opt);
     if (!bad.ok())
       return done(reject(r, fmt::format("holdout: fails on held-out shape {{{}}}: {}", hs.key(), bad.status().to_string())));
     if (!bad->empty() && launch_state(*bad)) return abandon(reject(r, *bad), &*hp);
@@ -589,7 +622,7 @@ EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const Shape& sha
     LOOM_RETURN_IF_ERROR(reference_of(k));
     for (size_t i = 0; i < run.specs.size(); ++i)  // compare_outputs never reads a pure input's reference
       if (run.specs[i].role == ArgRole::kInput) want[i].bytes.clear();
-    const kernels::OutputComparison c = kernels::compare_outputs(run.specs, got, no_inputs, want, op.tolerance(shape));
+    const kernels::OutputComparison c = kernels::compare_outputs(run.specs, got, no_inputs, want, tolerance_of(op, shape, opt));
     if (c.ok()) return std::string();
     return fmt::format("timed: timed launch {} (working-set image {} of {}, inputs of set {} of {} with {} elements "
                        "changed for this launch) answered wrongly: {}",

@@ -66,6 +66,10 @@ struct EvalOptions {
   // Every timed launch gets new inputs (a few float elements of its image taken from another
   // set). Off only in tests that must reach a rule this one would meet first (`floor`).
   bool perturb = true;
+  // Outputs must be the reference's bytes, not just within the op's tolerance (a `wrong`
+  // rejection otherwise): jobs whose winners must keep the cpu driver bit-identical to the
+  // reference engine (`loom evolve run --exact`, `loom evolve ship` on the cpu).
+  bool exact = false;
 };
 
 struct EvalResult {
@@ -97,6 +101,13 @@ std::vector<kernels::Shape> holdout_shapes(const kernels::OpSpec& op, const kern
 // Evaluates in this process.
 EvalResult evaluate(EvalDevice& dev, const kernels::OpSpec& op, const kernels::Shape& shape, const Candidate& c,
                     const EvalOptions& opt);
+
+// Whether candidates a and b compute the same bytes on `trials` random input sets of `shape`
+// (drawn from `seed`): "" when every output byte agrees, else where the first one differs.
+// `loom evolve ship` holds cpu winners to their baseline's bits this way: the cpu driver's
+// kernels are bit-identical to the reference engine's.
+Result<std::string> differs_in_bits(EvalDevice& dev, const kernels::OpSpec& op, const kernels::Shape& shape,
+                                    const Candidate& a, const Candidate& b, int trials, uint64_t seed);
 
 // Evaluates in a forked child that opens `device_spec` itself: a crash (signal) or a hang
 // (longer than timeout_s) ends only the child and comes back as status crash/timeout.

@@ -42,7 +42,7 @@ nlohmann::json to_json(const JobConfig& c) {
           {"synth", c.synth},    {"seed", c.seed},           {"budget_count", c.budget_count},
           {"budget_s", c.budget_s}, {"skills", c.skills},    {"trials", c.trials},     {"holdout", c.holdout},
           {"time_budget_s", c.time_budget_s}, {"timeout_s", c.timeout_s}, {"store", c.store},
-          {"confirm_rounds", c.confirm_rounds}, {"ws_factor", c.ws_factor},
+          {"confirm_rounds", c.confirm_rounds}, {"ws_factor", c.ws_factor}, {"exact", c.exact},
           {"compile_jobs", c.compile_jobs}, {"llm_memory", c.llm_memory}, {"llm_url", c.llm.url}, {"llm_model", c.llm.model}, {"llm_max_tokens", c.llm.max_tokens}};
 }
 
@@ -65,6 +65,7 @@ JobConfig from_json(const nlohmann::json& j) {
   c.store = j.value("store", true);
   c.confirm_rounds = j.value("confirm_rounds", 5);
   c.ws_factor = j.value("ws_factor", 4.0);
+  c.exact = j.value("exact", false);
   c.compile_jobs = j.value("compile_jobs", 1);
   c.llm_memory = j.value("llm_memory", "parent");  // jobs from before batches: one at a time
   c.llm.url = j.value("llm_url", "");
@@ -248,12 +249,13 @@ Result<int64_t> create_job(Db& db, const JobConfig& cfg) {
   return inserted_id(s);
 }
 
-Candidate baseline_candidate(const kernels::OpSpec& op, const kernels::Shape& shape, ir::TargetKind target) {
+Candidate baseline_candidate(const kernels::OpSpec& op, const kernels::Shape& shape, ir::TargetKind target, bool exact) {
   Candidate c;
   c.knobs = op.default_schedule(shape, target);
   std::vector<kernels::Knob> space = op.schedule_space(shape, target);  // the search's space, in its order
   for (const kernels::Knob& k : rewrite_knobs(target)) space.push_back(k);
   for (const kernels::Knob& k : family_knobs(op, shape, target)) space.push_back(k);
+  if (exact) keep_exact_choices(space);
   for (const kernels::Knob& k : space)
     if (!c.knobs.count(k.name)) c.knobs[k.name] = k.choices[0];
   return c;
@@ -310,6 +312,7 @@ EvalOptions job_eval_options(const std::string& db_path, int64_t job, const JobC
   eo.holdout = search_holdout_shapes(op, shape, target, cfg.holdout);
   eo.time_budget_s = cfg.time_budget_s;
   eo.ws_factor = cfg.ws_factor;
+  eo.exact = cfg.exact;
   eo.peak_gbps = peak;
   eo.pool_seed = step_seed(cfg.seed, 1 << 30);
   const uint64_t h = key_hash64(db_path);
@@ -493,6 +496,7 @@ Status run_leased(Db& db, int64_t job, const JobRow& row, const RunOptions& ro, 
   std::vector<kernels::Knob> space = op->schedule_space(shape, target);
   for (const kernels::Knob& k : rewrite_knobs(target)) space.push_back(k);
   for (const kernels::Knob& k : family_knobs(*op, shape, target)) space.push_back(k);
+  if (cfg.exact) keep_exact_choices(space);
   const kernels::Schedule op_default = op->default_schedule(shape, target);
   auto normalize = [&](Candidate& c) { canonicalize(c.knobs, space, op_default); };
 
@@ -509,8 +513,9 @@ Status run_leased(Db& db, int64_t job, const JobRow& row, const RunOptions& ro, 
   if (!h.nodes.empty())
     log(fmt::format("job {}: resuming after {} evaluations ({:.0f} s spent), best {:.2f}x", job, h.nodes.size(), elapsed0,
                     h.best() ? h.best()->speedup : 0.0));
-  log(fmt::format("job {}: {} {{{}}} on {} ({}), strategy {}, synth {}, seed {}; held-out shapes: {}", job, cfg.op,
-                  shape.key(), cfg.device, pr.arch, cfg.strategy, cfg.synth, cfg.seed, [&] {
+  log(fmt::format("job {}: {} {{{}}} on {} ({}), strategy {}, synth {}, seed {}{}; held-out shapes: {}", job, cfg.op,
+                  shape.key(), cfg.device, pr.arch, cfg.strategy, cfg.synth, cfg.seed,
+                  cfg.exact ? ", exact (the reference's bytes)" : "", [&] {
                     std::string s;
                     for (const auto& x : eo.holdout) s += (s.empty() ? "{" : ", {") + x.key() + "}";
                     return s.empty() ? std::string("none") : s;
@@ -549,7 +554,7 @@ Status run_leased(Db& db, int64_t job, const JobRow& row, const RunOptions& ro, 
     Record r;
     r.synth = "baseline";
     r.diff = "the op's default schedule";
-    r.cand = baseline_candidate(*op, shape, target);
+    r.cand = baseline_candidate(*op, shape, target, cfg.exact);
     LOOM_ASSIGN_OR_RETURN(bool got, evaluate_one(r, step_seed(cfg.seed, 0)));
     if (!got) return failed_precondition("the search ran out of time before a worker evaluated the baseline");
     if (!r.ev.ok()) return failed_precondition("the baseline (default schedule) fails: {} {}", r.ev.status, r.ev.reason);

@@ -32,6 +32,7 @@ struct JobConfig {
   int confirm_rounds = 5;      // interleaved re-timing rounds of the finalists against the baseline
   double ws_factor = 4.0;      // timing working set >= ws_factor x last-level cache (EvalOptions)
   bool store = true;      // put a confirmed winner into the kernel store
+  bool exact = false;     // candidates must give the reference's exact bytes (EvalOptions::exact)
   int compile_jobs = 0;   // candidates proposed and compiled in parallel per batch (0: on cpu
                           // the machine's cores, at most 8; on cuda 1); kept with the job
   std::string llm_memory = "parent";  // what an llm prompt remembers of the tree: the parent's
@@ -45,7 +46,10 @@ Status parse_budget(std::string_view text, JobConfig& cfg);
 Result<int64_t> create_job(Db& db, const JobConfig& cfg);
 
 // A search's baseline: the op's default schedule, evolve's other knobs at their first choices.
-Candidate baseline_candidate(const kernels::OpSpec& op, const kernels::Shape& shape, ir::TargetKind target);
+// exact: the space of an exact job (keep_exact_choices), so that the family knobs it carries are
+// ones the job may use.
+Candidate baseline_candidate(const kernels::OpSpec& op, const kernels::Shape& shape, ir::TargetKind target,
+                             bool exact = false);
 // The held-out shapes of a search: holdout_shapes() kept to those the baseline builds for (a
 // schedule's vector width must divide n, say: a shape the op's default cannot take would
 // reject every candidate, the baseline first).

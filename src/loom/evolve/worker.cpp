@@ -270,7 +270,7 @@ nlohmann::json eval_options_to_json(const EvalOptions& o) {
           {"ws_factor", o.ws_factor}, {"peak_gbps", o.peak_gbps},
           {"floor_margin", o.floor_margin}, {"seed", o.seed},
           {"instrument", o.instrument}, {"fresh_trials", o.fresh_trials},
-          {"pool_seed", o.pool_seed}, {"pool_dir", o.pool_dir}};
+          {"pool_seed", o.pool_seed}, {"pool_dir", o.pool_dir}, {"exact", o.exact}};
 }
 
 Result<EvalOptions> eval_options_from_json(const nlohmann::json& j) {
@@ -293,6 +293,7 @@ Result<EvalOptions> eval_options_from_json(const nlohmann::json& j) {
   o.fresh_trials = j.value("fresh_trials", o.fresh_trials);
   o.pool_seed = j.value("pool_seed", o.pool_seed);
   o.pool_dir = j.value("pool_dir", o.pool_dir);
+  o.exact = j.value("exact", o.exact);
   return o;
 }
 

@@ -11,6 +11,7 @@
 #include "loom/ir/ir.h"
 #include "loom/kernels/launch_args.h"
 #include "loom/store/load.h"
+#include "loom/store/shipped.h"
 #include "loom/store/store.h"
 
 namespace loom::exec::hrx_detail {
@@ -44,7 +45,8 @@ struct Pending {
 class PlanCompiler {
  public:
   PlanCompiler(const hrx::Device& dev, std::set<std::string>& stored_used, Plan& plan)
-      : dev_(dev), stored_used_(stored_used), plan_(plan), arch_(store::device_arch_of(dev.props())) {
+      : dev_(dev), stored_used_(stored_used), plan_(plan), arch_(store::device_arch_of(dev.props())),
+        shipped_arch_(store::shipped_arch_of(dev.props())) {
     merged_.source_name = fmt::format("step of {} tokens", plan.n_padded);
   }
 
@@ -105,26 +107,47 @@ class PlanCompiler {
   }
 
  private:
-  // The kernel store (loom evolve): its best kernel for this op, shape and device replaces the
-  // default schedule; a store that cannot be read, or a kernel that does not build, leaves the
-  // default in place (with a warning).
+  // Tuned kernels: the user's kernel store (loom evolve) first, then the kernels that ship with
+  // Loom for this device's architecture key (store/shipped.h); either replaces the default
+  // schedule. A store that cannot be read, or a kernel that does not build, leaves the default
+  // in place (with a warning).
   std::optional<store::Instance> stored_kernel(const OpCall& call, std::string* key) {
+    // LOOM_LOG=debug lists the op calls a plan makes: the shapes worth a search.
+    log_debug("plan call: {} --shape {}", call.op->name(), call.shape.key());
+    std::optional<store::StoredKernel> found;
     auto sk = store::best_kernel(call.op->name(), call.shape, arch_);
-    if (!sk.ok()) {
+    if (!sk.ok())
       log_warn("kernel store: {}", sk.status().to_string());
-      return std::nullopt;
+    else
+      found = std::move(*sk);
+    if (!found) {
+      auto shipped = store::shipped_kernel(call.op->name(), call.shape, shipped_arch_);
+      if (!shipped.ok()) {
+        if (shipped_warned_.insert(shipped.status().to_string()).second)
+          log_warn("shipped kernels: {}", shipped.status().to_string());
+      } else {
+        found = std::move(*shipped);
+      }
     }
-    if (!*sk) return std::nullopt;
-    auto inst = (*sk)->instantiate(*call.op, call.shape, dev_.target());
+    if (!found) return std::nullopt;
+    const bool is_shipped = found->origin.rfind("shipped:", 0) == 0;
+    auto inst = found->instantiate(*call.op, call.shape, dev_.target());
     if (!inst.ok()) {
-      log_warn("kernel store: {} for {} {{{}}}: {}; using the default schedule", (*sk)->id(), call.op->name(),
-               call.shape.key(), inst.status().to_string());
+      log_warn("{}: {} for {} {{{}}}: {}; using the default schedule", is_shipped ? "shipped kernel" : "kernel store",
+               found->id(), call.op->name(), call.shape.key(), inst.status().to_string());
       return std::nullopt;
     }
-    *key = fmt::format("{}|{}|{}", call.op->name(), call.shape.key(), (*sk)->id());
-    if (stored_used_.insert(*key).second)
-      std::fprintf(stderr, "loom: kernel store: %s for %s {%s} (%.2fx over the default schedule when stored)\n",
-                   (*sk)->id().c_str(), std::string(call.op->name()).c_str(), call.shape.key().c_str(), (*sk)->speedup);
+    *key = fmt::format("{}|{}|{}|{}", call.op->name(), call.shape.key(), found->origin, found->id());
+    store::record_use(*found, call.shape.key());
+    if (stored_used_.insert(*key).second) {
+      if (is_shipped)
+        std::fprintf(stderr, "loom: shipped kernel: %s %s for %s {%s} (%.2fx over the default schedule where it was searched)\n",
+                     found->origin.substr(8).c_str(), found->id().c_str(), std::string(call.op->name()).c_str(),
+                     call.shape.key().c_str(), found->speedup);
+      else
+        std::fprintf(stderr, "loom: kernel store: %s for %s {%s} (%.2fx over the default schedule when stored)\n",
+                     found->id().c_str(), std::string(call.op->name()).c_str(), call.shape.key().c_str(), found->speedup);
+    }
     return std::move(*inst);
   }
 
@@ -204,7 +227,8 @@ class PlanCompiler {
   const hrx::Device& dev_;
   std::set<std::string>& stored_used_;
   Plan& plan_;
-  const std::string arch_;
+  const std::string arch_, shipped_arch_;
+  std::set<std::string> shipped_warned_;
   ir::Module merged_;
   std::vector<Pending> pending_;
   std::map<std::string, std::string> renamed_;  // op|shape|schedule|kernel -> merged name

@@ -242,6 +242,18 @@ std::vector<kernels::Knob> rewrite_knobs(ir::TargetKind target) {
   return k;
 }
 
+void keep_exact_choices(std::vector<kernels::Knob>& space) {
+  // Each knob value here changes the order or rounding of float operations: fma contraction,
+  // two blocks' lanes in one register (cx_pair), two accumulators (cx_acc), a block's lanes
+  // summed in integers before the scale (the prompt matmul's summed token lanes).
+  for (kernels::Knob& k : space) {
+    auto keep = [&](auto pred) { std::erase_if(k.choices, [&](int64_t v) { return !pred(v); }); };
+    if (k.name == "ev_fma" || k.name == "cx_pair") keep([](int64_t v) { return v == 0; });
+    if (k.name == "cx_acc") keep([](int64_t v) { return v == 1; });
+    if (k.name == "tok_lanes") keep([](int64_t v) { return v != 2; });
+  }
+}
+
 void split_knobs(const kernels::Schedule& all, kernels::Schedule& op_knobs, kernels::Schedule& ev_knobs) {
   for (const auto& [k, v] : all)
     (k.rfind("ev_", 0) == 0 || k.rfind("cx_", 0) == 0 ? ev_knobs : op_knobs)[k] = v;

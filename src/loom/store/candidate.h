@@ -37,6 +37,9 @@ struct Candidate {
 
 // The rewrite knobs evolve adds to every op's schedule space (see rewrites.h).
 std::vector<kernels::Knob> rewrite_knobs(ir::TargetKind target);
+// Drops the knob values that give other bytes than the reference on the cpu (float operations in
+// another order): what an exact search (JobConfig::exact) may not try.
+void keep_exact_choices(std::vector<kernels::Knob>& space);
 // Splits a schedule into the op's own knobs and evolve's ev_* / cx_* knobs.
 void split_knobs(const kernels::Schedule& all, kernels::Schedule& op_knobs, kernels::Schedule& ev_knobs);
 

@@ -92,7 +92,7 @@ inline void rows_tile(const unsigned char* w, const unsigned char* x, float* y, 
       }}
       const __m256 d = _mm256_set1_ps(h2f(wb) * dx);
       acc[t][b % ACC] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[t][b % ACC]);
-      if (WTYPE == 3) macc[t] += h2f(wb + 2) * h2f(xb + 2);
+      if (WTYPE == 3) macc[t] = __builtin_fmaf(h2f(wb + 2), h2f(xb + 2), macc[t]);  // the reference's fma chain
     }}
   }}
   for (int t = 0; t < T; ++t) {{
@@ -156,7 +156,7 @@ inline float row_pre(const unsigned char* wr, const XTab& t, const XTab2& t2) {{
       __m256i p = _mm256_madd_epi16(s, ones16);
       if (WTYPE == 2) p = _mm256_sub_epi32(p, t2.s8[i]);
       acc[i % ACC] = _mm256_fmadd_ps(_mm256_mul_ps(hsplat2(w0, w0 + WB), t2.d[i]), _mm256_cvtepi32_ps(p), acc[i % ACC]);
-      if (WTYPE == 3) macc += h2f(w0 + 2) * t.m[2 * i] + h2f(w0 + WB + 2) * t.m[2 * i + 1];
+      if (WTYPE == 3) macc = __builtin_fmaf(h2f(w0 + WB + 2), t.m[2 * i + 1], __builtin_fmaf(h2f(w0 + 2), t.m[2 * i], macc));
     }}
     b = NB / 2 * 2;
   }}
@@ -175,7 +175,7 @@ inline float row_pre(const unsigned char* wr, const XTab& t, const XTab2& t2) {{
       if (WTYPE == 2) p = _mm256_sub_epi32(p, t.s8[b]);
     }}
     acc[b % ACC] = _mm256_fmadd_ps(_mm256_mul_ps(hsplat(wb), t.d[b]), _mm256_cvtepi32_ps(p), acc[b % ACC]);
-    if (WTYPE == 3) macc += h2f(wb + 2) * t.m[b];
+    if (WTYPE == 3) macc = __builtin_fmaf(h2f(wb + 2), t.m[b], macc);
   }}
   __m256 s = acc[0];
   if (ACC > 1) s = _mm256_add_ps(s, acc[ACC - 1]);

@@ -152,8 +152,26 @@ Result<std::optional<StoredKernel>> best_kernel(std::string_view op, const kerne
   }
   if (!best) return std::optional<StoredKernel>();
   StoredKernel k = best->k;
+  k.origin = path;
   LOOM_ASSIGN_OR_RETURN(k.cand, Candidate::from_body(best->body));
   return std::optional<StoredKernel>(std::move(k));
+}
+
+namespace {
+std::mutex g_uses_mu;
+std::vector<KernelUse> g_uses;
+}  // namespace
+
+void record_use(const StoredKernel& k, const std::string& shape_key) {
+  std::lock_guard<std::mutex> lock(g_uses_mu);
+  for (const KernelUse& u : g_uses)
+    if (u.op == k.op && u.shape_key == shape_key && u.id == k.id() && u.origin == k.origin) return;
+  g_uses.push_back({k.op, shape_key, k.id(), k.origin, k.speedup});
+}
+
+std::vector<KernelUse> kernels_in_use() {
+  std::lock_guard<std::mutex> lock(g_uses_mu);
+  return g_uses;
 }
 
 Status put_kernel(Db& db, const StoredKernel& k) {

@@ -33,6 +33,8 @@ struct StoredKernel {
   double speedup = 1, median_us = 0, baseline_us = 0;
   int64_t job = 0, candidate = 0;  // the job and candidates.id that found it
   int seq = -1;                     // the candidate's #seq in that job (-1: not known)
+  // Where a lookup found it: the store file's path, or "shipped:<file>" (shipped.h).
+  std::string origin;
   std::string id() const { return fmt::format("evolve-{}.{}", job, candidate); }
   // The kernel for `shape`: Loom IR (Instance::gen, to merge into the engine's module) or
   // C++/PTX/CUDA text (Instance::source and launches: a module of its own, loaded with
@@ -52,6 +54,15 @@ std::string shape_class(std::string_view op, const kernels::Shape& shape);
 // is an error once per process; later lookups in it find nothing.
 Result<std::optional<StoredKernel>> best_kernel(std::string_view op, const kernels::Shape& shape,
                                                 std::string_view device_arch, const std::string& db_path = "");
+
+// The stored and shipped kernels this process's plans use, in first-use order, for reports
+// (`loom bench --json`'s "tuned_kernels"): the engine records each once per (op, shape, id).
+struct KernelUse {
+  std::string op, shape_key, id, origin;
+  double speedup = 1;
+};
+void record_use(const StoredKernel& k, const std::string& shape_key);
+std::vector<KernelUse> kernels_in_use();
 
 // Writes (replaces) the row of k's op, shape, device architecture and Loom version.
 Status put_kernel(Db& db, const StoredKernel& k);

@@ -1,0 +1,151 @@
+// The kernels that ship with Loom (see shipped.h).
+#include "loom/store/shipped.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include <nlohmann/json.hpp>
+
+#include "loom/base/options.h"
+#include "loom/base/version.h"
+#include "loom/codegen/cpp/host_compiler.h"
+#include "loom/store/embedded.h"
+
+namespace loom::store {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+Result<StoredKernel> kernel_of(std::string_view file, const std::string& arch, const Json& j, size_t i) {
+  StoredKernel k;
+  if (!j.is_object()) return data_loss("{}: kernel {} is not an object", file, i);
+  k.op = j.value("op", "");
+  k.shape_key = j.value("shape", "");
+  if (k.op.empty() || k.shape_key.empty()) return data_loss("{}: kernel {} lacks op or shape", file, i);
+  const kernels::OpSpec* op = kernels::find_op(k.op);
+  if (!op) return data_loss("{}: kernel {} names unknown op '{}'", file, i, k.op);
+  auto shape = kernels::Shape::parse(k.shape_key);
+  if (!shape.ok()) return std::move(shape).status().with_context(fmt::format("{}: kernel {}", file, i));
+  k.shape_class = shape_class(k.op, *shape);
+  k.device_arch = arch;
+  k.loom_version = j.value("loom_version", std::string(loom_version()));
+  if (!j.contains("body")) return data_loss("{}: kernel {} ({} {{{}}}) has no body", file, i, k.op, k.shape_key);
+  auto cand = Candidate::from_body(j["body"].dump());
+  if (!cand.ok()) return std::move(cand).status().with_context(fmt::format("{}: kernel {}", file, i));
+  k.cand = std::move(cand).value();
+  k.speedup = j.value("speedup", 1.0);
+  k.median_us = j.value("median_us", 0.0);
+  k.baseline_us = j.value("baseline_us", 0.0);
+  k.job = j.value("job", int64_t{0});
+  k.candidate = j.value("candidate", int64_t{0});
+  k.seq = j.value("seq", -1);
+  k.origin = fmt::format("shipped:{}", file);
+  return k;
+}
+
+}  // namespace
+
+Result<ShippedFile> parse_shipped(std::string_view name, std::string_view text) {
+  Json j = Json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return data_loss("{}: not a JSON object", name);
+  if (j.value("format", 0) != 1) return data_loss("{}: format {} (this Loom reads format 1)", name, j.value("format", 0));
+  ShippedFile f;
+  f.name = std::string(name);
+  f.device_arch = j.value("device_arch", "");
+  if (f.device_arch.empty()) return data_loss("{}: no device_arch", name);
+  f.searched_on = j.value("searched_on", "");
+  f.commit = j.value("commit", "");
+  f.date = j.value("date", "");
+  f.command = j.value("command", "");
+  if (!j.contains("kernels") || !j["kernels"].is_array()) return data_loss("{}: no kernels array", name);
+  for (size_t i = 0; i < j["kernels"].size(); ++i) {
+    LOOM_ASSIGN_OR_RETURN(StoredKernel k, kernel_of(name, f.device_arch, j["kernels"][i], i));
+    for (const StoredKernel& o : f.kernels)
+      if (o.op == k.op && o.shape_key == k.shape_key)
+        return data_loss("{}: {} {{{}}} is listed twice", name, k.op, k.shape_key);
+    f.kernels.push_back(std::move(k));
+  }
+  return f;
+}
+
+std::string shipped_json(const ShippedFile& f) {
+  std::vector<const StoredKernel*> ks;
+  for (const StoredKernel& k : f.kernels) ks.push_back(&k);
+  std::sort(ks.begin(), ks.end(), [](const StoredKernel* a, const StoredKernel* b) {
+    return std::tie(a->op, a->shape_key) < std::tie(b->op, b->shape_key);
+  });
+  Json arr = Json::array();
+  for (const StoredKernel* k : ks)
+    arr.push_back(Json{{"op", k->op},
+                       {"shape", k->shape_key},
+                       {"kind", cand_kind_name(k->cand.kind)},
+                       {"body", Json::parse(k->cand.body())},
+                       {"speedup", k->speedup},
+                       {"median_us", k->median_us},
+                       {"baseline_us", k->baseline_us},
+                       {"job", k->job},
+                       {"candidate", k->candidate},
+                       {"seq", k->seq},
+                       {"loom_version", k->loom_version}});
+  Json j{{"format", 1},          {"device_arch", f.device_arch}, {"searched_on", f.searched_on},
+         {"commit", f.commit},   {"date", f.date},               {"command", f.command},
+         {"kernels", std::move(arr)}};
+  return j.dump(1) + "\n";
+}
+
+Result<const std::vector<ShippedFile>*> shipped_files() {
+  static std::once_flag once;
+  static std::vector<ShippedFile> files;
+  static Status error;
+  std::call_once(once, [] {
+    for (size_t i = 0; i < kShippedKernelFileCount; ++i) {
+      const EmbeddedFile& e = kShippedKernelFiles[i];
+      Result<ShippedFile> f = parse_shipped(e.name, std::string_view(e.text, e.size));
+      if (!f.ok()) {
+        error = std::move(f).status().with_context("the shipped kernels (data/kernels)");
+        files.clear();
+        return;
+      }
+      files.push_back(std::move(f).value());
+    }
+  });
+  if (!error.ok()) return error;
+  return &files;
+}
+
+std::string shipped_arch_of(const hrx::DeviceProps& p) {
+  if (p.driver == hrx::DriverKind::kCuda) return fmt::format("cuda:{}", p.arch);
+  if (p.driver == hrx::DriverKind::kAmdgpu) return fmt::format("amdgpu:{}", p.arch);
+  const std::string sel = codegen::selected_cpu_arch();
+  if (sel != "native") return "cpu:" + sel;
+  for (const char* level : {"x86-64-v4", "x86-64-v3", "x86-64-v2"})
+    if (codegen::check_cpu_arch(level).ok()) return std::string("cpu:") + level;
+  return "cpu:native";
+}
+
+std::optional<StoredKernel> find_shipped(const std::vector<ShippedFile>& files, std::string_view op,
+                                         const kernels::Shape& shape, std::string_view arch) {
+  const std::string key = shape.key(), cls = shape_class(op, shape);
+  const StoredKernel* best = nullptr;
+  for (const ShippedFile& f : files) {
+    if (f.device_arch != arch) continue;
+    for (const StoredKernel& k : f.kernels) {
+      if (k.op != op || (k.shape_key != key && k.shape_class != cls)) continue;
+      const bool exact = k.shape_key == key;
+      if (!best || (exact != (best->shape_key == key) ? exact : k.speedup > best->speedup)) best = &k;
+    }
+  }
+  if (!best) return std::nullopt;
+  return *best;
+}
+
+Result<std::optional<StoredKernel>> shipped_kernel(std::string_view op, const kernels::Shape& shape,
+                                                   std::string_view arch) {
+  if (opt::get_bool(opt::Opt::kNoKernelStore) || opt::get_bool(opt::Opt::kNoShippedKernels))
+    return std::optional<StoredKernel>();
+  LOOM_ASSIGN_OR_RETURN(const std::vector<ShippedFile>* files, shipped_files());
+  return find_shipped(*files, op, shape, arch);
+}
+
+}  // namespace loom::store
