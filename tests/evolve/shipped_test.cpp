@@ -1,8 +1,8 @@
 // The kernels that ship with Loom (store/shipped.h, data/kernels/*.json): the compiled-in files
 // are the source tree's, they parse, every cpu kernel reproduces its op's default schedule bit for
 // bit (the cpu driver's contract with the reference engine), GPU kernels build for their target
-// (and pass the judge where such a GPU is here); lookups take the exact shape over the class and
-// never mix keys; bad files are refused with the entry named.
+// (and pass the judge where such a GPU is here); lookups match exact shapes and never mix keys;
+// bad files are refused with the entry named.
 #include "loom/store/shipped.h"
 
 #include <gtest/gtest.h>
@@ -97,15 +97,17 @@ constexpr std::string_view kFile = R"({"format": 1, "device_arch": "cpu:x86-64-v
    {"op": "matvec", "shape": "n_in=2048,n_out=8192,n_tokens=1,wtype=2", "body": {"kind": "schedule", "knobs": {"rows_per_block": 16}}, "speedup": 1.3}
   ]})";
 
-TEST(ShippedKernels, ExactShapeFirstThenTheClassesBestAndKeysNeverMix) {
+TEST(ShippedKernels, ExactShapesOnlyAndKeysNeverMix) {
   auto f = store::parse_shipped("t.json", kFile);
   ASSERT_TRUE(f.ok()) << f.status().to_string();
   const std::vector<store::ShippedFile> files = {*f};
   auto knob = [](const std::optional<store::StoredKernel>& k) { return k ? k->cand.knobs.at("rows_per_block") : -1; };
+  EXPECT_EQ(knob(store::find_shipped(files, "matvec", *kernels::Shape::parse("n_in=2048,n_out=8192,n_tokens=1,wtype=2"),
+                                     "cpu:x86-64-v3")), 16);
   const auto exact = *kernels::Shape::parse("n_in=576,n_out=1536,n_tokens=1,wtype=2");
   EXPECT_EQ(knob(store::find_shipped(files, "matvec", exact, "cpu:x86-64-v3")), 8);
   const auto other = *kernels::Shape::parse("n_in=576,n_out=576,n_tokens=1,wtype=2");
-  EXPECT_EQ(knob(store::find_shipped(files, "matvec", other, "cpu:x86-64-v3")), 16);  // the class's best
+  EXPECT_EQ(store::find_shipped(files, "matvec", other, "cpu:x86-64-v3"), std::nullopt);  // not another shape's
   EXPECT_EQ(store::find_shipped(files, "matvec", exact, "cpu:x86-64-v4"), std::nullopt);
   const auto q4_1 = *kernels::Shape::parse("n_in=576,n_out=1536,n_tokens=1,wtype=3");
   EXPECT_EQ(store::find_shipped(files, "matvec", q4_1, "cpu:x86-64-v3"), std::nullopt);

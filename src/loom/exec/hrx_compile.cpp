@@ -107,10 +107,11 @@ class PlanCompiler {
   }
 
  private:
-  // Tuned kernels: the user's kernel store (loom evolve) first, then the kernels that ship with
-  // Loom for this device's architecture key (store/shipped.h); either replaces the default
-  // schedule. A store that cannot be read, or a kernel that does not build, leaves the default
-  // in place (with a warning).
+  // Tuned kernels: the user's kernel store (loom evolve) for this shape, then the kernels that
+  // ship with Loom for this device's architecture key (store/shipped.h), then the user's store's
+  // kernel for another shape of the class; any of them replaces the default schedule. A store
+  // that cannot be read, or a kernel that does not build, leaves the default in place (with a
+  // warning).
   std::optional<store::Instance> stored_kernel(const OpCall& call, std::string* key) {
     // LOOM_LOG=debug lists the op calls a plan makes: the shapes worth a search.
     log_debug("plan call: {} --shape {}", call.op->name(), call.shape.key());
@@ -120,12 +121,14 @@ class PlanCompiler {
       log_warn("kernel store: {}", sk.status().to_string());
     else
       found = std::move(*sk);
-    if (!found) {
+    // The user's kernel for this very shape wins; a shipped kernel for this shape wins over one
+    // the user's store has for another shape of its class.
+    if (!found || found->shape_key != call.shape.key()) {
       auto shipped = store::shipped_kernel(call.op->name(), call.shape, shipped_arch_);
       if (!shipped.ok()) {
         if (shipped_warned_.insert(shipped.status().to_string()).second)
           log_warn("shipped kernels: {}", shipped.status().to_string());
-      } else {
+      } else if (*shipped) {
         found = std::move(*shipped);
       }
     }

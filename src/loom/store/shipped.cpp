@@ -126,18 +126,13 @@ std::string shipped_arch_of(const hrx::DeviceProps& p) {
 
 std::optional<StoredKernel> find_shipped(const std::vector<ShippedFile>& files, std::string_view op,
                                          const kernels::Shape& shape, std::string_view arch) {
-  const std::string key = shape.key(), cls = shape_class(op, shape);
-  const StoredKernel* best = nullptr;
+  const std::string key = shape.key();
   for (const ShippedFile& f : files) {
     if (f.device_arch != arch) continue;
-    for (const StoredKernel& k : f.kernels) {
-      if (k.op != op || (k.shape_key != key && k.shape_class != cls)) continue;
-      const bool exact = k.shape_key == key;
-      if (!best || (exact != (best->shape_key == key) ? exact : k.speedup > best->speedup)) best = &k;
-    }
+    for (const StoredKernel& k : f.kernels)
+      if (k.op == op && k.shape_key == key) return k;
   }
-  if (!best) return std::nullopt;
-  return *best;
+  return std::nullopt;
 }
 
 Result<std::optional<StoredKernel>> shipped_kernel(std::string_view op, const kernels::Shape& shape,

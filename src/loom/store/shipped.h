@@ -46,8 +46,10 @@ Result<const std::vector<ShippedFile>*> shipped_files();
 // The key shipped kernels are filed under for a device (see above).
 std::string shipped_arch_of(const hrx::DeviceProps& p);
 
-// The shipped kernel for op/shape under `arch`: the exact shape, else the shape class's best.
-// Its `origin` says which file. nullopt when none, or when LOOM_NO_SHIPPED_KERNELS /
+// The shipped kernel for op/shape under `arch`: exact shapes only. (The user's store also
+// applies a winner to other shapes of its class; a shipped search that found nothing better than
+// the default at a shape must not get another shape's winner there.) Its `origin` says which
+// file. nullopt when none, or when LOOM_NO_SHIPPED_KERNELS /
 // LOOM_NO_KERNEL_STORE is set.
 Result<std::optional<StoredKernel>> shipped_kernel(std::string_view op, const kernels::Shape& shape,
                                                    std::string_view arch);
