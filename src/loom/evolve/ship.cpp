@@ -111,9 +111,20 @@ Status ship(const ShipOptions& opt) {
     const StoredKernel* win = nullptr;
     for (const StoredKernel& k : stored)
       if (k.job == *job && k.op == s.op && k.shape_key == s.shape) win = &k;
+    // This search's answer replaces what the file held for the shape, "nothing" included.
+    const size_t had = file.kernels.size();
+    std::erase_if(file.kernels, [&](const StoredKernel& o) { return o.op == s.op && o.shape_key == s.shape; });
+    const char* dropped = file.kernels.size() < had ? "; the file's earlier kernel for it is dropped" : "";
     if (!win || win->speedup < opt.min_speedup) {
-      log(fmt::format("ship: [{}/{}] nothing to ship ({})", i + 1, searches.size(),
-                      win ? fmt::format("winner {:.2f}x, under the floor", win->speedup) : "no confirmed winner"));
+      log(fmt::format("ship: [{}/{}] nothing to ship ({}){}", i + 1, searches.size(),
+                      win ? fmt::format("winner {:.2f}x, under the floor", win->speedup) : "no confirmed winner", dropped));
+      continue;
+    }
+    // A kernel that keeps to one thread wins only while something else holds the other cores
+    // (a build beside the search); a user's machine gives the launch all its threads.
+    if (auto th = win->cand.knobs.find("cx_threads"); th != win->cand.knobs.end() && th->second == 1) {
+      log(fmt::format("ship: [{}/{}] {} at {:.2f}x does not ship: it runs on one thread (the machine was busy){}", i + 1,
+                      searches.size(), win->id(), win->speedup, dropped));
       continue;
     }
     // On the cpu the kernels reproduce the reference engine's bits (the default schedules do), so
@@ -134,14 +145,13 @@ Status ship(const ShipOptions& opt) {
         }
       }
       if (!why.empty()) {
-        log(fmt::format("ship: [{}/{}] {} at {:.2f}x does not ship: not bit-identical to the default schedule ({})", i + 1,
-                        searches.size(), win->id(), win->speedup, why));
+        log(fmt::format("ship: [{}/{}] {} at {:.2f}x does not ship: not bit-identical to the default schedule ({}){}", i + 1,
+                        searches.size(), win->id(), win->speedup, why, dropped));
         continue;
       }
     }
     StoredKernel k = *win;
     k.device_arch = key;
-    std::erase_if(file.kernels, [&](const StoredKernel& o) { return o.op == k.op && o.shape_key == k.shape_key; });
     file.kernels.push_back(k);
     ++shipped;
     log(fmt::format("ship: [{}/{}] ships {} at {:.2f}x ({:.1f} us vs {:.1f} us): {}", i + 1, searches.size(), k.id(),

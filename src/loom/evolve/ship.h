@@ -1,7 +1,10 @@
 // `loom evolve ship`: the searches whose winners ship with Loom (store/shipped.h), as one
 // command. It runs one evolve job per (op, shape) of a searches file on one device, then writes
 // (or updates) the shipped file of that device's architecture key with every confirmed winner at
-// or above a speed-up floor, with the provenance (searching machine, commit, date, command).
+// or above a speed-up floor, with the provenance (searching machine, commit, date, command). A
+// searched shape's entry is replaced by this run's answer, "nothing" included; shapes not in the
+// searches file keep theirs. Searches want a quiet machine: a winner that keeps to one thread
+// (the machine was busy) is not shipped.
 //
 // Searches file (data/kernels/searches/*.json):
 //   {"searches": [{"op": "matvec", "shape": "n_in=576,n_out=1536,n_tokens=1,wtype=3",
