@@ -234,6 +234,15 @@ LOOM_COMMAND(kEvolve, "evolve", "Search for faster kernels (jobs in an SQLite fi
                auto which = std::make_shared<std::string>();
                sub.require_subcommand(1);
                auto db_flag = [&](CLI::App* c) { c->add_option("--db", f->db, "database file (default ~/.cache/loom/evolve.db)"); };
+               // How a search judges and times its candidates (run, ship).
+               auto search_flags = [&](CLI::App* c) {
+                 c->add_option("--trials", f->cfg.trials, "fresh random inputs per candidate (default 3)");
+                 c->add_option("--holdout", f->cfg.holdout, "held-out shapes per candidate (default 3)");
+                 c->add_option("--time-per-candidate", f->cfg.time_budget_s, "seconds of timing per candidate (default 0.3)");
+                 c->add_option("--timeout", f->cfg.timeout_s, "seconds before an evaluation counts as hung (default 120)");
+                 c->add_option("--confirm-rounds", f->cfg.confirm_rounds,
+                               "interleaved re-timing rounds of the three best against the baseline (default 5)");
+               };
                auto* run = sub.add_subcommand("run", "start a search job");
                run->add_option("--op", f->cfg.op, "op name (see `loom evolve ops`)");
                run->add_option("--op-file", f->cfg.op_file, "a user-defined op (JSON: dims, args, reference, kernel; docs/evolve.md)");
@@ -244,12 +253,7 @@ LOOM_COMMAND(kEvolve, "evolve", "Search for faster kernels (jobs in an SQLite fi
                run->add_option("--synth", f->cfg.synth, "mutate (default), llm or both");
                run->add_option("--seed", f->cfg.seed, "seed of every random choice (default 1)");
                run->add_flag("--no-skills", f->no_skills, "do not bias mutations with learned skills");
-               run->add_option("--trials", f->cfg.trials, "fresh random inputs per candidate (default 3)");
-               run->add_option("--holdout", f->cfg.holdout, "held-out shapes per candidate (default 3)");
-               run->add_option("--time-per-candidate", f->cfg.time_budget_s, "seconds of timing per candidate (default 0.3)");
-               run->add_option("--timeout", f->cfg.timeout_s, "seconds before an evaluation counts as hung (default 120)");
-               run->add_option("--confirm-rounds", f->cfg.confirm_rounds,
-                               "interleaved re-timing rounds of the three best against the baseline (default 5)");
+               search_flags(run);
                run->add_option("--ws-factor", f->cfg.ws_factor,
                                "timing working set in last-level caches (default 4; capped at 1 GiB on the cpu)");
                run->add_option("--compile-jobs", f->cfg.compile_jobs,
@@ -283,10 +287,7 @@ LOOM_COMMAND(kEvolve, "evolve", "Search for faster kernels (jobs in an SQLite fi
                shp->add_option("--device", f->cfg.device, "cpu or cuda[:N]");
                shp->add_option("--budget", f->budget, "per search: time (120s, 10m) and/or count (500)");
                shp->add_option("--seed", f->cfg.seed, "seed of every random choice (default 1)");
-               shp->add_option("--trials", f->cfg.trials, "fresh random inputs per candidate (default 3)");
-               shp->add_option("--holdout", f->cfg.holdout, "held-out shapes per candidate (default 3)");
-               shp->add_option("--time-per-candidate", f->cfg.time_budget_s, "seconds of timing per candidate (default 0.3)");
-               shp->add_option("--confirm-rounds", f->cfg.confirm_rounds, "interleaved re-timing rounds of the finalists (default 5)");
+               search_flags(shp);
                shp->add_option("--min-speedup", f->min_speedup, "confirmed speed-up a winner needs to ship (default 1.05)");
                shp->add_option("-o,--output", f->out, "the shipped file to write or update (e.g. data/kernels/cpu-x86-64-v3.json)")->required();
                db_flag(shp);

@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "option_flags.h"
 #include "loom/store/db.h"
+#include "loom/store/kernel_json.h"
 #include "loom/store/shipped.h"
 #include "loom/store/store.h"
 #include "loom/evolve/store_names.h"
@@ -32,14 +33,6 @@ Result<Db> open_db(const KernelsFlags& f) {
   return Db::open(path);
 }
 
-nlohmann::ordered_json to_json(const StoredKernel& k) {
-  return {{"id", k.id()},           {"op", k.op},
-          {"shape", k.shape_key},   {"shape_class", k.shape_class},
-          {"device_arch", k.device_arch}, {"loom_version", k.loom_version},
-          {"kind", cand_kind_name(k.cand.kind)}, {"body", nlohmann::json::parse(k.cand.body())},
-          {"speedup", k.speedup},   {"median_us", k.median_us},
-          {"baseline_us", k.baseline_us}, {"job", k.job}, {"candidate", k.candidate}, {"seq", k.seq}};
-}
 
 Status list_cmd(const KernelsFlags& f) {
   LOOM_ASSIGN_OR_RETURN(Db db, open_db(f));
@@ -59,7 +52,7 @@ Status show_cmd(const KernelsFlags& f) {
   LOOM_ASSIGN_OR_RETURN(auto ks, list_kernels(db));
   for (const StoredKernel& k : ks) {
     if (k.id() != f.id) continue;
-    std::printf("%s\n", to_json(k).dump(2).c_str());
+    std::printf("%s\n", store::kernel_json(k).dump(2).c_str());
     const kernels::OpSpec* op = kernels::find_op(k.op);
     auto shape = kernels::Shape::parse(k.shape_key);
     if (op && shape.ok()) {
@@ -76,7 +69,7 @@ Status export_cmd(const KernelsFlags& f) {
   LOOM_ASSIGN_OR_RETURN(Db db, open_db(f));
   LOOM_ASSIGN_OR_RETURN(auto ks, list_kernels(db));
   nlohmann::ordered_json arr = nlohmann::ordered_json::array();
-  for (const StoredKernel& k : ks) arr.push_back(to_json(k));
+  for (const StoredKernel& k : ks) arr.push_back(store::kernel_json(k));
   const std::string text = arr.dump(2) + "\n";
   if (f.out.empty() || f.out == "-") {
     std::printf("%s", text.c_str());
@@ -125,22 +118,8 @@ Status import_cmd(const KernelsFlags& f) {
   LOOM_ASSIGN_OR_RETURN(Db db, open_db(f));
   int n = 0;
   for (const auto& j : arr) {
-    StoredKernel k;
-    k.op = j.value("op", "");
-    k.shape_key = j.value("shape", "");
-    k.shape_class = j.value("shape_class", "");
-    k.device_arch = j.value("device_arch", "");
-    k.loom_version = j.value("loom_version", "");
-    if (!j.contains("body")) return data_loss("{}: kernel {} has no body", f.file, n);
-    LOOM_ASSIGN_OR_RETURN(k.cand, Candidate::from_body(j["body"].dump()));
-    k.speedup = j.value("speedup", 1.0);
-    k.median_us = j.value("median_us", 0.0);
-    k.baseline_us = j.value("baseline_us", 0.0);
-    k.job = j.value("job", int64_t{0});
-    k.candidate = j.value("candidate", int64_t{0});
-    k.seq = j.value("seq", -1);
-    if (k.op.empty() || k.shape_key.empty() || k.device_arch.empty()) return data_loss("{}: kernel {} lacks op/shape/device_arch", f.file, n);
-    if (!kernels::find_op(k.op)) return invalid_argument("{}: kernel {} names unknown op '{}'", f.file, n, k.op);
+    LOOM_ASSIGN_OR_RETURN(StoredKernel k, store::kernel_from_json(j, fmt::format("{}: kernel {}", f.file, n)));
+    if (k.device_arch.empty()) return data_loss("{}: kernel {} lacks device_arch", f.file, n);
     LOOM_RETURN_IF_ERROR(put_kernel(db, k));
     ++n;
   }

@@ -7,42 +7,15 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/base/options.h"
-#include "loom/base/version.h"
 #include "loom/codegen/cpp/host_compiler.h"
 #include "loom/store/embedded.h"
+#include "loom/store/kernel_json.h"
 
 namespace loom::store {
 
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-Result<StoredKernel> kernel_of(std::string_view file, const std::string& arch, const Json& j, size_t i) {
-  StoredKernel k;
-  if (!j.is_object()) return data_loss("{}: kernel {} is not an object", file, i);
-  k.op = j.value("op", "");
-  k.shape_key = j.value("shape", "");
-  if (k.op.empty() || k.shape_key.empty()) return data_loss("{}: kernel {} lacks op or shape", file, i);
-  const kernels::OpSpec* op = kernels::find_op(k.op);
-  if (!op) return data_loss("{}: kernel {} names unknown op '{}'", file, i, k.op);
-  auto shape = kernels::Shape::parse(k.shape_key);
-  if (!shape.ok()) return std::move(shape).status().with_context(fmt::format("{}: kernel {}", file, i));
-  k.shape_class = shape_class(k.op, *shape);
-  k.device_arch = arch;
-  k.loom_version = j.value("loom_version", std::string(loom_version()));
-  if (!j.contains("body")) return data_loss("{}: kernel {} ({} {{{}}}) has no body", file, i, k.op, k.shape_key);
-  auto cand = Candidate::from_body(j["body"].dump());
-  if (!cand.ok()) return std::move(cand).status().with_context(fmt::format("{}: kernel {}", file, i));
-  k.cand = std::move(cand).value();
-  k.speedup = j.value("speedup", 1.0);
-  k.median_us = j.value("median_us", 0.0);
-  k.baseline_us = j.value("baseline_us", 0.0);
-  k.job = j.value("job", int64_t{0});
-  k.candidate = j.value("candidate", int64_t{0});
-  k.seq = j.value("seq", -1);
-  k.origin = fmt::format("shipped:{}", file);
-  return k;
-}
 
 }  // namespace
 
@@ -60,7 +33,9 @@ Result<ShippedFile> parse_shipped(std::string_view name, std::string_view text) 
   f.command = j.value("command", "");
   if (!j.contains("kernels") || !j["kernels"].is_array()) return data_loss("{}: no kernels array", name);
   for (size_t i = 0; i < j["kernels"].size(); ++i) {
-    LOOM_ASSIGN_OR_RETURN(StoredKernel k, kernel_of(name, f.device_arch, j["kernels"][i], i));
+    LOOM_ASSIGN_OR_RETURN(StoredKernel k, kernel_from_json(j["kernels"][i], fmt::format("{}: kernel {}", name, i)));
+    k.device_arch = f.device_arch;
+    k.origin = fmt::format("shipped:{}", name);
     for (const StoredKernel& o : f.kernels)
       if (o.op == k.op && o.shape_key == k.shape_key)
         return data_loss("{}: {} {{{}}} is listed twice", name, k.op, k.shape_key);
@@ -76,18 +51,7 @@ std::string shipped_json(const ShippedFile& f) {
     return std::tie(a->op, a->shape_key) < std::tie(b->op, b->shape_key);
   });
   Json arr = Json::array();
-  for (const StoredKernel* k : ks)
-    arr.push_back(Json{{"op", k->op},
-                       {"shape", k->shape_key},
-                       {"kind", cand_kind_name(k->cand.kind)},
-                       {"body", Json::parse(k->cand.body())},
-                       {"speedup", k->speedup},
-                       {"median_us", k->median_us},
-                       {"baseline_us", k->baseline_us},
-                       {"job", k->job},
-                       {"candidate", k->candidate},
-                       {"seq", k->seq},
-                       {"loom_version", k->loom_version}});
+  for (const StoredKernel* k : ks) arr.push_back(kernel_json(*k));
   Json j{{"format", 1},          {"device_arch", f.device_arch}, {"searched_on", f.searched_on},
          {"commit", f.commit},   {"date", f.date},               {"command", f.command},
          {"kernels", std::move(arr)}};
