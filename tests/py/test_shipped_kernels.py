@@ -101,3 +101,25 @@ def test_the_users_store_wins_over_a_shipped_kernel(loom_bin, tmp_path):
     for t in after:
         if t["shape"] not in shipped_before and t["shape"] != k["shape"]:
             assert t["id"] == "evolve-4242.7", t
+
+
+def test_kernels_export_import_round_trip_and_bad_files(loom_bin, tmp_path):
+    files = {f["device_arch"]: f for f in shipped(loom_bin)["files"]}
+    k = dict(next(iter(files[KEY]["kernels"])), device_arch="cpu:elsewhere", job=7, candidate=9)
+    (tmp_path / "in.json").write_text(json.dumps([k]))
+    db = tmp_path / "a.db"
+    run_loom(loom_bin, "kernels", "--db", db, "import", tmp_path / "in.json")
+    out = json.loads(run_loom(loom_bin, "kernels", "--db", db, "export").stdout)
+    assert len(out) == 1 and out[0]["id"] == "evolve-7.9" and out[0]["body"] == k["body"]
+    assert out[0]["shape_class"].startswith("matvec|") and out[0]["device_arch"] == "cpu:elsewhere"
+    # The export imports again into another store, unchanged.
+    (tmp_path / "out.json").write_text(json.dumps(out))
+    run_loom(loom_bin, "kernels", "--db", tmp_path / "b.db", "import", tmp_path / "out.json")
+    assert json.loads(run_loom(loom_bin, "kernels", "--db", tmp_path / "b.db", "export").stdout) == out
+    for bad, why in [([dict(k, op="no_such_op")], "names unknown op 'no_such_op'"),
+                     ([{kk: v for kk, v in k.items() if kk != "body"}], "has no body"),
+                     ([dict(k, device_arch="")], "lacks device_arch"),
+                     ({"not": "a list"}, "not a JSON array")]:
+        (tmp_path / "bad.json").write_text(json.dumps(bad))
+        r = run_loom(loom_bin, "kernels", "--db", tmp_path / "c.db", "import", tmp_path / "bad.json", check=False)
+        assert r.returncode != 0 and why in r.stderr and "Traceback" not in r.stderr, r.stderr
