@@ -31,11 +31,11 @@ import sys
 import time
 
 import numpy as np
-import llama_cpp as L
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "py"))
-from conftest import model_path  # noqa: E402
+from conftest import model_path  # noqa: E402  (binds llama_cpp to the stock build: tools/llama_oracle.py)
+import llama_cpp as L  # noqa: E402
 
 
 @L.llama_log_callback

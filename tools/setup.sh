@@ -40,15 +40,10 @@ if [[ $dev -eq 1 ]]; then
       2>/dev/null || need+=("$spec")
   done
   if [[ ${#need[@]} -gt 0 ]]; then
-    echo "setup: pip install ${need[*]} (llama-cpp-python compiles llama.cpp: several minutes)" >&2
-    # llava/mtmd is not needed by the tests; skipping it halves llama.cpp's build.
-    # On AVX2 machines pin llama.cpp's CPU kernels to the AVX2 set whose numerics the reference
-    # engine mirrors (docs/engine.md), so token-exactness does not depend on AVX-512 being there.
-    oracle_args="-DLLAVA_BUILD=OFF"
-    if grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
-      oracle_args+=" -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
-    fi
-    CMAKE_ARGS="$oracle_args ${CMAKE_ARGS:-}" $py -m pip install -q "${need[@]}"
+    echo "setup: pip install ${need[*]}" >&2
+    # llama-cpp-python's bindings only: they run over the stock llama.cpp that tools/llama_cpp.sh
+    # builds below (tools/llama_oracle.py), so llama.cpp is compiled once, not twice.
+    CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF ${CMAKE_ARGS:-}" $py -m pip install -q "${need[@]}"
   fi
 fi
 

@@ -2,10 +2,17 @@
 import os
 import pathlib
 import subprocess
+import sys
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+# The oracle: llama-cpp-python's bindings over the stock llama.cpp of tools/llama_cpp.sh, bound
+# before any test module imports llama_cpp (tools/llama_oracle.py).
+sys.path.insert(0, str(ROOT / "tools"))
+import llama_oracle  # noqa: E402
+
+llama_oracle.load()
 CACHE = pathlib.Path(os.environ.get("LOOM_CACHE_DIR") or pathlib.Path.home() / ".cache" / "loom")
 MODELS = {
     "smollm2": CACHE / "models" / "SmolLM2-135M-Instruct-Q4_1.gguf",
