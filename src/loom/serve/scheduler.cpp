@@ -361,8 +361,7 @@ void Scheduler::finish_slot(Slot& s, const std::string& reason, Status error) {
     if (reason != "error") s.job->append(s.gen->finish());
   }
   if (reason == "cancelled") metrics_.cancelled.fetch_add(1);
-  s.job->finish(reason, std::move(error));
-  s.job.reset();
+  std::shared_ptr<Job> job = std::move(s.job);
   s.last_used = now_seconds();
   s.params.reset();
   s.gen.reset();
@@ -370,6 +369,10 @@ void Scheduler::finish_slot(Slot& s, const std::string& reason, Status error) {
     std::lock_guard<std::mutex> lk(mu_);
     --n_busy_;
   }
+  // The slot reads idle (/slots, /metrics) before the client learns that its request ended, so a
+  // request that follows the end of a stream finds it free.
+  update_gauges();
+  job->finish(reason, std::move(error));
   idle_cv_.notify_all();
 }
 
