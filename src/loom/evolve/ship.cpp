@@ -60,6 +60,18 @@ Result<std::vector<ShipSearch>> parse_ship_searches(std::string_view name, std::
   return out;
 }
 
+std::string differs_from_baseline(EvalDevice& dev, const kernels::OpSpec& op, const kernels::Shape& shape,
+                                  const Candidate& c) {
+  std::vector<kernels::Shape> shapes = {shape};
+  for (const kernels::Shape& h : holdout_shapes(op, shape, 2)) shapes.push_back(h);
+  for (const kernels::Shape& sh : shapes) {
+    Result<std::string> d = differs_in_bits(dev, op, sh, c, baseline_candidate(op, sh, dev.target()), 3, 7);
+    std::string why = d.ok() ? *d : d.status().to_string();
+    if (!why.empty()) return fmt::format("{{{}}}: {}", sh.key(), why);
+  }
+  return std::string();
+}
+
 Status ship(const ShipOptions& opt) {
   auto log = opt.log ? opt.log : [](const std::string& line) {
     std::printf("%s\n", line.c_str());
@@ -92,6 +104,7 @@ Status ship(const ShipOptions& opt) {
   log(fmt::format("ship: {} searches on {} (key {}), jobs in {}, winners of at least {:.2f}x go to {}", searches.size(),
                   exact, key, db.path(), opt.min_speedup, opt.out));
   int shipped = 0;
+  std::unique_ptr<EvalDevice> cpu;  // the bit check's device, opened at the first cpu winner
   for (size_t i = 0; i < searches.size(); ++i) {
     const ShipSearch& s = searches[i];
     JobConfig cfg = opt.job;
@@ -130,20 +143,10 @@ Status ship(const ShipOptions& opt) {
     // On the cpu the kernels reproduce the reference engine's bits (the default schedules do), so
     // a winner that reaches its speed by another order of float operations does not ship.
     if (props.driver == hrx::DriverKind::kCpu) {
-      const kernels::OpSpec* op = kernels::find_op(s.op);
-      const kernels::Shape shape = *kernels::Shape::parse(s.shape);
-      LOOM_ASSIGN_OR_RETURN(std::unique_ptr<EvalDevice> ed, EvalDevice::open(opt.job.device));
-      std::vector<kernels::Shape> shapes = {shape};
-      for (const kernels::Shape& h : holdout_shapes(*op, shape, 2)) shapes.push_back(h);
-      std::string why;
-      for (const kernels::Shape& sh : shapes) {
-        Result<std::string> d = differs_in_bits(*ed, *op, sh, win->cand, baseline_candidate(*op, sh, ed->target()), 3, 7);
-        why = d.ok() ? *d : d.status().to_string();
-        if (!why.empty()) {
-          why = fmt::format("{{{}}}: {}", sh.key(), why);
-          break;
-        }
+      if (!cpu) {
+        LOOM_ASSIGN_OR_RETURN(cpu, EvalDevice::open(opt.job.device));
       }
+      const std::string why = differs_from_baseline(*cpu, *kernels::find_op(s.op), *kernels::Shape::parse(s.shape), win->cand);
       if (!why.empty()) {
         log(fmt::format("ship: [{}/{}] {} at {:.2f}x does not ship: not bit-identical to the default schedule ({}){}", i + 1,
                         searches.size(), win->id(), win->speedup, why, dropped));

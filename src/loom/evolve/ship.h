@@ -33,6 +33,12 @@ struct ShipOptions {
   std::string command;       // the command line, recorded in the file
   std::function<void(const std::string&)> log;  // progress lines (default: stdout)
 };
+class EvalDevice;
+// "" when candidate c computes its baseline's (the op's default schedule's) bytes on `shape` and
+// two held-out shapes, else where it first differs: the rule a shipped cpu kernel meets.
+std::string differs_from_baseline(EvalDevice& dev, const kernels::OpSpec& op, const kernels::Shape& shape,
+                                  const Candidate& c);
+
 // Errors: a searches file or existing output that does not parse, an output filed under another
 // device key, a device that does not open; a failed search is reported and skipped.
 Status ship(const ShipOptions& opt);
