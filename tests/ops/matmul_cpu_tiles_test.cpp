@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "loom/base/options.h"
 #include "loom/gguf/ggml_types.h"
 #include "loom/hrx/runtime.h"
 #include "loom/kernels/op_list.h"
@@ -109,15 +110,30 @@ TEST(MatmulCpuTokenLanes, ExactLanesBitIdenticalSummedLanesWithinToleranceAndPer
   auto shape = [](GgmlType t, int64_t nt, int64_t n_in = 512) {
     return Shape{{{"n_in", n_in}, {"n_out", 70}, {"n_tokens", nt}, {"wtype", static_cast<int64_t>(t)}}};
   };
-  // The engine's configuration: exact token lanes for prompts of 32 tokens and more in the formats
-  // that gain (not Q8_0) where the scratch holds a row's blocks, the tiles otherwise.
+  // The engine's configuration ($LOOM_CPU_MATMUL unset: auto): summed token lanes for Q4_0 prompts
+  // of 32 tokens and more (in K-chunks where the scratch does not hold a row's blocks), exact
+  // token lanes for the other formats that gain (not Q8_0) where the scratch holds a row's blocks,
+  // the tiles otherwise.
   auto lanes = [&](const Shape& s) { return op->default_schedule(s, ir::TargetKind::kCpp).at("tok_lanes"); };
-  EXPECT_EQ(lanes(shape(GgmlType::Q4_0, 32)), 1);
+  EXPECT_EQ(lanes(shape(GgmlType::Q4_0, 32)), 2);
+  EXPECT_EQ(lanes(shape(GgmlType::Q4_1, 32)), 1);
+  EXPECT_EQ(lanes(shape(GgmlType::Q5_0, 128)), 1);
   EXPECT_EQ(lanes(shape(GgmlType::Q5_1, 512)), 1);
   EXPECT_EQ(lanes(shape(GgmlType::Q4_0, 31)), 0);
   EXPECT_EQ(lanes(shape(GgmlType::Q8_0, 128)), 0);
   EXPECT_EQ(lanes(shape(GgmlType::Q4_K, 128, 512)), 0);
-  EXPECT_EQ(lanes(shape(GgmlType::Q4_0, 128, 8192)), 0);  // 256 blocks: K-chunks, no faster than the tiles
+  EXPECT_EQ(lanes(shape(GgmlType::Q4_0, 128, 8192)), 2);  // 256 blocks: K-chunks
+  EXPECT_EQ(lanes(shape(GgmlType::Q4_1, 128, 8192)), 0);  // exact lanes in K-chunks: no faster than the tiles
+  {
+    // LOOM_CPU_MATMUL=exact keeps every format's bits (Q4_0 back to exact lanes); summed sums all.
+    opt::ScopedFlag exact(opt::Opt::kCpuMatmul, "exact");
+    ASSERT_TRUE(exact.status().ok());
+    EXPECT_EQ(lanes(shape(GgmlType::Q4_0, 32)), 1);
+  }
+  {
+    opt::ScopedFlag summed(opt::Opt::kCpuMatmul, "summed");
+    EXPECT_EQ(lanes(shape(GgmlType::Q4_1, 32)), 2);
+  }
   EXPECT_FALSE(op->generate(shape(GgmlType::Q4_K, 64), {{"rows_per_block", 64}, {"row_tile", 1}, {"tok_tile", 8}, {"tok_lanes", 1}},
                             ir::TargetKind::kCpp).ok());
 

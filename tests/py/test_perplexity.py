@@ -2,6 +2,7 @@
 the pinned llama-cpp-python sdist) on a text the project ships, the KL divergence of the cpu
 device from cpu-ref, and the errors bad input gets."""
 import json
+import os
 import re
 import subprocess
 
@@ -59,6 +60,47 @@ def test_kl_divergence_of_cpu_from_cpu_ref(loom_bin, tmp_path):
     kl = loom_ppl(loom_bin, model, *KL_ARGS, "--kl-divergence-base", base, "--kl-divergence", device="cpu")
     assert kl["base_ppl"] == pytest.approx(saved["ppl"], rel=1e-9)
     assert kl["kld_mean"] < 0.001 and kl["same_top"] >= 0.99, kl
+
+
+def llama_kld(llama_bin, model, base, *extra):
+    """llama-perplexity --kl-divergence against the base run saved at `base`: (mean KLD, same top)."""
+    r = subprocess.run([f"{llama_bin}/llama-perplexity", "-m", str(model), "-f", str(TEXT), "-b", "128", *ARGS,
+                        "--kl-divergence-base", str(base), *extra], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout + r.stderr
+    if "--kl-divergence" not in extra:
+        return None
+    kld = re.search(r"Mean\s+KLD:\s+([0-9.]+)", out)
+    top = re.search(r"Same top p:\s+([0-9.]+)", out)
+    assert kld and top, out[-3000:]
+    return float(kld.group(1)), float(top.group(1)) / 100
+
+
+def test_summed_q4_0_prompts_deviate_no_more_than_llama_cpps_repacked_path(loom_bin, llama_bin, tmp_path):
+    # The cpu device sums Q4_0 prompt blocks in integers (LOOM_CPU_MATMUL=auto), as llama.cpp's
+    # CPU backend does with its repacked Q4_0 weights: neither keeps its plain path's bits. Real
+    # weights in Q4_0: SmolLM2-135M-Instruct requantized from its Q4_1 release.
+    model = tmp_path / "smollm2-q4_0.gguf"
+    r = subprocess.run(["python3", str(ROOT / "tools" / "requant_gguf.py"), str(model_path("smollm2")), str(model),
+                        "--type", "q4_0"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    base = tmp_path / "base.lp"
+    loom_ppl(loom_bin, model, "--kl-divergence-base", base)
+    summed = loom_ppl(loom_bin, model, "--kl-divergence-base", base, "--kl-divergence", device="cpu")
+    env = dict(os.environ, LOOM_CPU_MATMUL="exact")
+    exact = json.loads(run_loom(loom_bin, "perplexity", "-m", model, "-f", TEXT, "--device", "cpu", "--json", *ARGS,
+                                "--kl-divergence-base", base, "--kl-divergence", env=env).stdout)
+    # llama.cpp's deviation from its own plain path (no repacking, no flash attention, which Loom's
+    # reference mirrors) when it repacks, on the same file and text.
+    llama_base = tmp_path / "llama-base.kld"
+    llama_kld(llama_bin, model, llama_base, "-fa", "off", "--no-repack")
+    llama = llama_kld(llama_bin, model, llama_base, "-fa", "off", "--kl-divergence")
+    print(f"mean KLD from the plain path: loom cpu (summed Q4_0 prompts) {summed['kld_mean']:.6f}, same top "
+          f"{summed['same_top']:.3f}; llama.cpp repacked {llama[0]:.6f}, same top {llama[1]:.3f}; "
+          f"loom cpu LOOM_CPU_MATMUL=exact {exact['kld_mean']:.6f}")
+    assert exact["kld_mean"] == 0 and exact["same_top"] == 1   # exact: the reference's bits
+    assert summed["kld_mean"] > 0                               # the summed lanes did run
+    assert summed["kld_mean"] <= 1.25 * llama[0] and summed["same_top"] >= llama[1] - 0.02, (summed, llama)
 
 
 def test_kl_divergence_refuses_another_models_base(loom_bin, tmp_path):

@@ -39,6 +39,10 @@ const std::vector<OptionInfo>& rows() {
       {Opt::kPrefillMatmul, "prefill_matmul", "LOOM_PREFILL_MATMUL", "", Type::kString, "auto", "auto|int8|f16", 0, 0,
        "prompt matmuls on GPUs: integer tensor cores on Q8_1 activations where measured faster (auto: Q4_0/Q8_0/Q4_K), "
        "for every format they take (int8), or f16 tiles (f16)"},
+      {Opt::kCpuMatmul, "cpu_matmul", "LOOM_CPU_MATMUL", "", Type::kString, "auto", "auto|exact|summed", 0, 0,
+       "prompt matmuls on the cpu device: whole-block integer sums for Q4_0 (auto; the formats llama.cpp's CPU backend "
+       "repacks, with the same deviation from the plain path), the reference's bits for every format (exact), or "
+       "whole-block sums wherever the token-lane kernel takes the format (summed)"},
       {Opt::kPromptAttention, "prompt_attention", "LOOM_PROMPT_ATTENTION", "", Type::kString, "mma", "mma|simt", 0, 0,
        "prompt attention on GPUs: tensor cores (mma: attention_mma where it takes the shape) or attention_prompt (simt)"},
       {Opt::kDecodeAttentionMax, "decode_attention_max", "LOOM_DECODE_ATTENTION_MAX", "", Type::kInt, "8", "", 0,

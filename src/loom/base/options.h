@@ -39,6 +39,7 @@ enum class Opt : int {
   kSchedule,
   kFuse,
   kPrefillMatmul,
+  kCpuMatmul,
   kPromptAttention,
   kDecodeAttentionMax,
   kNoGraphs,

@@ -10,8 +10,10 @@
 #include <array>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
+#include "loom/base/options.h"
 #include "loom/kernels/mat_dot.h"
 #include "loom/kernels/op_util.h"
 
@@ -294,6 +296,11 @@ Result<Generated> generate_matmul_cpu_tiles(const Shape& s, const Schedule& sch,
   return std::move(m.g);
 }
 
+
+bool cpu_matmul_summed(GgmlType wt) {
+  const std::string mode = opt::get_string(opt::Opt::kCpuMatmul);
+  return mode == "summed" || (mode == "auto" && wt == GgmlType::Q4_0);
+}
 
 int64_t token_lane_scratch_per_block(GgmlType wt, bool exact) {
   const bool offset = wt == GgmlType::Q4_0 || wt == GgmlType::Q5_0;

@@ -38,4 +38,13 @@ Result<Generated> generate_matmul_cpu_tokens(const Shape& s, const Schedule& sch
 constexpr int64_t kTokenLaneScratch = 48 * 1024;
 int64_t token_lane_scratch_per_block(llm::GgmlType wt, bool exact);
 
+// Whether the cpu device's prompt matmuls of format wt default to summed token lanes
+// (tok_lanes 2) rather than the reference's exact arithmetic ($LOOM_CPU_MATMUL): auto sums the
+// formats whose prompts llama.cpp's CPU backend computes with repacked weights on x86 (Q4_0
+// here), whose results it therefore does not keep bit-identical to its plain path either; on
+// SmolLM2-135M-Instruct requantized to Q4_0 the KL divergence of summed lanes from cpu-ref is
+// 0.0039 and llama.cpp's repacked path's from its plain one 0.0038 (docs/engine.md). exact keeps
+// every format's bits, summed sums every format the token lanes take.
+bool cpu_matmul_summed(llm::GgmlType wt);
+
 }  // namespace loom::kernels
