@@ -88,8 +88,15 @@ Result<Generated> attention_exact_cpu(const Shape& s, const std::vector<ArgSpec>
     b.store(sc, b.sub(j, j0), sj);
     return std::vector<Value*>{b.max(it[0], sj)};
   }))[0];
-  // exp(s - max) with ggml's exp.
-  b.for_loop(i32(0), n, i32(1), none, body([&](Value* j, std::span<Value* const>) {
+  // exp(s - max) with ggml's exp, eight scores a vector (the polynomial is lane-wise, so a
+  // vector gives each lane the scalar's bits), the last n % 8 one at a time.
+  Value* n8 = b.bit_and(n, i32(~7));
+  Value* m8 = b.splat(m, 8);
+  b.for_loop(i32(0), n8, i32(8), none, body([&](Value* j, std::span<Value* const>) {
+    b.store(sc, j, elt::exp_ggml(b, b.sub(b.load(sc, j, v8, 4), m8)), 4);
+    return std::vector<Value*>{};
+  }));
+  b.for_loop(n8, n, i32(1), none, body([&](Value* j, std::span<Value* const>) {
     b.store(sc, j, elt::exp_ggml(b, b.sub(b.load(sc, j), m)));
     return std::vector<Value*>{};
   }));
