@@ -117,23 +117,38 @@ Result<Generated> attention_exact_cpu(const Shape& s, const std::vector<ArgSpec>
     return std::vector<Value*>{b.add(it[0], b.convert(grp, f64))};
   }))[0];
   Value* inv = b.convert(b.div(b.const_float(f64, 1.0), sum), Type::scalar(Scalar::kF32));
-  // p·v: cell j's fp16-rounded probability feeds accumulator lane j % 32.
-  b.for_loop(i32(0), i32(32 * D), i32(8), none, body([&](Value* i, std::span<Value* const>) {
-    b.store(acc, i, zero8, 32);
+  // The probabilities rounded to fp16, in place (eight a vector, then the tail).
+  Value* inv8 = b.splat(inv, 8);
+  b.for_loop(i32(0), n8, i32(8), none, body([&](Value* j, std::span<Value* const>) {
+    b.store(sc, j, b.convert(b.convert(b.mul(b.load(sc, j, v8, 4), inv8), h8), v8), 4);
     return std::vector<Value*>{};
   }));
-  b.for_loop(j0, j1, i32(1), none, body([&](Value* j, std::span<Value* const>) {
-    Value* pj = b.convert(b.convert(b.mul(b.load(sc, b.sub(j, j0)), inv), Type::scalar(Scalar::kF16)),
-                          Type::scalar(Scalar::kF32));
-    Value* p8 = b.splat(pj, 8);
-    Value* vrow = b.add(b.mul(b.add(base, j), i32(row_stride)), kv_head);
-    Value* lane_base = b.mul(b.bit_and(j, i32(31)), i32(D));
-    b.for_loop(i32(0), i32(D), i32(8), none, body([&](Value* d, std::span<Value* const>) {
-      Value* ai = b.add(lane_base, d);
-      Value* vx = b.convert(b.load(vc, b.add(vrow, d), h8, 16), v8);
-      b.store(acc, ai, b.fma(vx, p8, b.load(acc, ai, v8, 32)), 32);
-      return std::vector<Value*>{};
-    }));
+  b.for_loop(n8, n, i32(1), none, body([&](Value* j, std::span<Value* const>) {
+    b.store(sc, j, b.convert(b.convert(b.mul(b.load(sc, j), inv), Type::scalar(Scalar::kF16)), Type::scalar(Scalar::kF32)));
+    return std::vector<Value*>{};
+  }));
+  // p·v: cell j's probability feeds accumulator lane j % 32, cells in order. Lane by lane, with
+  // the lane's D values (up to 64 at a time) in registers through its cells j = L, L + 32, ...:
+  // each lane sees the same fma sequence as when the cells are walked in order.
+  const int32_t dchunk = D < 64 ? D : 64;
+  b.for_loop(i32(0), i32(32), i32(1), none, body([&](Value* lane, std::span<Value* const>) {
+    // The lane's first cell at or after j0.
+    Value* first = b.add(j0, b.bit_and(b.sub(lane, b.bit_and(j0, i32(31))), i32(31)));
+    for (int32_t d0 = 0; d0 < D; d0 += dchunk) {
+      std::vector<Value*> init(static_cast<size_t>(dchunk / 8), zero8);
+      auto a = b.for_loop(first, j1, i32(32), init, body([&](Value* j, std::span<Value* const> it) {
+        Value* p8 = b.splat(b.load(sc, b.sub(j, j0)), 8);
+        Value* vrow = b.add(b.mul(b.add(base, j), i32(row_stride)), b.add(kv_head, i32(d0)));
+        std::vector<Value*> next;
+        for (int32_t c = 0; c < dchunk / 8; ++c) {
+          Value* vx = b.convert(b.load(vc, b.add(vrow, i32(8 * c)), h8, 16), v8);
+          next.push_back(b.fma(vx, p8, it[static_cast<size_t>(c)]));
+        }
+        return next;
+      }));
+      for (int32_t c = 0; c < dchunk / 8; ++c)
+        b.store(acc, b.add(b.mul(lane, i32(D)), i32(d0 + 8 * c)), a[static_cast<size_t>(c)], 32);
+    }
     return std::vector<Value*>{};
   }));
   // The 32 lanes reduced in the reference's order.
