@@ -101,9 +101,15 @@ Result<Generated> attention_exact_cpu(const Shape& s, const std::vector<ArgSpec>
     return std::vector<Value*>{};
   }));
   // The sum: groups of 8 aligned as in ggml's row (index j0 first), halves added, then pairs, in
-  // float; the groups' sums added in double.
-  Value* g0 = b.bit_and(j0, i32(~7));
-  Value* sum = b.for_loop(g0, j1, i32(8), {b.const_float(f64, 0.0)}, body([&](Value* gi, std::span<Value* const> it) {
+  // float; the groups' sums added in double, in order. A group the cells only partly cover (the
+  // first and the last) reads its lanes one by one with zeros outside; the full groups between
+  // them read one vector.
+  auto group_sum = [&](std::span<Value* const> v) {
+    Value* a[4];
+    for (int l = 0; l < 4; ++l) a[l] = b.add(v[static_cast<size_t>(l + 4)], v[static_cast<size_t>(l)]);
+    return b.convert(b.add(b.add(a[0], a[2]), b.add(a[1], a[3])), f64);
+  };
+  auto masked = body([&](Value* gi, std::span<Value* const> it) {
     Value* v[8];
     for (int l = 0; l < 8; ++l) {
       Value* kk = b.sub(b.add(gi, i32(l)), j0);
@@ -111,11 +117,20 @@ Result<Generated> attention_exact_cpu(const Shape& s, const std::vector<ArgSpec>
       Value* safe = b.select(in, kk, i32(0));
       v[l] = b.select(in, b.load(sc, safe), b.f32(0.0));
     }
-    Value* a[4];
-    for (int l = 0; l < 4; ++l) a[l] = b.add(v[l + 4], v[l]);
-    Value* grp = b.add(b.add(a[0], a[2]), b.add(a[1], a[3]));
-    return std::vector<Value*>{b.add(it[0], b.convert(grp, f64))};
-  }))[0];
+    return std::vector<Value*>{b.add(it[0], group_sum(v))};
+  });
+  Value* g0 = b.bit_and(j0, i32(~7));
+  Value* g1 = b.bit_and(b.add(j0, i32(7)), i32(~7));  // the first full group
+  Value* g2 = b.max(g1, b.bit_and(j1, i32(~7)));      // the end of the full groups
+  Value* gend = b.bit_and(b.add(j1, i32(7)), i32(~7));
+  Value* sum = b.for_loop(g0, b.min(g1, gend), i32(8), {b.const_float(f64, 0.0)}, masked)[0];
+  sum = b.for_loop(g1, g2, i32(8), {sum}, body([&](Value* gi, std::span<Value* const> it) {
+          Value* x = b.load(sc, b.sub(gi, j0), v8, 4);
+          Value* v[8];
+          for (int l = 0; l < 8; ++l) v[l] = b.extract(x, l);
+          return std::vector<Value*>{b.add(it[0], group_sum(v))};
+        }))[0];
+  sum = b.for_loop(g2, gend, i32(8), {sum}, masked)[0];
   Value* inv = b.convert(b.div(b.const_float(f64, 1.0), sum), Type::scalar(Scalar::kF32));
   // The probabilities rounded to fp16, in place (eight a vector, then the tail).
   Value* inv8 = b.splat(inv, 8);
