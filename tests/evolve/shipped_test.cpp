@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -17,6 +18,9 @@
 #include "loom/evolve/evaluator.h"
 #include "loom/evolve/job.h"
 #include "loom/evolve/ship.h"
+#include "loom/kernels/op_spec.h"
+#include "loom/store/candidate.h"
+#include "loom/store/cpp_family.h"
 
 namespace loom::evolve {
 namespace {
@@ -90,6 +94,39 @@ constexpr std::string_view kFile = R"({"format": 1, "device_arch": "cpu:x86-64-v
    {"op": "matvec", "shape": "n_in=576,n_out=1536,n_tokens=1,wtype=2", "body": {"kind": "schedule", "knobs": {"rows_per_block": 8}}, "speedup": 1.1},
    {"op": "matvec", "shape": "n_in=2048,n_out=8192,n_tokens=1,wtype=2", "body": {"kind": "schedule", "knobs": {"rows_per_block": 16}}, "speedup": 1.3}
   ]})";
+
+// An exact job's space and baseline hold no knob value that its knob names inexact: the C++
+// family's two-block registers and second accumulator, fma contraction, the summed token lanes
+// (which are the cpu's default for Q4_0 prompts, so the exact baseline leaves them).
+TEST(ShippedKernels, ExactJobsDropTheKnobsInexactValues) {
+  const kernels::OpSpec* mv = kernels::find_op("matvec");
+  const kernels::OpSpec* mm = kernels::find_op("matmul");
+  ASSERT_NE(mv, nullptr);
+  ASSERT_NE(mm, nullptr);
+  const kernels::Shape vec{{{"n_in", 576}, {"n_out", 1536}, {"n_tokens", 1}, {"wtype", 2}}};
+  const kernels::Shape mat{{{"n_in", 576}, {"n_out", 1536}, {"n_tokens", 128}, {"wtype", 2}}};
+  std::vector<kernels::Knob> space = mm->schedule_space(mat, ir::TargetKind::kCpp);
+  for (const kernels::Knob& k : store::rewrite_knobs(ir::TargetKind::kCpp)) space.push_back(k);
+  for (const kernels::Knob& k : store::family_knobs(*mv, vec, ir::TargetKind::kCpp)) space.push_back(k);
+  std::map<std::string, std::vector<int64_t>> before, after;
+  for (const kernels::Knob& k : space) before[k.name] = k.choices;
+  store::keep_exact_choices(space);
+  for (const kernels::Knob& k : space) after[k.name] = k.choices;
+  EXPECT_EQ(before["tok_lanes"], (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(after["tok_lanes"], (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(after["ev_fma"], (std::vector<int64_t>{0}));
+  EXPECT_EQ(after["cx_pair"], (std::vector<int64_t>{0}));
+  EXPECT_EQ(after["cx_acc"], (std::vector<int64_t>{1}));
+  EXPECT_EQ(after["rows_per_block"], before["rows_per_block"]);  // knobs with no inexact value keep all
+
+  EXPECT_EQ(baseline_candidate(*mm, mat, ir::TargetKind::kCpp).knobs.at("tok_lanes"), 2);  // the default: summed
+  const Candidate exact = baseline_candidate(*mm, mat, ir::TargetKind::kCpp, true);
+  EXPECT_NE(exact.knobs.at("tok_lanes"), 2);
+  EXPECT_EQ(exact.knobs.at("ev_fma"), 0);
+  const Candidate family = baseline_candidate(*mv, vec, ir::TargetKind::kCpp, true);
+  EXPECT_EQ(family.knobs.at("cx_pair"), 0);
+  EXPECT_EQ(family.knobs.at("cx_acc"), 1);
+}
 
 TEST(ShippedKernels, ExactShapesOnlyAndKeysNeverMix) {
   auto f = store::parse_shipped("t.json", kFile);

@@ -256,8 +256,14 @@ Candidate baseline_candidate(const kernels::OpSpec& op, const kernels::Shape& sh
   for (const kernels::Knob& k : rewrite_knobs(target)) space.push_back(k);
   for (const kernels::Knob& k : family_knobs(op, shape, target)) space.push_back(k);
   if (exact) keep_exact_choices(space);
-  for (const kernels::Knob& k : space)
-    if (!c.knobs.count(k.name)) c.knobs[k.name] = k.choices[0];
+  for (const kernels::Knob& k : space) {
+    // Knobs the default leaves out take their first choice; an exact job also replaces a
+    // default that is inexact (the cpu's summed Q4_0 prompt lanes) with its first exact choice.
+    auto it = c.knobs.find(k.name);
+    const bool inexact = exact && it != c.knobs.end() &&
+                         std::find(k.inexact.begin(), k.inexact.end(), it->second) != k.inexact.end();
+    if (it == c.knobs.end() || inexact) c.knobs[k.name] = k.choices[0];
+  }
   return c;
 }
 

@@ -167,7 +167,7 @@ class AttentionOp final : public OpSpec {
     // cpu: exact = 1 is the reference's arithmetic (attention_exact.h), bit for bit; 0 the
     // one-pass online-softmax kernel below (within the tolerance).
     const bool exact = attention_exact_fits(s) && !masked(s) && !strided(s);
-    if (!gpu) k.push_back({"exact", exact ? std::vector<int64_t>{1, 0} : std::vector<int64_t>{0}});
+    if (!gpu) k.push_back(exact ? Knob{"exact", {1, 0}, {0}} : Knob{"exact", {0}});
     if (gpu) {
       const int64_t qmax = prompt_ ? G * k[0].choices.back() : G;
       std::vector<int64_t> w;

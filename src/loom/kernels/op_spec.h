@@ -37,6 +37,9 @@ struct Shape {
 struct Knob {
   std::string name;
   std::vector<int64_t> choices;
+  // The choices that change the order or rounding of float operations against the op's
+  // reference (an exact search, `loom evolve run --exact`, drops them).
+  std::vector<int64_t> inexact = {};
 };
 using Schedule = std::map<std::string, int64_t>;
 std::string schedule_key(const Schedule& s);  // "rows_per_block=4,threads=128"

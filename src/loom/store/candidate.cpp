@@ -1,6 +1,7 @@
 // Candidates: canonical bodies, hashes, templates and instantiation (see candidate.h).
 #include "loom/store/candidate.h"
 
+#include <algorithm>
 #include <cctype>
 #include <fstream>
 #include <sstream>
@@ -238,20 +239,16 @@ std::string Candidate::summary() const {
 
 std::vector<kernels::Knob> rewrite_knobs(ir::TargetKind target) {
   std::vector<kernels::Knob> k = {{"ev_unroll", {1, 2, 3, 6}}, {"ev_opt", {0, 1}}};
-  if (target == ir::TargetKind::kCpp) k.push_back({"ev_fma", {0, 1}});
+  if (target == ir::TargetKind::kCpp) k.push_back({"ev_fma", {0, 1}, {1}});
   return k;
 }
 
 void keep_exact_choices(std::vector<kernels::Knob>& space) {
-  // Each knob value here changes the order or rounding of float operations: fma contraction,
-  // two blocks' lanes in one register (cx_pair), two accumulators (cx_acc), a block's lanes
-  // summed in integers before the scale (the prompt matmul's summed token lanes).
-  for (kernels::Knob& k : space) {
-    auto keep = [&](auto pred) { std::erase_if(k.choices, [&](int64_t v) { return !pred(v); }); };
-    if (k.name == "ev_fma" || k.name == "cx_pair") keep([](int64_t v) { return v == 0; });
-    if (k.name == "cx_acc") keep([](int64_t v) { return v == 1; });
-    if (k.name == "tok_lanes") keep([](int64_t v) { return v != 2; });
-  }
+  // The knobs name their inexact values (Knob::inexact): fma contraction (ev_fma), two blocks'
+  // lanes in one register (cx_pair), two accumulators (cx_acc), a block's lanes summed in
+  // integers before the scale (the prompt matmul's summed token lanes).
+  for (kernels::Knob& k : space)
+    std::erase_if(k.choices, [&](int64_t v) { return std::find(k.inexact.begin(), k.inexact.end(), v) != k.inexact.end(); });
 }
 
 void split_knobs(const kernels::Schedule& all, kernels::Schedule& op_knobs, kernels::Schedule& ev_knobs) {

@@ -225,12 +225,12 @@ std::vector<kernels::Knob> family_knobs(const kernels::OpSpec& op, const kernels
   // thread wins; the search moves there by mutation (docs/performance.md, evolve).
   const int64_t wt = shape.at("wtype");
   std::vector<kernels::Knob> k = {{"ev_family", {0, 1}},       {"cx_rows", {64, 16, 32, 8, 4}},
-                                  {"cx_tile", {1, 2, 4}},       {"cx_acc", {1, 2}},
+                                  {"cx_tile", {1, 2, 4}},       {"cx_acc", {1, 2}, {2}},
                                   {"cx_pf", {4096, 2048, 1024, 256, 0}},
                                   {"cx_unroll", {1, 2, 4}},     {"cx_xpre", {1, 0}},
                                   {"cx_threads", {0, 1}},       {"cx_pfstep", {2, 1, 4}}};
   if (wt == 2) k.push_back({"cx_offset", {0, 1}});
-  if (wt == 2 || wt == 3) k.push_back({"cx_pair", {1, 0}});
+  if (wt == 2 || wt == 3) k.push_back({"cx_pair", {1, 0}, {1}});
   return k;
 }
 
