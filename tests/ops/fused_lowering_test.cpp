@@ -11,9 +11,11 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "loom/base/options.h"
 #include "loom/engine/engine.h"
 #include "loom/engine/model_path.h"
 #include "loom/exec/hrx_backend.h"
@@ -51,6 +53,10 @@ TEST_P(FusedLowering, CpuLogitsStayBitIdenticalWithTheFusedOps) {
   }
   auto model = llm::Model::load(path, false);
   ASSERT_TRUE(model.ok()) << model.status().to_string();
+  // The test holds the cpu kernels to the reference's bits, so it asks for the exact prompt
+  // matmuls: by default Q4_0 prompts sum whole blocks in integers (LOOM_CPU_MATMUL=auto).
+  opt::ScopedFlag exact(opt::Opt::kCpuMatmul, "exact");
+  ASSERT_TRUE(exact.status().ok()) << exact.status().message();
 
   exec::set_profiling(true);  // read when the backend is made
   exec::profile_reset();
