@@ -387,6 +387,84 @@ TEST(CppBackend, Dot4ChainsAndByteConvertsKeepBits) {
   }
 }
 
+// dot4 of two signed operands where one has no -128 byte (raised by a max on i8x32 lanes, as
+// Q8_0 activations are): the emitter takes the sign trick (loom_dot4_s7), exact for every byte of
+// the other operand, -128 included; without the max it keeps the sign-extending form. Integer
+// min/max on byte lanes are one instruction (loom_imin_v / loom_imax_v).
+TEST(CppBackend, SignTrickDot4IsExactWhereOneOperandHasNoMinByte) {
+  REQUIRE_HOST_COMPILER();
+  const char* src = R"(kernel @s7(%w: ptr<global, i32>, %x: ptr<global, i32>, %y: ptr<global, i32>) {
+  %z = const 0 : i32
+  %e = const 8 : i32
+  %f = const 16 : i32
+  %g = const 24 : i32
+  %floor = const -127 : i8x32
+  %cap = const 100 : i8x32
+  %acc = load %y[%z], align 4 : i32x8
+  %wr = load %w[%z], align 4 : i32x8
+  %xr = load %x[%z], align 4 : i32x8
+  %xb = bitcast %xr : i8x32
+  %xm = max %xb, %floor : i8x32
+  %xs = bitcast %xm : i32x8
+  %d1 = dot4 %wr, %xs, %acc
+  %d2 = dot4 %xs, %wr, %d1
+  %d3 = dot4 %wr, %xr, %acc
+  %xc = min %xb, %cap : i8x32
+  %xcs = bitcast %xc : i32x8
+  store %y[%e], %d2, align 4
+  store %y[%f], %d3, align 4
+  store %y[%g], %xcs, align 4
+}
+)";
+  auto m = ir::parse_module(src);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  ASSERT_TRUE(ir::verify(*m, ir::TargetKind::kCpp).ok()) << ir::verify(*m, ir::TargetKind::kCpp).to_string();
+  auto text = codegen::emit_cpp(*m);
+  ASSERT_TRUE(text.ok()) << text.status().to_string();
+  const std::regex s7(R"(= loom_dot4_s7\()"), v(R"(= loom_dot4_v\()");
+  auto count = [&](const std::regex& re) {
+    return std::distance(std::sregex_iterator(text->begin(), text->end(), re), std::sregex_iterator());
+  };
+  EXPECT_EQ(count(s7), 2) << *text;
+  EXPECT_EQ(count(v), 1) << *text;
+  EXPECT_NE(text->find("loom_imax_v("), std::string::npos);
+  EXPECT_NE(text->find("loom_imin_v("), std::string::npos);
+  auto cpu = codegen::compile_cpu_module(*m);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+  auto fn = cpu->kernel("s7");
+  ASSERT_TRUE(fn.ok()) << fn.status().to_string();
+  uint32_t seed = test_seed();
+  SCOPED_TRACE(fmt::format("seed {}", seed));
+  std::mt19937 rng(seed);
+  // Lanes 0-3 at the extremes (-128 weights against -128 / 127 activations), 4-7 random.
+  std::vector<int32_t> w(8), x(8), y(32, 0);
+  const uint32_t ext_w[4] = {0x80808080u, 0x80808080u, 0x7F807F80u, 0x01FF80FFu};
+  const uint32_t ext_x[4] = {0x80808080u, 0x7F7F7F7Fu, 0x80818081u, 0x80808080u};
+  for (int l = 0; l < 8; ++l) {
+    w[l] = static_cast<int32_t>(l < 4 ? ext_w[l] : rng());
+    x[l] = static_cast<int32_t>(l < 4 ? ext_x[l] : rng());
+    y[l] = static_cast<int32_t>(rng());
+  }
+  const std::vector<int32_t> c(y.begin(), y.begin() + 8);
+  void* pw = w.data(); void* px = x.data(); void* py = y.data();
+  void* args[] = {&pw, &px, &py};
+  ASSERT_TRUE(codegen::launch_cpu(*fn, args, {1, 1, 1}, {1, 1, 1}, 1).ok());
+  auto byte = [](int32_t v, int k) { return static_cast<int8_t>(static_cast<uint32_t>(v) >> (8 * k)); };
+  for (int l = 0; l < 8; ++l) {
+    uint32_t clamped = static_cast<uint32_t>(c[l]), raw = static_cast<uint32_t>(c[l]);
+    uint32_t capped = 0;
+    for (int j = 0; j < 4; ++j) {
+      const int xb = byte(x[l], j), wb = byte(w[l], j);
+      clamped += 2u * static_cast<uint32_t>(wb * std::max(xb, -127));
+      raw += static_cast<uint32_t>(wb * xb);
+      capped |= static_cast<uint32_t>(static_cast<uint8_t>(std::min(xb, 100))) << (8 * j);
+    }
+    EXPECT_EQ(static_cast<uint32_t>(y[8 + l]), clamped) << "sign trick, lane " << l;
+    EXPECT_EQ(static_cast<uint32_t>(y[16 + l]), raw) << "sign-extending form, lane " << l;
+    EXPECT_EQ(static_cast<uint32_t>(y[24 + l]), capped) << "byte min, lane " << l;
+  }
+}
+
 // `prefetch` is a hint: it prints and parses back, becomes __builtin_prefetch on the host, never
 // faults (here it asks for bytes far past the buffer) and leaves the results alone; it takes only
 // global or constant memory.

@@ -88,12 +88,12 @@ TEST(IrBuilder, LoopsCarryValuesAndMisuseIsReportedByTheVerifier) {
 }
 
 TEST(IrTypes, TextRoundTrips) {
-  for (const char* t : {"i1", "u8", "i64", "bf16", "f16x8", "f32x4", "u8x16", "i1x4"}) {
+  for (const char* t : {"i1", "u8", "i64", "bf16", "f16x8", "f32x4", "u8x16", "i1x4", "i8x32", "u8x32"}) {
     auto parsed = parse_value_type(t);
     ASSERT_TRUE(parsed.has_value()) << t;
     EXPECT_EQ(parsed->str(), t);
   }
-  for (const char* bad : {"f32x3", "f32x", "x4", "f33", "i1x1", "f32x32"}) EXPECT_FALSE(parse_value_type(bad)) << bad;
+  for (const char* bad : {"f32x3", "f32x", "x4", "f33", "i1x1", "f32x32", "i16x32", "i1x32"}) EXPECT_FALSE(parse_value_type(bad)) << bad;
   EXPECT_EQ(Type::pointer(AddrSpace::kShared, Scalar::kF16).str(), "ptr<shared, f16>");
   EXPECT_EQ(Type::vector(Scalar::kF16, 8).bits(), 128);
 }

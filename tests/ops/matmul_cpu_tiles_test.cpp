@@ -112,15 +112,16 @@ TEST(MatmulCpuTokenLanes, ExactLanesBitIdenticalSummedLanesWithinToleranceAndPer
   };
   // The engine's configuration ($LOOM_CPU_MATMUL unset: auto): summed token lanes for Q4_0 prompts
   // of 32 tokens and more (in K-chunks where the scratch does not hold a row's blocks), exact
-  // token lanes for the other formats that gain (not Q8_0) where the scratch holds a row's blocks,
-  // the tiles otherwise.
+  // token lanes for the other formats (Q4_1, Q5_0, Q5_1, Q8_0) where the scratch holds a row's
+  // blocks, the tiles otherwise.
   auto lanes = [&](const Shape& s) { return op->default_schedule(s, ir::TargetKind::kCpp).at("tok_lanes"); };
   EXPECT_EQ(lanes(shape(GgmlType::Q4_0, 32)), 2);
   EXPECT_EQ(lanes(shape(GgmlType::Q4_1, 32)), 1);
   EXPECT_EQ(lanes(shape(GgmlType::Q5_0, 128)), 1);
   EXPECT_EQ(lanes(shape(GgmlType::Q5_1, 512)), 1);
   EXPECT_EQ(lanes(shape(GgmlType::Q4_0, 31)), 0);
-  EXPECT_EQ(lanes(shape(GgmlType::Q8_0, 128)), 0);
+  EXPECT_EQ(lanes(shape(GgmlType::Q8_0, 128)), 1);
+  EXPECT_EQ(lanes(shape(GgmlType::Q8_0, 128, 8192)), 0);
   EXPECT_EQ(lanes(shape(GgmlType::Q4_K, 128, 512)), 0);
   EXPECT_EQ(lanes(shape(GgmlType::Q4_0, 128, 8192)), 2);  // 256 blocks: K-chunks
   EXPECT_EQ(lanes(shape(GgmlType::Q4_1, 128, 8192)), 0);  // exact lanes in K-chunks: no faster than the tiles
@@ -140,11 +141,11 @@ TEST(MatmulCpuTokenLanes, ExactLanesBitIdenticalSummedLanesWithinToleranceAndPer
   // Exact lanes: the reference's bytes, under the default and other tiles (70 rows: partial row
   // tiles and items; 37 tokens: the last token chunk moves back over the one before); 4096-element
   // rows (128 blocks) go in K-chunks through the accumulator scratch.
-  // (Each schedule and shape is a kernel the host compiler builds: the other tiles on Q4_0 and
-  // Q4_1 only, the K-chunks under the default tile.)
+  // (Each schedule and shape is a kernel the host compiler builds: the other tiles on Q4_0, Q4_1
+  // and Q8_0 only, the K-chunks under the default tile.)
   for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0}) {
     std::vector<Schedule> sch = {Schedule{{"rows_per_block", 64}, {"row_tile", 1}, {"tok_tile", 8}, {"tok_lanes", 1}}};
-    if (t == GgmlType::Q4_0 || t == GgmlType::Q4_1) {
+    if (t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0) {  // Q8_0: clamped per row
       sch.push_back(Schedule{{"rows_per_block", 8}, {"row_tile", 2}, {"tok_tile", 16}, {"tok_lanes", 1}});
       sch.push_back(Schedule{{"rows_per_block", 16}, {"row_tile", 4}, {"tok_tile", 16}, {"tok_lanes", 1}});
     }

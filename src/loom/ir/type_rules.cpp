@@ -41,7 +41,7 @@ bool valid_type(Type t) {
   switch (t.kind()) {
     case Type::Kind::kInvalid: return false;
     case Type::Kind::kScalar: return true;
-    case Type::Kind::kVector: return valid_lanes(t.lanes());
+    case Type::Kind::kVector: return valid_vector(t.elem(), t.lanes());
     case Type::Kind::kPointer: return t.elem() != Scalar::kI1;
   }
   return false;

@@ -37,6 +37,9 @@ bool is_int(Scalar s) { return s != Scalar::kI1 && !is_float(s); }
 bool is_signed(Scalar s) { return kScalars[static_cast<int>(s)].is_signed; }
 
 bool valid_lanes(int lanes) { return lanes == 2 || lanes == 4 || lanes == 8 || lanes == 16; }
+bool valid_vector(Scalar s, int lanes) {
+  return valid_lanes(lanes) || (lanes == 32 && (s == Scalar::kI8 || s == Scalar::kU8));
+}
 
 int Type::bits() const {
   if (kind_ == Kind::kPointer) return 64;
@@ -76,7 +79,7 @@ std::optional<Type> parse_value_type(std::string_view text) {
   int lanes = 0;
   auto digits = text.substr(x + 1);
   auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), lanes);
-  if (ec != std::errc() || end != digits.data() + digits.size() || !valid_lanes(lanes)) return std::nullopt;
+  if (ec != std::errc() || end != digits.data() + digits.size() || !valid_vector(*s, lanes)) return std::nullopt;
   return Type::vector(*s, lanes);
 }
 

@@ -72,8 +72,10 @@ class Type {
   AddrSpace space_ = AddrSpace::kGlobal;
 };
 
-// Vector widths the IR accepts.
+// Vector widths the IR accepts: 2, 4, 8 or 16 lanes of any scalar, and 32 lanes of a byte type
+// (i8x32 / u8x32: one AVX2 register's bytes, for byte-wise ops such as a clamp on the cpp target).
 bool valid_lanes(int lanes);
+bool valid_vector(Scalar s, int lanes);
 
 std::optional<Scalar> parse_scalar(std::string_view text);
 std::optional<AddrSpace> parse_addr_space(std::string_view text);

@@ -158,6 +158,12 @@ std::vector<Value*> dot_init(Emit& b, const DotFormat& f) {
   }
 }
 
+Value* q8_bytes_no_min(Emit& b, Value* y) {
+  if (!b.cpu) return y;
+  const Type i8x32 = Type::vector(Scalar::kI8, 32);
+  return b.bitcast(b.max(b.bitcast(y, i8x32), b.c(i8x32, -127)), y->type);
+}
+
 DotX dot_prep_x(Emit& b, const DotFormat& f, Value* x, Value* xoff) {
   DotX r;
   if (f.wtype == GgmlType::IQ4_NL) {  // per block k of the pair: [3k] d, [3k+1] bytes, [3k+2] lane sums
@@ -174,6 +180,7 @@ DotX dot_prep_x(Emit& b, const DotFormat& f, Value* x, Value* xoff) {
     case GgmlType::Q8_1: {  // [0] d, [1] the 32 bytes, [2] -o x their lane sums (Q4_0/Q5_0), [3] s (Q8_1)
       const bool q81 = f.xtype == GgmlType::Q8_1;
       Value* y = b.load_at(x, b.addc(xoff, q81 ? 4 : 2), kI32x8, q81 ? 4 : 2);
+      if (f.wtype == GgmlType::Q8_0) y = q8_bytes_no_min(b, y);  // signed weights: the sign trick
       // (q - o) . y = q . y - o * (lane sums of y), o = 8 (Q4_0) or 16 (Q5_0): the second term,
       // once per activation block, starts every row's dot4 (one vpdpbusd then does both).
       Value* neg_offset = nullptr;

@@ -48,6 +48,11 @@ DotX dot_prep_x(Emit& b, const DotFormat& f, ir::Value* x, ir::Value* xoff);
 int64_t x_table_bytes(const DotFormat& f, int64_t nb);
 void fill_x_table(Emit& b, const DotFormat& f, ir::Value* x, int64_t nb, ir::Value* table);
 DotX dot_prep_x_table(Emit& b, const DotFormat& f, ir::Value* x, ir::Value* blk, int64_t nb, ir::Value* table);
+// Q8_0/Q8_1 activation bytes (i32x8, four a lane) with -128 raised to -127. The quantizers
+// write -127..127 only, so this changes nothing; on the cpp target it lets a dot4 of these bytes
+// with other signed bytes (Q8_0 weights) use the sign trick (loom_dot4_s7: vpsignb + vpmaddubsw)
+// instead of sign-extending both operands to 16 bits. One vpmaxsb. Other targets: y unchanged.
+ir::Value* q8_bytes_no_min(Emit& b, ir::Value* y);
 // Adds one weight step at byte offset woff of w to `acc`; returns the new accumulators.
 // A 32-element block's quants (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) as i32x8 with lane c holding
 // elements 4c..4c+3, as dot_step reads them: nibbles (with Q5's fifth bit), 0..31, no offset;

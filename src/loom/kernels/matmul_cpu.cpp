@@ -447,6 +447,10 @@ Result<Generated> generate_matmul_cpu_tokens(const Shape& s, const Schedule& sch
         Value* xd = b.load_at(scr, b.addc(sb, 8 * kVec), f32x8, 16);
         Value* x9 = offset && !exact ? b.load_at(scr, b.addc(sb, 9 * kVec), i32x8, 16)
                    : has_m ? b.load_at(scr, b.addc(sb, 9 * kVec), f32x8, 16) : nullptr;
+        // Q8_0's signed weights: the activation bytes without -128 where a row uses them (the
+        // sign trick; clamped at the use, the host compiler keeps the row's accumulators in
+        // registers rather than eight clamped chunks).
+        auto xv = [&](int c) { return wt == GgmlType::Q8_0 ? q8_bytes_no_min(b, xc[c]) : xc[c]; };
         for (int64_t i = 0; i < rows; ++i) {
           Value* qi = q[static_cast<size_t>(i)];
           const size_t p = static_cast<size_t>(i * groups + gi) * per;
@@ -454,14 +458,14 @@ Result<Generated> generate_matmul_cpu_tokens(const Shape& s, const Schedule& sch
           Value* dd = b.mul(b.splat(dw[static_cast<size_t>(i)], 8), xd);
           if (exact) {
             for (int c = 0; c < 8; ++c) {
-              Value* lane = b.dot4(b.splat(b.extract(qi, c), 8), xc[c], offset ? neg[c] : b.c(i32x8, 0));
+              Value* lane = b.dot4(b.splat(b.extract(qi, c), 8), xv(c), offset ? neg[c] : b.c(i32x8, 0));
               next[p + static_cast<size_t>(c)] = b.fma(dd, b.convert(lane, f32x8), next[p + static_cast<size_t>(c)]);
             }
             if (has_m) next[p + 8] = b.fma(b.splat(mw[static_cast<size_t>(i)], 8), x9, next[p + 8]);
             continue;
           }
           Value* sum = offset ? x9 : b.c(i32x8, 0);
-          for (int c = 0; c < 8; ++c) sum = b.dot4(b.splat(b.extract(qi, c), 8), xc[c], sum);
+          for (int c = 0; c < 8; ++c) sum = b.dot4(b.splat(b.extract(qi, c), 8), xv(c), sum);
           Value* a = b.fma(dd, b.convert(sum, f32x8), next[p]);
           if (has_m) a = b.fma(b.splat(mw[static_cast<size_t>(i)], 8), x9, a);
           next[p] = a;

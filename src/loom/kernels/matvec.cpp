@@ -186,18 +186,20 @@ class MatOp final : public OpSpec {
         // Q6_K 2 x 4 (2048->640: 4 x 4 no faster than one token, 2 x 4 1.6x; 2 x 4 is also best
         // with 32 registers), F16 2 x 2 (1536->640: 2 x 2 1.6x, 4 x 4 1.0x); IQ4_XS untiled (its
         // tiles are 1.2-1.6x slower than one token).
-        // From 32 tokens on, Q4_0/Q4_1/Q5_0/Q5_1 in token lanes. Exact lanes: 64 rows x 8 tokens
-        // per work item (the activation transpose amortized over 64 rows), one row at a time (its
-        // eight lane accumulators in registers): SmolLM2-shape Q4_0 pp128 on 2 EPYC threads 289
-        // -> 456 tok/s (docs/performance.md); rows whose blocks the scratch does not hold at
-        // once stay in tiles (in K-chunks the exact lanes measured no faster, Q4_0 8192 -> 2048).
+        // From 32 tokens on, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 in token lanes. Exact lanes: 64 rows x 8
+        // tokens per work item (the activation transpose amortized over 64 rows), one row at a
+        // time (its eight lane accumulators in registers): SmolLM2-shape Q4_0 pp128 on 2 EPYC
+        // threads 289 -> 456 tok/s (docs/performance.md); Q8_0 (the sign trick, loom_dot4_s7)
+        // 576 -> 1536 x 128 tokens 2.2 ms against the tiles' 2.5, 2048 -> 2048 9.8-10.3 against
+        // 11.3-13.5. Rows whose blocks the scratch does not hold at once stay in tiles (in
+        // K-chunks the exact lanes measured no faster: Q4_0 and Q8_0 8192 -> 2048).
         // Summed lanes (cpu_matmul_summed: Q4_0 by default) take 16 tokens per item where the
         // scratch holds them (576 -> 1536 and 2048 -> 2048 1.1-1.3x over 8), and long rows in
         // K-chunks of 32-row items (8192 -> 2048 x 128 tokens: 33 ms, 64-row items 65-75 ms,
         // tiles 51 ms; 2 EPYC threads).
         const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
         const int64_t nb = s.at("n_in") / 32;
-        if (token_lanes(s) && s.at("n_tokens") >= 32 && wt != GgmlType::Q8_0) {
+        if (token_lanes(s) && s.at("n_tokens") >= 32) {
           if (cpu_matmul_summed(wt)) {
             const int64_t per = token_lane_scratch_per_block(wt, false);
             if (nb * 2 * per <= kTokenLaneScratch)

@@ -82,6 +82,41 @@ int ByteRange::compute(const ir::Value* v) {
   }
 }
 
+int ByteRange::min_sbyte(const ir::Value* v) {
+  if (smemo_[v->id] == kUnset) smemo_[v->id] = static_cast<int16_t>(compute_min(v));
+  return smemo_[v->id];
+}
+
+int ByteRange::compute_min(const ir::Value* v) {
+  const ir::Inst* d = v->def;
+  if (!d || !v->type.is_value() || v->type.elem() == ir::Scalar::kI1) return -128;
+  if (max_byte(v) <= 127) return 0;  // no byte has its top bit
+  auto arg = [&](size_t i) { return min_sbyte(d->operands[i]); };
+  switch (d->op) {
+    case Op::kConst: {
+      if (d->lit.is_float) return -128;
+      const uint64_t bits = literal_bits(d->lit, v->type.elem());
+      int m = 127;
+      for (int i = 0; i < v->type.elem_bytes(); ++i) m = std::min(m, static_cast<int>(static_cast<int8_t>(bits >> (8 * i))));
+      return m;
+    }
+    case Op::kMax:  // on signed byte lanes the result is at least each operand's bound
+      if (v->type.elem() != ir::Scalar::kI8) return -128;
+      return std::max(arg(0), arg(1));
+    case Op::kBitcast: return d->operands[0]->type.is_value() ? arg(0) : -128;
+    case Op::kSplat:
+    case Op::kExtract: return arg(0);
+    case Op::kSelect: return std::min(arg(1), arg(2));
+    case Op::kBuild:
+    case Op::kConcat: {
+      int m = 127;
+      for (size_t i = 0; i < d->operands.size(); ++i) m = std::min(m, arg(i));
+      return m;
+    }
+    default: return -128;
+  }
+}
+
 namespace {
 
 // The range of an integer scalar type (full: unknown), or an empty one for other types.

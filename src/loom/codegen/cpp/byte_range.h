@@ -11,16 +11,26 @@
 
 namespace loom::codegen {
 
+// A second fact for `dot4` with two signed operands: a lower bound on every byte read as a
+// signed number. When one operand has no -128 byte, x86's sign trick is exact (the other
+// operand's magnitudes as unsigned bytes, this one's bytes times the other's signs: vpsignb,
+// then vpmaddubsw, whose pair sums stay within 2 * 128 * 127).
 class ByteRange {
  public:
   ByteRange() = default;
-  explicit ByteRange(const ir::Kernel& k) : memo_(k.num_values(), -1) {}
+  explicit ByteRange(const ir::Kernel& k) : memo_(k.num_values(), -1), smemo_(k.num_values(), kUnset) {}
   // The largest value any byte of v's representation can have (0..255; 255 = unknown).
   int max_byte(const ir::Value* v);
+  // The smallest value any byte of v's representation can have, read as i8 (-128 = unknown):
+  // from constants, a max with a constant on byte lanes, bytes known to be <= 127, and the ops
+  // that move bytes unchanged (bitcast, splat, extract, build, concat, select).
+  int min_sbyte(const ir::Value* v);
 
  private:
+  static constexpr int16_t kUnset = 1000;
   int compute(const ir::Value* v);
-  std::vector<int16_t> memo_;
+  int compute_min(const ir::Value* v);
+  std::vector<int16_t> memo_, smemo_;
 };
 
 // Bounds of integer values as signed numbers, for ops that need a value to fit a narrower lane

@@ -20,6 +20,7 @@ constexpr std::string_view kSystemIncludes = R"(#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
@@ -209,6 +210,50 @@ inline V loom_dot4_u7(V a, V b, V c) {
     return c + (V)_mm_madd_epi16(_mm_maddubs_epi16((__m128i)a, (__m128i)b), _mm_set1_epi16(1));
 #endif
   return loom_dot4_v(a, b, c);
+}
+// dot4 where no byte of `b` is -128 (a's bytes any): the sign trick, |a| as unsigned bytes times
+// b's bytes with a's signs (vpsignb twice), so each product is a's times b's, no pair sum passes
+// 2 * 128 * 127 and vpmaddubsw never saturates; then pairs of those (vpmaddwd with ones), or
+// with VNNI one vpdpbusd. Exact: the same value as loom_dot4_v in every bit.
+template <class V>
+inline V loom_dot4_s7(V a, V b, V c) {
+#if defined(__AVX2__)
+  if constexpr (sizeof(V) == 32) {
+    const __m256i x = (__m256i)a, y = (__m256i)b;
+    return loom_dot4_u7((V)_mm256_sign_epi8(x, x), (V)_mm256_sign_epi8(y, x), c);
+  }
+#endif
+#if defined(__SSSE3__)
+  if constexpr (sizeof(V) == 16) {
+    const __m128i x = (__m128i)a, y = (__m128i)b;
+    return loom_dot4_u7((V)_mm_sign_epi8(x, x), (V)_mm_sign_epi8(y, x), c);
+  }
+#endif
+  return loom_dot4_v(a, b, c);
+}
+// min / max on integer lanes. GCC's vector select compiles signed byte lanes to a compare and a
+// blend; vpminsb / vpmaxsb do it in one.
+template <class V>
+inline V loom_imin_v(V a, V b) {
+  [[maybe_unused]] constexpr bool s8 = sizeof(a[0]) == 1 && std::is_signed_v<std::remove_cvref_t<decltype(a[0])>>;
+#if defined(__AVX2__)
+  if constexpr (s8 && sizeof(V) == 32) return (V)_mm256_min_epi8((__m256i)a, (__m256i)b);
+#endif
+#if defined(__SSE4_1__)
+  if constexpr (s8 && sizeof(V) == 16) return (V)_mm_min_epi8((__m128i)a, (__m128i)b);
+#endif
+  return a < b ? a : b;
+}
+template <class V>
+inline V loom_imax_v(V a, V b) {
+  [[maybe_unused]] constexpr bool s8 = sizeof(a[0]) == 1 && std::is_signed_v<std::remove_cvref_t<decltype(a[0])>>;
+#if defined(__AVX2__)
+  if constexpr (s8 && sizeof(V) == 32) return (V)_mm256_max_epi8((__m256i)a, (__m256i)b);
+#endif
+#if defined(__SSE4_1__)
+  if constexpr (s8 && sizeof(V) == 16) return (V)_mm_max_epi8((__m128i)a, (__m128i)b);
+#endif
+  return a > b ? a : b;
 }
 // A chain of dot4s, each one's accumulator the previous one's result, where one operand of each
 // has bytes <= 127: loom_dot4_u7_part carries the chain's products and loom_dot4_u7_fold adds
@@ -809,6 +854,7 @@ class CppEmitter {
       case Op::kMax:
         if (s == Scalar::kF32 || s == Scalar::kF64)
           return fmt::format("loom_f{}_v({}, {})", inst.op == Op::kMin ? "min" : "max", a(0), a(1));
+        if (is_int(s)) return fmt::format("loom_i{}_v({}, {})", inst.op == Op::kMin ? "min" : "max", a(0), a(1));
         return "";
       case Op::kExp:
       case Op::kExp2:
@@ -1012,7 +1058,13 @@ class CppEmitter {
         const int ma = bytes_.max_byte(in.operands[0]), mb = bytes_.max_byte(in.operands[1]);
         const bool a7 = ma <= 127, b7 = mb <= 127;
         if (!a7 && !b7) {
-          line(fmt::format("const {} {} = loom_dot4_v({}, {}, {});", ctype(r->type), name(r), op(0), op(1), op(2)));
+          // Two signed operands: the sign trick where one of them has no -128 byte.
+          const bool sa = bytes_.min_sbyte(in.operands[0]) >= -127, sb = bytes_.min_sbyte(in.operands[1]) >= -127;
+          if (sa || sb)
+            line(fmt::format("const {} {} = loom_dot4_s7({}, {}, {});", ctype(r->type), name(r), op(sb ? 0 : 1),
+                             op(sb ? 1 : 0), op(2)));
+          else
+            line(fmt::format("const {} {} = loom_dot4_v({}, {}, {});", ctype(r->type), name(r), op(0), op(1), op(2)));
           return Status();
         }
         const bool first = a7 && (!b7 || ma <= mb);
