@@ -1,5 +1,6 @@
 // layer_norm: y = (x - mean(x)) / sqrt(var(x) + eps) per row, without weight or bias (ggml's
 // NORM; a model's weight and bias follow as separate MUL and ADD nodes).
+#include <algorithm>
 #include <cmath>
 
 #include "loom/ir/builder.h"
@@ -38,7 +39,13 @@ class LayerNormOp final : public OpSpec {
     return {e * 4.0 * 3.0, e * 5.0};
   }
   // The reference sums in double (as ggml's CPU backend); kernels sum vector partials in float.
-  Tolerance tolerance(const Shape&) const override { return {1e-6, 1e-5, false}; }
+  // The float mean's rounding enters every output through x - mean, and it grows with the row
+  // (sqrt(n) for random data): a 4096-wide row summed one lane at a time (vec 1) measured
+  // |diff| 1.08e-6 on an output of 0.0028. 1e-6 up to 256 elements, sqrt(n / 256) x that above.
+  Tolerance tolerance(const Shape& s) const override {
+    const double n = static_cast<double>(dim_or(s, "n", 1));
+    return {1e-6 * std::max(1.0, std::sqrt(n / 256.0)), 1e-5, false};
+  }
 
   std::vector<Knob> schedule_space(const Shape& s, ir::TargetKind t) const override {
     const int64_t n = dim_or(s, "n", 1);
