@@ -390,7 +390,7 @@ TEST(CppBackend, Dot4ChainsAndByteConvertsKeepBits) {
 // dot4 of two signed operands where one has no -128 byte (raised by a max on i8x32 lanes, as
 // Q8_0 activations are): the emitter takes the sign trick (loom_dot4_s7), exact for every byte of
 // the other operand, -128 included; without the max it keeps the sign-extending form. Integer
-// min/max on byte lanes are one instruction (loom_imin_v / loom_imax_v).
+// min/max on byte lanes are one instruction (loom_iminmax_v).
 TEST(CppBackend, SignTrickDot4IsExactWhereOneOperandHasNoMinByte) {
   REQUIRE_HOST_COMPILER();
   const char* src = R"(kernel @s7(%w: ptr<global, i32>, %x: ptr<global, i32>, %y: ptr<global, i32>) {
@@ -427,8 +427,8 @@ TEST(CppBackend, SignTrickDot4IsExactWhereOneOperandHasNoMinByte) {
   };
   EXPECT_EQ(count(s7), 2) << *text;
   EXPECT_EQ(count(v), 1) << *text;
-  EXPECT_NE(text->find("loom_imax_v("), std::string::npos);
-  EXPECT_NE(text->find("loom_imin_v("), std::string::npos);
+  EXPECT_NE(text->find("loom_iminmax_v<true>("), std::string::npos);
+  EXPECT_NE(text->find("loom_iminmax_v<false>("), std::string::npos);
   auto cpu = codegen::compile_cpu_module(*m);
   ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
   auto fn = cpu->kernel("s7");

@@ -231,29 +231,20 @@ inline V loom_dot4_s7(V a, V b, V c) {
 #endif
   return loom_dot4_v(a, b, c);
 }
-// min / max on integer lanes. GCC's vector select compiles signed byte lanes to a compare and a
-// blend; vpminsb / vpmaxsb do it in one.
-template <class V>
-inline V loom_imin_v(V a, V b) {
+// min / max on integer lanes (kMax picks which). GCC's vector select compiles signed byte lanes
+// to a compare and a blend; vpminsb / vpmaxsb do it in one.
+template <bool kMax, class V>
+inline V loom_iminmax_v(V a, V b) {
   [[maybe_unused]] constexpr bool s8 = sizeof(a[0]) == 1 && std::is_signed_v<std::remove_cvref_t<decltype(a[0])>>;
 #if defined(__AVX2__)
-  if constexpr (s8 && sizeof(V) == 32) return (V)_mm256_min_epi8((__m256i)a, (__m256i)b);
+  if constexpr (s8 && sizeof(V) == 32)
+    return (V)(kMax ? _mm256_max_epi8((__m256i)a, (__m256i)b) : _mm256_min_epi8((__m256i)a, (__m256i)b));
 #endif
 #if defined(__SSE4_1__)
-  if constexpr (s8 && sizeof(V) == 16) return (V)_mm_min_epi8((__m128i)a, (__m128i)b);
+  if constexpr (s8 && sizeof(V) == 16)
+    return (V)(kMax ? _mm_max_epi8((__m128i)a, (__m128i)b) : _mm_min_epi8((__m128i)a, (__m128i)b));
 #endif
-  return a < b ? a : b;
-}
-template <class V>
-inline V loom_imax_v(V a, V b) {
-  [[maybe_unused]] constexpr bool s8 = sizeof(a[0]) == 1 && std::is_signed_v<std::remove_cvref_t<decltype(a[0])>>;
-#if defined(__AVX2__)
-  if constexpr (s8 && sizeof(V) == 32) return (V)_mm256_max_epi8((__m256i)a, (__m256i)b);
-#endif
-#if defined(__SSE4_1__)
-  if constexpr (s8 && sizeof(V) == 16) return (V)_mm_max_epi8((__m128i)a, (__m128i)b);
-#endif
-  return a > b ? a : b;
+  return (kMax ? a > b : a < b) ? a : b;
 }
 // A chain of dot4s, each one's accumulator the previous one's result, where one operand of each
 // has bytes <= 127: loom_dot4_u7_part carries the chain's products and loom_dot4_u7_fold adds
@@ -854,7 +845,7 @@ class CppEmitter {
       case Op::kMax:
         if (s == Scalar::kF32 || s == Scalar::kF64)
           return fmt::format("loom_f{}_v({}, {})", inst.op == Op::kMin ? "min" : "max", a(0), a(1));
-        if (is_int(s)) return fmt::format("loom_i{}_v({}, {})", inst.op == Op::kMin ? "min" : "max", a(0), a(1));
+        if (is_int(s)) return fmt::format("loom_iminmax_v<{}>({}, {})", inst.op == Op::kMax, a(0), a(1));
         return "";
       case Op::kExp:
       case Op::kExp2:
