@@ -677,6 +677,34 @@ GoldenRun dot4_lanes(std::mt19937& rng) {
   return run;
 }
 
+// See wgmma_tile.loom: d = a b^T (64 x 32 f16 each, f32 out) per tile on the warpgroup MMA.
+// Small integers times powers of two keep every product and sum exact in f32.
+GoldenRun wgmma_tile(std::mt19937& rng) {
+  const int tiles = uniform_int(rng, 1, 4);
+  std::vector<uint16_t> a(static_cast<size_t>(tiles) * 2048), b(a.size());
+  for (auto& v : a) v = to_f16_bits(static_cast<float>(uniform_int(rng, -8, 8)) / 8.0f);
+  for (auto& v : b) v = to_f16_bits(static_cast<float>(uniform_int(rng, -6, 6)) / 4.0f);
+  GoldenRun run;
+  run.buffers = {to_bytes(a), to_bytes(b), output(static_cast<size_t>(tiles) * 4096 * 4)};
+  run.args = {buf(0), buf(1), buf(2)};
+  run.block = {128, 1, 1};
+  run.grid = {static_cast<uint32_t>(tiles), 1, 1};
+  run.check = [a, b, tiles](const std::vector<std::vector<uint8_t>>& out) -> std::string {
+    auto got = from_bytes<float>(out[2]);
+    for (int t = 0; t < tiles; ++t)
+      for (int m = 0; m < 64; ++m)
+        for (int n = 0; n < 64; ++n) {
+          float want = 0;
+          for (int k = 0; k < 32; ++k)
+            want += from_f16_bits(a[static_cast<size_t>(t * 2048 + m * 32 + k)]) * from_f16_bits(b[static_cast<size_t>(t * 2048 + n * 32 + k)]);
+          const float g = got[static_cast<size_t>(t * 4096 + m * 64 + n)];
+          if (g != want) return fmt::format("tile {} row {} column {}: got {}, want {}", t, m, n, g, want);
+        }
+    return "";
+  };
+  return run;
+}
+
 }  // namespace
 
 const std::vector<GoldenCase>& golden_cases() {
@@ -700,6 +728,7 @@ const std::vector<GoldenCase>& golden_cases() {
       {"ldmatrix_tile", false, ldmatrix_tile},
       {"async_copy_tile", true, async_copy_tile},
       {"ldmatrix_t_tile", false, ldmatrix_t_tile},
+      {"wgmma_tile", false, wgmma_tile},
   };
   return cases;
 }

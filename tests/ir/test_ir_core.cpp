@@ -88,12 +88,12 @@ TEST(IrBuilder, LoopsCarryValuesAndMisuseIsReportedByTheVerifier) {
 }
 
 TEST(IrTypes, TextRoundTrips) {
-  for (const char* t : {"i1", "u8", "i64", "bf16", "f16x8", "f32x4", "u8x16", "i1x4", "i8x32", "u8x32"}) {
+  for (const char* t : {"i1", "u8", "i64", "bf16", "f16x8", "f32x4", "u8x16", "i1x4", "i8x32", "u8x32", "f32x32", "f32x64"}) {
     auto parsed = parse_value_type(t);
     ASSERT_TRUE(parsed.has_value()) << t;
     EXPECT_EQ(parsed->str(), t);
   }
-  for (const char* bad : {"f32x3", "f32x", "x4", "f33", "i1x1", "f32x32", "i16x32", "i1x32"}) EXPECT_FALSE(parse_value_type(bad)) << bad;
+  for (const char* bad : {"f32x3", "f32x", "x4", "f33", "i1x1", "f16x32", "i16x32", "i1x32", "f32x128", "i32x64"}) EXPECT_FALSE(parse_value_type(bad)) << bad;
   EXPECT_EQ(Type::pointer(AddrSpace::kShared, Scalar::kF16).str(), "ptr<shared, f16>");
   EXPECT_EQ(Type::vector(Scalar::kF16, 8).bits(), 128);
 }
@@ -220,6 +220,17 @@ const BadCase kBadCases[] = {
     {"cp_async without a byte count", KERNEL_HEAD "  %s = alloc_shared 64 : ptr<shared, f32>\n  cp_async %s[%n], %a[%n]\n}\n",
      "3:26", "expected ',' and the byte count (4, 8 or 16), got end of line"},
     {"cp_async_wait of 9 groups", KERNEL_HEAD "  cp_async_wait 9\n}\n", "2:3", "'cp_async_wait' leaves 0 to 8 groups pending, not 9"},
+    {"wgmma_wait of 9 groups", KERNEL_HEAD "  wgmma_wait 9\n}\n", "2:3", "'wgmma_wait' leaves 0 to 8 groups pending, not 9"},
+#define WG_HEAD KERNEL_HEAD "  %s = alloc_shared 4096 : ptr<shared, f16>\n  %i = const 0 : i32\n"
+    {"wgmma with an f32x12-less accumulator", WG_HEAD "  %z = const 0.0 : f32x2\n  %d = wgmma %s[%i], %s[%i], %z, lbo 128, sbo 512\n}\n",
+     "5:3", "'wgmma' accumulates f32x4, x8, x16, x32 or x64 (n = 8 .. 128), got f32x2"},
+    {"wgmma from global memory", WG_HEAD "  %z = const 0.0 : f32x4\n  %d = wgmma %a[%i], %s[%i], %z, lbo 128, sbo 512\n}\n",
+     "5:3", "'wgmma' reads its A and B tiles from ptr<shared, f16>, got ptr<global, f32>"},
+    {"wgmma with a misaligned stride", WG_HEAD "  %z = const 0.0 : f32x4\n  %d = wgmma %s[%i], %s[%i], %z, lbo 8, sbo 512\n}\n",
+     "5:3", "'wgmma' core-matrix strides must be positive multiples of 16 bytes below 2^18, got 8 and 512"},
+    {"wgmma without sbo", WG_HEAD "  %z = const 0.0 : f32x4\n  %d = wgmma %s[%i], %s[%i], %z, lbo 128\n}\n",
+     "5:41", "expected ',' and 'sbo BYTES', got end of line"},
+#undef WG_HEAD
     {"result of cp_async_commit", KERNEL_HEAD "  %x = cp_async_commit\n}\n", "2:3", "'cp_async_commit' has no result to name"},
     {"bounds past 1024 threads", "kernel @k(%n: i32) bounds(2048, 1) {\n}\n", "1:1",
      "bounds(2048, 1): threads must be 1..1024 and blocks 0..32"},
@@ -272,6 +283,12 @@ const TargetCase kTargetCases[] = {
      "'ldmatrix' is not supported by the amdgpu target"},
     {"ldmatrix_t on cpp", "  %s = alloc_shared 64 : ptr<shared, f16>\n  %d = ldmatrix_t %s, %n\n", TargetKind::kCpp,
      "'ldmatrix_t' is not supported by the cpp target"},
+    {"wgmma on cpp",
+     "  %s = alloc_shared 4096 : ptr<shared, f16>\n  %z = const 0.0 : f32x32\n  wgmma_fence\n"
+     "  %d = wgmma %s[%n], %s[%n], %z, lbo 128, sbo 512\n  wgmma_commit\n  wgmma_wait 0\n",
+     TargetKind::kCpp, "'wgmma_fence' is not supported by the cpp target"},
+    {"fence_async_shared on amdgpu", "  fence_async_shared\n", TargetKind::kAmdgpu,
+     "'fence_async_shared' is not supported by the amdgpu target"},
 };
 
 TEST(IrErrors, IllegalOpsForATargetAreRefusedByItsVerifier) {

@@ -78,6 +78,16 @@ void Builder::cp_async_commit() { op_no_result(Op::kCpAsyncCommit, {}); }
 
 void Builder::cp_async_wait(int pending) { op_no_result(Op::kCpAsyncWait, {})->imm = pending; }
 
+Value* Builder::wgmma(Value* a, Value* ai, Value* b, Value* bi, Value* c, int64_t lbo, int64_t sbo) {
+  Value* r = op(Op::kWgmma, {a, ai, b, bi, c});
+  r->def->imm = lbo | (sbo << 32);
+  return r;
+}
+void Builder::wgmma_fence() { op_no_result(Op::kWgmmaFence, {}); }
+void Builder::wgmma_commit() { op_no_result(Op::kWgmmaCommit, {}); }
+void Builder::wgmma_wait(int pending) { op_no_result(Op::kWgmmaWait, {})->imm = pending; }
+void Builder::fence_async_shared() { op_no_result(Op::kFenceAsyncShared, {}); }
+
 Value* Builder::alloc_shared(Scalar elem, int64_t count) {
   Value* r = op(Op::kAllocShared, {}, Type::pointer(AddrSpace::kShared, elem));
   r->def->imm = count;

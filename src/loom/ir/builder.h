@@ -94,6 +94,12 @@ class Builder {
   void cp_async(Value* dst, Value* di, Value* src, Value* si, int bytes);
   void cp_async_commit();
   void cp_async_wait(int pending);
+  // Hopper warpgroup MMA (see Op::kWgmma): c + A B^T, strides lbo / sbo in bytes.
+  Value* wgmma(Value* a, Value* ai, Value* b, Value* bi, Value* c, int64_t lbo, int64_t sbo);
+  void wgmma_fence();
+  void wgmma_commit();
+  void wgmma_wait(int pending);
+  void fence_async_shared();
   Value* ldmatrix_t(Value* shared_f16, Value* index) { return op(Op::kLdmatrixT, {shared_f16, index}); }
 
   // Structured control flow. The callbacks build the region with this builder (its insertion

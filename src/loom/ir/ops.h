@@ -40,6 +40,7 @@ enum class TypeRule : uint8_t {
                 // ldmatrix_t: the same four transposed, an mma B fragment of a row-major K x N tile)
   kCpAsync,     // (ptr<shared, T>, index, ptr<global|constant, T>, index), bytes (immediate 4, 8, 16): no result
   kCpAsyncWait, // no operands, pending groups (immediate 0..8): no result
+  kWgmma,       // (ptr<shared, f16> A, index, ptr<shared, f16> B, index, f32xN C) -> f32xN; strides (immediate)
   kFor,         // (lo, hi, step, inits...) -> types of inits; region(iv, iters...)
   kIf,          // (i1) -> explicit types; regions then, else
   kYield,       // values returned by the enclosing region
@@ -147,6 +148,20 @@ enum TargetMask : uint8_t { kOnPtx = 1, kOnCpp = 2, kOnAmdgpu = 4, kOnAll = 7 };
   X(kCpAsync, "cp_async", 4, kCpAsync, kAny, kNone, kSideEffects, kOnAll)                      \
   X(kCpAsyncCommit, "cp_async_commit", 0, kNone, kAny, kNone, kSideEffects, kOnAll)            \
   X(kCpAsyncWait, "cp_async_wait", 0, kCpAsyncWait, kAny, kNone, kSideEffects, kOnAll)         \
+  /* Hopper's warpgroup MMA (PTX wgmma.mma_async, sm_90a), issued by the 4 warps of a warpgroup */ \
+  /* together: C + A B^T for A = 64 rows x 16 k at a[ai] and B = 2N rows x 16 k at b[bi] (C has */ \
+  /* N f32 lanes per thread), both f16 in shared memory as 8 x 8 core matrices (8 rows of 16    */ \
+  /* contiguous bytes), the next core along k `lbo` bytes on and along the rows `sbo` bytes on   */ \
+  /* (imm = lbo | sbo << 32). Thread t of the warpgroup holds C lanes 4j + i at row            */ \
+  /* 16 (t / 32) + (t % 32) / 4 + 8 (i / 2), column 8j + 2 (t % 4) + i % 2. It runs            */ \
+  /* asynchronously: wgmma_fence before it (after the last writes of its registers),           */ \
+  /* wgmma_commit after, and wgmma_wait N before its result is read (N: groups left pending);   */ \
+  /* shared memory written by ordinary stores needs fence_async_shared before the barrier.     */ \
+  X(kWgmma, "wgmma", 5, kWgmma, kAny, kNone, kSideEffects | kConvergent, kOnPtx)              \
+  X(kWgmmaFence, "wgmma_fence", 0, kNone, kAny, kNone, kSideEffects | kConvergent, kOnPtx)      \
+  X(kWgmmaCommit, "wgmma_commit", 0, kNone, kAny, kNone, kSideEffects | kConvergent, kOnPtx)    \
+  X(kWgmmaWait, "wgmma_wait", 0, kCpAsyncWait, kAny, kNone, kSideEffects | kConvergent, kOnPtx) \
+  X(kFenceAsyncShared, "fence_async_shared", 0, kNone, kAny, kNone, kSideEffects, kOnPtx)       \
   X(kFor, "for", -1, kFor, kAny, kNone, kHasRegions, kOnAll)                                   \
   X(kIf, "if", 1, kIf, kAny, kNone, kHasRegions, kOnAll)                                       \
   X(kYield, "yield", -1, kYield, kAny, kNone, kTerminator, kOnAll)

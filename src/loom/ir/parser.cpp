@@ -515,8 +515,25 @@ class Parser {
         LOOM_ASSIGN_OR_RETURN(inst->imm, small_int("a byte count (4, 8 or 16)"));
         break;
       }
-      case Op::kCpAsyncWait: {  // cp_async_wait N
+      case Op::kCpAsyncWait:
+      case Op::kWgmmaWait: {  // cp_async_wait N, wgmma_wait N
         LOOM_ASSIGN_OR_RETURN(inst->imm, small_int("the number of groups left pending (0 to 8)"));
+        break;
+      }
+      case Op::kWgmma: {  // wgmma %a[%i], %b[%j], %c, lbo L, sbo S
+        LOOM_RETURN_IF_ERROR(ptr_index());
+        LOOM_RETURN_IF_ERROR(expect(Tok::kComma, "',' and the B tile"));
+        LOOM_RETURN_IF_ERROR(ptr_index());
+        LOOM_RETURN_IF_ERROR(expect(Tok::kComma, "',' and the accumulators"));
+        LOOM_RETURN_IF_ERROR(operand());
+        LOOM_RETURN_IF_ERROR(expect(Tok::kComma, "',' and 'lbo BYTES'"));
+        LOOM_RETURN_IF_ERROR(expect_word("lbo"));
+        LOOM_ASSIGN_OR_RETURN(int64_t lbo, small_int("the byte stride of core matrices along k"));
+        LOOM_RETURN_IF_ERROR(expect(Tok::kComma, "',' and 'sbo BYTES'"));
+        LOOM_RETURN_IF_ERROR(expect_word("sbo"));
+        LOOM_ASSIGN_OR_RETURN(int64_t sbo, small_int("the byte stride of core matrices along the rows"));
+        inst->imm = lbo | (sbo << 32);
+        LOOM_RETURN_IF_ERROR(maybe_types());
         break;
       }
       case Op::kExtract: {

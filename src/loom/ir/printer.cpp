@@ -146,7 +146,23 @@ class Printer {
         }
         break;
       case Op::kCpAsyncWait:
+      case Op::kWgmmaWait:
         out_ += fmt::format(" {}", inst.imm);
+        break;
+      case Op::kWgmma:  // wgmma %a[%i], %b[%j], %c, lbo L, sbo S
+        if (ops.size() == 5) {
+          out_ += ' ';
+          value(ops[0]);
+          out_ += '[';
+          value(ops[1]);
+          out_ += "], ";
+          value(ops[2]);
+          out_ += '[';
+          value(ops[3]);
+          out_ += "], ";
+          value(ops[4]);
+          out_ += fmt::format(", lbo {}, sbo {}", inst.imm & 0xFFFFFFFF, inst.imm >> 32);
+        }
         break;
       case Op::kExtract:
         out_ += ' ';

@@ -78,6 +78,7 @@ Type infer_result_type(Op op, std::span<const Type> ts) {
     case TypeRule::kMma:
       return at(2) == Type::vector(Scalar::kI32, 4) ? Type::vector(Scalar::kI32, 4) : Type::vector(Scalar::kF32, 4);
     case TypeRule::kLdmatrix: return Type::vector(Scalar::kF16, 8);
+    case TypeRule::kWgmma: return at(4);
     default: return Type();
   }
 }
@@ -295,8 +296,23 @@ std::string check_inst_types(const Inst& inst, bool check_results) {
       return "";
     }
     case TypeRule::kCpAsyncWait:
-      if (inst.imm < 0 || inst.imm > 8) return fmt::format("'cp_async_wait' leaves 0 to 8 groups pending, not {}", inst.imm);
+      if (inst.imm < 0 || inst.imm > 8) return fmt::format("'{}' leaves 0 to 8 groups pending, not {}", info.name, inst.imm);
       return "";
+    case TypeRule::kWgmma: {
+      for (size_t i : {size_t{0}, size_t{2}})
+        if (!t(i).is_pointer() || t(i).addr_space() != AddrSpace::kShared || t(i).elem() != Scalar::kF16)
+          return fmt::format("'wgmma' reads its A and B tiles from ptr<shared, f16>, got {}", t(i).str());
+      if (t(1) != Type::scalar(Scalar::kI32) || t(3) != Type::scalar(Scalar::kI32))
+        return fmt::format("'wgmma' indices must be i32, got {} and {}", t(1).str(), t(3).str());
+      const int lanes = t(4).is_vector() ? t(4).lanes() : 0;
+      if (t(4).elem() != Scalar::kF32 || (lanes != 4 && lanes != 8 && lanes != 16 && lanes != 32 && lanes != 64))
+        return fmt::format("'wgmma' accumulates f32x4, x8, x16, x32 or x64 (n = 8 .. 128), got {}", t(4).str());
+      const int64_t lbo = inst.imm & 0xFFFFFFFF, sbo = inst.imm >> 32;
+      for (int64_t v : {lbo, sbo})
+        if (v <= 0 || v % 16 != 0 || v >= (int64_t{1} << 18))
+          return fmt::format("'wgmma' core-matrix strides must be positive multiples of 16 bytes below 2^18, got {} and {}", lbo, sbo);
+      return want(t(4));
+    }
     case TypeRule::kYield:
     case TypeRule::kNone: return "";
   }

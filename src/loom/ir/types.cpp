@@ -38,7 +38,9 @@ bool is_signed(Scalar s) { return kScalars[static_cast<int>(s)].is_signed; }
 
 bool valid_lanes(int lanes) { return lanes == 2 || lanes == 4 || lanes == 8 || lanes == 16; }
 bool valid_vector(Scalar s, int lanes) {
-  return valid_lanes(lanes) || (lanes == 32 && (s == Scalar::kI8 || s == Scalar::kU8));
+  // i8x32 / u8x32: one AVX2 register's bytes; f32x32 / f32x64: wgmma accumulators.
+  return valid_lanes(lanes) || (lanes == 32 && (s == Scalar::kI8 || s == Scalar::kU8)) ||
+         ((lanes == 32 || lanes == 64) && s == Scalar::kF32);
 }
 
 int Type::bits() const {

@@ -98,7 +98,8 @@ class MatmulMmaOp final : public OpSpec {
     for (int64_t kt : {32, 64, 128})
       if (s.at("n_in") % kt == 0) kts.push_back(kt);
     return {{"warps_m", {1, 2, 4}}, {"warps_n", {1, 2, 4}}, {"k_tile", kts}, {"warp_m_tiles", {2, 4}},
-            {"warp_n_tiles", {4, 8}}, {"pipeline", {0, 1, 2}}, {"ldsm", {0, 1}}};
+            {"warp_n_tiles", {4, 8}}, {"pipeline", {0, 1, 2}}, {"ldsm", {0, 1}}, {"wgmma", {0, 1}},
+            {"wg_m", {1, 2}}, {"wg_n", {64, 128}}};
   }
   // k_tile: the k elements staged per barrier pair (per barrier when pipelined). pipeline = 0
   // ignores warp_n_tiles and ldsm (its warps hold 32 tokens). Wider tiles put more loads in flight per
@@ -121,14 +122,15 @@ class MatmulMmaOp final : public OpSpec {
     if (planar && s.at("wtype") == static_cast<int64_t>(GgmlType::Q4_0) && nt >= 64 && n_in >= 1024 && n_out >= 1024 &&
         n_in % 64 == 0)
       return {{"warps_m", 4}, {"warps_n", nt >= 128 ? 2 : 1}, {"k_tile", 64}, {"warp_m_tiles", 2},
-              {"warp_n_tiles", 8}, {"pipeline", 2}, {"ldsm", 1}};
+              {"warp_n_tiles", 8}, {"pipeline", 2}, {"ldsm", 1}, {"wgmma", 0}, {"wg_m", 2}, {"wg_n", 128}};
     return {{"warps_m", 2}, {"warps_n", nt >= 128 ? 4 : nt >= 64 ? 2 : 1}, {"k_tile", kt}, {"warp_m_tiles", 2},
-            {"warp_n_tiles", 4}, {"pipeline", 0}, {"ldsm", 0}};
+            {"warp_n_tiles", 4}, {"pipeline", 0}, {"ldsm", 0}, {"wgmma", 0}, {"wg_m", 2}, {"wg_n", 128}};
   }
 
   Result<Generated> generate(const Shape& s, const Schedule& sch, ir::TargetKind target) const override {
     LOOM_RETURN_IF_ERROR(validate(s));
     LOOM_RETURN_IF_ERROR(check_schedule(schedule_space(s, target), sch));
+    if (target == ir::TargetKind::kPtx && sch.count("wgmma") && sch.at("wgmma") == 1) return generate_wgmma(s, sch);
     if (target == ir::TargetKind::kPtx && sch.count("pipeline") && sch.at("pipeline") >= 1) return generate_pipe(s, sch);
     if (target == ir::TargetKind::kPtx) return generate_mma(s, sch);
     return generate_scalar(s, sch, target);
@@ -251,6 +253,136 @@ class MatmulMmaOp final : public OpSpec {
                                 });
           return acc[0];
         });
+  }
+
+  // PTX, Hopper's warpgroup MMA (sm_90a; wgmma = 1): wg_m warpgroups of 64 weight rows each x
+  // wg_n tokens per CTA. Per k step of k_tile (32, or 64 where it fits) the weight tile is
+  // dequantized to f16 and the activation tile copied, both into shared memory as 8 x 8 core
+  // matrices (8 rows of 16 bytes), one of two buffers; each warpgroup then issues k_tile / 16
+  // wgmma (64 x wg_n x 16, f32 accumulators in registers) on the current buffer and, while the
+  // tensor cores run, dequantizes the next tile into the other. One barrier per k step.
+  Result<Generated> generate_wgmma(const Shape& s, const Schedule& sch) const {
+    const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
+    MFormat f{};
+    m_format(wt, &f);
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
+    const WLayout L = layout_of(s, wt, n_in, n_out, f.block_elems, f.block_bytes);
+    const int64_t wgs = sch.count("wg_m") ? sch.at("wg_m") : 2, bn = sch.count("wg_n") ? sch.at("wg_n") : 128;
+    const int64_t bm = 64 * wgs, threads = 128 * wgs;
+    int64_t kt = sch.count("k_tile") ? sch.at("k_tile") : 32;
+    while (kt > 32 && 2 * (bm + bn) * kt * 2 > 48 * 1024) kt /= 2;
+    if (kt < 32 || n_in % kt) return generate_mma(s, sch);
+    const int64_t c16 = kt / 16, c8 = kt / 8;
+    if (threads % (8 * c16) || threads % (8 * c8) || (c16 * bm) % threads || (c8 * bn) % threads) return generate_mma(s, sch);
+    const int64_t buf = (bm + bn) * kt;         // halves per buffer: weight rows, then token rows
+    const int64_t lbo = 128, sbo = c8 * 128;    // bytes: the next core matrix along k, along the rows
+    // Half index of (tile row, k) in a buffer: core (row / 8, k / 8), 8 halves per core row.
+    auto core_at = [&](Emit& b, Value* row, Value* k) {
+      return b.add(b.mulc(b.add(b.mulc(b.div(row, b.i32(8)), c8), b.div(k, b.i32(8))), 64),
+                   b.add(b.mulc(b.rem(row, b.i32(8)), 8), b.rem(k, b.i32(8))));
+    };
+    Generated g;
+    const std::string kname = fmt::format("matmul_mma_{}", llm::ggml_type_name(wt));
+    ir::Kernel* k = g.module.add_kernel(kname);
+    k->max_threads = static_cast<int>(threads);
+    Emit b(*k);
+    Value* w = b.param(Type::pointer(AddrSpace::kConstant, Scalar::kU8), "w");
+    const bool xh16 = x_is_f16(s);
+    Value* x = b.param(ty::gptr(xh16 ? Scalar::kF16 : Scalar::kF32), "x");
+    Value* y = b.param(ty::gptr(Scalar::kF32), "y");
+    Value* sm = b.alloc_shared(Scalar::kF16, 2 * buf);
+    // Warps 4g .. 4g + 3 (warpgroup g) own rows 64g .. 64g + 63: the mma tile geometry of 4 wgs
+    // warps of 16 rows x bn tokens (C fragment j = accumulator lanes 4j .. 4j + 3).
+    const MmaTile tile = mma::mma_tile(b, 4 * wgs, 1, 1, bn / 8);
+    Value *tid = tile.tid, *m0 = tile.m0, *n0 = tile.n0;
+    auto i32c = [&](int64_t v) { return b.i32(static_cast<int32_t>(v)); };
+    // Tile items: 8 consecutive threads take 8 consecutive rows of one chunk, so that their
+    // 16-byte shared stores fill 8 distinct bank groups.
+    Value* lw = b.add(b.rem(tid, b.i32(8)), b.mulc(b.div(tid, i32c(8 * c16)), 8));
+    Value* hw = b.rem(b.div(tid, b.i32(8)), i32c(c16));
+    Value* lx = b.add(b.rem(tid, b.i32(8)), b.mulc(b.div(tid, i32c(8 * c8)), 8));
+    Value* qx = b.rem(b.div(tid, b.i32(8)), i32c(c8));
+    const int64_t nwi = c16 * bm / threads, nxi = c8 * bn / threads;
+    const int64_t wstep = threads / c16, xstep = threads / c8;  // rows between a thread's items
+    const bool packed = (wt == GgmlType::Q4_0 || wt == GgmlType::Q4_K) && L.planar;
+    auto stage = [&](Value* kk) -> std::function<void(Value*)> {
+      std::vector<Unpack16> wv;
+      for (int64_t j = 0; j < nwi; ++j) {
+        Value* r = b.min(b.add(m0, b.addc(lw, j * wstep)), i32c(n_out - 1));
+        wv.push_back(dequant16_split(b, wt, w, L, r, b.add(kk, b.mulc(hw, 16)), packed));
+      }
+      std::vector<Value*> xv;
+      for (int64_t j = 0; j < nxi; ++j) {
+        Value* t = b.min(b.add(n0, b.addc(lx, j * xstep)), i32c(nt - 1));
+        Value* xi = b.add(b.mul(t, i32c(n_in)), b.add(kk, b.mulc(qx, 8)));
+        if (xh16) {
+          xv.push_back(b.load(x, xi, Type::vector(Scalar::kF16, 8), 16));
+        } else {
+          xv.push_back(b.load(x, xi, Type::vector(Scalar::kF32, 4), 16));
+          xv.push_back(b.load(x, b.addc(xi, 4), Type::vector(Scalar::kF32, 4), 16));
+        }
+      }
+      return [&, wv, xv](Value* base) {
+        for (int64_t j = 0; j < nwi; ++j) {
+          std::vector<Value*> v = wv[static_cast<size_t>(j)]();
+          for (int h = 0; h < 2; ++h) {
+            std::vector<Value*> lanes;
+            for (int i = 0; i < 8; ++i) {
+              Value* e = v[static_cast<size_t>(8 * h + i)];
+              lanes.push_back(packed ? e : b.convert(e, ty::f16));
+            }
+            Value* at = core_at(b, b.addc(lw, j * wstep), b.addc(b.mulc(hw, 16), 8 * h));
+            b.store(sm, b.add(base, at), b.build(lanes), 16);
+          }
+        }
+        for (int64_t j = 0; j < nxi; ++j) {
+          Value* val;
+          if (xh16) {
+            val = xv[static_cast<size_t>(j)];
+          } else {
+            std::vector<Value*> lanes;
+            for (int p = 0; p < 2; ++p)
+              for (int i = 0; i < 4; ++i) lanes.push_back(b.convert(b.extract(xv[static_cast<size_t>(2 * j + p)], i), ty::f16));
+            val = b.build(lanes);
+          }
+          Value* at = core_at(b, b.addc(lx, bm + j * xstep), b.mulc(qx, 8));
+          b.store(sm, b.add(base, at), val, 16);
+        }
+      };
+    };
+    stage(b.i32(0))(b.i32(0));
+    b.fence_async_shared();
+    b.barrier();
+    // This warpgroup's A tile and the B tile, as half offsets within a buffer.
+    Value* a_off = b.mulc(b.div(tid, b.i32(128)), 8 * c8 * 64);
+    const int64_t b_off = bm / 8 * c8 * 64;
+    Value* init = b.const_float(Type::vector(Scalar::kF32, static_cast<int>(bn / 2)), 0.0);
+    auto acc = b.for_loop(b.i32(0), i32c(n_in), i32c(kt), {init}, [&](Value* kk, std::span<Value* const> it) {
+      Value* next = b.min(b.add(kk, i32c(kt)), i32c(n_in - kt));
+      auto store_next = stage(next);
+      Value* par = b.andc(b.div(kk, i32c(kt)), 1);
+      Value* cur = b.mulc(par, buf);
+      Value* nxt = b.mulc(b.sub(b.i32(1), par), buf);
+      Value* a = it[0];
+      b.wgmma_fence();
+      for (int64_t ks = 0; ks < c16; ++ks)
+        a = b.wgmma(sm, b.add(cur, b.addc(a_off, 128 * ks)), sm, b.addc(cur, b_off + 128 * ks), a, lbo, sbo);
+      b.wgmma_commit();
+      store_next(nxt);
+      b.fence_async_shared();
+      b.wgmma_wait(0);
+      b.barrier();
+      return std::vector<Value*>{a};
+    });
+    std::vector<Value*> frags;
+    for (int64_t j = 0; j < bn / 8; ++j) {
+      std::vector<Value*> l4;
+      for (int i = 0; i < 4; ++i) l4.push_back(b.extract(acc[0], static_cast<int>(4 * j + i)));
+      frags.push_back(b.build(l4));
+    }
+    mma::store_c(b, tile, frags, y, n_out, nt);
+    g.launches.push_back(mma::mma_launch(kname, tile, n_out, nt));
+    return g;
   }
 
   // PTX, pipelined: CTA tile of 16 warp_m_tiles warps_m weight rows x 8 warp_n_tiles warps_n

@@ -503,6 +503,11 @@ class FunctionEmitter {
       case Op::kMma:
       case Op::kLdmatrix:
       case Op::kLdmatrixT:
+      case Op::kWgmma:
+      case Op::kWgmmaFence:
+      case Op::kWgmmaCommit:
+      case Op::kWgmmaWait:
+      case Op::kFenceAsyncShared:
         return unimplemented("'{}' has no amdgpu form (verify with the amdgpu target first)", op_name(in.op));
       case Op::kFor: return for_loop(in);
       case Op::kIf: return if_else(in);

@@ -1101,6 +1101,11 @@ class CppEmitter {
       case Op::kMma:
       case Op::kLdmatrix:
       case Op::kLdmatrixT:
+      case Op::kWgmma:
+      case Op::kWgmmaFence:
+      case Op::kWgmmaCommit:
+      case Op::kWgmmaWait:
+      case Op::kFenceAsyncShared:
         return unimplemented("'{}' has no cpp form (verify with the cpp target first)", op_name(in.op));
       default:
         elementwise(in);

@@ -22,7 +22,9 @@ std::string_view bits_suffix(RC rc);          // pred, b16, b32, b64
 
 class KernelEmitter {
  public:
-  explicit KernelEmitter(const ir::Kernel& k) : k_(k), namer_(k), regs_(k.num_values()) {}
+  explicit KernelEmitter(const ir::Kernel& k) : k_(k), namer_(k), regs_(k.num_values()), uses_(k.num_values()), home_(k.num_values()) {
+    index(k.body);
+  }
   // The .entry text of the kernel.
   Result<std::string> run();
   // An instruction placed before the kernel's own code; call before run().
@@ -49,6 +51,7 @@ class KernelEmitter {
   Status if_else(const ir::Inst& in);
   Status inst(const ir::Inst& in);
   Status block(const ir::Block& b);
+  void index(const ir::Block& b);  // fills uses_ and home_
 
   // lanes (ptx_lanes.cpp)
   Status lane(const ir::Inst& in, int l, const std::string& d);
@@ -66,6 +69,11 @@ class KernelEmitter {
   ir::Namer namer_;
   std::vector<std::vector<std::string>> regs_;
   std::array<int, 4> counts_{};
+  // Per value: how many operands name it, and the block it is defined in (region arguments: the
+  // region). A wgmma whose accumulators die there reuses their registers (see Op::kWgmma).
+  std::vector<int> uses_;
+  std::vector<const ir::Block*> home_;
+  const ir::Block* cur_block_ = nullptr;
   int labels_ = 0;
   int allocs_ = 0;
   std::string body_;
