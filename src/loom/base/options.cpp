@@ -36,9 +36,10 @@ const std::vector<OptionInfo>& rows() {
        "knob values over ops' default schedules: 'op:knob=v,knob=v;op2:knob=v' (docs/kernels.md)"},
       {Opt::kFuse, "fuse", "LOOM_FUSE", "", Type::kString, "gpu", "gpu|0|1", 0, 0,
        "the HRX lowering's launch fusions: on GPUs only (gpu), on every device (1), off (0)"},
-      {Opt::kPrefillMatmul, "prefill_matmul", "LOOM_PREFILL_MATMUL", "", Type::kString, "auto", "auto|int8|f16", 0, 0,
+      {Opt::kPrefillMatmul, "prefill_matmul", "LOOM_PREFILL_MATMUL", "", Type::kString, "auto", "auto|int8|f16|wgmma", 0, 0,
        "prompt matmuls on GPUs: integer tensor cores on Q8_1 activations where measured faster (auto: Q4_0/Q8_0/Q4_K), "
-       "for every format they take (int8), or f16 tiles (f16)"},
+       "for every format they take (int8), f16 tiles on mma.sync (f16), or f16 tiles on Hopper's warpgroup MMA "
+       "where the GPU has it (wgmma; else as f16)"},
       {Opt::kCpuMatmul, "cpu_matmul", "LOOM_CPU_MATMUL", "", Type::kString, "auto", "auto|exact|summed", 0, 0,
        "prompt matmuls on the cpu device: whole-block integer sums for Q4_0 (auto; the formats llama.cpp's CPU backend "
        "repacks, with the same deviation from the plain path), the reference's bits for every format (exact), or "

@@ -81,7 +81,7 @@ class HrxBackend final : public llm::Backend {
     n_seq_ = n_seq;
     const llm::ModelConfig& c = model.config();
     // The layout and kernel of every weight, decided once (weight_plan.h); the fusion options.
-    wplan_ = WeightPlan::make(model, dev_.target(), prefill_matmul_option());
+    wplan_ = WeightPlan::make(model, dev_.target(), prefill_matmul_option(), dev_.props().arch == std::string_view("sm_90"));
     fuse_ = fuse_options(dev_.target());
     weights_.resize(model.weights().size());
     const std::vector<bool>& planar = wplan_.planar_flags();

@@ -20,14 +20,21 @@ kernels::Shape matmul_shape(const llm::ref::WeightView& v, int64_t n_tokens) {
 // 2026-12-03-h200-mmq-q4k.json; Q8_0 as Q4_0).
 bool mmq_measured(llm::GgmlType t) { return t == llm::GgmlType::Q4_0 || t == llm::GgmlType::Q8_0 || t == llm::GgmlType::Q4_K; }
 
+// The formats whose prompts measured faster on matmul_mma's warpgroup MMA than on the integer
+// matmul_mmq and the mma.sync matmul_mma (none measured yet).
+bool wgmma_measured(llm::GgmlType) { return false; }
+
 }  // namespace
 
 PrefillMatmul prefill_matmul_option() {
   const std::string v = opt::get_string(opt::Opt::kPrefillMatmul);
-  return v == "f16" ? PrefillMatmul::kF16 : v == "int8" ? PrefillMatmul::kInt8 : PrefillMatmul::kAuto;
+  return v == "f16"     ? PrefillMatmul::kF16
+         : v == "int8"  ? PrefillMatmul::kInt8
+         : v == "wgmma" ? PrefillMatmul::kWgmma
+                        : PrefillMatmul::kAuto;
 }
 
-WeightPlan WeightPlan::make(const llm::Model& model, ir::TargetKind target, PrefillMatmul prompts) {
+WeightPlan WeightPlan::make(const llm::Model& model, ir::TargetKind target, PrefillMatmul prompts, bool wgmma) {
   WeightPlan p;
   p.model_ = &model;
   p.target_ = target;
@@ -39,7 +46,7 @@ WeightPlan WeightPlan::make(const llm::Model& model, ir::TargetKind target, Pref
   const kernels::OpSpec* mma = kernels::find_op("matmul_mma");
   for (size_t i = 0; i < model.weights().size(); ++i) {
     const llm::ref::WeightView& v = model.weights()[i].view;
-    p.entries_[i] = rules(v.type, v.n_in, v.n_out, target, prompts);
+    p.entries_[i] = rules(v.type, v.n_in, v.n_out, target, prompts, wgmma);
   }
   // The planar layout where only matvec_gpu and matmul_mma read the weight, in every step size.
   auto consider = [&](int32_t id) {
@@ -65,7 +72,7 @@ WeightPlan WeightPlan::make(const llm::Model& model, ir::TargetKind target, Pref
 }
 
 WeightPlan::Entry WeightPlan::rules(llm::GgmlType type, int64_t n_in, int64_t n_out, ir::TargetKind target,
-                                    PrefillMatmul prompts) {
+                                    PrefillMatmul prompts, bool wgmma) {
   Entry e;
   if (target != ir::TargetKind::kPtx) return e;
   const kernels::OpSpec* mvg = kernels::find_op("matvec_gpu");
@@ -78,16 +85,20 @@ WeightPlan::Entry WeightPlan::rules(llm::GgmlType type, int64_t n_in, int64_t n_
   // matmul_mmq takes. Q6_K: matmul_mmq takes GGUF rows only, and the engine keeps dense Q6_K
   // matrices in the planar layout.
   const bool measured = mmq_measured(type);
-  e.mmq = mmq && prompts != PrefillMatmul::kF16 && (measured || prompts == PrefillMatmul::kInt8) &&
+  e.mmq = mmq && prompts != PrefillMatmul::kF16 && prompts != PrefillMatmul::kWgmma && (measured || prompts == PrefillMatmul::kInt8) &&
           type != llm::GgmlType::Q6_K && mmq->validate(s).ok();
   s.dims["xtype"] = 1;
   e.mma = mma && mma->validate(s).ok();
+  // Hopper: matmul_mma on the warpgroup MMA, for every format under kWgmma and under kAuto where
+  // it measured faster than the integer kernel (wgmma_measured), which it then replaces.
+  e.wgmma = wgmma && e.mma && (prompts == PrefillMatmul::kWgmma || (prompts == PrefillMatmul::kAuto && wgmma_measured(type)));
+  if (e.wgmma) e.mmq = false;
   return e;
 }
 
 Result<MatmulKernel> WeightPlan::for_rows(llm::GgmlType type, int64_t n_in, int64_t n_out, int64_t n_tokens,
-                                          ir::TargetKind target, PrefillMatmul prompts) {
-  return pick(rules(type, n_in, n_out, target, prompts), type, n_in, n_out, n_tokens, "");
+                                          ir::TargetKind target, PrefillMatmul prompts, bool wgmma) {
+  return pick(rules(type, n_in, n_out, target, prompts, wgmma), type, n_in, n_out, n_tokens, "");
 }
 
 Result<MatmulKernel> WeightPlan::matmul(int32_t weight, int64_t n_tokens) const {
@@ -120,6 +131,7 @@ Result<MatmulKernel> WeightPlan::pick(const Entry& e, llm::GgmlType type, int64_
     const kernels::OpSpec* mma = kernels::find_op("matmul_mma");
     kernels::Shape s = k.shape;
     s.dims["xtype"] = 1;
+    if (e.wgmma) s.dims["wgmma"] = 1;
     if (mma->validate(s).ok()) {
       k.op = mma;
       k.xtype = llm::GgmlType::F16;

@@ -27,9 +27,11 @@ struct MatmulKernel {
 };
 
 // Which tensor-core matmul prompts use: kAuto picks per weight format where it measured faster
-// on the H200 (matmul_mmq for Q4_0 / Q8_0 / Q4_K, matmul_mma otherwise), kInt8 takes matmul_mmq for
-// every format it supports, kF16 always matmul_mma (LOOM_PREFILL_MATMUL=auto|int8|f16).
-enum class PrefillMatmul { kAuto, kInt8, kF16 };
+// on the H200 (matmul_mmq for Q4_0 / Q8_0 / Q4_K, matmul_mma otherwise; on a Hopper GPU matmul_mma
+// on its warpgroup MMA where that measured faster), kInt8 takes matmul_mmq for every format it
+// supports, kF16 always matmul_mma on mma.sync, kWgmma always matmul_mma on wgmma where the GPU has
+// it (LOOM_PREFILL_MATMUL=auto|int8|f16|wgmma).
+enum class PrefillMatmul { kAuto, kInt8, kF16, kWgmma };
 PrefillMatmul prefill_matmul_option();
 
 class WeightPlan {
@@ -43,7 +45,9 @@ class WeightPlan {
   // whose type or shape those refuse keep the generic matvec/matmul. Projection weights (q, k,
   // v, o, gate, up, down, an untied output) that only those two ops read are kept in the planar
   // layout (coalesced loads). Other targets: the generic ops, GGUF rows.
-  static WeightPlan make(const llm::Model& model, ir::TargetKind target, PrefillMatmul prompts = PrefillMatmul::kAuto);
+  // `wgmma`: the GPU has Hopper's warpgroup MMA (sm_90), which matmul_mma can use (shape dim wgmma).
+  static WeightPlan make(const llm::Model& model, ir::TargetKind target, PrefillMatmul prompts = PrefillMatmul::kAuto,
+                         bool wgmma = false);
 
   bool planar(int32_t weight) const { return entry(weight).planar; }
   ir::TargetKind target() const { return target_; }
@@ -52,7 +56,8 @@ class WeightPlan {
   // The same choice for a matrix in GGUF rows that no model binds (ggml-hrx's MUL_MAT weights):
   // what matmul() gives a weight of this format and shape that is not planar.
   static Result<MatmulKernel> for_rows(llm::GgmlType type, int64_t n_in, int64_t n_out, int64_t n_tokens,
-                                       ir::TargetKind target, PrefillMatmul prompts = PrefillMatmul::kAuto);
+                                       ir::TargetKind target, PrefillMatmul prompts = PrefillMatmul::kAuto,
+                                       bool wgmma = false);
   // Stacked expert matrices (Weight::n_expert > 0), in GGUF rows on every target: steps of more
   // than kMatmulIdMmqTokens tokens on PTX targets through matmul_mmq_id (Q8_1 activations) for
   // the formats it takes (not under PrefillMatmul::kF16), else matvec_id with activations in the
@@ -67,11 +72,12 @@ class WeightPlan {
 
  private:
   struct Entry {
-    bool fast_matvec = false, mma = false, mmq = false, planar = false;
+    bool fast_matvec = false, mma = false, mmq = false, planar = false, wgmma = false;
   };
   const Entry& entry(int32_t w) const { return entries_[static_cast<size_t>(w)]; }
   // Which kernels a matrix of this format and shape can take on `target` (the layout aside).
-  static Entry rules(llm::GgmlType type, int64_t n_in, int64_t n_out, ir::TargetKind target, PrefillMatmul prompts);
+  static Entry rules(llm::GgmlType type, int64_t n_in, int64_t n_out, ir::TargetKind target, PrefillMatmul prompts,
+                     bool wgmma);
   // The kernel for a step of n_tokens from those (`name` for errors).
   static Result<MatmulKernel> pick(const Entry& e, llm::GgmlType type, int64_t n_in, int64_t n_out, int64_t n_tokens,
                                    std::string_view name);

@@ -64,6 +64,8 @@ class MatmulMmaOp final : public OpSpec {
       return invalid_argument("matmul_mma: xtype={} (0: f32 activations, 1: f16)", s.at("xtype"));
     if (s.dims.count("planar") && s.at("planar") != 0 && s.at("planar") != 1)
       return invalid_argument("matmul_mma: planar={} (0: GGUF rows, 1: matvec_gpu's planar layout)", s.at("planar"));
+    if (s.dims.count("wgmma") && s.at("wgmma") != 0 && s.at("wgmma") != 1)
+      return invalid_argument("matmul_mma: wgmma={} (1: the GPU has Hopper's warpgroup MMA, sm_90a)", s.at("wgmma"));
     llm::PlanarGeometry pg;
     if (s.dims.count("planar") && s.at("planar") == 1 && !llm::planar_geometry(wt, &pg))
       return invalid_argument("matmul_mma: {} has no planar layout", llm::ggml_type_name(wt));
@@ -119,6 +121,11 @@ class MatmulMmaOp final : public OpSpec {
     // (5132 vs 4993, 57706 vs 53927), so they keep it.
     const bool planar = s.dims.count("planar") && s.at("planar") == 1;
     const int64_t n_out = s.at("n_out");
+    // Shape dim wgmma = 1 (the engine sets it on a Hopper GPU where the warpgroup MMA measured
+    // faster): 2 warpgroups x 128 tokens (64 below 128 tokens), k_tile 32.
+    if (s.dims.count("wgmma") && s.at("wgmma") == 1)
+      return {{"warps_m", 2}, {"warps_n", 1}, {"k_tile", 32}, {"warp_m_tiles", 2}, {"warp_n_tiles", 4}, {"pipeline", 0},
+              {"ldsm", 0}, {"wgmma", 1}, {"wg_m", 2}, {"wg_n", nt >= 128 ? 128 : 64}};
     if (planar && s.at("wtype") == static_cast<int64_t>(GgmlType::Q4_0) && nt >= 64 && n_in >= 1024 && n_out >= 1024 &&
         n_in % 64 == 0)
       return {{"warps_m", 4}, {"warps_n", nt >= 128 ? 2 : 1}, {"k_tile", 64}, {"warp_m_tiles", 2},
@@ -219,6 +226,12 @@ class MatmulMmaOp final : public OpSpec {
       out.push_back({{{"n_in", t == GgmlType::Q4_0 || t == GgmlType::Q8_0 ? 576 : 512}, {"n_out", 200}, {"n_tokens", 100},
                       {"wtype", static_cast<int64_t>(t)}, {"xtype", 1}, {"planar", 1}}});
     out.push_back({{{"n_in", 1024}, {"n_out", 1030}, {"n_tokens", 137}, {"wtype", 2}, {"xtype", 1}, {"planar", 1}}});
+    // Hopper's warpgroup MMA as the engine asks for it (shape dim wgmma; on the cpu the scalar
+    // kernel, on a GPU before sm_90 the PTX is refused): ragged rows and tokens, both token tiles.
+    for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K})
+      for (int64_t nt : {37, 130})
+        out.push_back({{{"n_in", t == GgmlType::Q4_0 ? 576 : 512}, {"n_out", 200}, {"n_tokens", nt},
+                        {"wtype", static_cast<int64_t>(t)}, {"xtype", 1}, {"planar", t == GgmlType::Q6_K ? 0 : 1}, {"wgmma", 1}}});
     // matvec_gpu's planar weight layout (the engine keeps one copy of the weights, planar).
     for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K})
       out.push_back({{{"n_in", t == GgmlType::Q4_0 || t == GgmlType::Q8_0 ? 576 : 512}, {"n_out", 37}, {"n_tokens", 17},
