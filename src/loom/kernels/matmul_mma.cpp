@@ -318,6 +318,11 @@ class MatmulMmaOp final : public OpSpec {
     const int64_t nwi = c16 * bm / threads, nxi = c8 * bn / threads;
     const int64_t wstep = threads / c16, xstep = threads / c8;  // rows between a thread's items
     const bool packed = (wt == GgmlType::Q4_0 || wt == GgmlType::Q4_K) && L.planar;
+    // The items' places in a buffer (the same in every k step).
+    std::vector<Value*> wat, xat;
+    for (int64_t j = 0; j < nwi; ++j)
+      for (int h = 0; h < 2; ++h) wat.push_back(core_at(b, b.addc(lw, j * wstep), b.addc(b.mulc(hw, 16), 8 * h)));
+    for (int64_t j = 0; j < nxi; ++j) xat.push_back(core_at(b, b.addc(lx, bm + j * xstep), b.mulc(qx, 8)));
     auto stage = [&](Value* kk) -> std::function<void(Value*)> {
       std::vector<Unpack16> wv;
       for (int64_t j = 0; j < nwi; ++j) {
@@ -344,8 +349,7 @@ class MatmulMmaOp final : public OpSpec {
               Value* e = v[static_cast<size_t>(8 * h + i)];
               lanes.push_back(packed ? e : b.convert(e, ty::f16));
             }
-            Value* at = core_at(b, b.addc(lw, j * wstep), b.addc(b.mulc(hw, 16), 8 * h));
-            b.store(sm, b.add(base, at), b.build(lanes), 16);
+            b.store(sm, b.add(base, wat[static_cast<size_t>(2 * j + h)]), b.build(lanes), 16);
           }
         }
         for (int64_t j = 0; j < nxi; ++j) {
@@ -358,8 +362,7 @@ class MatmulMmaOp final : public OpSpec {
               for (int i = 0; i < 4; ++i) lanes.push_back(b.convert(b.extract(xv[static_cast<size_t>(2 * j + p)], i), ty::f16));
             val = b.build(lanes);
           }
-          Value* at = core_at(b, b.addc(lx, bm + j * xstep), b.mulc(qx, 8));
-          b.store(sm, b.add(base, at), val, 16);
+          b.store(sm, b.add(base, xat[static_cast<size_t>(j)]), val, 16);
         }
       };
     };

@@ -1,5 +1,6 @@
 // PTX for one lane of an elementwise op: integer and float arithmetic, math instructions,
 // compares, selects, conversions, and whole-value bit casts.
+#include <bit>
 #include <cmath>
 
 #include "loom/codegen/emit_util.h"
@@ -103,6 +104,43 @@ Status KernelEmitter::arith(const Inst& in, Scalar s, const std::vector<std::str
   const std::string_view t = arith_suffix(s);
   const std::string_view rn = flt ? ".rn" : "";
   auto emit2 = [&](std::string_view op) { line(fmt::format("{}.{} {}, {}, {};", op, t, d, a[0], a[1])); };
+  // Integer division and remainder by a constant power of two become shifts and masks: ptxas
+  // emits its generic reciprocal sequence (about 20 instructions, MUFU.RCP and conversions) for
+  // div/rem even by an immediate 8. Signed: q = (x + (x < 0 ? 2^k - 1 : 0)) >> k (rounds toward
+  // zero, as div does), r = x - (q << k) (the sign of x, as rem's).
+  const Value* divisor = in.operands.size() > 1 ? in.operands[1] : nullptr;
+  if ((in.op == Op::kDiv || in.op == Op::kRem) && !flt && (rc == RC::kB32 || rc == RC::kB64) && divisor->def &&
+      divisor->def->op == Op::kConst && divisor->def->lit.i > 0 && (divisor->def->lit.i & (divisor->def->lit.i - 1)) == 0) {
+    const int64_t dv = divisor->def->lit.i;
+    const int bits = rc == RC::kB32 ? 32 : 64, k = std::countr_zero(static_cast<uint64_t>(dv));
+    const std::string_view b = bits_suffix(rc);
+    if (k >= bits - 1) {  // 2^31 / 2^63: left to ptxas
+      emit2(in.op == Op::kDiv ? "div" : "rem");
+      return Status();
+    }
+    if (!is_signed(s)) {
+      if (in.op == Op::kDiv) line(fmt::format("shr.u{} {}, {}, {};", bits, d, a[0], k));
+      else line(fmt::format("and.{} {}, {}, {};", b, d, a[0], dv - 1));
+      return Status();
+    }
+    if (k == 0) {
+      if (in.op == Op::kDiv) copy(d, a[0], rc);
+      else line(fmt::format("mov.{} {}, 0;", b, d));
+      return Status();
+    }
+    const std::string bias = new_reg(rc), sum = new_reg(rc);
+    line(fmt::format("shr.s{} {}, {}, {};", bits, bias, a[0], bits - 1));
+    line(fmt::format("shr.u{} {}, {}, {};", bits, bias, bias, bits - k));
+    line(fmt::format("add.s{} {}, {}, {};", bits, sum, a[0], bias));
+    if (in.op == Op::kDiv) {
+      line(fmt::format("shr.s{} {}, {}, {};", bits, d, sum, k));
+    } else {
+      const std::string m = new_reg(rc);
+      line(fmt::format("and.{} {}, {}, {};", b, m, sum, -dv));
+      line(fmt::format("sub.s{} {}, {}, {};", bits, d, a[0], m));
+    }
+    return Status();
+  }
   auto emit1 = [&](std::string_view op) { line(fmt::format("{}.{} {}, {};", op, t, d, a[0])); };
   auto shift_amount = [&]() -> std::string {
     if (rc == RC::kB32) return a[1];
