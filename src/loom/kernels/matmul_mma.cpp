@@ -282,8 +282,12 @@ class MatmulMmaOp final : public OpSpec {
     const WLayout L = layout_of(s, wt, n_in, n_out, f.block_elems, f.block_bytes);
     const int64_t wgs = sch.count("wg_m") ? sch.at("wg_m") : 2, bn = sch.count("wg_n") ? sch.at("wg_n") : 128;
     const int64_t bm = 64 * wgs, threads = 128 * wgs;
+    // pipeline = 2: one buffer; the next tile waits in registers (unpacked while the wgmma run)
+    // until every warpgroup's wgmma are done with it (two barriers per k step), which leaves room
+    // for k_tile 64 at 128 x 128.
+    const int64_t nbuf = sch.count("pipeline") && sch.at("pipeline") == 2 ? 1 : 2;
     int64_t kt = sch.count("k_tile") ? sch.at("k_tile") : 32;
-    while (kt > 32 && 2 * (bm + bn) * kt * 2 > 48 * 1024) kt /= 2;
+    while (kt > 32 && nbuf * (bm + bn) * kt * 2 > 48 * 1024) kt /= 2;
     if (kt < 32 || n_in % kt) return generate_mma(s, sch);
     const int64_t c16 = kt / 16, c8 = kt / 8;
     if (threads % (8 * c16) || threads % (8 * c8) || (c16 * bm) % threads || (c8 * bn) % threads) return generate_mma(s, sch);
@@ -298,12 +302,15 @@ class MatmulMmaOp final : public OpSpec {
     const std::string kname = fmt::format("matmul_mma_{}", llm::ggml_type_name(wt));
     ir::Kernel* k = g.module.add_kernel(kname);
     k->max_threads = static_cast<int>(threads);
+    // Two CTAs per SM (registers capped at 128 for 256 threads), so that one CTA's wgmma cover
+    // the other's loads and barriers.
+    k->min_blocks = 2;
     Emit b(*k);
     Value* w = b.param(Type::pointer(AddrSpace::kConstant, Scalar::kU8), "w");
     const bool xh16 = x_is_f16(s);
     Value* x = b.param(ty::gptr(xh16 ? Scalar::kF16 : Scalar::kF32), "x");
     Value* y = b.param(ty::gptr(Scalar::kF32), "y");
-    Value* sm = b.alloc_shared(Scalar::kF16, 2 * buf);
+    Value* sm = b.alloc_shared(Scalar::kF16, nbuf * buf);
     // Warps 4g .. 4g + 3 (warpgroup g) own rows 64g .. 64g + 63: the mma tile geometry of 4 wgs
     // warps of 16 rows x bn tokens (C fragment j = accumulator lanes 4j .. 4j + 3).
     const MmaTile tile = mma::mma_tile(b, 4 * wgs, 1, 1, bn / 8);
@@ -323,7 +330,10 @@ class MatmulMmaOp final : public OpSpec {
     for (int64_t j = 0; j < nwi; ++j)
       for (int h = 0; h < 2; ++h) wat.push_back(core_at(b, b.addc(lw, j * wstep), b.addc(b.mulc(hw, 16), 8 * h)));
     for (int64_t j = 0; j < nxi; ++j) xat.push_back(core_at(b, b.addc(lx, bm + j * xstep), b.mulc(qx, 8)));
-    auto stage = [&](Value* kk) -> std::function<void(Value*)> {
+    // The loads of the tile at k offset kk, issued now; the returned function unpacks them (the
+    // values to store, weights then activations) and store_vals writes those into a buffer.
+    using Vals = std::vector<Value*>;
+    auto stage = [&](Value* kk) -> std::function<Vals()> {
       std::vector<Unpack16> wv;
       for (int64_t j = 0; j < nwi; ++j) {
         Value* r = b.min(b.add(m0, b.addc(lw, j * wstep)), i32c(n_out - 1));
@@ -340,7 +350,8 @@ class MatmulMmaOp final : public OpSpec {
           xv.push_back(b.load(x, b.addc(xi, 4), Type::vector(Scalar::kF32, 4), 16));
         }
       }
-      return [&, wv, xv](Value* base) {
+      return [&, wv, xv]() {
+        Vals vals;
         for (int64_t j = 0; j < nwi; ++j) {
           std::vector<Value*> v = wv[static_cast<size_t>(j)]();
           for (int h = 0; h < 2; ++h) {
@@ -349,24 +360,27 @@ class MatmulMmaOp final : public OpSpec {
               Value* e = v[static_cast<size_t>(8 * h + i)];
               lanes.push_back(packed ? e : b.convert(e, ty::f16));
             }
-            b.store(sm, b.add(base, wat[static_cast<size_t>(2 * j + h)]), b.build(lanes), 16);
+            vals.push_back(b.build(lanes));
           }
         }
         for (int64_t j = 0; j < nxi; ++j) {
-          Value* val;
           if (xh16) {
-            val = xv[static_cast<size_t>(j)];
-          } else {
-            std::vector<Value*> lanes;
-            for (int p = 0; p < 2; ++p)
-              for (int i = 0; i < 4; ++i) lanes.push_back(b.convert(b.extract(xv[static_cast<size_t>(2 * j + p)], i), ty::f16));
-            val = b.build(lanes);
+            vals.push_back(xv[static_cast<size_t>(j)]);
+            continue;
           }
-          b.store(sm, b.add(base, xat[static_cast<size_t>(j)]), val, 16);
+          std::vector<Value*> lanes;
+          for (int p = 0; p < 2; ++p)
+            for (int i = 0; i < 4; ++i) lanes.push_back(b.convert(b.extract(xv[static_cast<size_t>(2 * j + p)], i), ty::f16));
+          vals.push_back(b.build(lanes));
         }
+        return vals;
       };
     };
-    stage(b.i32(0))(b.i32(0));
+    auto store_vals = [&](Value* base, const Vals& vals) {
+      for (size_t i = 0; i < vals.size(); ++i)
+        b.store(sm, b.add(base, i < wat.size() ? wat[i] : xat[i - wat.size()]), vals[i], 16);
+    };
+    store_vals(b.i32(0), stage(b.i32(0))());
     b.fence_async_shared();
     b.barrier();
     // This warpgroup's A tile and the B tile, as half offsets within a buffer.
@@ -377,16 +391,21 @@ class MatmulMmaOp final : public OpSpec {
       Value* next = b.min(b.add(kk, i32c(kt)), i32c(n_in - kt));
       auto store_next = stage(next);
       Value* par = b.andc(b.div(kk, i32c(kt)), 1);
-      Value* cur = b.mulc(par, buf);
-      Value* nxt = b.mulc(b.sub(b.i32(1), par), buf);
+      Value* cur = nbuf == 1 ? b.i32(0) : b.mulc(par, buf);
+      Value* nxt = nbuf == 1 ? b.i32(0) : b.mulc(b.sub(b.i32(1), par), buf);
       Value* a = it[0];
       b.wgmma_fence();
       for (int64_t ks = 0; ks < c16; ++ks)
         a = b.wgmma(sm, b.add(cur, b.addc(a_off, 128 * ks)), sm, b.addc(cur, b_off + 128 * ks), a, lbo, sbo);
       b.wgmma_commit();
-      store_next(nxt);
+      const Vals vals = store_next();  // unpacked while the tensor cores run
+      if (nbuf == 1) {
+        b.wgmma_wait(0);
+        b.barrier();
+      }
+      store_vals(nxt, vals);
       b.fence_async_shared();
-      b.wgmma_wait(0);
+      if (nbuf == 2) b.wgmma_wait(0);
       b.barrier();
       return std::vector<Value*>{a};
     });
