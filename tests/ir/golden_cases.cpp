@@ -705,6 +705,39 @@ GoldenRun wgmma_tile(std::mt19937& rng) {
   return run;
 }
 
+// See int_div_pow2.loom: C's / and % (toward zero; the remainder has the dividend's sign) by 1, 2,
+// 8 and 2^30 on i32, by 16 on u32 and by 4 on i64, on random values and the extremes.
+GoldenRun int_div_pow2(std::mt19937& rng) {
+  const int n = uniform_int(rng, 200, 3000);
+  std::vector<int32_t> a(static_cast<size_t>(n));
+  std::vector<uint32_t> u(static_cast<size_t>(n));
+  const int32_t edges[] = {0, 1, -1, 2, -2, 7, -7, 8, -8, 9, -9, INT32_MAX, INT32_MIN, INT32_MIN + 1, 1 << 30, -(1 << 30)};
+  for (int i = 0; i < n; ++i) {
+    a[static_cast<size_t>(i)] = i < 16 ? edges[i] : static_cast<int32_t>(rng());
+    u[static_cast<size_t>(i)] = i < 2 ? (i ? UINT32_MAX : 0u) : static_cast<uint32_t>(rng());
+  }
+  GoldenRun run;
+  run.buffers = {to_bytes(a), to_bytes(u), output(static_cast<size_t>(n) * 48)};
+  run.args = {buf(0), buf(1), buf(2), scalar<int32_t>(n)};
+  run.block = {128, 1, 1};
+  run.grid = {blocks_for(n, 128), 1, 1};
+  run.check = [a, u, n](const std::vector<std::vector<uint8_t>>& out) -> std::string {
+    auto d = from_bytes<int32_t>(out[2]);
+    for (int i = 0; i < n; ++i) {
+      const int64_t x = a[static_cast<size_t>(i)];
+      const uint32_t y = u[static_cast<size_t>(i)];
+      const int64_t want[12] = {x, 0, x / 2, x % 2, x / 8, x % 8, x / (1 << 30), x % (1 << 30),
+                                static_cast<int32_t>(y / 16), static_cast<int32_t>(y % 16), x / 4, x % 4};
+      for (int j = 0; j < 12; ++j)
+        if (d[static_cast<size_t>(12 * i + j)] != static_cast<int32_t>(want[j]))
+          return fmt::format("element {} (x = {}, u = {}) result {}: got {}, want {}", i, x, y, j, d[static_cast<size_t>(12 * i + j)],
+                             want[j]);
+    }
+    return "";
+  };
+  return run;
+}
+
 }  // namespace
 
 const std::vector<GoldenCase>& golden_cases() {
@@ -729,6 +762,7 @@ const std::vector<GoldenCase>& golden_cases() {
       {"async_copy_tile", true, async_copy_tile},
       {"ldmatrix_t_tile", false, ldmatrix_t_tile},
       {"wgmma_tile", false, wgmma_tile},
+      {"int_div_pow2", true, int_div_pow2},
   };
   return cases;
 }
