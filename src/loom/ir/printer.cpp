@@ -98,6 +98,17 @@ class Printer {
     }
   }
 
+  // "%p[%i], %q[%j]" from operands 0..3 (cp_async's and wgmma's two pointers with their indices).
+  void ptr_index_pair(const std::vector<Value*>& ops) {
+    for (size_t k = 0; k < 4; k += 2) {
+      if (k) out_ += ", ";
+      value(ops[k]);
+      out_ += '[';
+      value(ops[k + 1]);
+      out_ += ']';
+    }
+  }
+
   // The instruction's text up to (not including) its regions' bodies.
   void header(const Inst& inst) {
     if (!inst.results.empty()) {
@@ -132,17 +143,11 @@ class Printer {
         }
         if (inst.imm != 0 && inst.op != Op::kAtomic) out_ += fmt::format(", align {}", inst.imm);
         break;
-      case Op::kCpAsync:
+      case Op::kCpAsync:  // cp_async %dst[%i], %src[%j], BYTES
         if (ops.size() == 4) {
           out_ += ' ';
-          value(ops[0]);
-          out_ += '[';
-          value(ops[1]);
-          out_ += "], ";
-          value(ops[2]);
-          out_ += '[';
-          value(ops[3]);
-          out_ += fmt::format("], {}", inst.imm);
+          ptr_index_pair(ops);
+          out_ += fmt::format(", {}", inst.imm);
         }
         break;
       case Op::kCpAsyncWait:
@@ -152,14 +157,8 @@ class Printer {
       case Op::kWgmma:  // wgmma %a[%i], %b[%j], %c, lbo L, sbo S
         if (ops.size() == 5) {
           out_ += ' ';
-          value(ops[0]);
-          out_ += '[';
-          value(ops[1]);
-          out_ += "], ";
-          value(ops[2]);
-          out_ += '[';
-          value(ops[3]);
-          out_ += "], ";
+          ptr_index_pair(ops);
+          out_ += ", ";
           value(ops[4]);
           out_ += fmt::format(", lbo {}, sbo {}", inst.imm & 0xFFFFFFFF, inst.imm >> 32);
         }
