@@ -14,7 +14,7 @@ echo "=== wgmma_tile golden"
 "$bin/test_ir" --gtest_filter='Golden/PtxOnGpu.*wgmma*' 2>&1 | grep -E "OK|FAILED|PASSED|mismatch|got|error" | head -20
 [[ ${PIPESTATUS[0]} -ne 0 ]] && rc=1
 echo "=== matmul_mma op tests, wgmma schedules"
-for s in ${WGMMA_SCHEDULES:-wgmma=1 wgmma=1,wg_n=64 wgmma=1,wg_m=1}; do
+for s in ${WGMMA_SCHEDULES:-wgmma=1,pipeline=0 wgmma=1,pipeline=2 wgmma=1,pipeline=2,wg_n=64 wgmma=1,wg_m=1}; do
   echo "--- $s" | tee -a "$out/wgmma_ops.log"
   timeout 240 "$bin/loom" ops test matmul_mma --device cuda:0 --schedule "$s" --random 0 >> "$out/wgmma_ops.log" 2>&1 || rc=1
   tail -2 "$out/wgmma_ops.log"
