@@ -132,6 +132,56 @@ void emit_q8k_block(Emit& b, Value* x, Value* xq, Value* blk) {
   });
 }
 
+// emit_q8k_block for the cpp target in f32x8 vectors, the same bytes: the block's largest
+// magnitude is a maximum over the lanes (order-free; a lane takes a value only when it is larger,
+// so NaN never wins, as with the scalar strict '>'), the element it comes from is the first one of
+// that magnitude (the least index among the lanes equal to it: the scalar loop keeps the first),
+// each quant is the same product rounded the same way, and the bsums are exact integer sums.
+void emit_q8k_block_cpu(Emit& b, Value* x, Value* xq, Value* blk) {
+  const Type f32x8 = Type::vector(Scalar::kF32, 8), i32x8 = Type::vector(Scalar::kI32, 8);
+  Value* xb = b.offset(x, b.mulc(blk, 256));
+  Value* v[32];
+  Value* a[32];
+  Value* m = b.cf(f32x8, 0);
+  for (int k = 0; k < 32; ++k) {
+    v[k] = b.load(xb, b.i32(8 * k), f32x8, 4);
+    a[k] = b.bitcast(b.andc(b.bitcast(v[k], i32x8), 0x7FFFFFFF), f32x8);
+    m = b.select(b.cmp(Mode::kLt, m, a[k]), a[k], m);
+  }
+  auto vmax = [&](Value* p, Value* q) { return b.select(b.cmp(Mode::kLt, p, q), q, p); };
+  Value* m4 = vmax(b.build({b.extract(m, 0), b.extract(m, 1), b.extract(m, 2), b.extract(m, 3)}),
+                   b.build({b.extract(m, 4), b.extract(m, 5), b.extract(m, 6), b.extract(m, 7)}));
+  Value* amax = vmax(vmax(b.extract(m4, 0), b.extract(m4, 2)), vmax(b.extract(m4, 1), b.extract(m4, 3)));
+  // The first index of the largest magnitude (256 where none: amax is then 0 and unused).
+  std::vector<Value*> iota;
+  for (int l = 0; l < 8; ++l) iota.push_back(b.i32(l));
+  Value* lanes = b.build(iota);
+  Value* am = b.splat(amax, 8);
+  Value* first = b.c(i32x8, 256);
+  for (int k = 0; k < 32; ++k)
+    first = b.min(first, b.select(b.cmp(Mode::kEq, a[k], am), b.addc(lanes, 8 * k), b.c(i32x8, 256)));
+  Value* j0 = b.extract(first, 0);
+  for (int l = 1; l < 8; ++l) j0 = b.min(j0, b.extract(first, l));
+  Value* mx = b.load(xb, b.min(j0, b.i32(255)));
+  Value* base = b.mulc(blk, 292);
+  Value* zero = b.cmp(Mode::kEq, amax, b.f32(0));
+  Value* iscale = b.select(zero, b.f32(0), b.div(b.f32(-127.0), mx));
+  Value* d = b.select(zero, b.f32(0), b.div(b.f32(1.0), iscale));
+  b.store_at(xq, base, d, 4);
+  Value* is8 = b.splat(iscale, 8);
+  Value* q[32];
+  for (int k = 0; k < 32; ++k) {
+    q[k] = b.min(b.c(i32x8, 127), nearest_int(b, b.mul(is8, v[k])));
+    b.store_at(xq, b.addc(base, 4 + 8 * k), b.convert(q[k], Type::vector(Scalar::kI8, 8)), 1);
+  }
+  for (int g = 0; g < 16; ++g) {
+    Value* s2 = b.add(q[2 * g], q[2 * g + 1]);
+    Value* t = b.extract(s2, 0);
+    for (int l = 1; l < 8; ++l) t = b.add(t, b.extract(s2, l));
+    b.store_at(xq, b.addc(base, 260 + 2 * g), b.convert(t, ty::s(Scalar::kI16)), 2);
+  }
+}
+
 // Cooperative Q8_0 / Q8_1 / Q8_K: thread i of the launch owns elements 4i..4i+3 (one 16-byte
 // load), so a block of 32 (256) elements is shared by 8 (64) consecutive threads of one CTA.
 // Bit-exactness: the block maximum is combined from the threads' maxima in element order with
@@ -318,7 +368,10 @@ class QuantizeActOp final : public OpSpec {
           if (target == ir::TargetKind::kCpp) emit_q8_block_cpu(b, x, xq, i, t == GgmlType::Q8_1);
           else emit_q8_block(b, x, xq, i, t == GgmlType::Q8_1);
           break;
-        case GgmlType::Q8_K: emit_q8k_block(b, x, xq, i); break;
+        case GgmlType::Q8_K:
+          if (target == ir::TargetKind::kCpp) emit_q8k_block_cpu(b, x, xq, i);
+          else emit_q8k_block(b, x, xq, i);
+          break;
         case GgmlType::F16: {
           Value* h = b.bitcast(b.convert(b.load(x, i), ty::s(Scalar::kF16)), ty::s(Scalar::kU16));
           b.store_at(xq, b.mulc(i, 2), h, 2);
@@ -354,6 +407,16 @@ class QuantizeActOp final : public OpSpec {
     std::uniform_int_distribution<size_t> pick(0, v.size() - 1);
     for (int i = 0; i < 8; ++i) v[pick(rng)] = 0.5f * static_cast<float>(static_cast<int>(pick(rng) % 9) - 4);
     if (n >= 512 && nt >= 1) std::fill(v.begin() + 256, v.begin() + 512, 0.0f);
+    // Blocks whose largest magnitude occurs twice with opposite signs (beyond the random range):
+    // Q8_K's scale takes the sign of the first (in one 8-lane group, and 100 elements apart).
+    if (n >= 256) {
+      v[100] = -2.5f;
+      v[200] = 2.5f;
+    }
+    if (n >= 768) {
+      v[512 + 30] = 3.0f;
+      v[512 + 31] = -3.0f;
+    }
     a[0].bytes.resize(v.size() * 4);
     std::memcpy(a[0].bytes.data(), v.data(), a[0].bytes.size());
   }
