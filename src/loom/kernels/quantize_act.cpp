@@ -29,6 +29,15 @@ Value* nearest_int(Emit& b, Value* v) {
   return b.sub(b.andc(bits, 0x007fffff), b.c(bits->type, 0x00400000));
 }
 
+// The largest of an f32x8's lanes (none NaN) as a tree of halves; a maximum does not depend on
+// the order it is taken in.
+Value* lanes_max8(Emit& b, Value* m) {
+  auto vmax = [&](Value* p, Value* q) { return b.select(b.cmp(Mode::kLt, p, q), q, p); };
+  Value* m4 = vmax(b.build({b.extract(m, 0), b.extract(m, 1), b.extract(m, 2), b.extract(m, 3)}),
+                   b.build({b.extract(m, 4), b.extract(m, 5), b.extract(m, 6), b.extract(m, 7)}));
+  return vmax(vmax(b.extract(m4, 0), b.extract(m4, 2)), vmax(b.extract(m4, 1), b.extract(m4, 3)));
+}
+
 // Q8_0 / Q8_1 of one 32-element block: d = amax/127 (fp16), q = nearbyint(x * 127/amax).
 void emit_q8_block(Emit& b, Value* x, Value* xq, Value* blk, bool with_sum) {
   const int bytes = with_sum ? 36 : 34, qoff = with_sum ? 4 : 2;
@@ -74,11 +83,7 @@ void emit_q8_block_cpu(Emit& b, Value* x, Value* xq, Value* blk, bool with_sum) 
     Value* a = b.bitcast(b.andc(b.bitcast(v[k], i32x8), 0x7FFFFFFF), f32x8);
     m = b.select(b.cmp(Mode::kLt, m, a), a, m);
   }
-  // The lanes hold no NaN: their maximum as a tree of halves.
-  auto vmax = [&](Value* p, Value* q) { return b.select(b.cmp(Mode::kLt, p, q), q, p); };
-  Value* m4 = vmax(b.build({b.extract(m, 0), b.extract(m, 1), b.extract(m, 2), b.extract(m, 3)}),
-                   b.build({b.extract(m, 4), b.extract(m, 5), b.extract(m, 6), b.extract(m, 7)}));
-  Value* amax = vmax(vmax(b.extract(m4, 0), b.extract(m4, 2)), vmax(b.extract(m4, 1), b.extract(m4, 3)));
+  Value* amax = lanes_max8(b, m);
   Value* d = b.div(amax, b.f32(127.0));
   Value* nz = b.cmp(Mode::kNe, amax, b.f32(0));
   Value* id = b.splat(b.select(nz, b.div(b.f32(127.0), amax), b.f32(0)), 8);
@@ -148,10 +153,7 @@ void emit_q8k_block_cpu(Emit& b, Value* x, Value* xq, Value* blk) {
     a[k] = b.bitcast(b.andc(b.bitcast(v[k], i32x8), 0x7FFFFFFF), f32x8);
     m = b.select(b.cmp(Mode::kLt, m, a[k]), a[k], m);
   }
-  auto vmax = [&](Value* p, Value* q) { return b.select(b.cmp(Mode::kLt, p, q), q, p); };
-  Value* m4 = vmax(b.build({b.extract(m, 0), b.extract(m, 1), b.extract(m, 2), b.extract(m, 3)}),
-                   b.build({b.extract(m, 4), b.extract(m, 5), b.extract(m, 6), b.extract(m, 7)}));
-  Value* amax = vmax(vmax(b.extract(m4, 0), b.extract(m4, 2)), vmax(b.extract(m4, 1), b.extract(m4, 3)));
+  Value* amax = lanes_max8(b, m);
   // The first index of the largest magnitude (256 where none: amax is then 0 and unused).
   std::vector<Value*> iota;
   for (int l = 0; l < 8; ++l) iota.push_back(b.i32(l));
