@@ -3,7 +3,7 @@
 Dequantization is compared bit for bit with the gguf package (every tensor of both models, and
 random blocks of every type). Quantization is compared byte for byte with the gguf package where
 it can quantize, and with ggml's own reference quantizers (quantize_row_*_ref, called through
-ctypes from the libggml-base that llama-cpp-python ships) for the K formats and the activation
+ctypes from the libggml-base of the stock llama.cpp the oracle tests use) for the K formats and the activation
 formats Q8_1 / Q8_K, which the gguf package cannot produce.
 """
 import ctypes
@@ -14,6 +14,7 @@ import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as Q, GGUFReader
 from gguf.quants import dequantize as gguf_dequantize, quantize as gguf_quantize
 
+import llama_oracle
 from conftest import model_path, run_loom
 
 # Types whose dequantization both Loom and the gguf package implement.
@@ -79,12 +80,10 @@ def random_floats(rng, n_blocks, block):
 
 @pytest.fixture(scope="session")
 def ggml():
-    """libggml-base from llama-cpp-python: ggml's own reference quantizers."""
-    import llama_cpp
-    libdir = pathlib.Path(llama_cpp.__file__).parent / "lib"
-    candidates = sorted(libdir.glob("libggml-base.so*"))
-    assert candidates, f"libggml-base.so not found in {libdir} (llama-cpp-python layout changed?)"
-    lib = ctypes.CDLL(str(candidates[0]))
+    """libggml-base of the stock llama.cpp (tools/llama_cpp.sh): ggml's own reference quantizers."""
+    path = llama_oracle.stock_bin() / "libggml-base.so"
+    assert path.exists(), f"{path} missing: run tools/llama_cpp.sh (tools/setup.sh --dev does)"
+    lib = ctypes.CDLL(str(path))
     for name in GGML_QUANT_TYPES:
         fn = getattr(lib, f"quantize_row_{name.lower().replace('_k', '_K')}_ref")
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
