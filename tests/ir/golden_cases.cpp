@@ -738,6 +738,55 @@ GoldenRun int_div_pow2(std::mt19937& rng) {
   return run;
 }
 
+// See amx_tile.loom: two signed-byte tile products summed, one bf16 tile product. Small
+// integers keep every bf16 value and f32 sum exact.
+GoldenRun amx_tile(std::mt19937& rng) {
+  const int tiles = uniform_int(rng, 1, 5);
+  std::vector<int8_t> a(static_cast<size_t>(tiles) * 2048), b(a.size());
+  for (auto& v : a) v = static_cast<int8_t>(uniform_int(rng, -128, 127));
+  for (auto& v : b) v = static_cast<int8_t>(uniform_int(rng, -128, 127));
+  std::vector<uint16_t> fa(static_cast<size_t>(tiles) * 512), fb(fa.size());
+  auto bf16 = [](int v) {  // small integers are exact in bf16: the top half of their f32 bits
+    float f = static_cast<float>(v);
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return static_cast<uint16_t>(u >> 16);
+  };
+  std::vector<int> fav(fa.size()), fbv(fb.size());
+  for (size_t i = 0; i < fa.size(); ++i) fa[i] = bf16(fav[i] = uniform_int(rng, -8, 8));
+  for (size_t i = 0; i < fb.size(); ++i) fb[i] = bf16(fbv[i] = uniform_int(rng, -8, 8));
+  GoldenRun run;
+  const size_t outs = static_cast<size_t>(tiles) * 256 * 4;
+  run.buffers = {to_bytes(a), to_bytes(b), output(outs), to_bytes(fa), to_bytes(fb), output(outs)};
+  run.args = {buf(0), buf(1), buf(2), buf(3), buf(4), buf(5)};
+  run.block = {1, 1, 1};
+  run.grid = {static_cast<uint32_t>(tiles), 1, 1};
+  run.check = [a, b, fav, fbv, tiles](const std::vector<std::vector<uint8_t>>& out) -> std::string {
+    auto c = from_bytes<int32_t>(out[2]);
+    auto fc = from_bytes<float>(out[5]);
+    for (int t = 0; t < tiles; ++t)
+      for (int m = 0; m < 16; ++m)
+        for (int n = 0; n < 16; ++n) {
+          int32_t want = 0;
+          for (int h = 0; h < 2; ++h)
+            for (int k = 0; k < 64; ++k) {
+              const size_t base = static_cast<size_t>(t * 2048 + h * 1024);
+              want += a[base + static_cast<size_t>(m * 64 + k)] * b[base + static_cast<size_t>(k / 4 * 64 + 4 * n + k % 4)];
+            }
+          const int32_t got = c[static_cast<size_t>(t * 256 + m * 16 + n)];
+          if (got != want) return fmt::format("tile {} i8 row {} column {}: got {}, want {}", t, m, n, got, want);
+          float fwant = 0;
+          for (int k = 0; k < 32; ++k)
+            fwant += static_cast<float>(fav[static_cast<size_t>(t * 512 + m * 32 + k)] *
+                                        fbv[static_cast<size_t>(t * 512 + k / 2 * 32 + 2 * n + k % 2)]);
+          const float fgot = fc[static_cast<size_t>(t * 256 + m * 16 + n)];
+          if (fgot != fwant) return fmt::format("tile {} bf16 row {} column {}: got {}, want {}", t, m, n, fgot, fwant);
+        }
+    return "";
+  };
+  return run;
+}
+
 }  // namespace
 
 const std::vector<GoldenCase>& golden_cases() {
@@ -763,6 +812,7 @@ const std::vector<GoldenCase>& golden_cases() {
       {"ldmatrix_t_tile", false, ldmatrix_t_tile},
       {"wgmma_tile", false, wgmma_tile},
       {"int_div_pow2", true, int_div_pow2},
+      {"amx_tile", true, amx_tile, true},
   };
   return cases;
 }

@@ -33,6 +33,7 @@ struct GoldenCase {
   std::string name;    // file stem in tests/ir/golden/ and kernel name
   bool runs_on_cpu;    // false: uses ops the cpp target refuses (shuffles, warp reductions)
   std::function<GoldenRun(std::mt19937&)> make;
+  bool needs_amx = false;  // uses Intel AMX tiles: runs only where codegen::cpu_amx_usable()
 };
 
 inline void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.name; }  // gtest names

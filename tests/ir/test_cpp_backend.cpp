@@ -17,6 +17,7 @@
 #include "loom/base/thread_pool.h"
 #include "loom/codegen/cpp/byte_range.h"
 #include "loom/codegen/cpp/cpp_emitter.h"
+#include "loom/codegen/cpp/host_compiler.h"
 #include "loom/codegen/target.h"
 #include "loom/codegen/tool_run.h"
 #include "loom/ir/parser.h"
@@ -50,6 +51,8 @@ TEST_P(CppGolden, MatchesReferenceOnFreshInputs) {
     EXPECT_NE(s.message().find("is not supported by the cpp target"), std::string::npos) << s.to_string();
     return;
   }
+  if (c.needs_amx && !codegen::cpu_amx_usable())
+    GTEST_SKIP() << c.name << " uses Intel AMX tiles, which this CPU (or OS, or LOOM_CPU_ARCH/LOOM_CPU_AMX) cannot run";
   for (bool optimized : {false, true}) {
     SCOPED_TRACE(optimized ? "after passes" : "without passes");
     auto m = load_golden(c.name);

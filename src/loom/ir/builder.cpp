@@ -88,6 +88,22 @@ void Builder::wgmma_commit() { op_no_result(Op::kWgmmaCommit, {}); }
 void Builder::wgmma_wait(int pending) { op_no_result(Op::kWgmmaWait, {})->imm = pending; }
 void Builder::fence_async_shared() { op_no_result(Op::kFenceAsyncShared, {}); }
 
+namespace {
+int64_t amx_tile_imm(int t, int rows, int bytes) {
+  return int64_t{t} | (int64_t{rows} << 8) | (int64_t{bytes} << 16);
+}
+}  // namespace
+void Builder::amx_zero(int t, int rows, int bytes) { op_no_result(Op::kAmxZero, {})->imm = amx_tile_imm(t, rows, bytes); }
+void Builder::amx_load(int t, int rows, int bytes, Value* ptr, Value* index, Value* stride) {
+  op_no_result(Op::kAmxLoad, {ptr, index, stride})->imm = amx_tile_imm(t, rows, bytes);
+}
+void Builder::amx_store(int t, int rows, int bytes, Value* ptr, Value* index, Value* stride) {
+  op_no_result(Op::kAmxStore, {ptr, index, stride})->imm = amx_tile_imm(t, rows, bytes);
+}
+void Builder::amx_dp(Op dp, int c, int a, int b) {
+  op_no_result(dp, {})->imm = int64_t{c} | (int64_t{a} << 8) | (int64_t{b} << 16);
+}
+
 Value* Builder::alloc_shared(Scalar elem, int64_t count) {
   Value* r = op(Op::kAllocShared, {}, Type::pointer(AddrSpace::kShared, elem));
   r->def->imm = count;

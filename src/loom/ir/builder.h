@@ -101,6 +101,12 @@ class Builder {
   void wgmma_wait(int pending);
   void fence_async_shared();
   Value* ldmatrix_t(Value* shared_f16, Value* index) { return op(Op::kLdmatrixT, {shared_f16, index}); }
+  // Intel AMX tiles (see Op::kAmxZero): tile t of `rows` rows x `bytes` bytes; load/store row r
+  // at ptr + index + r * stride bytes; dp: c += a b (kAmxDpI8 or kAmxDpBf16).
+  void amx_zero(int t, int rows, int bytes);
+  void amx_load(int t, int rows, int bytes, Value* ptr, Value* index, Value* stride);
+  void amx_store(int t, int rows, int bytes, Value* ptr, Value* index, Value* stride);
+  void amx_dp(Op dp, int c, int a, int b);
 
   // Structured control flow. The callbacks build the region with this builder (its insertion
   // point is moved into the region and restored after) and return the values to yield.

@@ -41,6 +41,8 @@ enum class TypeRule : uint8_t {
   kCpAsync,     // (ptr<shared, T>, index, ptr<global|constant, T>, index), bytes (immediate 4, 8, 16): no result
   kCpAsyncWait, // no operands, pending groups (immediate 0..8): no result
   kWgmma,       // (ptr<shared, f16> A, index, ptr<shared, f16> B, index, f32xN C) -> f32xN; strides (immediate)
+  kAmxTile,     // no operands: a tile register and its shape, or three tiles (immediate): no result
+  kAmxMem,      // (ptr, index, stride in bytes): a tile register and its shape (immediate): no result
   kFor,         // (lo, hi, step, inits...) -> types of inits; region(iv, iters...)
   kIf,          // (i1) -> explicit types; regions then, else
   kYield,       // values returned by the enclosing region
@@ -50,7 +52,7 @@ enum class TypeRule : uint8_t {
 // Rules of ops that define no value (stores, copies, barriers, waits, yields).
 constexpr bool rule_has_no_result(TypeRule r) {
   return r == TypeRule::kStore || r == TypeRule::kPrefetch || r == TypeRule::kNone || r == TypeRule::kYield || r == TypeRule::kCpAsync ||
-         r == TypeRule::kCpAsyncWait;
+         r == TypeRule::kCpAsyncWait || r == TypeRule::kAmxTile || r == TypeRule::kAmxMem;
 }
 
 // Operand categories for kSame.
@@ -162,6 +164,18 @@ enum TargetMask : uint8_t { kOnPtx = 1, kOnCpp = 2, kOnAmdgpu = 4, kOnAll = 7 };
   X(kWgmmaCommit, "wgmma_commit", 0, kNone, kAny, kNone, kSideEffects | kConvergent, kOnPtx)    \
   X(kWgmmaWait, "wgmma_wait", 0, kCpAsyncWait, kAny, kNone, kSideEffects | kConvergent, kOnPtx) \
   X(kFenceAsyncShared, "fence_async_shared", 0, kNone, kAny, kNone, kSideEffects, kOnPtx)       \
+  /* Intel AMX (cpp, on hosts with AMX-TILE/-INT8/-BF16): eight tile registers 0..7 of up to    */ \
+  /* 16 rows x 64 bytes, each used with one shape (rows, bytes per row) in a kernel, from which */ \
+  /* the emitter builds the tile configuration at kernel entry. amx_load/amx_store move a tile  */ \
+  /* between its rows and memory at ptr + index, row r at `stride` bytes times r on;           */ \
+  /* amx_dp_i8 C, A, B: C (M x N i32) += A (M x 4K signed bytes) B (K x 4N signed bytes, four   */ \
+  /* consecutive k of one column per i32), amx_dp_bf16 the same with pairs of bf16 into f32.    */ \
+  /* imm: tile | rows << 8 | bytes << 16 (zero, load, store); c | a << 8 | b << 16 (dp).        */ \
+  X(kAmxZero, "amx_zero", 0, kAmxTile, kAny, kNone, kSideEffects, kOnCpp)                      \
+  X(kAmxLoad, "amx_load", 3, kAmxMem, kAny, kNone, kSideEffects, kOnCpp)                       \
+  X(kAmxStore, "amx_store", 3, kAmxMem, kAny, kNone, kSideEffects, kOnCpp)                     \
+  X(kAmxDpI8, "amx_dp_i8", 0, kAmxTile, kAny, kNone, kSideEffects, kOnCpp)                     \
+  X(kAmxDpBf16, "amx_dp_bf16", 0, kAmxTile, kAny, kNone, kSideEffects, kOnCpp)                 \
   X(kFor, "for", -1, kFor, kAny, kNone, kHasRegions, kOnAll)                                   \
   X(kIf, "if", 1, kIf, kAny, kNone, kHasRegions, kOnAll)                                       \
   X(kYield, "yield", -1, kYield, kAny, kNone, kTerminator, kOnAll)

@@ -536,6 +536,37 @@ class Parser {
         LOOM_RETURN_IF_ERROR(maybe_types());
         break;
       }
+      case Op::kAmxZero:
+      case Op::kAmxLoad:
+      case Op::kAmxStore: {  // amx_zero T, rows R, bytes B; amx_load/amx_store T, rows R, bytes B, %p[%i], %stride
+        LOOM_ASSIGN_OR_RETURN(int64_t tile, small_int("a tile number (0 to 7)"));
+        LOOM_RETURN_IF_ERROR(expect(Tok::kComma, "',' and 'rows R'"));
+        LOOM_RETURN_IF_ERROR(expect_word("rows"));
+        LOOM_ASSIGN_OR_RETURN(int64_t rows, small_int("the tile's rows (1 to 16)"));
+        LOOM_RETURN_IF_ERROR(expect(Tok::kComma, "',' and 'bytes B'"));
+        LOOM_RETURN_IF_ERROR(expect_word("bytes"));
+        LOOM_ASSIGN_OR_RETURN(int64_t bytes, small_int("the tile's bytes per row (4 to 64)"));
+        inst->imm = (tile & 0xFF) | ((rows & 0xFF) << 8) | ((bytes & 0xFF) << 16);
+        if (tile > 255 || rows > 255 || bytes > 255) inst->imm = int64_t{1} << 40;  // refused by the verifier
+        if (*op != Op::kAmxZero) {
+          LOOM_RETURN_IF_ERROR(expect(Tok::kComma, "',' and the memory operand"));
+          LOOM_RETURN_IF_ERROR(ptr_index());
+          LOOM_RETURN_IF_ERROR(expect(Tok::kComma, "',' and the stride in bytes"));
+          LOOM_RETURN_IF_ERROR(operand());
+        }
+        break;
+      }
+      case Op::kAmxDpI8:
+      case Op::kAmxDpBf16: {  // amx_dp_i8 C, A, B
+        int64_t t[3];
+        for (int j = 0; j < 3; ++j) {
+          if (j > 0) LOOM_RETURN_IF_ERROR(expect(Tok::kComma, "',' and the next tile"));
+          LOOM_ASSIGN_OR_RETURN(t[j], small_int("a tile number (0 to 7)"));
+        }
+        inst->imm = (t[0] & 0xFF) | ((t[1] & 0xFF) << 8) | ((t[2] & 0xFF) << 16);
+        if (t[0] > 255 || t[1] > 255 || t[2] > 255) inst->imm = int64_t{1} << 40;
+        break;
+      }
       case Op::kExtract: {
         LOOM_RETURN_IF_ERROR(operand());
         LOOM_RETURN_IF_ERROR(expect(Tok::kLBracket, "'[' and a lane number"));

@@ -163,6 +163,23 @@ class Printer {
           out_ += fmt::format(", lbo {}, sbo {}", inst.imm & 0xFFFFFFFF, inst.imm >> 32);
         }
         break;
+      case Op::kAmxZero:
+      case Op::kAmxLoad:
+      case Op::kAmxStore:
+        out_ += fmt::format(" {}, rows {}, bytes {}", inst.imm & 0xFF, (inst.imm >> 8) & 0xFF, (inst.imm >> 16) & 0xFF);
+        if (ops.size() == 3) {
+          out_ += ", ";
+          value(ops[0]);
+          out_ += '[';
+          value(ops[1]);
+          out_ += "], ";
+          value(ops[2]);
+        }
+        break;
+      case Op::kAmxDpI8:
+      case Op::kAmxDpBf16:
+        out_ += fmt::format(" {}, {}, {}", inst.imm & 0xFF, (inst.imm >> 8) & 0xFF, (inst.imm >> 16) & 0xFF);
+        break;
       case Op::kExtract:
         out_ += ' ';
         value_list(ops);

@@ -313,6 +313,29 @@ std::string check_inst_types(const Inst& inst, bool check_results) {
           return fmt::format("'wgmma' core-matrix strides must be positive multiples of 16 bytes below 2^18, got {} and {}", lbo, sbo);
       return want(t(4));
     }
+    case TypeRule::kAmxTile:
+    case TypeRule::kAmxMem: {
+      if (info.rule == TypeRule::kAmxMem) {
+        if (!t(0).is_pointer() || t(0).addr_space() == AddrSpace::kConstant)
+          return fmt::format("'{}' needs a ptr<global|shared|local, T>, got {}", info.name, t(0).str());
+        if (!is_index(t(1)) || !is_index(t(2)))
+          return fmt::format("'{}' index and stride must be 32- or 64-bit integers, got {} and {}", info.name, t(1).str(),
+                             t(2).str());
+      }
+      if (inst.op == Op::kAmxDpI8 || inst.op == Op::kAmxDpBf16) {
+        const int64_t c = inst.imm & 0xFF, a = (inst.imm >> 8) & 0xFF, b = (inst.imm >> 16) & 0xFF;
+        if (c > 7 || a > 7 || b > 7 || (inst.imm >> 24) != 0)
+          return fmt::format("'{}' names tiles 0 to 7, got {}, {}, {}", info.name, c, a, b);
+        if (c == a || c == b || a == b) return fmt::format("'{}' needs three different tiles, got {}, {}, {}", info.name, c, a, b);
+        return "";
+      }
+      const int64_t tile = inst.imm & 0xFF, rows = (inst.imm >> 8) & 0xFF, bytes = (inst.imm >> 16) & 0xFF;
+      if (tile > 7 || (inst.imm >> 24) != 0) return fmt::format("'{}' names tiles 0 to 7, got {}", info.name, tile);
+      if (rows < 1 || rows > 16 || bytes < 4 || bytes > 64 || bytes % 4 != 0)
+        return fmt::format("'{}' tiles have 1 to 16 rows of 4 to 64 bytes (a multiple of 4), got {} x {}", info.name, rows,
+                           bytes);
+      return "";
+    }
     case TypeRule::kYield:
     case TypeRule::kNone: return "";
   }

@@ -508,6 +508,11 @@ class FunctionEmitter {
       case Op::kWgmmaCommit:
       case Op::kWgmmaWait:
       case Op::kFenceAsyncShared:
+      case Op::kAmxZero:
+      case Op::kAmxLoad:
+      case Op::kAmxStore:
+      case Op::kAmxDpI8:
+      case Op::kAmxDpBf16:
         return unimplemented("'{}' has no amdgpu form (verify with the amdgpu target first)", op_name(in.op));
       case Op::kFor: return for_loop(in);
       case Op::kIf: return if_else(in);

@@ -3,6 +3,12 @@
 #include "loom/ir/passes/passes.h"
 
 #include <dlfcn.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+#if defined(__linux__)
+#include <sys/syscall.h>
+#endif
 #include <unistd.h>
 
 #include <algorithm>
@@ -152,9 +158,37 @@ int cpu_vector_registers(std::string_view arch_in) {
   return 16;
 }
 
+bool cpu_amx_usable(std::string_view arch_in) {
+  const std::string arch = arch_in.empty() ? selected_cpu_arch() : std::string(arch_in);
+  if (arch != "native") return false;
+  const char* env = std::getenv("LOOM_CPU_AMX");
+  if (env && std::string_view(env) == "0") return false;
+#if defined(__x86_64__) && defined(__linux__)
+  static const bool usable = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    const bool tile = (d >> 24) & 1, i8 = (d >> 25) & 1, bf16 = (d >> 22) & 1;
+    if (!tile || !i8 || !bf16) return false;
+    if (!__get_cpuid_count(1, 0, &a, &b, &c, &d) || !((c >> 27) & 1)) return false;  // OSXSAVE
+    unsigned lo = 0, hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if (((lo >> 17) & 3) != 3) return false;  // XTILECFG and XTILEDATA enabled by the OS
+    constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return ::syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return usable;
+#else
+  return false;
+#endif
+}
+
 Result<std::string> compile_shared_object(std::string_view source, std::string_view arch_in) {
   const std::string arch = arch_in.empty() ? selected_cpu_arch() : std::string(arch_in);
   LOOM_RETURN_IF_ERROR(check_cpu_arch(arch));
+  if (source.find("_tile_loadconfig(") != std::string_view::npos && !cpu_amx_usable(arch))
+    return unavailable("these kernels use Intel AMX tiles, which this CPU, OS or cpu arch '{}' cannot run "
+                       "(needs native code on a CPU with AMX-TILE, AMX-INT8 and AMX-BF16, Linux 5.16 or later, "
+                       "and LOOM_CPU_AMX unset or 1)", arch);
   const std::vector<std::string> flags = compile_flags(arch);
   std::string compiler = compiler_name();
   LOOM_ASSIGN_OR_RETURN(std::string identity, compiler_identity(compiler));

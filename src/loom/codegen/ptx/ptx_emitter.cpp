@@ -450,6 +450,12 @@ Status KernelEmitter::inst(const Inst& in) {
     case Op::kWgmmaWait: line(fmt::format("wgmma.wait_group.sync.aligned {};", in.imm)); return Status();
     case Op::kFenceAsyncShared: line("fence.proxy.async.shared::cta;"); return Status();
     case Op::kCpAsyncWait: line(fmt::format("cp.async.wait_group {};", in.imm)); return Status();
+    case Op::kAmxZero:
+    case Op::kAmxLoad:
+    case Op::kAmxStore:
+    case Op::kAmxDpI8:
+    case Op::kAmxDpBf16:
+      return unimplemented("'{}' has no ptx form (verify with the ptx target first)", op_name(in.op));
     case Op::kFor: return for_loop(in);
     case Op::kIf: return if_else(in);
     case Op::kYield: return Status();  // handled by the enclosing region
