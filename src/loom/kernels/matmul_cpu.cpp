@@ -302,6 +302,8 @@ bool cpu_matmul_summed(GgmlType wt) {
   return mode == "summed" || (mode == "auto" && wt == GgmlType::Q4_0);
 }
 
+bool cpu_matmul_amx() { return opt::get_string(opt::Opt::kCpuMatmul) == "auto"; }
+
 int64_t token_lane_scratch_per_block(GgmlType wt, bool exact) {
   const bool offset = wt == GgmlType::Q4_0 || wt == GgmlType::Q5_0;
   return (offset && exact ? 18 : 10) * 32;

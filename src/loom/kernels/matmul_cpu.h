@@ -32,6 +32,16 @@ Result<Generated> generate_matmul_cpu_tiles(const Shape& s, const Schedule& sch,
 // differently from the reference (not bit-identical; within matmul's tolerance).
 Result<Generated> generate_matmul_cpu_tokens(const Shape& s, const Schedule& sch, std::string_view op_name);
 
+// The AMX cpp kernel of matmul (tok_lanes 3; matmul_amx.cpp): 16 weight rows per work item,
+// their quants unpacked once into AMX's B-operand layout, then per 16 tokens and 32 values one
+// signed-byte tile product (tokens' activation bytes read in place) and an f32 epilogue with the
+// row and token scales. Integer dots exact, float sums per group: not bit-identical to the
+// reference (within matmul's tolerance). rows_per_block, row_tile and tok_tile are not used.
+Result<Generated> generate_matmul_cpu_amx(const Shape& s, const Schedule& sch, std::string_view op_name);
+// Whether the AMX kernel takes the shape here: Q4_0, Q4_1, Q8_0, Q4_K or Q5_K weights, n_tokens
+// >= 16, n_out a multiple of 16, and codegen::cpu_amx_usable().
+bool matmul_amx_takes(const Shape& s);
+
 // The token-lane kernel's scratch (a kernel's shared memory, at most the IR's 48 KiB): bytes per
 // 32-element block and group of 8 tokens (exact: tok_lanes 1). Rows with more blocks than it holds
 // go in K-chunks, their accumulators kept in a second scratch between chunks.
@@ -46,5 +56,8 @@ int64_t token_lane_scratch_per_block(llm::GgmlType wt, bool exact);
 // 0.0039 and llama.cpp's repacked path's from its plain one 0.0038 (docs/engine.md). exact keeps
 // every format's bits, summed sums every format the token lanes take.
 bool cpu_matmul_summed(llm::GgmlType wt);
+// Whether the cpu device's prompt matmuls use AMX tiles where matmul_amx_takes the shape
+// ($LOOM_CPU_MATMUL auto; exact and summed keep the token-lane and tile kernels).
+bool cpu_matmul_amx();
 
 }  // namespace loom::kernels

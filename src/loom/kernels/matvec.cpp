@@ -158,8 +158,11 @@ class MatOp final : public OpSpec {
       // tok_lanes 1: a vector lane per token, the reference's lanes (bit-identical); 2: the same with
       // whole-block sums (not bit-identical; the shapes token_lanes takes; matmul_cpu.h).
       if (multi_ && !id_) {
+        // tok_lanes 3: Intel AMX tiles (16 rows x 16 tokens; the other knobs unused), where the
+        // CPU has them and the kernel takes the shape.
         std::vector<int64_t> lanes = {0};
         if (token_lanes(s)) lanes.insert(lanes.end(), {1, 2});
+        if (matmul_amx_takes(s)) lanes.push_back(3);
         return {{"rows_per_block", {1, 2, 4, 8, 16, 32, 64}}, {"row_tile", {1, 2, 4}}, {"tok_tile", {1, 2, 4, 8, 16}},
                 {"tok_lanes", lanes, {2}}};
       }
@@ -199,6 +202,9 @@ class MatOp final : public OpSpec {
         // tiles 51 ms; 2 EPYC threads).
         const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
         const int64_t nb = s.at("n_in") / 32;
+        // AMX tiles where the CPU has them (docs/kernels.md, "Prompt matmul on AMX").
+        if (cpu_matmul_amx() && matmul_amx_takes(s))
+          return {{"rows_per_block", 16}, {"row_tile", 1}, {"tok_tile", 16}, {"tok_lanes", 3}};
         if (token_lanes(s) && s.at("n_tokens") >= 32) {
           if (cpu_matmul_summed(wt)) {
             const int64_t per = token_lane_scratch_per_block(wt, false);
@@ -249,6 +255,8 @@ class MatOp final : public OpSpec {
     LOOM_RETURN_IF_ERROR(validate(s));
     LOOM_RETURN_IF_ERROR(check_schedule(schedule_space(s, target), sch));
     if (grouped(s)) return generate_grouped(s, sch, target);
+    if (target == ir::TargetKind::kCpp && multi_ && !id_ && sch.at("tok_lanes") == 3)
+      return generate_matmul_cpu_amx(s, sch, name());
     if (target == ir::TargetKind::kCpp && multi_ && !id_ && sch.at("tok_lanes") != 0) {
       if (!token_lanes(s))
         return invalid_argument("matmul: tok_lanes={} takes Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 and n_tokens >= 8",
