@@ -31,14 +31,13 @@ namespace {
 
 constexpr int kRows = 16;    // weight rows per work item (the B tile's 16 columns)
 constexpr int kToks = 16;    // tokens per tile (the A and C tiles' 16 rows)
-constexpr int kGroup = 32;   // values per tile product (the A tile's 32 bytes per row)
-constexpr int kBBytes = 512; // one group's B tile: 8 rows of 64 bytes
 constexpr int kTileA = 0, kTileB = 1, kTileC = 2;
 
 // Where a format keeps a group's quants and scales.
 struct AmxFormat {
-  int groups_per_block;  // 1, or 8 for the K-quants' 256-value blocks
+  int groups_per_block;  // 1, or the K-quants' sub-blocks per 256-value block (8; Q6_K 16)
   bool has_min;          // Q4_1 (m x s), Q4_K/Q5_K (dmin x mins x sub-block sums)
+  int group = 32;        // values per group (one tile product): 32, Q6_K's 16
 };
 
 bool amx_format(GgmlType wt, AmxFormat* out) {
@@ -48,6 +47,7 @@ bool amx_format(GgmlType wt, AmxFormat* out) {
     case GgmlType::Q4_1: *out = {1, true}; return true;
     case GgmlType::Q4_K:
     case GgmlType::Q5_K: *out = {8, true}; return true;
+    case GgmlType::Q6_K: *out = {16, false, 16}; return true;
     default: return false;
   }
 }
@@ -63,7 +63,7 @@ bool matmul_amx_takes(const Shape& s) {
   for (const char* d : {"wtype", "n_tokens", "n_in", "n_out"})
     if (!s.dims.count(d)) return false;
   if (!amx_format(static_cast<GgmlType>(s.at("wtype")), &f)) return false;
-  const int64_t per_block = static_cast<int64_t>(f.groups_per_block) * kGroup;
+  const int64_t per_block = static_cast<int64_t>(f.groups_per_block) * f.group;
   return s.at("n_tokens") >= kToks && s.at("n_out") % kRows == 0 && s.at("n_in") % per_block == 0 &&
          codegen::cpu_amx_usable();
 }
@@ -73,19 +73,35 @@ Result<Generated> generate_matmul_cpu_amx(const Shape& s, const Schedule& sch, s
   const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
   AmxFormat af;
   if (!amx_format(wt, &af) || !matmul_amx_takes(s))
-    return invalid_argument("matmul: amx=1 takes Q4_0, Q4_1, Q8_0, Q4_K or Q5_K with n_tokens >= 16 and n_out a multiple "
+    return invalid_argument("matmul: tok_lanes=3 (AMX) takes Q4_0, Q4_1, Q8_0, Q4_K, Q5_K or Q6_K with n_tokens >= 16 and n_out a multiple "
                             "of 16, on a CPU whose AMX this process may use (codegen::cpu_amx_usable)");
   const DotFormat f = dot_format(wt);
   const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
   const int64_t nb = n_in / f.block_elems;              // format blocks per row
+  const int kGroup = af.group;                          // values per group
+  const int64_t kBBytes = kGroup / 4 * 64;              // one group's B tile: group / 4 rows of 64 bytes
   const int64_t ng = n_in / kGroup;                     // groups per row
   const int64_t w_row = nb * f.w_bytes, x_row = nb * f.x_bytes;
-  const bool kq = af.groups_per_block == 8;
-  // Scratch per group: its B tile, 16 row scales and (with mins) 16 row mins.
-  const int64_t per_group = kBBytes + 64 + (af.has_min ? 64 : 0);
-  const int64_t cs_bytes = kToks * 64;
+  const bool kq = af.groups_per_block > 1;   // Q8_K activations: d per block, sums per 16 values
+  const bool kmin = kq && af.has_min;        // Q4_K/Q5_K's min tiles
+  const int gpb_shift = af.groups_per_block == 16 ? 4 : 3;
+  // Groups go in steps of `step` (the K-quants' 8 sub-blocks of a block; else the most of 8, 6,
+  // 4, 3, 2 that divides the row): per step the tile products land in a scratch, one 1 KiB C tile
+  // per group (and the K-quants' min tile), and the epilogue reads them token by token.
+  int64_t step = kq ? af.groups_per_block : 1;
+  for (int64_t c : {8, 6, 4, 3, 2})
+    if (!kq && ng % c == 0) {
+      step = c;
+      break;
+    }
+  const int64_t cs_bytes = (step + (kmin ? 1 : 0)) * kToks * 64;
+  // Scratch per group: its B tile, 16 row scales, and 16 row mins (Q4_1, f32) or the K-quants'
+  // min B-tile row (16 x 4 bytes, each row's 6-bit min in all four bytes); per K-quant block the
+  // rows' dmin (f32).
+  const int64_t per_group = kBBytes + 64 + (af.has_min ? 64 : 0) + (kmin ? 8 : 0);
   int64_t chunk = std::min<int64_t>(ng, (kTokenLaneScratch - cs_bytes) / per_group);
-  chunk -= chunk % af.groups_per_block;
+  chunk -= chunk % step;
+  if (chunk < step) return invalid_argument("matmul amx: no scratch for a step of {} groups", step);
   const int64_t n_chunks = (ng + chunk - 1) / chunk;
   const int64_t n_tt = (nt + kToks - 1) / kToks;
 
@@ -101,7 +117,7 @@ Result<Generated> generate_matmul_cpu_amx(const Shape& s, const Schedule& sch, s
   const ir::Type u32x4 = ir::Type::vector(Scalar::kU32, 4), u32x8 = ir::Type::vector(Scalar::kU32, 8);
   Value* bs = b.alloc_shared(Scalar::kU8, chunk * per_group);
   Value* cs = b.alloc_shared(Scalar::kU8, cs_bytes);
-  const int64_t ws_base = chunk * kBBytes, wm_base = ws_base + chunk * 64;
+  const int64_t ws_base = chunk * kBBytes, wm_base = ws_base + chunk * 64, dm_base = wm_base + chunk * 64;
 
   Value* r0 = b.mul(b.block_id(Mode::kX), i32c(kRows));
 
@@ -135,16 +151,41 @@ Result<Generated> generate_matmul_cpu_amx(const Shape& s, const Schedule& sch, s
           Value* lo = b.andc(q, 0x0F0F0F0F);
           Value* hi = b.andc(b.shrc(q, 4), 0x0F0F0F0F);
           if (wt == GgmlType::Q4_0) {  // n - 8 in each byte, without borrows: ((n | 0x80) - 8) ^ 0x80
-            auto off8 = [&](Value* v) { return b.bit_xor(b.sub(b.bit_or(v, b.c(u32x4, 0x80808080)), b.c(u32x4, 0x08080808)), b.c(u32x4, 0x80808080)); };
+            auto off8 = [&](Value* v) {
+              return b.bit_xor(b.sub(b.bit_or(v, b.c(u32x4, 0x80808080)), b.c(u32x4, 0x08080808)), b.c(u32x4, 0x80808080));
+            };
             lo = off8(lo);
             hi = off8(hi);
           }
           put_words(gi, i, b.concat(lo, hi), 8);
           put_scale(gi, i, f16_at(b, wr, woff), wt == GgmlType::Q4_1 ? f16_at(b, wr, b.addc(woff, 2)) : nullptr);
+        } else if (wt == GgmlType::Q6_K) {
+          // 16 sub-blocks of 16 with int8 scales; values (4 low bits | 2 high bits << 4) - 32. Half n
+          // (128 values) from ql[64n..], qh[32n..]: chunk c (32 values, sub-blocks 8n + 2c, +1) takes
+          // the low (c even) or high (c odd) nibbles of ql[64n + 32 (c % 2)..] and bits 2c, 2c+1 of qh.
+          Value* d = f16_at(b, wr, b.addc(woff, 208));
+          for (int n = 0; n < 2; ++n) {
+            const ir::Type u8x32 = ir::Type::vector(Scalar::kU8, 32);
+            Value* qh = b.bitcast(b.load_at(wr, b.addc(woff, 128 + 32 * n), u8x32, 1), u32x8);
+            for (int c = 0; c < 4; ++c) {
+              Value* ql = b.bitcast(b.load_at(wr, b.addc(woff, 64 * n + 32 * (c % 2)), u8x32, 1), u32x8);
+              Value* v = b.bit_or(b.andc(c >= 2 ? b.shrc(ql, 4) : ql, 0x0F0F0F0F), b.shlc(b.andc(b.shrc(qh, 2 * c), 0x03030303), 4));
+              v = b.bit_xor(b.sub(b.bit_or(v, b.c(u32x8, 0x80808080)), b.c(u32x8, 0x20202020)), b.c(u32x8, 0x80808080));
+              for (int h = 0; h < 2; ++h) {
+                const int sb = 8 * n + 2 * c + h;
+                Value* gs = b.addc(gi, sb);
+                Value* half = b.build({b.extract(v, 4 * h), b.extract(v, 4 * h + 1), b.extract(v, 4 * h + 2), b.extract(v, 4 * h + 3)});
+                put_words(gs, i, half, 4);
+                Value* sc = b.convert(b.load_at(wr, b.addc(woff, 192 + sb), ty::s(Scalar::kI8), 1), ty::f32);
+                put_scale(gs, i, b.mul(d, sc), nullptr);
+              }
+            }
+          }
         } else {  // Q4_K / Q5_K: 8 sub-blocks of 32, 6-bit scales and mins
           const bool q5 = wt == GgmlType::Q5_K;
           Value* d = f16_at(b, wr, woff);
           Value* dmin = f16_at(b, wr, b.addc(woff, 2));
+          b.store_at(bs, b.add(b.addc(b.mul(b.div(gi, i32c(8)), i32c(64)), dm_base), b.mul(i, i32c(4))), b.neg(dmin), 4);
           Value* q[12];
           for (int j = 0; j < 12; ++j) q[j] = b.convert(b.load_at(wr, b.addc(woff, 4 + j), ty::s(Scalar::kU8), 1), ty::i32);
           Value* sc[8];
@@ -160,7 +201,9 @@ Result<Generated> generate_matmul_cpu_amx(const Shape& s, const Schedule& sch, s
               const int sb = 2 * c + h;
               Value* gs = b.addc(gi, sb);
               put_words(gs, i, v, 8);
-              put_scale(gs, i, b.mul(d, b.convert(sc[sb], ty::f32)), b.mul(dmin, b.convert(mn[sb], ty::f32)));
+              put_scale(gs, i, b.mul(d, b.convert(sc[sb], ty::f32)), nullptr);
+              // The min as a B-tile row: the same byte for all four k of the row's column.
+              b.store_at(bs, b.add(b.addc(b.mul(gs, i32c(64)), wm_base), b.mul(i, i32c(4))), b.mulc(mn[sb], 0x01010101), 4);
             }
           }
         }
@@ -169,6 +212,12 @@ Result<Generated> generate_matmul_cpu_amx(const Shape& s, const Schedule& sch, s
       return std::vector<Value*>{};
     });
   };
+
+  // Tiles: A (tokens x 32 bytes) 0/6, B (8 x 64) 1/7, C (16 x 16 i32) 2/5 alternating between
+  // groups, so one group's products need not wait for the previous group's store; the K-quants'
+  // min B row (8 x 64 at stride 0) 3 and min sums 4.
+  const int kA[2] = {0, 6}, kB[2] = {1, 7}, kC[2] = {2, 5};
+  constexpr int kBmin = 3, kCmin = 4;
 
   // The token tiles over groups [gbeg, gend): accumulators from zero (first chunk) or from the
   // output, and back to the output. The last tile ends at the last token; it stores only the
@@ -185,37 +234,53 @@ Result<Generated> generate_matmul_cpu_amx(const Shape& s, const Schedule& sch, s
         init.push_back(b.select(first, b.cf(f32x16, 0), prev));
       }
       Value* xt = b.mul(t0, i32c(x_row));
-      auto acc = b.for_loop(gbeg, gend, i32c(1), init, [&](Value* gq, std::span<Value* const> it) {
-        // The activation bytes of group gq and their scales, per format.
-        Value* blk = kq ? b.shrc(gq, 3) : gq;
-        Value* xb = b.add(xt, b.mul(blk, i32c(f.x_bytes)));
-        Value* xqoff = kq ? b.add(b.addc(xb, 4), b.shlc(b.andc(gq, 7), 5))
-                          : b.addc(xb, f.xtype == GgmlType::Q8_1 ? 4 : 2);
-        b.amx_load(kTileA, kToks, kGroup, xq, xqoff, i32c(x_row));
-        Value* gi = b.sub(gq, gbeg);
-        b.amx_load(kTileB, kGroup / 4, 64, bs, b.mul(gi, i32c(kBBytes)), i32c(64));
-        b.amx_zero(kTileC, kToks, 64);
-        b.amx_dp(Op::kAmxDpI8, kTileC, kTileA, kTileB);
-        b.amx_store(kTileC, kToks, 64, cs, i32c(0), i32c(64));
-        Value* ws = b.load_at(bs, b.addc(b.mul(gi, i32c(64)), ws_base), f32x16, 4);
-        Value* wm = af.has_min ? b.load_at(bs, b.addc(b.mul(gi, i32c(64)), wm_base), f32x16, 4) : nullptr;
+      auto acc = b.for_loop(gbeg, gend, i32c(step), init, [&](Value* g0, std::span<Value* const> it) {
+        Value* gi0 = b.sub(g0, gbeg);
+        if (kmin) b.amx_zero(kCmin, kToks, 64);
+        std::vector<Value*> ws, wm;
+        for (int64_t s = 0; s < step; ++s) {
+          const int p = static_cast<int>(s % 2);
+          Value* gq = b.addc(g0, s);
+          Value* gi = b.addc(gi0, s);
+          // The tokens' activation bytes of group gq.
+          Value* xqoff = kq ? b.add(b.add(xt, b.mul(b.shrc(gq, gpb_shift), i32c(f.x_bytes))),
+                                    b.addc(b.mul(b.andc(gq, af.groups_per_block - 1), i32c(kGroup)), 4))
+                            : b.add(xt, b.addc(b.mul(gq, i32c(f.x_bytes)), f.xtype == GgmlType::Q8_1 ? 4 : 2));
+          b.amx_load(kA[p], kToks, kGroup, xq, xqoff, i32c(x_row));
+          b.amx_load(kB[p], kGroup / 4, 64, bs, b.mul(gi, i32c(kBBytes)), i32c(64));
+          b.amx_zero(kC[p], kToks, 64);
+          b.amx_dp(Op::kAmxDpI8, kC[p], kA[p], kB[p]);
+          if (kmin) {
+            b.amx_load(kBmin, kGroup / 4, 64, bs, b.addc(b.mul(gi, i32c(64)), wm_base), i32c(0));
+            b.amx_dp(Op::kAmxDpI8, kCmin, kA[p], kBmin);
+          }
+          b.amx_store(kC[p], kToks, 64, cs, i32c(s * kToks * 64), i32c(64));
+          ws.push_back(b.load_at(bs, b.addc(b.mul(gi, i32c(64)), ws_base), f32x16, 4));
+          if (af.has_min && !kq) wm.push_back(b.load_at(bs, b.addc(b.mul(gi, i32c(64)), wm_base), f32x16, 4));
+        }
+        Value* ndm = nullptr;
+        if (kmin) {
+          b.amx_store(kCmin, kToks, 64, cs, i32c(step * kToks * 64), i32c(64));
+          ndm = b.load_at(bs, b.addc(b.mul(b.shrc(gi0, 3), i32c(64)), dm_base), f32x16, 4);
+        }
         std::vector<Value*> next;
         for (int j = 0; j < kToks; ++j) {
-          Value* xo = b.addc(xb, j * x_row);
-          Value* dot = b.convert(b.load_at(cs, i32c(64 * j), i32x16, 64), f32x16);
+          auto dot = [&](int64_t s) { return b.convert(b.load_at(cs, i32c((s * kToks + j) * 64), i32x16, 64), f32x16); };
+          Value* xtok = b.addc(xt, j * x_row);
           Value* a = it[static_cast<size_t>(j)];
           if (kq) {
-            // Q8_K: d (f32) per 256 values; the sub-block's sum from its two 16-value bsums.
-            Value* dx = b.load_at(xq, xo, ty::f32, 4);
-            Value* bo = b.add(b.addc(xo, 260), b.shlc(b.andc(gq, 7), 2));
-            Value* bsum = b.add(b.convert(b.load_at(xq, bo, ty::s(Scalar::kI16), 2), ty::i32),
-                                b.convert(b.load_at(xq, b.addc(bo, 2), ty::s(Scalar::kI16), 2), ty::i32));
-            a = b.fma(dot, b.mul(ws, b.splat(dx, 16)), a);
-            a = b.fma(wm, b.splat(b.neg(b.mul(dx, b.convert(bsum, ty::f32))), 16), a);
+            // One Q8_K block: d_x (d_w sc_j dot_j - dmin_w min_j . sums_j) over its sub-blocks.
+            Value* sum = kmin ? b.mul(dot(step), ndm) : nullptr;
+            for (int64_t s = 0; s < step; ++s)
+              sum = sum ? b.fma(dot(s), ws[static_cast<size_t>(s)], sum) : b.mul(dot(s), ws[static_cast<size_t>(s)]);
+            Value* dx = b.load_at(xq, b.add(xtok, b.mul(b.shrc(g0, gpb_shift), i32c(f.x_bytes))), ty::f32, 4);
+            a = b.fma(sum, b.splat(dx, 16), a);
           } else {
-            Value* dx = f16_at(b, xq, xo);
-            a = b.fma(dot, b.mul(ws, b.splat(dx, 16)), a);
-            if (af.has_min) a = b.fma(wm, b.splat(f16_at(b, xq, b.addc(xo, 2)), 16), a);  // Q8_1's s = d * sum
+            for (int64_t s = 0; s < step; ++s) {
+              Value* xo = b.add(xtok, b.mul(b.addc(g0, s), i32c(f.x_bytes)));
+              a = b.fma(b.mul(dot(s), ws[static_cast<size_t>(s)]), b.splat(f16_at(b, xq, xo), 16), a);
+              if (af.has_min) a = b.fma(wm[static_cast<size_t>(s)], b.splat(f16_at(b, xq, b.addc(xo, 2)), 16), a);  // Q8_1's s
+            }
           }
           next.push_back(a);
         }
