@@ -3,6 +3,7 @@ the pinned llama-cpp-python sdist) on a text the project ships, the KL divergenc
 device from cpu-ref, and the errors bad input gets."""
 import json
 import os
+import pathlib
 import re
 import subprocess
 
@@ -59,7 +60,29 @@ def test_kl_divergence_of_cpu_from_cpu_ref(loom_bin, tmp_path):
     assert base.stat().st_size > 4 * 63 * 4 * 1000
     kl = loom_ppl(loom_bin, model, *KL_ARGS, "--kl-divergence-base", base, "--kl-divergence", device="cpu")
     assert kl["base_ppl"] == pytest.approx(saved["ppl"], rel=1e-9)
-    assert kl["kld_mean"] < 0.001 and kl["same_top"] >= 0.99, kl
+    env = dict(os.environ, LOOM_CPU_MATMUL="exact")
+    exact = json.loads(run_loom(loom_bin, "perplexity", "-m", model, "-f", TEXT, "--device", "cpu", "--json", *ARGS,
+                                *KL_ARGS, "--kl-divergence-base", base, "--kl-divergence", env=env).stdout)
+    print(f"mean KLD from cpu-ref: cpu {kl['kld_mean']:.6f} (same top {kl['same_top']:.3f}), "
+          f"cpu LOOM_CPU_MATMUL=exact {exact['kld_mean']:.6f}; AMX here: {cpu_has_amx()}")
+    # exact: the reference's bits, every op.
+    assert exact["kld_mean"] == 0 and exact["same_top"] == 1, exact
+    if not cpu_has_amx():
+        assert kl["kld_mean"] < 0.001 and kl["same_top"] >= 0.99, kl
+        return
+    # On a CPU with AMX the prompt matmuls take AMX tiles (docs/kernels.md): exact integer dots,
+    # but float sums per 32 values instead of the reference's lanes. Float reassociation alone moves
+    # this model's distributions by 0.003-0.004 (the summed token lanes measure the same), the
+    # class of llama.cpp's own repacked path against its plain one (0.0038 on the Q4_0 file, the
+    # test below).
+    assert 0 < kl["kld_mean"] < 0.006 and kl["same_top"] >= 0.9, kl
+
+
+def cpu_has_amx():
+    """Whether this CPU and kernel offer AMX (what codegen::cpu_amx_usable also checks)."""
+    flags = pathlib.Path("/proc/cpuinfo").read_text() if pathlib.Path("/proc/cpuinfo").exists() else ""
+    return all(f in flags.split() for f in ("amx_tile", "amx_int8", "amx_bf16")) and \
+        os.environ.get("LOOM_CPU_AMX", "1") != "0" and os.environ.get("LOOM_CPU_ARCH", "native") == "native"
 
 
 def llama_kld(llama_bin, model, base, *extra):
@@ -77,7 +100,8 @@ def llama_kld(llama_bin, model, base, *extra):
 
 
 def test_summed_q4_0_prompts_deviate_no_more_than_llama_cpps_repacked_path(loom_bin, llama_bin, tmp_path):
-    # The cpu device sums Q4_0 prompt blocks in integers (LOOM_CPU_MATMUL=auto), as llama.cpp's
+    # The cpu device sums Q4_0 prompt blocks in integers (LOOM_CPU_MATMUL=auto; AMX tiles where the
+    # CPU has them, which sum whole blocks in integers too), as llama.cpp's
     # CPU backend does with its repacked Q4_0 weights: neither keeps its plain path's bits. Real
     # weights in Q4_0: SmolLM2-135M-Instruct requantized from its Q4_1 release.
     model = tmp_path / "smollm2-q4_0.gguf"
@@ -99,7 +123,7 @@ def test_summed_q4_0_prompts_deviate_no_more_than_llama_cpps_repacked_path(loom_
           f"{summed['same_top']:.3f}; llama.cpp repacked {llama[0]:.6f}, same top {llama[1]:.3f}; "
           f"loom cpu LOOM_CPU_MATMUL=exact {exact['kld_mean']:.6f}")
     assert exact["kld_mean"] == 0 and exact["same_top"] == 1   # exact: the reference's bits
-    assert summed["kld_mean"] > 0                               # the summed lanes did run
+    assert summed["kld_mean"] > 0                               # the summed lanes (or AMX tiles) did run
     assert summed["kld_mean"] <= 1.25 * llama[0] and summed["same_top"] >= llama[1] - 0.02, (summed, llama)
 
 
