@@ -14,9 +14,14 @@ With `--old-bin PATH` another Loom binary (one built from an earlier commit) run
 devices in the same rounds, right before this one, so a change is measured against its
 predecessor under the same load (the table adds `old` rows and new/old ratios).
 
+With `--llama-native` llama.cpp also runs as its `llama-bench` built for this CPU
+(`tools/llama_cpp.sh --native`: GGML_NATIVE=ON, every instruction set the CPU has, AMX included;
+the bindings' build above is portable and AVX2-pinned, the oracle's configuration), in the same
+rounds; the table then compares with the faster of the two per test and names it.
+
   LOOM_BIN=build/loom python3 bench/bench_cpu.py [--threads 2] [--device cpu --device cpu-ref]
       [--models smollm2,gemma3,FILE.gguf] [--n-prompt 128] [--n-gen 64] [--reps 3] [--rounds 1]
-      [--old-bin OLD/loom] [--no-llama] [--out FILE]
+      [--old-bin OLD/loom] [--no-llama] [--llama-native] [--out FILE]
 """
 import argparse
 import ctypes
@@ -93,6 +98,28 @@ def llama_bench(path, threads, n_prompt, n_gen, reps):
     return runs
 
 
+def native_llama_bench():
+    printed = subprocess.run([str(ROOT / "tools" / "llama_cpp.sh"), "--print"], capture_output=True, text=True,
+                             check=True).stdout
+    b = pathlib.Path(dict(line.split(" ", 1) for line in printed.splitlines())["native_bin"]) / "llama-bench"
+    if not b.exists():
+        raise SystemExit(f"{b} is missing: run tools/llama_cpp.sh --native")
+    return b
+
+
+def llama_bench_native(binary, path, threads, n_prompt, n_gen, reps):
+    """Per-repetition pp and tg tok/s of llama-bench (its own warm-up run first)."""
+    cmd = [str(binary), "-m", str(path), "-t", str(threads), "-p", str(n_prompt), "-n", str(n_gen), "-r", str(reps),
+           "-o", "json"]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    runs = {"pp": [], "tg": []}
+    for t in json.loads(out.stdout):
+        runs["pp" if t["n_prompt"] > 0 else "tg"].extend(t["samples_ts"])
+    return runs
+
+
 def loom_bench(loom, path, device, threads, n_prompt, n_gen, reps):
     """`loom bench --json` prints one object per test (ppN, tgN); returns them by test kind."""
     cmd = [str(loom), "bench", "-m", str(path), "--device", device, "-t", str(threads), "-p", str(n_prompt),
@@ -120,6 +147,8 @@ def main():
     ap.add_argument("--models", default="smollm2,gemma3", help="comma-separated: smollm2, gemma3, or GGUF paths")
     ap.add_argument("--old-bin", default=None, help="another loom binary measured in the same rounds")
     ap.add_argument("--no-llama", action="store_true", help="leave llama.cpp out (old-vs-new runs)")
+    ap.add_argument("--llama-native", action="store_true",
+                    help="also run llama.cpp's llama-bench built for this CPU (tools/llama_cpp.sh --native)")
     ap.add_argument("--n-prompt", type=int, default=128)
     ap.add_argument("--n-gen", type=int, default=64)
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions per round")
@@ -143,10 +172,14 @@ def main():
         results["old_bin"] = str(old)
         results["old_commit"] = (old.parent / "commit").read_text().strip() if (old.parent / "commit").exists() else "unknown"
     variants = ([("old", old)] if old else []) + [("new" if old else "", loom)]
+    native = native_llama_bench() if args.llama_native and not args.no_llama else None
+    if native:
+        results["llama_native_bin"] = str(native)
     for name in models:
         path = pathlib.Path(name) if name.endswith(".gguf") else model_path(name)
         loom_runs = {(v, d): {"pp": [], "tg": [], "objects": []} for v, _ in variants for d in devices}
         llama_runs = {"pp": [], "tg": []}
+        native_runs = {"pp": [], "tg": []}
         for rnd in range(args.rounds):
             for d in devices:
                 for v, binary in variants:
@@ -163,9 +196,16 @@ def main():
                 for pp, tg in llama_bench(path, args.threads, args.n_prompt, args.n_gen, args.reps):
                     llama_runs["pp"].append(pp)
                     llama_runs["tg"].append(tg)
+            if native:
+                print(f"bench_cpu: {pathlib.Path(name).name} round {rnd + 1}/{args.rounds} llama-bench (native)",
+                      file=sys.stderr, flush=True)
+                for w, xs in llama_bench_native(native, path, args.threads, args.n_prompt, args.n_gen, args.reps).items():
+                    native_runs[w].extend(xs)
         entry = {}
         if not args.no_llama:
             entry["llama_cpp"] = {f"{w}_tokens_per_second": summary(llama_runs[w]) for w in ("pp", "tg")}
+        if native:
+            entry["llama_cpp_native"] = {f"{w}_tokens_per_second": summary(native_runs[w]) for w in ("pp", "tg")}
         for v, _ in variants:
             for d in devices:
                 key = f"loom_{v + '_' if v else ''}{d}"
@@ -183,7 +223,11 @@ def main():
                     med = lambda key: entry[key][f"{what}_tokens_per_second"]["median"]  # noqa: E731
                     a = med(f"loom_{v + '_' if v else ''}{d}")
                     n = args.n_prompt if what == "pp" else args.n_gen
-                    peer = f"{med('llama_cpp'):.1f} | {a / med('llama_cpp'):.2f}" if not args.no_llama else "- | -"
+                    best = "llama_cpp"
+                    if native and med("llama_cpp_native") > med("llama_cpp"):
+                        best = "llama_cpp_native"
+                    tag = " (native)" if best == "llama_cpp_native" else (" (portable)" if native else "")
+                    peer = f"{med(best):.1f}{tag} | {a / med(best):.2f}" if not args.no_llama else "- | -"
                     paired = entry.get("new_over_old", {}).get(f"{d} {what}")
                     vs_old = (f" | {paired['median']:.3f} ({paired['min']:.2f}-{paired['max']:.2f})" if old and v == "new"
                               else (" | -" if old else ""))

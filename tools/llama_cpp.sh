@@ -6,7 +6,9 @@
 # no-op.
 #
 #   tools/llama_cpp.sh            fetch, build llama.cpp's tools, build libggml-hrx.so
-#   tools/llama_cpp.sh --print    print the llama.cpp folders (source, bin) and exit
+#   tools/llama_cpp.sh --native   also (only) build llama-bench for this CPU (GGML_NATIVE=ON: every
+#                                 instruction set it has, AMX included), the CPU benchmarks' peer
+#   tools/llama_cpp.sh --print    print the llama.cpp folders (source, bin, native_bin) and exit
 #
 # Builds take /tmp/loom-build.lock (other builds share this machine); when the caller already
 # holds it (`flock /tmp/loom-build.lock tools/llama_cpp.sh`), the inherited lock is used.
@@ -26,10 +28,15 @@ lock=/tmp/loom-build.lock
 # so nothing else pulls it in.
 targets=(ggml-cpu test-backend-ops llama-cli llama-completion llama-perplexity llama-bench llama-server)
 
+native_bld="$cache/build-native"  # llama-bench built for this CPU (bench/bench_cpu.py's peer)
+native=0
 if [[ "${1:-}" == "--print" ]]; then
   echo "source $src"
   echo "bin $bld/bin"
+  echo "native_bin $native_bld/bin"
   exit 0
+elif [[ "${1:-}" == "--native" && $# -eq 1 ]]; then
+  native=1
 elif [[ $# -gt 0 ]]; then
   sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
@@ -98,6 +105,27 @@ if [[ ! -f "$src/ggml/include/ggml-backend.h" ]]; then
   rm -rf "$cache/unpack"
 fi
 ggml_version="$(sed -n 's/^set(GGML_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\))/\2/p' "$src/ggml/CMakeLists.txt" | paste -sd.)"
+
+# 1b. --native: llama-bench with the CPU backend compiled for this machine (-march=native; ggml
+#     refuses GGML_NATIVE with loadable backends, so the backend is built in), in its own folder.
+#     The oracle build below stays portable and AVX2-pinned; this one is llama.cpp at its fastest
+#     here, which is what Loom's CPU speed is compared with.
+if [[ $native -eq 1 ]]; then
+  ncfg=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=OFF -DGGML_NATIVE=ON
+        -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF)
+  if [[ ! -f "$native_bld/build.ninja" || "$(cat "$native_bld/loom-cmake-args" 2>/dev/null)" != "${ncfg[*]}" ]]; then
+    take_build_lock
+    step "configuring llama.cpp for this CPU in $native_bld"
+    run_logged cmake -S "$src" -B "$native_bld" "${ncfg[@]}"
+    echo "${ncfg[*]}" >"$native_bld/loom-cmake-args"
+  fi
+  take_build_lock
+  step "building llama-bench for this CPU"
+  run_logged cmake --build "$native_bld" -j"$(nproc)" --target llama-bench
+  step "llama-bench for this CPU: $native_bld/bin/llama-bench"
+  exit 0
+fi
 
 # 2. llama.cpp: shared libraries, every backend a module loaded at run time, only the CPU one
 #    built. GGML_NATIVE=OFF keeps the binaries portable; on AVX2 machines the CPU backend gets
