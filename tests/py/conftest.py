@@ -48,6 +48,21 @@ def model(request) -> pathlib.Path:
     return model_path(request.param)
 
 
+def cpu_has_amx():
+    """Whether the cpu device's prompt matmuls take Intel AMX tiles here (codegen::cpu_amx_usable:
+    the CPU and kernel offer AMX, native code, LOOM_CPU_AMX not 0)."""
+    info = pathlib.Path("/proc/cpuinfo")
+    flags = info.read_text().split() if info.exists() else []
+    return all(f in flags for f in ("amx_tile", "amx_int8", "amx_bf16")) and \
+        os.environ.get("LOOM_CPU_AMX", "1") != "0" and os.environ.get("LOOM_CPU_ARCH", "native") == "native"
+
+
+def exact_env():
+    """The environment for `--device cpu` runs that must give the reference's bits: the prompt
+    matmuls in the reference's arithmetic (LOOM_CPU_MATMUL=exact), not AMX tiles or summed lanes."""
+    return dict(os.environ, LOOM_CPU_MATMUL="exact")
+
+
 def run_loom(loom_bin, *args, input=None, check=True, timeout=600, env=None):
     """Runs loom (with `env` as its whole environment when given); returns CompletedProcess with
     text stdout/stderr."""

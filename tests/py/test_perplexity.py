@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, model_path, run_loom
+from conftest import ROOT, cpu_has_amx, model_path, run_loom
 
 TEXT = ROOT / "tests" / "data" / "perplexity.txt"
 FINAL = re.compile(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)")
@@ -77,12 +77,6 @@ def test_kl_divergence_of_cpu_from_cpu_ref(loom_bin, tmp_path):
     # test below).
     assert 0 < kl["kld_mean"] < 0.006 and kl["same_top"] >= 0.9, kl
 
-
-def cpu_has_amx():
-    """Whether this CPU and kernel offer AMX (what codegen::cpu_amx_usable also checks)."""
-    flags = pathlib.Path("/proc/cpuinfo").read_text() if pathlib.Path("/proc/cpuinfo").exists() else ""
-    return all(f in flags.split() for f in ("amx_tile", "amx_int8", "amx_bf16")) and \
-        os.environ.get("LOOM_CPU_AMX", "1") != "0" and os.environ.get("LOOM_CPU_ARCH", "native") == "native"
 
 
 def llama_kld(llama_bin, model, base, *extra):

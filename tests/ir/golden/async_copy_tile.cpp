@@ -11,16 +11,16 @@ extern "C" void async_copy_tile(void* const* args, const LoomLaunchDims* dims) {
   [[maybe_unused]] const uint32_t gdx = dims->grid[0], gdy = dims->grid[1], gdz = dims->grid[2];
   [[maybe_unused]] const uint32_t bdx = dims->block[0], bdy = dims->block[1], bdz = dims->block[2];
   if (uint64_t{bdx} * bdy * bdz > 1024) return;
+  alignas(64) static thread_local float v_sa_mem[256];
+  float* const v_sa = v_sa_mem;
+  alignas(64) static thread_local float v_sb_mem[128];
+  float* const v_sb = v_sb_mem;
+  alignas(64) static thread_local float v_sc_mem[64];
+  float* const v_sc = v_sc_mem;
   for (uint64_t b = dims->block_begin; b < dims->block_end; ++b) {
     [[maybe_unused]] const uint32_t bx = static_cast<uint32_t>(b % gdx);
     [[maybe_unused]] const uint32_t by = static_cast<uint32_t>(b / gdx % gdy);
     [[maybe_unused]] const uint32_t bz = static_cast<uint32_t>(b / (uint64_t{gdx} * gdy));
-    alignas(16) static thread_local float v_sa_mem[256];
-    float* const v_sa = v_sa_mem;
-    alignas(16) static thread_local float v_sb_mem[128];
-    float* const v_sb = v_sb_mem;
-    alignas(16) static thread_local float v_sc_mem[64];
-    float* const v_sc = v_sc_mem;
     static thread_local int32_t v_i4_spill[1024];
     static thread_local int32_t v_i2_spill[1024];
     static thread_local int32_t v_j_spill[1024];

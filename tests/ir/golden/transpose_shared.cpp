@@ -8,12 +8,12 @@ extern "C" void transpose_shared(void* const* args, const LoomLaunchDims* dims) 
   [[maybe_unused]] const uint32_t gdx = dims->grid[0], gdy = dims->grid[1], gdz = dims->grid[2];
   [[maybe_unused]] const uint32_t bdx = dims->block[0], bdy = dims->block[1], bdz = dims->block[2];
   if (uint64_t{bdx} * bdy * bdz > 1024) return;
+  alignas(64) static thread_local float v_tile_mem[1056];
+  float* const v_tile = v_tile_mem;
   for (uint64_t b = dims->block_begin; b < dims->block_end; ++b) {
     [[maybe_unused]] const uint32_t bx = static_cast<uint32_t>(b % gdx);
     [[maybe_unused]] const uint32_t by = static_cast<uint32_t>(b / gdx % gdy);
     [[maybe_unused]] const uint32_t bz = static_cast<uint32_t>(b / (uint64_t{gdx} * gdy));
-    alignas(16) static thread_local float v_tile_mem[1056];
-    float* const v_tile = v_tile_mem;
     static thread_local int32_t v_bx32_spill[1024];
     static thread_local int32_t v_by32_spill[1024];
     // phase 1 of 2 (barriers between phases)

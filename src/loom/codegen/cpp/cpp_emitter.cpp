@@ -1291,17 +1291,21 @@ class CppEmitter {
         line(fmt::format("loom_amx_cfg.rows[{}] = {}; loom_amx_cfg.colsb[{}] = {};", t, shape.first, t, shape.second));
       line("_tile_loadconfig(&loom_amx_cfg);");
     }
+    // Shared memory: per thread (a thread runs its blocks one after another), its address taken
+    // once per call. In a shared object a thread_local's address is a __tls_get_addr call, which
+    // inside the block loop GCC may repeat after opaque statements (AMX's inline assembly), and a
+    // call clobbers every vector register.
+    for (const Inst* i : k.body.insts) {
+      if (i->op != Op::kAllocShared) continue;
+      const Value* r = i->result();
+      line(fmt::format("alignas(64) static thread_local {} {}_mem[{}];", scalar_ctype(r->type.elem()), name(r), i->imm));
+      line(fmt::format("{} const {} = {}_mem;", ctype(r->type), name(r), name(r)));
+    }
     line("for (uint64_t b = dims->block_begin; b < dims->block_end; ++b) {");
     ++indent_;
     line("[[maybe_unused]] const uint32_t bx = static_cast<uint32_t>(b % gdx);");
     line("[[maybe_unused]] const uint32_t by = static_cast<uint32_t>(b / gdx % gdy);");
     line("[[maybe_unused]] const uint32_t bz = static_cast<uint32_t>(b / (uint64_t{gdx} * gdy));");
-    for (const Inst* i : k.body.insts) {
-      if (i->op != Op::kAllocShared) continue;
-      const Value* r = i->result();
-      line(fmt::format("alignas(16) static thread_local {} {}_mem[{}];", scalar_ctype(r->type.elem()), name(r), i->imm));
-      line(fmt::format("{} const {} = {}_mem;", ctype(r->type), name(r), name(r)));
-    }
     for (const Value* v : spilled)
       line(fmt::format("static thread_local {} {}_spill[{}];", ctype(v->type), name(v), kMaxBlockThreads));
     for (size_t p = 0; p < phases.size(); ++p) {
