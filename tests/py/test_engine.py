@@ -29,7 +29,7 @@ import pytest
 
 import llama_cpp as L  # the oracle; a missing package is an error, not a skip
 
-from conftest import model_path, run_loom
+from conftest import exact_env, model_path, run_loom
 
 N_GEN = 128
 NEAR_TIE = 0.05
@@ -135,11 +135,14 @@ def oracle_runs():
 
 
 def loom_greedy(loom_bin, model, ids, n, logits_path=None, extra=()):
+    """`loom run` greedy; the cpu device in exact mode (exact_env: the reference's matmul
+    arithmetic, which mirrors llama.cpp's plain path bit for bit; the default AMX or summed prompt
+    matmuls are checked against cpu-ref by test_perplexity.py's KL divergence)."""
     args = ["run", "-m", model, "--prompt-ids", json.dumps(ids), "-n", n, "--temp", "0", "--ignore-eos",
             "--json", *extra]
     if logits_path:
         args += ["--dump-logits", logits_path]
-    out = run_loom(loom_bin, *args)
+    out = run_loom(loom_bin, *args, env=exact_env() if "cpu" in extra else None)
     return json.loads(out.stdout)
 
 

@@ -41,9 +41,13 @@ const std::vector<OptionInfo>& rows() {
        "for every format they take (int8), f16 tiles on mma.sync (f16), or f16 tiles on Hopper's warpgroup MMA "
        "where the GPU has it (wgmma; else as f16)"},
       {Opt::kCpuMatmul, "cpu_matmul", "LOOM_CPU_MATMUL", "", Type::kString, "auto", "auto|exact|summed", 0, 0,
-       "prompt matmuls on the cpu device: whole-block integer sums for Q4_0 (auto; the formats llama.cpp's CPU backend "
-       "repacks, with the same deviation from the plain path), the reference's bits for every format (exact), or "
-       "whole-block sums wherever the token-lane kernel takes the format (summed)"},
+       "prompt matmuls on the cpu device: Intel AMX tiles where the CPU has them, else whole-block integer sums for Q4_0 "
+       "(auto; as llama.cpp's CPU backend does with repacked weights, with the same deviation from the plain path), the "
+       "reference's bits for every format (exact), or whole-block sums wherever the token-lane kernel takes the format "
+       "(summed)"},
+      {Opt::kCpuAmx, "cpu_amx", "LOOM_CPU_AMX", "", Type::kBool, "1", "", 0, 0,
+       "let cpu kernels use Intel AMX tiles where the CPU and OS offer them (0: never; prompt matmuls then take the "
+       "AVX kernels)"},
       {Opt::kPromptAttention, "prompt_attention", "LOOM_PROMPT_ATTENTION", "", Type::kString, "mma", "mma|simt", 0, 0,
        "prompt attention on GPUs: tensor cores (mma: attention_mma where it takes the shape) or attention_prompt (simt)"},
       {Opt::kDecodeAttentionMax, "decode_attention_max", "LOOM_DECODE_ATTENTION_MAX", "", Type::kInt, "8", "", 0,

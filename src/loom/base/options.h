@@ -40,6 +40,7 @@ enum class Opt : int {
   kFuse,
   kPrefillMatmul,
   kCpuMatmul,
+  kCpuAmx,
   kPromptAttention,
   kDecodeAttentionMax,
   kNoGraphs,

@@ -160,9 +160,7 @@ int cpu_vector_registers(std::string_view arch_in) {
 
 bool cpu_amx_usable(std::string_view arch_in) {
   const std::string arch = arch_in.empty() ? selected_cpu_arch() : std::string(arch_in);
-  if (arch != "native") return false;
-  const char* env = std::getenv("LOOM_CPU_AMX");
-  if (env && std::string_view(env) == "0") return false;
+  if (arch != "native" || !opt::get_bool(opt::Opt::kCpuAmx)) return false;
 #if defined(__x86_64__) && defined(__linux__)
   static const bool usable = [] {
     unsigned a = 0, b = 0, c = 0, d = 0;

@@ -41,7 +41,7 @@ int cpu_vector_registers(std::string_view arch = "");
 // Whether kernels compiled for `arch` ("" = the selected one) may use Intel AMX tiles (the IR's
 // amx_* ops): arch is native, CPUID reports AMX-TILE, AMX-INT8 and AMX-BF16, the OS saves the
 // tile state (XCR0), and Linux granted this process the tile data (arch_prctl
-// ARCH_REQ_XCOMP_PERM, asked once here). $LOOM_CPU_AMX=0 says no on any host.
+// ARCH_REQ_XCOMP_PERM, asked once here). LOOM_CPU_AMX=0 (opt::Opt::kCpuAmx) says no on any host.
 bool cpu_amx_usable(std::string_view arch = "");
 
 // A dlopen'ed shared object; move-only, dlclose on destruction.
