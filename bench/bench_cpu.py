@@ -15,7 +15,8 @@ devices in the same rounds, right before this one, so a change is measured again
 predecessor under the same load (the table adds `old` rows and new/old ratios).
 
 With `--llama-native` llama.cpp also runs as its `llama-bench` built for this CPU
-(`tools/llama_cpp.sh --native`: GGML_NATIVE=ON, every instruction set the CPU has, AMX included;
+(`tools/llama_cpp.sh --native`: GGML_NATIVE=ON, the instruction sets the CPU has but AMX, whose
+ggml matmul dies of SIGILL on this project's Xeon;
 the bindings' build above is portable and AVX2-pinned, the oracle's configuration), in the same
 rounds; the table then compares with the faster of the two per test and names it.
 

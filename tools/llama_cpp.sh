@@ -6,8 +6,8 @@
 # no-op.
 #
 #   tools/llama_cpp.sh            fetch, build llama.cpp's tools, build libggml-hrx.so
-#   tools/llama_cpp.sh --native   also (only) build llama-bench for this CPU (GGML_NATIVE=ON: every
-#                                 instruction set it has, AMX included), the CPU benchmarks' peer
+#   tools/llama_cpp.sh --native   also (only) build llama-bench for this CPU (GGML_NATIVE=ON: the
+#                                 instruction sets it has but AMX), the CPU benchmarks' peer
 #   tools/llama_cpp.sh --print    print the llama.cpp folders (source, bin, native_bin) and exit
 #
 # Builds take /tmp/loom-build.lock (other builds share this machine); when the caller already
@@ -110,8 +110,15 @@ ggml_version="$(sed -n 's/^set(GGML_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\))/
 #     refuses GGML_NATIVE with loadable backends, so the backend is built in), in its own folder.
 #     The oracle build below stays portable and AVX2-pinned; this one is llama.cpp at its fastest
 #     here, which is what Loom's CPU speed is compared with.
+#     Without AMX: on the Sapphire Rapids Xeon this project measures on, ggml's AMX matmul dies
+#     of SIGILL at its first tileloadd (ggml_backend_amx_mul_mat, ggml 0.25.3), so the peer is
+#     llama.cpp's fastest configuration that runs there: AVX-512 with VNNI/VBMI and its repacked
+#     weights.
 if [[ $native -eq 1 ]]; then
+  noamx=""
+  grep -qw amx_tile /proc/cpuinfo 2>/dev/null && noamx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
   ncfg=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=OFF -DGGML_NATIVE=ON
+        "-DCMAKE_C_FLAGS=$noamx" "-DCMAKE_CXX_FLAGS=$noamx"
         -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF
         -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF)
   if [[ ! -f "$native_bld/build.ninja" || "$(cat "$native_bld/loom-cmake-args" 2>/dev/null)" != "${ncfg[*]}" ]]; then
