@@ -43,8 +43,10 @@ struct AmxFormat {
 bool amx_format(GgmlType wt, AmxFormat* out) {
   switch (wt) {
     case GgmlType::Q4_0:
+    case GgmlType::Q5_0:
     case GgmlType::Q8_0: *out = {1, false}; return true;
-    case GgmlType::Q4_1: *out = {1, true}; return true;
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_1: *out = {1, true}; return true;
     case GgmlType::Q4_K:
     case GgmlType::Q5_K: *out = {8, true}; return true;
     case GgmlType::Q6_K: *out = {16, false, 16}; return true;
@@ -73,7 +75,7 @@ Result<Generated> generate_matmul_cpu_amx(const Shape& s, const Schedule& sch, s
   const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
   AmxFormat af;
   if (!amx_format(wt, &af) || !matmul_amx_takes(s))
-    return invalid_argument("matmul: tok_lanes=3 (AMX) takes Q4_0, Q4_1, Q8_0, Q4_K, Q5_K or Q6_K with n_tokens >= 16 and n_out a multiple "
+    return invalid_argument("matmul: tok_lanes=3 (AMX) takes Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K with n_tokens >= 16 and n_out a multiple "
                             "of 16, on a CPU whose AMX this process may use (codegen::cpu_amx_usable)");
   const DotFormat f = dot_format(wt);
   const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
@@ -141,24 +143,15 @@ Result<Generated> generate_matmul_cpu_amx(const Shape& s, const Schedule& sch, s
       b.for_loop(bbeg, bend, i32c(1), {}, [&](Value* blk, std::span<Value* const>) {
         Value* woff = b.mul(blk, i32c(f.w_bytes));
         Value* gi = b.sub(b.mul(blk, i32c(af.groups_per_block)), gbeg);
-        if (wt == GgmlType::Q8_0) {
-          Value* q = b.bitcast(b.load_at(wr, b.addc(woff, 2), ir::Type::vector(Scalar::kU8, 32), 1), u32x8);
+        if (af.groups_per_block == 1) {
+          // Q4_0/Q4_1/Q5_0/Q5_1: the 32 unsigned quants as mat_dot reads them (Q5's fifth bits
+          // spread in), Q4_0/Q5_0 less their offset 8 or 16 in each byte without borrows
+          // (((q | 0x80) - o) ^ 0x80); Q8_0's signed bytes as they are.
+          Value* q = b.bitcast(dot_quants(b, f, wr, woff), u32x8);
+          const int64_t o = wt == GgmlType::Q4_0 ? 0x08080808 : wt == GgmlType::Q5_0 ? 0x10101010 : 0;
+          if (o) q = b.bit_xor(b.sub(b.bit_or(q, b.c(u32x8, 0x80808080)), b.c(u32x8, o)), b.c(u32x8, 0x80808080));
           put_words(gi, i, q, 8);
-          put_scale(gi, i, f16_at(b, wr, woff), nullptr);
-        } else if (wt == GgmlType::Q4_0 || wt == GgmlType::Q4_1) {
-          const int qoff = wt == GgmlType::Q4_0 ? 2 : 4;
-          Value* q = b.bitcast(b.load_at(wr, b.addc(woff, qoff), ir::Type::vector(Scalar::kU8, 16), 1), u32x4);
-          Value* lo = b.andc(q, 0x0F0F0F0F);
-          Value* hi = b.andc(b.shrc(q, 4), 0x0F0F0F0F);
-          if (wt == GgmlType::Q4_0) {  // n - 8 in each byte, without borrows: ((n | 0x80) - 8) ^ 0x80
-            auto off8 = [&](Value* v) {
-              return b.bit_xor(b.sub(b.bit_or(v, b.c(u32x4, 0x80808080)), b.c(u32x4, 0x08080808)), b.c(u32x4, 0x80808080));
-            };
-            lo = off8(lo);
-            hi = off8(hi);
-          }
-          put_words(gi, i, b.concat(lo, hi), 8);
-          put_scale(gi, i, f16_at(b, wr, woff), wt == GgmlType::Q4_1 ? f16_at(b, wr, b.addc(woff, 2)) : nullptr);
+          put_scale(gi, i, f16_at(b, wr, woff), af.has_min ? f16_at(b, wr, b.addc(woff, 2)) : nullptr);
         } else if (wt == GgmlType::Q6_K) {
           // 16 sub-blocks of 16 with int8 scales; values (4 low bits | 2 high bits << 4) - 32. Half n
           // (128 values) from ql[64n..], qh[32n..]: chunk c (32 values, sub-blocks 8n + 2c, +1) takes

@@ -38,7 +38,7 @@ Result<Generated> generate_matmul_cpu_tokens(const Shape& s, const Schedule& sch
 // row and token scales. Integer dots exact, float sums per group: not bit-identical to the
 // reference (within matmul's tolerance). rows_per_block, row_tile and tok_tile are not used.
 Result<Generated> generate_matmul_cpu_amx(const Shape& s, const Schedule& sch, std::string_view op_name);
-// Whether the AMX kernel takes the shape here: Q4_0, Q4_1, Q8_0, Q4_K, Q5_K or Q6_K weights, n_tokens
+// Whether the AMX kernel takes the shape here: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K weights, n_tokens
 // >= 16, n_out a multiple of 16, and codegen::cpu_amx_usable().
 bool matmul_amx_takes(const Shape& s);
 
