@@ -18,6 +18,7 @@
 #include "loom/evolve/evaluator.h"
 #include "loom/evolve/job.h"
 #include "loom/evolve/ship.h"
+#include "loom/kernels/matmul_cpu.h"
 #include "loom/kernels/op_spec.h"
 #include "loom/store/candidate.h"
 #include "loom/store/cpp_family.h"
@@ -112,16 +113,20 @@ TEST(ShippedKernels, ExactJobsDropTheKnobsInexactValues) {
   for (const kernels::Knob& k : space) before[k.name] = k.choices;
   store::keep_exact_choices(space);
   for (const kernels::Knob& k : space) after[k.name] = k.choices;
-  EXPECT_EQ(before["tok_lanes"], (std::vector<int64_t>{0, 1, 2}));
+  // tok_lanes 3 (AMX tiles) is offered where the CPU has AMX; like 2 it is not the reference's bits.
+  const bool amx = kernels::matmul_amx_takes(mat);
+  EXPECT_EQ(before["tok_lanes"], amx ? (std::vector<int64_t>{0, 1, 2, 3}) : (std::vector<int64_t>{0, 1, 2}));
   EXPECT_EQ(after["tok_lanes"], (std::vector<int64_t>{0, 1}));
   EXPECT_EQ(after["ev_fma"], (std::vector<int64_t>{0}));
   EXPECT_EQ(after["cx_pair"], (std::vector<int64_t>{0}));
   EXPECT_EQ(after["cx_acc"], (std::vector<int64_t>{1}));
   EXPECT_EQ(after["rows_per_block"], before["rows_per_block"]);  // knobs with no inexact value keep all
 
-  EXPECT_EQ(baseline_candidate(*mm, mat, ir::TargetKind::kCpp).knobs.at("tok_lanes"), 2);  // the default: summed
+  // The default: AMX tiles where the CPU has them, else summed lanes.
+  EXPECT_EQ(baseline_candidate(*mm, mat, ir::TargetKind::kCpp).knobs.at("tok_lanes"), amx ? 3 : 2);
   const Candidate exact = baseline_candidate(*mm, mat, ir::TargetKind::kCpp, true);
   EXPECT_NE(exact.knobs.at("tok_lanes"), 2);
+  EXPECT_NE(exact.knobs.at("tok_lanes"), 3);
   EXPECT_EQ(exact.knobs.at("ev_fma"), 0);
   const Candidate family = baseline_candidate(*mv, vec, ir::TargetKind::kCpp, true);
   EXPECT_EQ(family.knobs.at("cx_pair"), 0);

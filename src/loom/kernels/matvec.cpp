@@ -164,7 +164,7 @@ class MatOp final : public OpSpec {
         if (token_lanes(s)) lanes.insert(lanes.end(), {1, 2});
         if (matmul_amx_takes(s)) lanes.push_back(3);
         return {{"rows_per_block", {1, 2, 4, 8, 16, 32, 64}}, {"row_tile", {1, 2, 4}}, {"tok_tile", {1, 2, 4, 8, 16}},
-                {"tok_lanes", lanes, {2}}};
+                {"tok_lanes", lanes, {2, 3}}};
       }
       // prefetch: each row first asks for the weight bytes this far ahead of it (0: none).
       return {{"rows_per_block", {1, 2, 4, 8, 16}}, {"row_tile", {1, 2, 4}}, {"prefetch", {0, 1024, 2048, 4096, 8192}}};
