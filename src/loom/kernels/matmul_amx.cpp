@@ -54,9 +54,6 @@ bool amx_format(GgmlType wt, AmxFormat* out) {
   }
 }
 
-Value* f16_at(Emit& b, Value* base, Value* off) {
-  return b.convert(b.bitcast(b.load_at(base, off, ty::s(Scalar::kU16), 2), ty::s(Scalar::kF16)), ty::f32);
-}
 
 }  // namespace
 
@@ -151,12 +148,12 @@ Result<Generated> generate_matmul_cpu_amx(const Shape& s, const Schedule& sch, s
           const int64_t o = wt == GgmlType::Q4_0 ? 0x08080808 : wt == GgmlType::Q5_0 ? 0x10101010 : 0;
           if (o) q = b.bit_xor(b.sub(b.bit_or(q, b.c(u32x8, 0x80808080)), b.c(u32x8, o)), b.c(u32x8, 0x80808080));
           put_words(gi, i, q, 8);
-          put_scale(gi, i, f16_at(b, wr, woff), af.has_min ? f16_at(b, wr, b.addc(woff, 2)) : nullptr);
+          put_scale(gi, i, b.load_f16(wr, woff), af.has_min ? b.load_f16(wr, b.addc(woff, 2)) : nullptr);
         } else if (wt == GgmlType::Q6_K) {
           // 16 sub-blocks of 16 with int8 scales; values (4 low bits | 2 high bits << 4) - 32. Half n
           // (128 values) from ql[64n..], qh[32n..]: chunk c (32 values, sub-blocks 8n + 2c, +1) takes
           // the low (c even) or high (c odd) nibbles of ql[64n + 32 (c % 2)..] and bits 2c, 2c+1 of qh.
-          Value* d = f16_at(b, wr, b.addc(woff, 208));
+          Value* d = b.load_f16(wr, b.addc(woff, 208));
           for (int n = 0; n < 2; ++n) {
             const ir::Type u8x32 = ir::Type::vector(Scalar::kU8, 32);
             Value* qh = b.bitcast(b.load_at(wr, b.addc(woff, 128 + 32 * n), u8x32, 1), u32x8);
@@ -175,29 +172,14 @@ Result<Generated> generate_matmul_cpu_amx(const Shape& s, const Schedule& sch, s
             }
           }
         } else {  // Q4_K / Q5_K: 8 sub-blocks of 32, 6-bit scales and mins
-          const bool q5 = wt == GgmlType::Q5_K;
-          Value* d = f16_at(b, wr, woff);
-          Value* dmin = f16_at(b, wr, b.addc(woff, 2));
-          b.store_at(bs, b.add(b.addc(b.mul(b.div(gi, i32c(8)), i32c(64)), dm_base), b.mul(i, i32c(4))), b.neg(dmin), 4);
-          Value* q[12];
-          for (int j = 0; j < 12; ++j) q[j] = b.convert(b.load_at(wr, b.addc(woff, 4 + j), ty::s(Scalar::kU8), 1), ty::i32);
-          Value* sc[8];
-          Value* mn[8];
-          k4_scales_mins(b, q, sc, mn);
-          const int qs_off = q5 ? 48 : 16;
-          Value* qh = q5 ? b.load_at(wr, b.addc(woff, 16), u32x8, 4) : nullptr;
-          for (int c = 0; c < 4; ++c) {
-            Value* qq = b.load_at(wr, b.addc(woff, qs_off + 32 * c), u32x8, 4);
-            for (int h = 0; h < 2; ++h) {
-              Value* v = b.andc(h ? b.shrc(qq, 4) : qq, 0x0F0F0F0F);
-              if (q5) v = b.bit_or(v, b.shlc(b.andc(b.shrc(qh, 2 * c + h), 0x01010101), 4));
-              const int sb = 2 * c + h;
-              Value* gs = b.addc(gi, sb);
-              put_words(gs, i, v, 8);
-              put_scale(gs, i, b.mul(d, b.convert(sc[sb], ty::f32)), nullptr);
-              // The min as a B-tile row: the same byte for all four k of the row's column.
-              b.store_at(bs, b.add(b.addc(b.mul(gs, i32c(64)), wm_base), b.mul(i, i32c(4))), b.mulc(mn[sb], 0x01010101), 4);
-            }
+          const KRow r = k_row(b, wt == GgmlType::Q5_K, wr, woff);
+          b.store_at(bs, b.add(b.addc(b.mul(b.div(gi, i32c(8)), i32c(64)), dm_base), b.mul(i, i32c(4))), b.neg(r.dm), 4);
+          for (int sb = 0; sb < 8; ++sb) {
+            Value* gs = b.addc(gi, sb);
+            put_words(gs, i, b.bitcast(r.v[sb], u32x8), 8);
+            put_scale(gs, i, b.mul(r.dw, b.convert(r.sc[sb], ty::f32)), nullptr);
+            // The min as a B-tile row: the same byte for all four k of the row's column.
+            b.store_at(bs, b.add(b.addc(b.mul(gs, i32c(64)), wm_base), b.mul(i, i32c(4))), b.mulc(r.mi[sb], 0x01010101), 4);
           }
         }
         return std::vector<Value*>{};
@@ -222,6 +204,10 @@ Result<Generated> generate_matmul_cpu_amx(const Shape& s, const Schedule& sch, s
       Value* own = b.sub(tstart, t0);  // tokens below this are the previous tile's
       std::vector<Value*> init;
       for (int j = 0; j < kToks; ++j) {
+        if (n_chunks == 1) {  // one chunk: nothing to carry over
+          init.push_back(b.cf(f32x16, 0));
+          continue;
+        }
         Value* yo = b.add(b.mul(b.addc(t0, j), i32c(n_out)), r0);
         Value* prev = b.load(y, yo, f32x16, 4);
         init.push_back(b.select(first, b.cf(f32x16, 0), prev));
@@ -271,8 +257,8 @@ Result<Generated> generate_matmul_cpu_amx(const Shape& s, const Schedule& sch, s
           } else {
             for (int64_t s = 0; s < step; ++s) {
               Value* xo = b.add(xtok, b.mul(b.addc(g0, s), i32c(f.x_bytes)));
-              a = b.fma(b.mul(dot(s), ws[static_cast<size_t>(s)]), b.splat(f16_at(b, xq, xo), 16), a);
-              if (af.has_min) a = b.fma(wm[static_cast<size_t>(s)], b.splat(f16_at(b, xq, b.addc(xo, 2)), 16), a);  // Q8_1's s
+              a = b.fma(b.mul(dot(s), ws[static_cast<size_t>(s)]), b.splat(b.load_f16(xq, xo), 16), a);
+              if (af.has_min) a = b.fma(wm[static_cast<size_t>(s)], b.splat(b.load_f16(xq, b.addc(xo, 2)), 16), a);  // Q8_1's s
             }
           }
           next.push_back(a);

@@ -40,48 +40,12 @@ Value* f16_value_at(Emit& b, Value* base, Value* off) {
 // them below 2^24, so the f32 arithmetic is exact and equals the reference's 32-bit sums; Q4_K's
 // four chains (sub-blocks 2c and 2c+1 each) are the product's halves with the lanes ordered
 // 0,2,4,6,1,3,5,7. Bit-identical to mat_dot's step.
-struct KRow {
-  Value* dw;      // f16 d
-  Value* dm;      // f16 dmin
-  Value* sc[8];   // scales (i32, 0..63)
-  Value* mn;      // mins as f32x8 (in kQ4kOrder for Q4_K)
-  Value* v[8];    // sub-block quants, 32 bytes (i32x8) each
-};
 struct KTok {
   Value* xd;      // Q8_K d
   Value* y[8];    // sub-block bytes (i32x8)
   Value* bsp;     // sub-block sums (two bsums each) as f32x8 (in kQ4kOrder for Q4_K)
 };
 constexpr int kQ4kOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
-
-KRow k_row(Emit& b, bool q5, Value* w, Value* woff) {
-  const ir::Type u32x8 = ir::Type::vector(Scalar::kU32, 8), f32x8 = ir::Type::vector(Scalar::kF32, 8);
-  KRow r;
-  r.dw = f16_value_at(b, w, woff);
-  r.dm = f16_value_at(b, w, b.addc(woff, 2));
-  Value* q[12];
-  for (int i = 0; i < 12; ++i) q[i] = b.convert(b.load_at(w, b.addc(woff, 4 + i), ty::s(Scalar::kU8), 1), ty::i32);
-  Value* sc[8];
-  Value* mn[8];
-  k4_scales_mins(b, q, sc, mn);
-  std::vector<Value*> m;
-  for (int s = 0; s < 8; ++s) {
-    r.sc[s] = sc[s];
-    m.push_back(mn[q5 ? s : kQ4kOrder[s]]);
-  }
-  r.mn = b.convert(b.build(m), f32x8);
-  const int qs_off = q5 ? 48 : 16;
-  Value* qh = q5 ? b.load_at(w, b.addc(woff, 16), u32x8, 4) : nullptr;
-  for (int g = 0; g < 4; ++g) {
-    Value* qq = b.load_at(w, b.addc(woff, qs_off + 32 * g), u32x8, 4);
-    for (int h = 0; h < 2; ++h) {
-      Value* v = b.andc(h ? b.shrc(qq, 4) : qq, 0x0F0F0F0F);
-      if (q5) v = b.bit_or(v, b.shlc(b.andc(b.shrc(qh, 2 * g + h), 0x01010101), 4));
-      r.v[2 * g + h] = b.bitcast(v, ir::Type::vector(Scalar::kI32, 8));
-    }
-  }
-  return r;
-}
 
 KTok k_tok(Emit& b, bool q5, Value* x, Value* xoff) {
   const ir::Type f32x8 = ir::Type::vector(Scalar::kF32, 8);
@@ -181,6 +145,36 @@ std::array<Value*, 3> mat_params(Emit& b) {
 }
 
 }  // namespace
+
+KRow k_row(Emit& b, bool q5, Value* w, Value* woff) {
+  const ir::Type u32x8 = ir::Type::vector(Scalar::kU32, 8), f32x8 = ir::Type::vector(Scalar::kF32, 8);
+  KRow r;
+  r.dw = f16_value_at(b, w, woff);
+  r.dm = f16_value_at(b, w, b.addc(woff, 2));
+  Value* q[12];
+  for (int i = 0; i < 12; ++i) q[i] = b.convert(b.load_at(w, b.addc(woff, 4 + i), ty::s(Scalar::kU8), 1), ty::i32);
+  Value* sc[8];
+  Value* mn[8];
+  k4_scales_mins(b, q, sc, mn);
+  std::vector<Value*> m;
+  for (int s = 0; s < 8; ++s) {
+    r.sc[s] = sc[s];
+    r.mi[s] = mn[s];
+    m.push_back(mn[q5 ? s : kQ4kOrder[s]]);
+  }
+  r.mn = b.convert(b.build(m), f32x8);
+  const int qs_off = q5 ? 48 : 16;
+  Value* qh = q5 ? b.load_at(w, b.addc(woff, 16), u32x8, 4) : nullptr;
+  for (int g = 0; g < 4; ++g) {
+    Value* qq = b.load_at(w, b.addc(woff, qs_off + 32 * g), u32x8, 4);
+    for (int h = 0; h < 2; ++h) {
+      Value* v = b.andc(h ? b.shrc(qq, 4) : qq, 0x0F0F0F0F);
+      if (q5) v = b.bit_or(v, b.shlc(b.andc(b.shrc(qh, 2 * g + h), 0x01010101), 4));
+      r.v[2 * g + h] = b.bitcast(v, ir::Type::vector(Scalar::kI32, 8));
+    }
+  }
+  return r;
+}
 
 Result<Generated> generate_matmul_cpu_tiles(const Shape& s, const Schedule& sch, std::string_view op_name) {
   MatKernel m = mat_kernel(s, sch, "{}_{}_tiles", op_name);

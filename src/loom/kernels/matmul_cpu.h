@@ -7,6 +7,7 @@
 
 #include "loom/gguf/ggml_types.h"
 #include "loom/kernels/op_spec.h"
+#include "loom/kernels/op_util.h"
 
 namespace loom::kernels {
 
@@ -41,6 +42,19 @@ Result<Generated> generate_matmul_cpu_amx(const Shape& s, const Schedule& sch, s
 // Whether the AMX kernel takes the shape here: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K weights, n_tokens
 // >= 16, n_out a multiple of 16, and codegen::cpu_amx_usable().
 bool matmul_amx_takes(const Shape& s);
+
+// A Q4_K/Q5_K weight block as the cpp matmul kernels read it (the tiles and the AMX kernel):
+// d, dmin (f32), the 6-bit scales and mins per sub-block (i32), the mins also as f32x8 (Q4_K's in
+// the tiles' lane order 0,2,4,6,1,3,5,7), and each sub-block's 32 quants as i32x8.
+struct KRow {
+  ir::Value* dw;
+  ir::Value* dm;
+  ir::Value* sc[8];
+  ir::Value* mi[8];
+  ir::Value* mn;
+  ir::Value* v[8];
+};
+KRow k_row(Emit& b, bool q5, ir::Value* w, ir::Value* woff);
 
 // The token-lane kernel's scratch (a kernel's shared memory, at most the IR's 48 KiB): bytes per
 // 32-element block and group of 8 tokens (exact: tok_lanes 1). Rows with more blocks than it holds
