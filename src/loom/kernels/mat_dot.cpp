@@ -31,11 +31,6 @@ Value* dot32(Emit& b, Value* w32, Value* x32) {
   return b.dot4(w32, x32, b.c(kI32x8, 0));
 }
 
-// An f16 at a byte offset as f32 (convert is exact; on the cpp target it is vcvtph2ps).
-Value* f16_at(Emit& b, Value* base, Value* off) {
-  Value* bits = b.load_at(base, off, ty::s(Scalar::kU16), 2);
-  return b.convert(b.bitcast(bits, ty::s(Scalar::kF16)), ty::f32);
-}
 
 // Eight bf16 values at a byte offset as f32x8 (exact: the 16 bits become the high half).
 Value* bf16x8_at(Emit& b, Value* base, Value* off) {
@@ -109,6 +104,12 @@ Value* iq4nl_lanes(Emit& b, Value* q, Value* y, Value* ysum) {
 }
 
 }  // namespace
+
+// An f16 at a byte offset as f32 (convert is exact; on the cpp target it is vcvtph2ps).
+Value* f16_at(Emit& b, Value* base, Value* off) {
+  Value* bits = b.load_at(base, off, ty::s(Scalar::kU16), 2);
+  return b.convert(b.bitcast(bits, ty::s(Scalar::kF16)), ty::f32);
+}
 
 void k4_scales_mins(Emit& b, Value* const q[12], Value* sc[8], Value* mn[8]) {
   for (int j = 0; j < 8; ++j) {

@@ -58,6 +58,8 @@ ir::Value* q8_bytes_no_min(Emit& b, ir::Value* y);
 // elements 4c..4c+3, as dot_step reads them: nibbles (with Q5's fifth bit), 0..31, no offset;
 // Q8_0's signed bytes.
 ir::Value* dot_quants(Emit& b, const DotFormat& f, ir::Value* w, ir::Value* woff);
+// An f16 at a byte offset of a byte pointer as f32 (convert: exact; vcvtph2ps on the cpp target).
+ir::Value* f16_at(Emit& b, ir::Value* base, ir::Value* off);
 
 std::vector<ir::Value*> dot_step(Emit& b, const DotFormat& f, ir::Value* w, ir::Value* woff, const DotX& x,
                                  std::span<ir::Value* const> acc);

@@ -148,12 +148,12 @@ Result<Generated> generate_matmul_cpu_amx(const Shape& s, const Schedule& sch, s
           const int64_t o = wt == GgmlType::Q4_0 ? 0x08080808 : wt == GgmlType::Q5_0 ? 0x10101010 : 0;
           if (o) q = b.bit_xor(b.sub(b.bit_or(q, b.c(u32x8, 0x80808080)), b.c(u32x8, o)), b.c(u32x8, 0x80808080));
           put_words(gi, i, q, 8);
-          put_scale(gi, i, b.load_f16(wr, woff), af.has_min ? b.load_f16(wr, b.addc(woff, 2)) : nullptr);
+          put_scale(gi, i, f16_at(b, wr, woff), af.has_min ? f16_at(b, wr, b.addc(woff, 2)) : nullptr);
         } else if (wt == GgmlType::Q6_K) {
           // 16 sub-blocks of 16 with int8 scales; values (4 low bits | 2 high bits << 4) - 32. Half n
           // (128 values) from ql[64n..], qh[32n..]: chunk c (32 values, sub-blocks 8n + 2c, +1) takes
           // the low (c even) or high (c odd) nibbles of ql[64n + 32 (c % 2)..] and bits 2c, 2c+1 of qh.
-          Value* d = b.load_f16(wr, b.addc(woff, 208));
+          Value* d = f16_at(b, wr, b.addc(woff, 208));
           for (int n = 0; n < 2; ++n) {
             const ir::Type u8x32 = ir::Type::vector(Scalar::kU8, 32);
             Value* qh = b.bitcast(b.load_at(wr, b.addc(woff, 128 + 32 * n), u8x32, 1), u32x8);
@@ -257,8 +257,8 @@ Result<Generated> generate_matmul_cpu_amx(const Shape& s, const Schedule& sch, s
           } else {
             for (int64_t s = 0; s < step; ++s) {
               Value* xo = b.add(xtok, b.mul(b.addc(g0, s), i32c(f.x_bytes)));
-              a = b.fma(b.mul(dot(s), ws[static_cast<size_t>(s)]), b.splat(b.load_f16(xq, xo), 16), a);
-              if (af.has_min) a = b.fma(wm[static_cast<size_t>(s)], b.splat(b.load_f16(xq, b.addc(xo, 2)), 16), a);  // Q8_1's s
+              a = b.fma(b.mul(dot(s), ws[static_cast<size_t>(s)]), b.splat(f16_at(b, xq, xo), 16), a);
+              if (af.has_min) a = b.fma(wm[static_cast<size_t>(s)], b.splat(f16_at(b, xq, b.addc(xo, 2)), 16), a);  // Q8_1's s
             }
           }
           next.push_back(a);
