@@ -677,7 +677,8 @@ GoldenRun dot4_lanes(std::mt19937& rng) {
   return run;
 }
 
-// See wgmma_tile.loom: d = a b^T (64 x 32 f16 each, f32 out) per tile on the warpgroup MMA.
+// See wgmma_tile.loom: d = a b^T (64 x 32 f16 each, f32 out) per tile on the warpgroup MMA (and
+// wgmma_rs_tile.loom: the same with A's fragments in registers).
 // Small integers times powers of two keep every product and sum exact in f32.
 GoldenRun wgmma_tile(std::mt19937& rng) {
   const int tiles = uniform_int(rng, 1, 4);
@@ -811,6 +812,7 @@ const std::vector<GoldenCase>& golden_cases() {
       {"async_copy_tile", true, async_copy_tile},
       {"ldmatrix_t_tile", false, ldmatrix_t_tile},
       {"wgmma_tile", false, wgmma_tile},
+      {"wgmma_rs_tile", false, wgmma_tile},  // the same product, A from registers
       {"int_div_pow2", true, int_div_pow2},
       {"amx_tile", true, amx_tile, true},
   };

@@ -230,6 +230,11 @@ const BadCase kBadCases[] = {
      "5:3", "'wgmma' core-matrix strides must be positive multiples of 16 bytes below 2^18, got 8 and 512"},
     {"wgmma without sbo", WG_HEAD "  %z = const 0.0 : f32x4\n  %d = wgmma %s[%i], %s[%i], %z, lbo 128\n}\n",
      "5:41", "expected ',' and 'sbo BYTES', got end of line"},
+    {"wgmma_rs with an f32x4 A fragment", WG_HEAD "  %z = const 0.0 : f32x4\n  %d = wgmma_rs %z, %s[%i], %z, lbo 128, sbo 512\n}\n",
+     "5:3", "'wgmma_rs' takes its A fragment as f16x8, got f32x4"},
+    {"wgmma_rs with B in global memory", WG_HEAD "  %z = const 0.0 : f32x4\n  %h = const 0.0 : f16x8\n"
+     "  %d = wgmma_rs %h, %a[%i], %z, lbo 128, sbo 512\n}\n",
+     "6:3", "'wgmma_rs' reads its B tile from ptr<shared, f16>, got ptr<global, f32>"},
 #undef WG_HEAD
     {"amx_dp_i8 on one tile twice", KERNEL_HEAD "  amx_dp_i8 0, 1, 1\n}\n", "2:3",
      "'amx_dp_i8' needs three different tiles, got 0, 1, 1"},

@@ -83,6 +83,11 @@ Value* Builder::wgmma(Value* a, Value* ai, Value* b, Value* bi, Value* c, int64_
   r->def->imm = lbo | (sbo << 32);
   return r;
 }
+Value* Builder::wgmma_rs(Value* a, Value* b, Value* bi, Value* c, int64_t lbo, int64_t sbo) {
+  Value* r = op(Op::kWgmmaRs, {a, b, bi, c});
+  r->def->imm = lbo | (sbo << 32);
+  return r;
+}
 void Builder::wgmma_fence() { op_no_result(Op::kWgmmaFence, {}); }
 void Builder::wgmma_commit() { op_no_result(Op::kWgmmaCommit, {}); }
 void Builder::wgmma_wait(int pending) { op_no_result(Op::kWgmmaWait, {})->imm = pending; }

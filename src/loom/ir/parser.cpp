@@ -520,8 +520,9 @@ class Parser {
         LOOM_ASSIGN_OR_RETURN(inst->imm, small_int("the number of groups left pending (0 to 8)"));
         break;
       }
-      case Op::kWgmma: {  // wgmma %a[%i], %b[%j], %c, lbo L, sbo S
-        LOOM_RETURN_IF_ERROR(ptr_index());
+      case Op::kWgmma:      // wgmma %a[%i], %b[%j], %c, lbo L, sbo S
+      case Op::kWgmmaRs: {  // wgmma_rs %a, %b[%j], %c, lbo L, sbo S
+        LOOM_RETURN_IF_ERROR(*op == Op::kWgmmaRs ? operand() : ptr_index());
         LOOM_RETURN_IF_ERROR(expect(Tok::kComma, "',' and the B tile"));
         LOOM_RETURN_IF_ERROR(ptr_index());
         LOOM_RETURN_IF_ERROR(expect(Tok::kComma, "',' and the accumulators"));

@@ -163,6 +163,19 @@ class Printer {
           out_ += fmt::format(", lbo {}, sbo {}", inst.imm & 0xFFFFFFFF, inst.imm >> 32);
         }
         break;
+      case Op::kWgmmaRs:  // wgmma_rs %a, %b[%j], %c, lbo L, sbo S
+        if (ops.size() == 4) {
+          out_ += ' ';
+          value(ops[0]);
+          out_ += ", ";
+          value(ops[1]);
+          out_ += '[';
+          value(ops[2]);
+          out_ += "], ";
+          value(ops[3]);
+          out_ += fmt::format(", lbo {}, sbo {}", inst.imm & 0xFFFFFFFF, inst.imm >> 32);
+        }
+        break;
       case Op::kAmxZero:
       case Op::kAmxLoad:
       case Op::kAmxStore:

@@ -78,7 +78,7 @@ Type infer_result_type(Op op, std::span<const Type> ts) {
     case TypeRule::kMma:
       return at(2) == Type::vector(Scalar::kI32, 4) ? Type::vector(Scalar::kI32, 4) : Type::vector(Scalar::kF32, 4);
     case TypeRule::kLdmatrix: return Type::vector(Scalar::kF16, 8);
-    case TypeRule::kWgmma: return at(4);
+    case TypeRule::kWgmma: return at(op == Op::kWgmmaRs ? 3 : 4);
     default: return Type();
   }
 }
@@ -299,19 +299,26 @@ std::string check_inst_types(const Inst& inst, bool check_results) {
       if (inst.imm < 0 || inst.imm > 8) return fmt::format("'{}' leaves 0 to 8 groups pending, not {}", info.name, inst.imm);
       return "";
     case TypeRule::kWgmma: {
-      for (size_t i : {size_t{0}, size_t{2}})
+      // wgmma: A [ai], B [bi], C; wgmma_rs: A in registers, B [bi], C.
+      const bool rs = inst.op == Op::kWgmmaRs;
+      const size_t bp = rs ? 1 : 2, cp = rs ? 3 : 4;
+      if (rs && t(0) != Type::vector(Scalar::kF16, 8))
+        return fmt::format("'wgmma_rs' takes its A fragment as f16x8, got {}", t(0).str());
+      for (size_t i : {size_t{0}, bp}) {
+        if (rs && i == 0) continue;
         if (!t(i).is_pointer() || t(i).addr_space() != AddrSpace::kShared || t(i).elem() != Scalar::kF16)
-          return fmt::format("'wgmma' reads its A and B tiles from ptr<shared, f16>, got {}", t(i).str());
-      if (t(1) != Type::scalar(Scalar::kI32) || t(3) != Type::scalar(Scalar::kI32))
-        return fmt::format("'wgmma' indices must be i32, got {} and {}", t(1).str(), t(3).str());
-      const int lanes = t(4).is_vector() ? t(4).lanes() : 0;
-      if (t(4).elem() != Scalar::kF32 || (lanes != 4 && lanes != 8 && lanes != 16 && lanes != 32 && lanes != 64))
-        return fmt::format("'wgmma' accumulates f32x4, x8, x16, x32 or x64 (n = 8 .. 128), got {}", t(4).str());
+          return fmt::format("'{}' reads its {} from ptr<shared, f16>, got {}", info.name, rs ? "B tile" : "A and B tiles", t(i).str());
+      }
+      if ((!rs && t(1) != Type::scalar(Scalar::kI32)) || t(bp + 1) != Type::scalar(Scalar::kI32))
+        return fmt::format("'{}' indices must be i32, got {}", info.name, t(bp + 1).str());
+      const int lanes = t(cp).is_vector() ? t(cp).lanes() : 0;
+      if (t(cp).elem() != Scalar::kF32 || (lanes != 4 && lanes != 8 && lanes != 16 && lanes != 32 && lanes != 64))
+        return fmt::format("'{}' accumulates f32x4, x8, x16, x32 or x64 (n = 8 .. 128), got {}", info.name, t(cp).str());
       const int64_t lbo = inst.imm & 0xFFFFFFFF, sbo = inst.imm >> 32;
       for (int64_t v : {lbo, sbo})
         if (v <= 0 || v % 16 != 0 || v >= (int64_t{1} << 18))
-          return fmt::format("'wgmma' core-matrix strides must be positive multiples of 16 bytes below 2^18, got {} and {}", lbo, sbo);
-      return want(t(4));
+          return fmt::format("'{}' core-matrix strides must be positive multiples of 16 bytes below 2^18, got {} and {}", info.name, lbo, sbo);
+      return want(t(cp));
     }
     case TypeRule::kAmxTile:
     case TypeRule::kAmxMem: {

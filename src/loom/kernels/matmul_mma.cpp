@@ -101,7 +101,7 @@ class MatmulMmaOp final : public OpSpec {
       if (s.at("n_in") % kt == 0) kts.push_back(kt);
     return {{"warps_m", {1, 2, 4}}, {"warps_n", {1, 2, 4}}, {"k_tile", kts}, {"warp_m_tiles", {2, 4}},
             {"warp_n_tiles", {4, 8}}, {"pipeline", {0, 1, 2}}, {"ldsm", {0, 1}}, {"wgmma", {0, 1}},
-            {"wg_m", {1, 2}}, {"wg_n", {64, 128}}};
+            {"wg_m", {1, 2}}, {"wg_n", {64, 128}}, {"wg_rs", {0, 1}}, {"stages", {2, 3, 4}}};
   }
   // k_tile: the k elements staged per barrier pair (per barrier when pipelined). pipeline = 0
   // ignores warp_n_tiles and ldsm (its warps hold 32 tokens). Wider tiles put more loads in flight per
@@ -127,19 +127,20 @@ class MatmulMmaOp final : public OpSpec {
     // matmul_mmq (the engine's default) 9998 in the same lease.
     if (s.dims.count("wgmma") && s.at("wgmma") == 1)
       return {{"warps_m", 2}, {"warps_n", 1}, {"k_tile", n_in % 64 ? 32 : 64}, {"warp_m_tiles", 2}, {"warp_n_tiles", 4},
-              {"pipeline", 2}, {"ldsm", 0}, {"wgmma", 1}, {"wg_m", 2}, {"wg_n", nt >= 128 ? 128 : 64}};
+              {"pipeline", 2}, {"ldsm", 0}, {"wgmma", 1}, {"wg_m", 2}, {"wg_n", nt >= 128 ? 128 : 64}, {"wg_rs", 0}, {"stages", 2}};
     if (planar && s.at("wtype") == static_cast<int64_t>(GgmlType::Q4_0) && nt >= 64 && n_in >= 1024 && n_out >= 1024 &&
         n_in % 64 == 0)
       return {{"warps_m", 4}, {"warps_n", nt >= 128 ? 2 : 1}, {"k_tile", 64}, {"warp_m_tiles", 2},
-              {"warp_n_tiles", 8}, {"pipeline", 2}, {"ldsm", 1}, {"wgmma", 0}, {"wg_m", 2}, {"wg_n", 128}};
+              {"warp_n_tiles", 8}, {"pipeline", 2}, {"ldsm", 1}, {"wgmma", 0}, {"wg_m", 2}, {"wg_n", 128}, {"wg_rs", 0}, {"stages", 2}};
     return {{"warps_m", 2}, {"warps_n", nt >= 128 ? 4 : nt >= 64 ? 2 : 1}, {"k_tile", kt}, {"warp_m_tiles", 2},
-            {"warp_n_tiles", 4}, {"pipeline", 0}, {"ldsm", 0}, {"wgmma", 0}, {"wg_m", 2}, {"wg_n", 128}};
+            {"warp_n_tiles", 4}, {"pipeline", 0}, {"ldsm", 0}, {"wgmma", 0}, {"wg_m", 2}, {"wg_n", 128}, {"wg_rs", 0}, {"stages", 2}};
   }
 
   Result<Generated> generate(const Shape& s, const Schedule& sch, ir::TargetKind target) const override {
     LOOM_RETURN_IF_ERROR(validate(s));
     LOOM_RETURN_IF_ERROR(check_schedule(schedule_space(s, target), sch));
-    if (target == ir::TargetKind::kPtx && sch.count("wgmma") && sch.at("wgmma") == 1) return generate_wgmma(s, sch);
+    if (target == ir::TargetKind::kPtx && sch.count("wgmma") && sch.at("wgmma") == 1)
+      return sch.count("wg_rs") && sch.at("wg_rs") == 1 ? generate_wgmma_rs(s, sch) : generate_wgmma(s, sch);
     if (target == ir::TargetKind::kPtx && sch.count("pipeline") && sch.at("pipeline") >= 1) return generate_pipe(s, sch);
     if (target == ir::TargetKind::kPtx) return generate_mma(s, sch);
     return generate_scalar(s, sch, target);
@@ -419,6 +420,187 @@ class MatmulMmaOp final : public OpSpec {
     }
     mma::store_c(b, tile, frags, y, n_out, nt);
     g.launches.push_back(mma::mma_launch(kname, tile, n_out, nt));
+    return g;
+  }
+
+  // PTX, Hopper's warpgroup MMA with the weights in registers (wgmma = 1, wg_rs = 1; Q4_0 in the
+  // planar layout, others take generate_wgmma): wg_m warpgroups of 64 weight rows x wg_n tokens
+  // per CTA. The raw weight blocks (16 bytes of nibbles and the f16 scale per 32 values) and the
+  // f16 activation tile stream into shared memory with cp.async through `stages` buffers, so
+  // the loads of stages - 1 k steps are in flight while one is multiplied; each thread unpacks
+  // its own A fragments (its two rows' nibbles into f16 pairs, times the block scale) straight
+  // into registers, and wgmma_rs multiplies them with the activation tile (8 x 8 core matrices).
+  // Nothing is dequantized into shared memory, and one barrier per k step. The grid runs the
+  // token tiles of a row tile side by side, so each weight tile streams from memory once.
+  Result<Generated> generate_wgmma_rs(const Shape& s, const Schedule& sch) const {
+    const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
+    MFormat f{};
+    m_format(wt, &f);
+    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
+    const WLayout L = layout_of(s, wt, n_in, n_out, f.block_elems, f.block_bytes);
+    const int64_t wgs = sch.count("wg_m") ? sch.at("wg_m") : 2, bn = sch.count("wg_n") ? sch.at("wg_n") : 128;
+    const int64_t bm = 64 * wgs, threads = 128 * wgs;
+    const int64_t stages = sch.count("stages") ? sch.at("stages") : 2;
+    int64_t kt = sch.count("k_tile") ? sch.at("k_tile") : 64;
+    const int64_t nbw = n_in / 32;  // Q4_0 blocks per row
+    // Halves (activations), bytes (weight nibbles), halves (scales) per stage.
+    // Per row and stage the scales take 2 nblk bytes, at least 4 (cp.async's smallest copy: with
+    // one block per stage, the even-odd pair of scales that holds it).
+    auto stage_bytes = [&](int64_t k) { return bn * k * 2 + bm * k / 2 + bm * std::max<int64_t>(4, k / 16); };
+    while (kt > 32 && stages * stage_bytes(kt) > 48 * 1024) kt /= 2;
+    if (wt != GgmlType::Q4_0 || !L.planar || !x_is_f16(s) || n_in % kt || n_in % 64 || kt > 128 ||
+        stages * stage_bytes(kt) > 48 * 1024 || (n_out + bm - 1) / bm > 65535)
+      return generate_wgmma(s, sch);
+    const int64_t c16 = kt / 16, c8 = kt / 8, nblk = kt / 32, dbytes = std::max<int64_t>(4, 2 * nblk);
+    const int64_t xsz = bn * kt, wsz = bm * kt / 2, dsz = bm * dbytes;  // per stage: halves, bytes, bytes
+    const int64_t nxi = bn * c8, nwi = bm * nblk;                      // 16-byte copies per stage
+    if (nxi % threads || (nwi > threads ? nwi % threads : threads % nwi)) return generate_wgmma(s, sch);
+    Generated g;
+    const std::string kname = fmt::format("matmul_mma_{}", llm::ggml_type_name(wt));
+    ir::Kernel* k = g.module.add_kernel(kname);
+    k->max_threads = static_cast<int>(threads);
+    k->min_blocks = 2;  // two CTAs per SM: one's wgmma run while the other unpacks or waits
+    Emit b(*k);
+    Value* w = b.param(Type::pointer(AddrSpace::kConstant, Scalar::kU8), "w");
+    Value* x = b.param(ty::gptr(Scalar::kF16), "x");
+    Value* y = b.param(ty::gptr(Scalar::kF32), "y");
+    Value* sx = b.alloc_shared(Scalar::kF16, stages * xsz);
+    Value* sw = b.alloc_shared(Scalar::kU8, stages * wsz);
+    Value* sd = b.alloc_shared(Scalar::kU8, stages * dsz);
+    MmaTile tile = mma::mma_tile(b, 4 * wgs, 1, 1, bn / 8);
+    // Token tiles along grid x, row tiles along y (see above).
+    tile.n0 = b.mul(b.block_id(Mode::kX), b.i32(static_cast<int32_t>(bn)));
+    tile.m0 = b.mul(b.block_id(Mode::kY), b.i32(static_cast<int32_t>(bm)));
+    Value *tid = tile.tid, *m0 = tile.m0, *n0 = tile.n0, *gq = tile.gq, *qq = tile.qq;
+    auto i32c = [&](int64_t v) { return b.i32(static_cast<int32_t>(v)); };
+    // A weight row's nblk 16-byte blocks sit in slots blk ^ (row / (8 / nblk)) % nblk of its
+    // 16 nblk bytes, so that the 8 rows of a fragment load fall in 8 different bank groups.
+    auto wslot = [&](Value* row, Value* blk) {
+      if (nblk == 1) return b.mulc(row, 16);
+      return b.add(b.mulc(row, 16 * nblk), b.mulc(b.bit_xor(blk, b.rem(b.div(row, i32c(8 / nblk)), i32c(nblk))), 16));
+    };
+    // Copies: activation chunk c = (token group, k chunk, token in group) with 8 consecutive
+    // threads on 8 tokens of one chunk; weight copy c = (row, block), the row's blocks adjacent.
+    std::vector<std::pair<Value*, Value*>> xcp;  // (shared half index, global token row clamped)
+    std::vector<Value*> xk;                      // the chunk's k offset within the tile
+    for (int64_t j = 0; j < nxi / threads; ++j) {
+      Value* c = b.addc(tid, j * threads);
+      Value* tok = b.add(b.mulc(b.div(c, i32c(8 * c8)), 8), b.rem(c, b.i32(8)));
+      Value* kc = b.rem(b.div(c, b.i32(8)), i32c(c8));
+      Value* at = b.add(b.mulc(b.add(b.mulc(b.div(tok, b.i32(8)), c8), kc), 64), b.mulc(b.rem(tok, b.i32(8)), 8));
+      xcp.push_back({at, b.min(b.add(n0, tok), i32c(nt - 1))});
+      xk.push_back(b.mulc(kc, 8));
+    }
+    const int64_t wper = std::max<int64_t>(1, nwi / threads);
+    Value* wvalid = nwi < threads ? b.cmp(Mode::kLt, tid, i32c(nwi)) : nullptr;
+    const int64_t nblk_all = n_out * nbw;
+    auto issue = [&](Value* slot, Value* kk) {
+      for (size_t j = 0; j < xcp.size(); ++j) {
+        Value* gi = b.add(b.mul(xcp[j].second, i32c(n_in)), b.add(kk, xk[j]));
+        b.cp_async(sx, b.add(b.mulc(slot, xsz), xcp[j].first), x, gi, 16);
+      }
+      Value* kb = b.div(kk, b.i32(32));
+      auto weights = [&] {
+        for (int64_t j = 0; j < wper; ++j) {
+          Value* c = b.addc(tid, j * threads);
+          Value* row = b.div(c, i32c(nblk));
+          Value* blk = b.rem(c, i32c(nblk));
+          Value* r = b.convert(b.min(b.add(m0, row), i32c(n_out - 1)), ty::i64);
+          Value* gblk = b.add(b.mul(r, b.i64(nbw)), b.convert(b.add(kb, blk), ty::i64));
+          b.cp_async(sw, b.add(b.mulc(slot, wsz), wslot(row, blk)), w, b.mul(gblk, b.i64(16)), 16);
+          // The row's scales (f16; dbytes from an even block, rows hold an even number): one
+          // copy per row.
+          Value* first = b.cmp(Mode::kEq, blk, b.i32(0));
+          b.if_then_else(first, {}, [&] {
+            Value* even = nblk == 1 ? b.bit_and(gblk, b.i64(-2)) : gblk;
+            b.cp_async(sd, b.add(b.mulc(slot, dsz), b.mulc(row, dbytes)), w, b.add(b.i64(16 * nblk_all), b.mul(even, b.i64(2))),
+                       static_cast<int>(dbytes));
+            return std::vector<Value*>{};
+          });
+        }
+      };
+      if (wvalid) {
+        b.if_then_else(wvalid, {}, [&] {
+          weights();
+          return std::vector<Value*>{};
+        });
+      } else {
+        weights();
+      }
+      b.cp_async_commit();
+    };
+    // This thread's fragment rows (of the CTA tile) and its bytes within a block.
+    Value* wrow = b.add(b.mulc(b.div(tid, b.i32(32)), 16), gq);
+    Value* sh = b.convert(b.mulc(b.rem(qq, b.i32(2)), 16), ty::u32);
+    Value* wq_lo = b.mulc(b.div(qq, b.i32(2)), 4);  // byte of the word with bytes 2q, 2q + 1
+    const Type h2 = Type::vector(Scalar::kF16, 2);
+    Value* bias = b.const_float(h2, 1032.0);
+    for (int64_t p = 0; p < stages - 1; ++p) issue(i32c(p), i32c(std::min(p * kt, n_in - kt)));
+    Value* init = b.const_float(Type::vector(Scalar::kF32, static_cast<int>(bn / 2)), 0.0);
+    const int64_t lbo = 128, sbo = c8 * 128;
+    auto acc = b.for_loop(b.i32(0), i32c(n_in / kt), b.i32(1), {init}, [&](Value* step, std::span<Value* const> it) {
+      Value* slot = b.rem(step, i32c(stages));
+      b.cp_async_wait(static_cast<int>(stages - 2));
+      b.fence_async_shared();
+      b.barrier();
+      // The buffer of k step step + stages - 1 was last read in step - 1, which every thread
+      // finished (its wgmma waited for) before the barrier.
+      issue(b.rem(b.addc(step, stages - 1), i32c(stages)), b.mulc(b.min(b.addc(step, stages - 1), i32c(n_in / kt - 1)), kt));
+      // A fragments: per block, rows wrow and wrow + 8: the words with bytes 2q, 2q + 1 and
+      // 2q + 8, 2q + 9, shifted down to the low half; low nibbles are k step 0 of the block,
+      // high nibbles step 1. A nibble n OR 0x6400 is the half 1024 + n; minus 1032 is n - 8.
+      std::vector<Value*> frags;
+      Value* wbase = b.mulc(slot, wsz);
+      Value* dbase = b.mulc(slot, dsz);
+      // One block per stage: its scale is the odd one of the pair for odd steps.
+      Value* dodd = nblk == 1 ? b.mulc(b.andc(step, 1), 2) : b.i32(0);
+      for (int64_t blk = 0; blk < nblk; ++blk) {
+        std::array<std::array<Value*, 2>, 2> pair_lo{}, pair_hi{};  // [row half][word] for low / high nibbles
+        for (int h = 0; h < 2; ++h) {
+          Value* row = b.addc(wrow, 8 * h);
+          Value* at = b.add(wbase, b.add(wslot(row, i32c(blk)), wq_lo));
+          Value* d = b.bitcast(b.load_at(sd, b.add(b.add(dbase, dodd), b.addc(b.mulc(row, dbytes), 2 * blk)), ty::u16, 2), ty::f16);
+          Value* d2 = b.build({d, d});
+          for (int wd = 0; wd < 2; ++wd) {
+            Value* word = b.load_at(sw, b.addc(at, 8 * wd), ty::u32, 4);
+            Value* v = b.andc(b.shr(word, sh), 0xFFFF);
+            Value* u = b.bit_or(v, b.shlc(v, 8));
+            auto half2 = [&](Value* bits) {
+              Value* hv = b.bitcast(b.bit_or(b.andc(bits, 0x000F000F), b.c(ty::u32, 0x64006400)), h2);
+              return b.mul(b.sub(hv, bias), d2);
+            };
+            pair_lo[h][wd] = half2(u);
+            pair_hi[h][wd] = half2(b.shrc(u, 4));
+          }
+        }
+        for (const auto* pr : {&pair_lo, &pair_hi}) {
+          std::vector<Value*> l8;
+          for (int wd = 0; wd < 2; ++wd)
+            for (int h = 0; h < 2; ++h) {
+              l8.push_back(b.extract((*pr)[h][wd], 0));
+              l8.push_back(b.extract((*pr)[h][wd], 1));
+            }
+          frags.push_back(b.build(l8));
+        }
+      }
+      Value* a = it[0];
+      Value* xb = b.mulc(slot, xsz);
+      b.wgmma_fence();
+      for (int64_t ks = 0; ks < c16; ++ks) a = b.wgmma_rs(frags[static_cast<size_t>(ks)], sx, b.addc(xb, 128 * ks), a, lbo, sbo);
+      b.wgmma_commit();
+      b.wgmma_wait(0);
+      return std::vector<Value*>{a};
+    });
+    std::vector<Value*> out;
+    for (int64_t j = 0; j < bn / 8; ++j) {
+      std::vector<Value*> l4;
+      for (int i = 0; i < 4; ++i) l4.push_back(b.extract(acc[0], static_cast<int>(4 * j + i)));
+      out.push_back(b.build(l4));
+    }
+    mma::store_c(b, tile, out, y, n_out, nt);
+    KernelLaunch l = mma::mma_launch(kname, tile, n_out, nt);
+    l.grid = {static_cast<uint32_t>((nt + bn - 1) / bn), static_cast<uint32_t>((n_out + bm - 1) / bm), 1};
+    g.launches.push_back(l);
     return g;
   }
 

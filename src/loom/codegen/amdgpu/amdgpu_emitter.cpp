@@ -504,6 +504,7 @@ class FunctionEmitter {
       case Op::kLdmatrix:
       case Op::kLdmatrixT:
       case Op::kWgmma:
+      case Op::kWgmmaRs:
       case Op::kWgmmaFence:
       case Op::kWgmmaCommit:
       case Op::kWgmmaWait:

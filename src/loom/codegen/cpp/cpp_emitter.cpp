@@ -1133,6 +1133,7 @@ class CppEmitter {
       case Op::kLdmatrix:
       case Op::kLdmatrixT:
       case Op::kWgmma:
+      case Op::kWgmmaRs:
       case Op::kWgmmaFence:
       case Op::kWgmmaCommit:
       case Op::kWgmmaWait:

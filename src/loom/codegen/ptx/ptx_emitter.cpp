@@ -407,14 +407,18 @@ Status KernelEmitter::inst(const Inst& in) {
       return Status();
     }
     case Op::kCpAsyncCommit: line("cp.async.commit_group;"); return Status();
-    case Op::kWgmma: {
+    case Op::kWgmma:
+    case Op::kWgmmaRs: {
       // Descriptors (PTX matrix-descriptor format, no swizzle): bits 0-13 the start address >> 4
       // (shared window), 16-29 lbo >> 4 (next core matrix along k), 32-45 sbo >> 4 (along rows).
+      // wgmma_rs: A is four b32 words of f16 pairs (operand 0), B's descriptor only.
+      const bool rs = in.op == Op::kWgmmaRs;
       const int64_t lbo = in.imm & 0xFFFFFFFF, sbo = in.imm >> 32;
       const uint64_t strides = (static_cast<uint64_t>(lbo >> 4) << 16) | (static_cast<uint64_t>(sbo >> 4) << 32);
       std::string desc[2];
-      for (int m = 0; m < 2; ++m) {
-        auto [base, off] = address_parts(in.operands[2 * m], in.operands[2 * m + 1], 0);
+      for (int m = rs ? 1 : 0; m < 2; ++m) {
+        const size_t p = rs ? 1 : 2 * static_cast<size_t>(m);
+        auto [base, off] = address_parts(in.operands[p], in.operands[p + 1], 0);
         std::string a = new_reg(RC::kB64);
         desc[m] = new_reg(RC::kB64);
         line(fmt::format("add.s64 {}, {}, {};", a, base, off));
@@ -425,7 +429,17 @@ Status KernelEmitter::inst(const Inst& in) {
       // The accumulators are read and written in place. Where C dies at this wgmma and lives in
       // this block (a chain of wgmma, or a loop's carried value), the result takes C's registers:
       // a copy would read accumulators that an earlier wgmma of the chain may still be writing.
-      const Value* cv = in.operands[4];
+      if (rs) {
+        const auto& a = regs_[in.operands[0]->id];
+        std::string words;
+        for (size_t i = 0; i < a.size(); i += 2) {
+          std::string w = new_reg(RC::kB32);
+          line(fmt::format("mov.b32 {}, {{{}, {}}};", w, a[i], a[i + 1]));
+          words += (i ? ", " : "") + w;
+        }
+        desc[0] = "{" + words + "}";
+      }
+      const Value* cv = in.operands[rs ? 3 : 4];
       if (uses_[cv->id] == 1 && home_[cv->id] == cur_block_) {
         regs_[r->id] = regs_[cv->id];
       } else {
@@ -440,8 +454,8 @@ Status KernelEmitter::inst(const Inst& in) {
       line("{");
       line(".reg .pred %pw;");
       line("setp.ne.b32 %pw, 1, 0;");
-      line(fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.f16.f16 {{{}}}, {}, {}, %pw, 1, 1, 0, 0;", 2 * d.size(), dl,
-                       desc[0], desc[1]));
+      line(fmt::format("wgmma.mma_async.sync.aligned.m64n{}k16.f32.f16.f16 {{{}}}, {}, {}, %pw, 1, 1, {}0;", 2 * d.size(), dl,
+                       desc[0], desc[1], rs ? "" : "0, "));
       line("}");
       return Status();
     }
@@ -546,7 +560,7 @@ Result<std::string> emit_ptx(const ir::Module& module, std::string_view arch, co
   // uses it is emitted for sm_90a and refused for other architectures.
   bool wgmma = false;
   for (const auto& k : lowered.kernels)
-    ir::walk(k->body, [&](const ir::Inst* i) { wgmma |= i->op == ir::Op::kWgmma; });
+    ir::walk(k->body, [&](const ir::Inst* i) { wgmma |= i->op == ir::Op::kWgmma || i->op == ir::Op::kWgmmaRs; });
   if (wgmma && arch != "sm_90")
     return unimplemented("'wgmma' is not supported by the ptx target for {} (Hopper's sm_90a only)", arch);
   const std::string target = wgmma ? "sm_90a" : std::string(arch);
