@@ -18,6 +18,7 @@ variants=${PM_VARIANTS:-"wgmma=1,wg_rs=1"}
 nt=${PM_TOKENS:-512}
 wtype=${PM_WTYPE:-2}
 res="$out/prompt_matmul.jsonl"
+export LOOM_THREADS=${LOOM_THREADS:-$(nproc)}  # the reference checks before each timing
 bench() {  # op shape schedule label
   local op="$1" shape="$2" sched="$3" label="$4"
   timeout 180 "$bin/loom" ops bench "$op" --device cuda:0 --shape "$shape" ${sched:+--schedule "$sched"} --reps 50 --warmup 5 --json 2>/dev/null |

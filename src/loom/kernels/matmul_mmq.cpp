@@ -25,6 +25,7 @@
 #include <tuple>
 #include <utility>
 
+#include "loom/base/thread_pool.h"
 #include "loom/gguf/planar.h"
 #include "loom/gguf/quant.h"
 #include "loom/kernels/mma_tile.h"
@@ -414,7 +415,8 @@ class MatmulMmqOp final : public OpSpec {
     }
     a[2].bytes.resize(static_cast<size_t>(nt * n_out * 4));
     const llm::ref::WeightView wv{wt, wb, n_in, n_out, row};
-    return llm::ref::matmul_q8_1(wv, a[1].bytes.data(), nt, reinterpret_cast<float*>(a[2].bytes.data()), nullptr);
+    ThreadPool pool(default_thread_count());  // $LOOM_THREADS: an 8B model's matrices are 10^10 products
+    return llm::ref::matmul_q8_1(wv, a[1].bytes.data(), nt, reinterpret_cast<float*>(a[2].bytes.data()), &pool);
   }
 
   std::vector<Shape> test_shapes() const override {
