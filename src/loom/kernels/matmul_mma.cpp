@@ -434,37 +434,39 @@ class MatmulMmaOp final : public OpSpec {
     return g;
   }
 
-  // PTX, Hopper's warpgroup MMA with the weights in registers (wgmma = 1, wg_rs = 1; Q4_0 in the
-  // planar layout, others take generate_wgmma): wg_m warpgroups of 64 weight rows x wg_n tokens
-  // per CTA. The raw weight blocks (16 bytes of nibbles and the f16 scale per 32 values) and the
-  // f16 activation tile stream into shared memory with cp.async through `stages` buffers, so
-  // the loads of stages - 1 k steps are in flight while one is multiplied; each thread unpacks
-  // its own A fragments (its two rows' nibbles into f16 pairs, times the block scale) straight
-  // into registers, and wgmma_rs multiplies them with the activation tile (8 x 8 core matrices).
-  // Nothing is dequantized into shared memory, and one barrier per k step. The grid runs the
-  // token tiles of a row tile side by side, so each weight tile streams from memory once.
+  // PTX, Hopper's warpgroup MMA with the weights in registers (wgmma = 1, wg_rs = 1; Q4_0 and Q4_K
+  // in the planar layout, others take generate_wgmma): wg_m warpgroups of 64 weight rows x wg_n
+  // tokens per CTA. The raw weight bytes (16-byte pieces of nibbles, and per row the Q4_0 scales
+  // or the Q4_K super-block header) and the f16 activation tile stream into shared memory with
+  // cp.async through `stages` buffers, so the loads of stages - 1 k steps are in flight while one
+  // is multiplied; each thread unpacks its own A fragments (its two rows' nibbles into f16 pairs,
+  // scaled) straight into registers, and wgmma_rs multiplies them with the activation tile (8 x 8
+  // core matrices). Nothing is dequantized into shared memory, and one barrier per k step. The
+  // grid runs the token tiles of a row tile side by side, so each weight tile streams from memory
+  // once.
   Result<Generated> generate_wgmma_rs(const Shape& s, const Schedule& sch) const {
     const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
     MFormat f{};
     m_format(wt, &f);
     const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
     const WLayout L = layout_of(s, wt, n_in, n_out, f.block_elems, f.block_bytes);
+    const bool q4k = wt == GgmlType::Q4_K;
     const int64_t wgs = sch.count("wg_m") ? sch.at("wg_m") : 2, bn = sch.count("wg_n") ? sch.at("wg_n") : 128;
     const int64_t bm = 64 * wgs, threads = 128 * wgs;
     const int64_t stages = sch.count("stages") ? sch.at("stages") : 2;
     int64_t kt = sch.count("k_tile") ? sch.at("k_tile") : 64;
-    const int64_t nbw = n_in / 32;  // Q4_0 blocks per row
-    // Halves (activations), bytes (weight nibbles), halves (scales) per stage.
-    // Per row and stage the scales take 2 nblk bytes, at least 4 (cp.async's smallest copy: with
-    // one block per stage, the even-odd pair of scales that holds it).
-    auto stage_bytes = [&](int64_t k) { return bn * k * 2 + bm * k / 2 + bm * std::max<int64_t>(4, k / 16); };
-    while (kt > 32 && stages * stage_bytes(kt) > 48 * 1024) kt /= 2;
-    if (wt != GgmlType::Q4_0 || !L.planar || !x_is_f16(s) || n_in % kt || n_in % 64 || kt > 128 ||
+    // Per row and stage the header: Q4_0 the 2 kt / 32 bytes of scales, at least 4 (cp.async's
+    // smallest copy: with one block per stage, the even-odd pair of scales that holds it); Q4_K
+    // the 16-byte super-block header (a stage never spans two super-blocks).
+    auto hdr_bytes = [&](int64_t k) { return q4k ? int64_t{16} : std::max<int64_t>(4, k / 16); };
+    auto stage_bytes = [&](int64_t k) { return bn * k * 2 + bm * k / 2 + bm * hdr_bytes(k); };
+    while (kt > (q4k ? 64 : 32) && stages * stage_bytes(kt) > 48 * 1024) kt /= 2;
+    if ((wt != GgmlType::Q4_0 && !q4k) || !L.planar || !x_is_f16(s) || n_in % kt || n_in % 64 || kt > 128 || (q4k && kt < 64) ||
         stages * stage_bytes(kt) > 48 * 1024 || (n_out + bm - 1) / bm > 65535)
       return generate_wgmma(s, sch);
-    const int64_t c16 = kt / 16, c8 = kt / 8, nblk = kt / 32, dbytes = std::max<int64_t>(4, 2 * nblk);
-    const int64_t xsz = bn * kt, wsz = bm * kt / 2, dsz = bm * dbytes;  // per stage: halves, bytes, bytes
-    const int64_t nxi = bn * c8, nwi = bm * nblk;                      // 16-byte copies per stage
+    const int64_t c16 = kt / 16, c8 = kt / 8, nq = kt / 32, hb = hdr_bytes(kt);
+    const int64_t xsz = bn * kt, wsz = bm * kt / 2, dsz = bm * hb;  // per stage: halves, bytes, bytes
+    const int64_t nxi = bn * c8, nwi = bm * nq;                      // 16-byte copies per stage
     if (nxi % threads || (nwi > threads ? nwi % threads : threads % nwi)) return generate_wgmma(s, sch);
     Generated g;
     const std::string kname = fmt::format("matmul_mma_{}", llm::ggml_type_name(wt));
@@ -484,14 +486,14 @@ class MatmulMmaOp final : public OpSpec {
     tile.m0 = b.mul(b.block_id(Mode::kY), b.i32(static_cast<int32_t>(bm)));
     Value *tid = tile.tid, *m0 = tile.m0, *n0 = tile.n0, *gq = tile.gq, *qq = tile.qq;
     auto i32c = [&](int64_t v) { return b.i32(static_cast<int32_t>(v)); };
-    // A weight row's nblk 16-byte blocks sit in slots blk ^ (row / (8 / nblk)) % nblk of its
-    // 16 nblk bytes, so that the 8 rows of a fragment load fall in 8 different bank groups.
-    auto wslot = [&](Value* row, Value* blk) {
-      if (nblk == 1) return b.mulc(row, 16);
-      return b.add(b.mulc(row, 16 * nblk), b.mulc(b.bit_xor(blk, b.rem(b.div(row, i32c(8 / nblk)), i32c(nblk))), 16));
+    // A weight row's nq 16-byte pieces sit in slots pc ^ (row / (8 / nq)) % nq of its 16 nq
+    // bytes, so that the 8 rows of a fragment load fall in 8 different bank groups.
+    auto wslot = [&](Value* row, Value* pc) {
+      if (nq == 1) return b.mulc(row, 16);
+      return b.add(b.mulc(row, 16 * nq), b.mulc(b.bit_xor(pc, b.rem(b.div(row, i32c(8 / nq)), i32c(nq))), 16));
     };
     // Copies: activation chunk c = (token group, k chunk, token in group) with 8 consecutive
-    // threads on 8 tokens of one chunk; weight copy c = (row, block), the row's blocks adjacent.
+    // threads on 8 tokens of one chunk; weight copy c = (row, piece), the row's pieces adjacent.
     std::vector<std::pair<Value*, Value*>> xcp;  // (shared half index, global token row clamped)
     std::vector<Value*> xk;                      // the chunk's k offset within the tile
     for (int64_t j = 0; j < nxi / threads; ++j) {
@@ -504,28 +506,35 @@ class MatmulMmaOp final : public OpSpec {
     }
     const int64_t wper = std::max<int64_t>(1, nwi / threads);
     Value* wvalid = nwi < threads ? b.cmp(Mode::kLt, tid, i32c(nwi)) : nullptr;
-    const int64_t nblk_all = n_out * nbw;
+    const int64_t nb = n_in / f.block_elems, nblk_all = n_out * nb;
     auto issue = [&](Value* slot, Value* kk) {
       for (size_t j = 0; j < xcp.size(); ++j) {
         Value* gi = b.add(b.mul(xcp[j].second, i32c(n_in)), b.add(kk, xk[j]));
         b.cp_async(sx, b.add(b.mulc(slot, xsz), xcp[j].first), x, gi, 16);
       }
-      Value* kb = b.div(kk, b.i32(32));
       auto weights = [&] {
         for (int64_t j = 0; j < wper; ++j) {
           Value* c = b.addc(tid, j * threads);
-          Value* row = b.div(c, i32c(nblk));
-          Value* blk = b.rem(c, i32c(nblk));
+          Value* row = b.div(c, i32c(nq));
+          Value* pc = b.rem(c, i32c(nq));
           Value* r = b.convert(b.min(b.add(m0, row), i32c(n_out - 1)), ty::i64);
-          Value* gblk = b.add(b.mul(r, b.i64(nbw)), b.convert(b.add(kb, blk), ty::i64));
-          b.cp_async(sw, b.add(b.mulc(slot, wsz), wslot(row, blk)), w, b.mul(gblk, b.i64(16)), 16);
-          // The row's scales (f16; dbytes from an even block, rows hold an even number): one
-          // copy per row.
-          Value* first = b.cmp(Mode::kEq, blk, b.i32(0));
+          // Q4_0: block kk / 32 + pc; Q4_K: super-block kk / 256, piece (kk % 256) / 32 + pc.
+          Value *src, *hsrc;
+          if (q4k) {
+            Value* gb = b.add(b.mul(r, b.i64(nb)), b.convert(b.div(kk, b.i32(256)), ty::i64));
+            Value* piece = b.convert(b.add(b.div(b.rem(kk, b.i32(256)), b.i32(32)), pc), ty::i64);
+            src = b.mul(b.add(b.mul(piece, b.i64(nblk_all)), gb), b.i64(16));
+            hsrc = b.add(b.i64(8 * 16 * nblk_all), b.mul(gb, b.i64(16)));
+          } else {
+            Value* gb = b.add(b.mul(r, b.i64(nb)), b.convert(b.add(b.div(kk, b.i32(32)), pc), ty::i64));
+            src = b.mul(gb, b.i64(16));
+            // hb bytes of scales from an even block (rows hold an even number of blocks).
+            hsrc = b.add(b.i64(16 * nblk_all), b.mul(nq == 1 ? b.bit_and(gb, b.i64(-2)) : gb, b.i64(2)));
+          }
+          b.cp_async(sw, b.add(b.mulc(slot, wsz), wslot(row, pc)), w, src, 16);
+          Value* first = b.cmp(Mode::kEq, pc, b.i32(0));  // one header copy per row
           b.if_then_else(first, {}, [&] {
-            Value* even = nblk == 1 ? b.bit_and(gblk, b.i64(-2)) : gblk;
-            b.cp_async(sd, b.add(b.mulc(slot, dsz), b.mulc(row, dbytes)), w, b.add(b.i64(16 * nblk_all), b.mul(even, b.i64(2))),
-                       static_cast<int>(dbytes));
+            b.cp_async(sd, b.add(b.mulc(slot, dsz), b.mulc(row, hb)), w, hsrc, static_cast<int>(hb));
             return std::vector<Value*>{};
           });
         }
@@ -540,12 +549,12 @@ class MatmulMmaOp final : public OpSpec {
       }
       b.cp_async_commit();
     };
-    // This thread's fragment rows (of the CTA tile) and its bytes within a block.
+    // This thread's fragment rows (of the CTA tile) and its bytes within a piece.
     Value* wrow = b.add(b.mulc(b.div(tid, b.i32(32)), 16), gq);
     Value* sh = b.convert(b.mulc(b.rem(qq, b.i32(2)), 16), ty::u32);
     Value* wq_lo = b.mulc(b.div(qq, b.i32(2)), 4);  // byte of the word with bytes 2q, 2q + 1
     const Type h2 = Type::vector(Scalar::kF16, 2);
-    Value* bias = b.const_float(h2, 1032.0);
+    Value* bias = b.const_float(h2, q4k ? 1024.0 : 1032.0);
     for (int64_t p = 0; p < stages - 1; ++p) issue(i32c(p), i32c(std::min(p * kt, n_in - kt)));
     Value* init = b.const_float(Type::vector(Scalar::kF32, static_cast<int>(bn / 2)), 0.0);
     const int64_t lbo = 128, sbo = c8 * 128;
@@ -557,41 +566,65 @@ class MatmulMmaOp final : public OpSpec {
       // The buffer of k step step + stages - 1 was last read in step - 1, which every thread
       // finished (its wgmma waited for) before the barrier.
       issue(b.rem(b.addc(step, stages - 1), i32c(stages)), b.mulc(b.min(b.addc(step, stages - 1), i32c(n_in / kt - 1)), kt));
-      // A fragments: per block, rows wrow and wrow + 8: the words with bytes 2q, 2q + 1 and
-      // 2q + 8, 2q + 9, shifted down to the low half; low nibbles are k step 0 of the block,
-      // high nibbles step 1. A nibble n OR 0x6400 is the half 1024 + n; minus 1032 is n - 8.
-      std::vector<Value*> frags;
+      // A fragments. Per piece pc and row (wrow, wrow + 8): the words with bytes 2q, 2q + 1 and
+      // 2q + 8, 2q + 9, shifted down to the low half. A nibble n OR 0x6400 is the half 1024 + n:
+      // Q4_0 (block pc: low nibbles k step 2 pc, high 2 pc + 1): minus 1032 is n - 8, times d;
+      // Q4_K (piece pc of pair pc / 2 holds values 16 (pc % 2) .. of its two sub-blocks: low
+      // nibbles the first, k step 4 (pc / 2) + pc % 2, high the second, 2 more): minus 1024 is n,
+      // times d sc minus dmin m of the sub-block.
       Value* wbase = b.mulc(slot, wsz);
       Value* dbase = b.mulc(slot, dsz);
-      // One block per stage: its scale is the odd one of the pair for odd steps.
-      Value* dodd = nblk == 1 ? b.mulc(b.andc(step, 1), 2) : b.i32(0);
-      for (int64_t blk = 0; blk < nblk; ++blk) {
-        std::array<std::array<Value*, 2>, 2> pair_lo{}, pair_hi{};  // [row half][word] for low / high nibbles
+      std::vector<Value*> frags(static_cast<size_t>(c16));
+      // Scales per row half and sub-block of the stage (f16x2 of one value twice).
+      std::array<std::vector<std::pair<Value*, Value*>>, 2> scl;
+      for (int h = 0; h < 2; ++h) {
+        Value* row = b.addc(wrow, 8 * h);
+        if (q4k) {
+          Value* hdr = b.load_at(sd, b.add(dbase, b.mulc(row, 16)), Type::vector(Scalar::kU32, 4), 16);
+          for (int64_t pi = 0; pi < nq / 2; ++pi) {
+            Value* pp = b.addc(b.div(b.rem(b.mulc(step, kt), b.i32(256)), b.i32(64)), pi);
+            for (const auto& [ds, dm] : mma::q4k_pair_scales(b, hdr, pp)) {
+              Value* dsh = b.convert(ds, ty::f16), *dmh = b.convert(dm, ty::f16);
+              scl[h].push_back({b.build({dsh, dsh}), b.build({dmh, dmh})});
+            }
+          }
+        } else {
+          // One block per stage: its scale is the odd one of the pair for odd steps.
+          Value* dodd = nq == 1 ? b.mulc(b.andc(step, 1), 2) : b.i32(0);
+          for (int64_t pc = 0; pc < nq; ++pc) {
+            Value* d = b.bitcast(b.load_at(sd, b.add(b.add(dbase, dodd), b.addc(b.mulc(row, hb), 2 * pc)), ty::u16, 2), ty::f16);
+            scl[h].push_back({b.build({d, d}), nullptr});
+          }
+        }
+      }
+      for (int64_t pc = 0; pc < nq; ++pc) {
+        std::array<std::array<Value*, 2>, 2> part_lo{}, part_hi{};  // [row half][word] for low / high nibbles
         for (int h = 0; h < 2; ++h) {
-          Value* row = b.addc(wrow, 8 * h);
-          Value* at = b.add(wbase, b.add(wslot(row, i32c(blk)), wq_lo));
-          Value* d = b.bitcast(b.load_at(sd, b.add(b.add(dbase, dodd), b.addc(b.mulc(row, dbytes), 2 * blk)), ty::u16, 2), ty::f16);
-          Value* d2 = b.build({d, d});
+          Value* at = b.add(wbase, b.add(wslot(b.addc(wrow, 8 * h), i32c(pc)), wq_lo));
+          const auto& sc_lo = scl[h][static_cast<size_t>(q4k ? 2 * (pc / 2) : pc)];
+          const auto& sc_hi = scl[h][static_cast<size_t>(q4k ? 2 * (pc / 2) + 1 : pc)];
           for (int wd = 0; wd < 2; ++wd) {
             Value* word = b.load_at(sw, b.addc(at, 8 * wd), ty::u32, 4);
             Value* v = b.andc(b.shr(word, sh), 0xFFFF);
             Value* u = b.bit_or(v, b.shlc(v, 8));
-            auto half2 = [&](Value* bits) {
-              Value* hv = b.bitcast(b.bit_or(b.andc(bits, 0x000F000F), b.c(ty::u32, 0x64006400)), h2);
-              return b.mul(b.sub(hv, bias), d2);
+            auto half2 = [&](Value* bits, const std::pair<Value*, Value*>& sc) {
+              Value* hv = b.mul(b.sub(b.bitcast(b.bit_or(b.andc(bits, 0x000F000F), b.c(ty::u32, 0x64006400)), h2), bias), sc.first);
+              return sc.second ? b.sub(hv, sc.second) : hv;
             };
-            pair_lo[h][wd] = half2(u);
-            pair_hi[h][wd] = half2(b.shrc(u, 4));
+            part_lo[h][wd] = half2(u, sc_lo);
+            part_hi[h][wd] = half2(b.shrc(u, 4), sc_hi);
           }
         }
-        for (const auto* pr : {&pair_lo, &pair_hi}) {
+        for (int hi = 0; hi < 2; ++hi) {
+          const auto& pr = hi ? part_hi : part_lo;
           std::vector<Value*> l8;
           for (int wd = 0; wd < 2; ++wd)
             for (int h = 0; h < 2; ++h) {
-              l8.push_back(b.extract((*pr)[h][wd], 0));
-              l8.push_back(b.extract((*pr)[h][wd], 1));
+              l8.push_back(b.extract(pr[h][wd], 0));
+              l8.push_back(b.extract(pr[h][wd], 1));
             }
-          frags.push_back(b.build(l8));
+          const int64_t ks = q4k ? 4 * (pc / 2) + 2 * hi + pc % 2 : 2 * pc + hi;
+          frags[static_cast<size_t>(ks)] = b.build(l8);
         }
       }
       Value* a = it[0];

@@ -28,6 +28,7 @@
 #include "loom/base/thread_pool.h"
 #include "loom/gguf/planar.h"
 #include "loom/gguf/quant.h"
+#include "loom/kernels/mma_dequant.h"
 #include "loom/kernels/mma_tile.h"
 #include "loom/kernels/moe_groups.h"
 #include "loom/kernels/op_list.h"
@@ -214,26 +215,6 @@ std::vector<Value*> load_pair_q4k(Emit& b, Value* w, bool planar, int64_t rows, 
   Value* hdr = planar ? b.add(b.i64(8 * 16 * nblk), b.mul(g, b.i64(16))) : b.mul(g, b.i64(144));
   out.push_back(b.load_at(w, hdr, u32x4, 16));
   out.push_back(pp);
-  return out;
-}
-
-// The f32 scale d * sc and min dmin * m of both units of a Q4_K pair from its super-block header
-// (get_scale_min_k4 for sub-blocks j = 2 pp and 2 pp + 1: bytes j % 4 of the scale words 0, 1, 2).
-std::array<std::pair<Value*, Value*>, 2> pair_q4k_scales(Emit& b, Value* hdr, Value* pp) {
-  Value* dd = b.extract(hdr, 0);
-  Value* d = f16_bits_to_f32(b, b.convert(b.andc(dd, 0xFFFF), ty::u16));
-  Value* dmin = f16_bits_to_f32(b, b.convert(b.shrc(dd, 16), ty::u16));
-  Value* lo = b.cmp(Mode::kLt, pp, b.i32(2));
-  std::array<std::pair<Value*, Value*>, 2> out;
-  for (int h = 0; h < 2; ++h) {
-    Value* sh = b.convert(b.addc(b.mulc(b.rem(pp, b.i32(2)), 16), 8 * h), ty::u32);  // 8 (j % 4)
-    Value* a = b.shr(b.extract(hdr, 1), sh);
-    Value* bb = b.shr(b.extract(hdr, 2), sh);
-    Value* c = b.shr(b.extract(hdr, 3), sh);
-    Value* sc = b.select(lo, b.andc(a, 63), b.bit_or(b.andc(c, 0xF), b.shlc(b.andc(b.shrc(a, 6), 3), 4)));
-    Value* mn = b.select(lo, b.andc(bb, 63), b.bit_or(b.andc(b.shrc(c, 4), 0xF), b.shlc(b.andc(b.shrc(bb, 6), 3), 4)));
-    out[static_cast<size_t>(h)] = {b.mul(d, b.convert(sc, ty::f32)), b.mul(dmin, b.convert(mn, ty::f32))};
-  }
   return out;
 }
 
@@ -646,7 +627,7 @@ class MatmulMmqOp final : public OpSpec {
         Value* r = b.min(b.add(m0, lr), i32c(n_out - 1));
         std::vector<Value*> ld = load_pair_q4k(b, w, is_planar(s), n_out, n_in, r, b.add(kblk, b.mulc(lp, 2)));
         st->stores.push_back([&b, &guarded, ld, lr, lp, valid, sw, bm, wq, wd, wmn] {
-          std::array<std::pair<Value*, Value*>, 2> sc = pair_q4k_scales(b, ld[2], ld[3]);
+          std::array<std::pair<Value*, Value*>, 2> sc = mma::q4k_pair_scales(b, ld[2], ld[3]);
           guarded(valid, [&] {
             for (int h = 0; h < 2; ++h) {
               b.store(wq, b.add(b.mulc(lr, sw), b.addc(b.mulc(lp, 8), 4 * h)), b.bitcast(ld[h], Type::vector(Scalar::kI32, 4)), 16);

@@ -342,4 +342,25 @@ std::vector<Value*> dequant16(Emit& b, GgmlType t, Value* w, const WLayout& L, V
   return dequant16_split(b, t, w, L, r, k0)();
 }
 
+// The f32 scale d * sc and min dmin * m of both units of a Q4_K pair from its super-block header
+// (get_scale_min_k4 for sub-blocks j = 2 pp and 2 pp + 1: bytes j % 4 of the scale words 0, 1, 2).
+std::array<std::pair<Value*, Value*>, 2> q4k_pair_scales(Emit& b, Value* hdr, Value* pp) {
+  auto f16_bits_to_f32 = [](Emit& e, Value* h) { return e.convert(e.bitcast(h, ty::f16), ty::f32); };
+  Value* dd = b.extract(hdr, 0);
+  Value* d = f16_bits_to_f32(b, b.convert(b.andc(dd, 0xFFFF), ty::u16));
+  Value* dmin = f16_bits_to_f32(b, b.convert(b.shrc(dd, 16), ty::u16));
+  Value* lo = b.cmp(Mode::kLt, pp, b.i32(2));
+  std::array<std::pair<Value*, Value*>, 2> out;
+  for (int h = 0; h < 2; ++h) {
+    Value* sh = b.convert(b.addc(b.mulc(b.rem(pp, b.i32(2)), 16), 8 * h), ty::u32);  // 8 (j % 4)
+    Value* a = b.shr(b.extract(hdr, 1), sh);
+    Value* bb = b.shr(b.extract(hdr, 2), sh);
+    Value* c = b.shr(b.extract(hdr, 3), sh);
+    Value* sc = b.select(lo, b.andc(a, 63), b.bit_or(b.andc(c, 0xF), b.shlc(b.andc(b.shrc(a, 6), 3), 4)));
+    Value* mn = b.select(lo, b.andc(bb, 63), b.bit_or(b.andc(b.shrc(c, 4), 0xF), b.shlc(b.andc(b.shrc(bb, 6), 3), 4)));
+    out[static_cast<size_t>(h)] = {b.mul(d, b.convert(sc, ty::f32)), b.mul(dmin, b.convert(mn, ty::f32))};
+  }
+  return out;
+}
+
 }  // namespace loom::kernels::mma

@@ -3,7 +3,9 @@
 // two parts (loads, then arithmetic) so that a pipelined kernel can keep loads in flight.
 #pragma once
 
+#include <array>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "loom/gguf/planar.h"
@@ -41,5 +43,10 @@ Unpack16 dequant16_split(Emit& b, llm::GgmlType t, ir::Value* w, const WLayout& 
                          bool f16_out = false);
 // Loads and arithmetic together.
 std::vector<ir::Value*> dequant16(Emit& b, llm::GgmlType t, ir::Value* w, const WLayout& L, ir::Value* r, ir::Value* k0);
+
+// The f32 scale d * sc and min dmin * m of sub-blocks 2 pp and 2 pp + 1 of a Q4_K super-block
+// from its 16-byte header as u32x4 (d | dmin << 16, then the 12 bytes of 6-bit scales and mins);
+// pp (i32) is the pair 0..3.
+std::array<std::pair<ir::Value*, ir::Value*>, 2> q4k_pair_scales(Emit& b, ir::Value* hdr, ir::Value* pp);
 
 }  // namespace loom::kernels::mma
