@@ -7,7 +7,8 @@
 #   2. pp512 of each model under every variant of PREFILL_VARIANTS: "default" (the built-in
 #      choice), "int8" (matmul_mmq for every format it takes: LOOM_PREFILL_MATMUL=int8), "KNOBS"
 #      (the same with LOOM_SCHEDULE=matmul_mmq:KNOBS merged into its default), "f16" or
-#      "f16:KNOBS" (LOOM_PREFILL_MATMUL=f16: matmul_mma, with LOOM_SCHEDULE=matmul_mma:KNOBS):
+#      "f16:KNOBS" (LOOM_PREFILL_MATMUL=f16: matmul_mma, with LOOM_SCHEDULE=matmul_mma:KNOBS),
+#      "wgmma" or "wgmma:KNOBS" (LOOM_PREFILL_MATMUL=wgmma: matmul_mma on Hopper's warpgroup MMA):
 #      $OUT/prefill_sweep.jsonl
 #   3. the best variant per model: the engine on cuda against the CPU reference under the 8B
 #      Q4_0 model's best (test_exec), then `loom bench -r 3` (pp512, tg128) per model under its
@@ -42,6 +43,8 @@ variant_env() {
     int8) m=int8 ;;
     f16) m=f16 ;;
     f16:*) m=f16; sched="matmul_mma:${v#f16:}" ;;
+    wgmma) m=wgmma ;;
+    wgmma:*) m=wgmma; sched="matmul_mma:${v#wgmma:}" ;;
     *) m=int8; sched="matmul_mmq:$v" ;;
   esac
   LOOM_PREFILL_MATMUL="$m" LOOM_SCHEDULE="$sched" "$@"
