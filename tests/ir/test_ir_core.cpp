@@ -231,8 +231,8 @@ const BadCase kBadCases[] = {
     {"wgmma without sbo", WG_HEAD "  %z = const 0.0 : f32x4\n  %d = wgmma %s[%i], %s[%i], %z, lbo 128\n}\n",
      "5:41", "expected ',' and 'sbo BYTES', got end of line"},
     {"wgmma_rs with an f32x4 A fragment", WG_HEAD "  %z = const 0.0 : f32x4\n  %d = wgmma_rs %z, %s[%i], %z, lbo 128, sbo 512\n}\n",
-     "5:3", "'wgmma_rs' takes its A fragment as f16x8, got f32x4"},
-    {"wgmma_rs with B in global memory", WG_HEAD "  %z = const 0.0 : f32x4\n  %h = const 0.0 : f16x8\n"
+     "5:3", "'wgmma_rs' takes its A fragment as u32x4 (four f16 pairs), got f32x4"},
+    {"wgmma_rs with B in global memory", WG_HEAD "  %z = const 0.0 : f32x4\n  %h = const 0 : u32x4\n"
      "  %d = wgmma_rs %h, %a[%i], %z, lbo 128, sbo 512\n}\n",
      "6:3", "'wgmma_rs' reads its B tile from ptr<shared, f16>, got ptr<global, f32>"},
 #undef WG_HEAD

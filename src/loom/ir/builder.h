@@ -96,7 +96,7 @@ class Builder {
   void cp_async_wait(int pending);
   // Hopper warpgroup MMA (see Op::kWgmma): c + A B^T, strides lbo / sbo in bytes.
   Value* wgmma(Value* a, Value* ai, Value* b, Value* bi, Value* c, int64_t lbo, int64_t sbo);
-  // The same with the A fragment in registers (f16x8, see Op::kWgmmaRs).
+  // The same with the A fragment in registers (u32x4 of f16 pairs, see Op::kWgmmaRs).
   Value* wgmma_rs(Value* a, Value* b, Value* bi, Value* c, int64_t lbo, int64_t sbo);
   void wgmma_fence();
   void wgmma_commit();

@@ -41,7 +41,7 @@ enum class TypeRule : uint8_t {
   kCpAsync,     // (ptr<shared, T>, index, ptr<global|constant, T>, index), bytes (immediate 4, 8, 16): no result
   kCpAsyncWait, // no operands, pending groups (immediate 0..8): no result
   kWgmma,       // (ptr<shared, f16> A, index, ptr<shared, f16> B, index, f32xN C) -> f32xN; strides (immediate)
-                // (wgmma_rs: (f16x8 A, ptr<shared, f16> B, index, f32xN C) -> f32xN)
+                // (wgmma_rs: (u32x4 A, ptr<shared, f16> B, index, f32xN C) -> f32xN)
   kAmxTile,     // no operands: a tile register and its shape, or three tiles (immediate): no result
   kAmxMem,      // (ptr, index, stride in bytes): a tile register and its shape (immediate): no result
   kFor,         // (lo, hi, step, inits...) -> types of inits; region(iv, iters...)
@@ -161,10 +161,10 @@ enum TargetMask : uint8_t { kOnPtx = 1, kOnCpp = 2, kOnAmdgpu = 4, kOnAll = 7 };
   /* wgmma_commit after, and wgmma_wait N before its result is read (N: groups left pending);   */ \
   /* shared memory written by ordinary stores needs fence_async_shared before the barrier.     */ \
   X(kWgmma, "wgmma", 5, kWgmma, kAny, kNone, kSideEffects | kConvergent, kOnPtx)              \
-  /* wgmma_rs: the same with A from registers (f16x8 per thread: of warp w's rows 16w + g and */ \
-  /* 16w + g + 8, g = lane / 4, the halves at k 2q, 2q + 1 and 2q + 8, 2q + 9, q = lane % 4,  */ \
-  /* in the order (g, 2q), (g + 8, 2q), (g, 2q + 8), (g + 8, 2q + 8), pairs as mma's A).     */ \
-  /* Its registers must not change until wgmma_wait says the wgmma is done.                  */ \
+  /* wgmma_rs: the same with A from registers, u32x4 per thread: four f16 pairs (low half at */ \
+  /* the lower k) of warp w's rows 16w + g and 16w + g + 8, g = lane / 4, at k 2q, 2q + 1 and */ \
+  /* 2q + 8, 2q + 9, q = lane % 4, in the order (g, 2q), (g + 8, 2q), (g, 2q + 8),           */ \
+  /* (g + 8, 2q + 8). Built before the wgmma_fence; unchanged until wgmma_wait says done.    */ \
   X(kWgmmaRs, "wgmma_rs", 4, kWgmma, kAny, kNone, kSideEffects | kConvergent, kOnPtx)         \
   X(kWgmmaFence, "wgmma_fence", 0, kNone, kAny, kNone, kSideEffects | kConvergent, kOnPtx)      \
   X(kWgmmaCommit, "wgmma_commit", 0, kNone, kAny, kNone, kSideEffects | kConvergent, kOnPtx)    \

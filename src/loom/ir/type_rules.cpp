@@ -302,8 +302,8 @@ std::string check_inst_types(const Inst& inst, bool check_results) {
       // wgmma: A [ai], B [bi], C; wgmma_rs: A in registers, B [bi], C.
       const bool rs = inst.op == Op::kWgmmaRs;
       const size_t bp = rs ? 1 : 2, cp = rs ? 3 : 4;
-      if (rs && t(0) != Type::vector(Scalar::kF16, 8))
-        return fmt::format("'wgmma_rs' takes its A fragment as f16x8, got {}", t(0).str());
+      if (rs && t(0) != Type::vector(Scalar::kU32, 4))
+        return fmt::format("'wgmma_rs' takes its A fragment as u32x4 (four f16 pairs), got {}", t(0).str());
       for (size_t i : {size_t{0}, bp}) {
         if (rs && i == 0) continue;
         if (!t(i).is_pointer() || t(i).addr_space() != AddrSpace::kShared || t(i).elem() != Scalar::kF16)

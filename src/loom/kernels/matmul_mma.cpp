@@ -617,14 +617,11 @@ class MatmulMmaOp final : public OpSpec {
         }
         for (int hi = 0; hi < 2; ++hi) {
           const auto& pr = hi ? part_hi : part_lo;
-          std::vector<Value*> l8;
+          std::vector<Value*> words;  // (g, 2q), (g + 8, 2q), (g, 2q + 8), (g + 8, 2q + 8)
           for (int wd = 0; wd < 2; ++wd)
-            for (int h = 0; h < 2; ++h) {
-              l8.push_back(b.extract(pr[h][wd], 0));
-              l8.push_back(b.extract(pr[h][wd], 1));
-            }
+            for (int h = 0; h < 2; ++h) words.push_back(b.bitcast(pr[h][wd], ty::u32));
           const int64_t ks = q4k ? 4 * (pc / 2) + 2 * hi + pc % 2 : 2 * pc + hi;
-          frags[static_cast<size_t>(ks)] = b.build(l8);
+          frags[static_cast<size_t>(ks)] = b.build(words);
         }
       }
       Value* a = it[0];

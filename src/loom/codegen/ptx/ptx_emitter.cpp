@@ -429,15 +429,9 @@ Status KernelEmitter::inst(const Inst& in) {
       // The accumulators are read and written in place. Where C dies at this wgmma and lives in
       // this block (a chain of wgmma, or a loop's carried value), the result takes C's registers:
       // a copy would read accumulators that an earlier wgmma of the chain may still be writing.
-      if (rs) {
+      if (rs) {  // the four b32 words as they are (packed before the wgmma_fence)
         const auto& a = regs_[in.operands[0]->id];
-        std::string words;
-        for (size_t i = 0; i < a.size(); i += 2) {
-          std::string w = new_reg(RC::kB32);
-          line(fmt::format("mov.b32 {}, {{{}, {}}};", w, a[i], a[i + 1]));
-          words += (i ? ", " : "") + w;
-        }
-        desc[0] = "{" + words + "}";
+        desc[0] = fmt::format("{{{}, {}, {}, {}}}", a[0], a[1], a[2], a[3]);
       }
       const Value* cv = in.operands[rs ? 3 : 4];
       if (uses_[cv->id] == 1 && home_[cv->id] == cur_block_) {
