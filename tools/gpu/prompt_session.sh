@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# One GPU-machine call for a prompt-matmul change, in the order that matters when device time is
+# short (binaries staged in .gpu by tools/gpu/build.sh here; carry ".gpu" and ".gpu-llama"):
+#   1. llama.cpp's CUDA build starts in the background (tools/gpu/llama_peer.sh build), the
+#      synthetic 8B models (Q4_0, Q4_K_M-like) are written in the background
+#   2. correctness: the IR goldens through the CUDA driver (wgmma_rs_tile among them), matmul_mma's
+#      op tests under each schedule of PS_SCHEDULES
+#   3. tools/gpu/prompt_matmul.sh: the 8B matrices one by one, PS_SCHEDULES beside matmul_mmq and
+#      torch's fp16 GEMM
+#   4. tools/gpu/prefill.sh sweep: pp512 of both models under PS_VARIANTS
+#   5. if llama.cpp's build has finished by then: llama-bench pp512 on both files (same session)
+# Each step is cut off so that the whole ends within PS_BUDGET seconds (default 580).
+# Run there: bash tools/gpu/prompt_session.sh
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/stage_env.sh"
+t0=$(date +%s)
+left() { echo $(( ${PS_BUDGET:-580} - ($(date +%s) - t0) )); }
+rc=0
+bash tools/gpu/llama_peer.sh build "${PS_LLAMA_JOBS:-12}" > /dev/null 2>&1
+mkdir -p /tmp/models
+( for q in q4_0 q4_k; do
+    f=/tmp/models/synth-llama3-8b-$q.gguf
+    [[ -f "$f" ]] || { "$bin/loom" model synth --arch llama --shape llama3-8b --quant $q -o "$f.tmp" && mv "$f.tmp" "$f"; }
+  done > /tmp/synth.log 2>&1 & )
+nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader | tee "$out/device.txt"
+export LOOM_THREADS=$(nproc)
+echo "=== IR goldens on the GPU ($(left) s left)"
+"$bin/test_ir" --gtest_filter='Golden/PtxOnGpu.*' 2>&1 | grep -E "FAILED|PASSED|got" | head -12
+[[ ${PIPESTATUS[0]} -ne 0 ]] && rc=1
+schedules=${PS_SCHEDULES:-"wgmma=1,wg_rs=1 wgmma=1,wg_rs=1,wg_n=64"}
+for s in $schedules; do
+  echo "=== matmul_mma op tests, $s"
+  timeout 100 "$bin/loom" ops test matmul_mma --device cuda:0 --schedule "$s" > "$out/ops_$s.log" 2>&1 || rc=1
+  grep -E "^(FAIL|ERROR)" "$out/ops_$s.log" | head -5
+  tail -1 "$out/ops_$s.log"
+done
+echo "=== per matrix ($(left) s left)"
+PM_VARIANTS="$schedules" timeout $(( $(left) - 240 )) bash tools/gpu/prompt_matmul.sh 2>&1 | tail -25 || rc=1
+while [[ ! -f /tmp/models/synth-llama3-8b-q4_k.gguf && $(left) -gt 200 ]]; do sleep 5; done
+echo "=== pp512 sweep ($(left) s left)"
+PREFILL_MODELS="llama3-8b:q4_0 llama3-8b:q4_k" PREFILL_VARIANTS="${PS_VARIANTS:-default wgmma:wg_rs=1}" \
+  timeout $(( $(left) - 60 )) bash tools/gpu/prefill.sh sweep 2>&1 | grep -v "^===" | tail -8 || rc=1
+if [[ -x /tmp/llama-cuda/build/bin/llama-bench && $(left) -gt 40 ]]; then
+  echo "=== llama.cpp pp512 ($(left) s left)"
+  LLAMA_PEER_FLAGS="-p 512 -n 0" timeout $(( $(left) - 5 )) bash tools/gpu/llama_peer.sh bench /tmp/models/synth-llama3-8b-q4_0.gguf \
+    /tmp/models/synth-llama3-8b-q4_k.gguf 2>&1 | tail -4 || rc=1
+else
+  echo "llama.cpp not built yet ($(tail -1 /tmp/llama-cuda/build.log 2>/dev/null)); $(left) s left"
+fi
+echo "commit $commit, exit $rc, $(( $(date +%s) - t0 )) s"
+exit $rc
