@@ -9,6 +9,7 @@
 #      torch's fp16 GEMM
 #   4. tools/gpu/prefill.sh sweep: pp512 of both models under PS_VARIANTS
 #   5. if llama.cpp's build has finished by then: llama-bench pp512 on both files (same session)
+#   6. with the time left: the engine on cuda against the CPU reference under the best variant
 # Each step is cut off so that the whole ends within PS_BUDGET seconds (default 580).
 # Run there: bash tools/gpu/prompt_session.sh
 set -uo pipefail
@@ -46,6 +47,10 @@ if [[ -x /tmp/llama-cuda/build/bin/llama-bench && $(left) -gt 40 ]]; then
     /tmp/models/synth-llama3-8b-q4_k.gguf 2>&1 | tail -4 || rc=1
 else
   echo "llama.cpp not built yet ($(tail -1 /tmp/llama-cuda/build.log 2>/dev/null)); $(left) s left"
+fi
+if [[ $(left) -gt 60 ]]; then
+  echo "=== the engine on cuda against the reference, best variant ($(left) s left)"
+  PREFILL_MODELS="llama3-8b:q4_0 llama3-8b:q4_k" timeout $(( $(left) - 5 )) bash tools/gpu/prefill.sh engine 2>&1 | grep -v "^===" | tail -6 || rc=1
 fi
 echo "commit $commit, exit $rc, $(( $(date +%s) - t0 )) s"
 exit $rc
