@@ -14,6 +14,7 @@
 #include "loom/codegen/cpp/cpp_emitter.h"
 #include "loom/codegen/target.h"
 #include "loom/codegen/tool_run.h"
+#include "loom/gguf/quant.h"
 #include "loom/ir/builder.h"
 #include "loom/kernels/op_harness.h"
 #include "loom/kernels/op_list.h"
@@ -220,6 +221,52 @@ TEST(OpPtx, AssemblesWithPtxas) {
       }
     }
   }
+}
+
+// matmul_mma's weights-in-registers kernel (wgmma=1, wg_rs=1) at every test shape it takes (Q4_0
+// and Q4_K planar, f16 activations), every stage count and k step that fits: it is generated (not
+// the shared-memory fallback: its PTX has wgmma's register form and cp.async) and assembles for sm_90a.
+TEST(OpPtx, MatmulMmaWeightsInRegistersAssemble) {
+  const char* env = std::getenv("LOOM_PTXAS");
+  auto ptxas = codegen::find_tool({env ? env : "", "ptxas", "/usr/local/cuda/bin/ptxas"});
+  if (!ptxas.ok()) GTEST_SKIP() << "ptxas not found (install the CUDA toolkit): " << ptxas.status().to_string();
+  const OpSpec* op = find_op("matmul_mma");
+  ASSERT_NE(op, nullptr);
+  const std::string dir = testing::TempDir();
+  int n = 0;
+  for (const Shape& s : op->test_shapes()) {
+    const int64_t wt = s.at("wtype");
+    const bool q4k = wt == static_cast<int64_t>(loom::llm::GgmlType::Q4_K);
+    if ((wt != static_cast<int64_t>(loom::llm::GgmlType::Q4_0) && !q4k) || !s.dims.count("planar") || s.at("planar") != 1 ||
+        !s.dims.count("xtype") || s.at("xtype") != 1 || s.at("n_in") % 64)
+      continue;
+    // The (stages, k_tile) pairs whose buffers fit 48 KiB at 128 x 128 (Q4_K takes whole pairs of
+    // sub-blocks per step: 64 values).
+    const std::vector<std::pair<int64_t, int64_t>> fits =
+        q4k ? std::vector<std::pair<int64_t, int64_t>>{{2, 64}} : std::vector<std::pair<int64_t, int64_t>>{{2, 64}, {2, 32}, {3, 32}, {4, 32}};
+    for (const auto& [stages, kt] : fits) {
+        Schedule sc = op->default_schedule(s, ir::TargetKind::kPtx);
+        sc["wgmma"] = 1;
+        sc["wg_rs"] = 1;
+        sc["stages"] = stages;
+        sc["k_tile"] = kt;
+        auto g = op->generate(s, sc, ir::TargetKind::kPtx);
+        ASSERT_TRUE(g.ok()) << s.key() << ": " << g.status().to_string();
+        auto text = codegen::ptx_target().emit(g->module, "sm_90");
+        ASSERT_TRUE(text.ok()) << s.key() << ": " << text.status().to_string();
+        SCOPED_TRACE(s.key() + " " + schedule_key(sc));
+        EXPECT_NE(text->find("wgmma.mma_async.sync.aligned"), std::string::npos);
+        EXPECT_NE(text->find("}, {%r"), std::string::npos) << "no register A operand";
+        EXPECT_NE(text->find("cp.async.cg.shared.global"), std::string::npos);
+        std::string file = dir + "/mma_rs_" + std::to_string(n++) + ".ptx";
+        std::ofstream(file) << *text;
+        auto r = codegen::run_tool({*ptxas, "-arch=sm_90a", file, "-o", "/dev/null"});
+        ASSERT_TRUE(r.ok());
+        EXPECT_EQ(r->exit_code, 0) << r->output;
+        std::filesystem::remove(file);
+      }
+  }
+  EXPECT_GE(n, 10);
 }
 
 TEST(OpShape, KeyRoundTripAndErrors) {
