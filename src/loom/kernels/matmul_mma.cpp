@@ -423,13 +423,7 @@ class MatmulMmaOp final : public OpSpec {
       b.barrier();
       return std::vector<Value*>{a};
     });
-    std::vector<Value*> frags;
-    for (int64_t j = 0; j < bn / 8; ++j) {
-      std::vector<Value*> l4;
-      for (int i = 0; i < 4; ++i) l4.push_back(b.extract(acc[0], static_cast<int>(4 * j + i)));
-      frags.push_back(b.build(l4));
-    }
-    mma::store_c(b, tile, frags, y, n_out, nt);
+    mma::store_c(b, tile, mma::wgmma_c_fragments(b, acc[0]), y, n_out, nt);
     g.launches.push_back(mma::mma_launch(kname, tile, n_out, nt));
     return g;
   }
@@ -632,13 +626,7 @@ class MatmulMmaOp final : public OpSpec {
       b.wgmma_wait(0);
       return std::vector<Value*>{a};
     });
-    std::vector<Value*> out;
-    for (int64_t j = 0; j < bn / 8; ++j) {
-      std::vector<Value*> l4;
-      for (int i = 0; i < 4; ++i) l4.push_back(b.extract(acc[0], static_cast<int>(4 * j + i)));
-      out.push_back(b.build(l4));
-    }
-    mma::store_c(b, tile, out, y, n_out, nt);
+    mma::store_c(b, tile, mma::wgmma_c_fragments(b, acc[0]), y, n_out, nt);
     KernelLaunch l = mma::mma_launch(kname, tile, n_out, nt);
     l.grid = {static_cast<uint32_t>((nt + bn - 1) / bn), static_cast<uint32_t>((n_out + bm - 1) / bm), 1};
     g.launches.push_back(l);

@@ -42,6 +42,16 @@ void store_c(Emit& b, const MmaTile& t, const std::vector<Value*>& acc, Value* y
       }
 }
 
+std::vector<Value*> wgmma_c_fragments(Emit& b, Value* acc) {
+  std::vector<Value*> out;
+  for (int j = 0; j < acc->type.lanes() / 4; ++j) {
+    std::vector<Value*> l4;
+    for (int i = 0; i < 4; ++i) l4.push_back(b.extract(acc, 4 * j + i));
+    out.push_back(b.build(l4));
+  }
+  return out;
+}
+
 KernelLaunch mma_launch(const std::string& kname, const MmaTile& t, int64_t n_out, int64_t nt) {
   KernelLaunch l;
   l.kernel = kname;

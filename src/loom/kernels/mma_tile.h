@@ -29,6 +29,10 @@ MmaTile mma_tile(Emit& b, int64_t wm, int64_t wn, int64_t mtiles, int64_t ntiles
 // the ends are not stored.
 void store_c(Emit& b, const MmaTile& t, const std::vector<ir::Value*>& acc, ir::Value* y, int64_t n_out, int64_t nt);
 
+// A warpgroup MMA's accumulators (f32xN) as the N / 4 f32x4 C fragments that store_c takes
+// (fragment j = lanes 4j .. 4j + 3: one warp's 16 rows x 8 tokens).
+std::vector<ir::Value*> wgmma_c_fragments(Emit& b, ir::Value* acc);
+
 // The launch of kernel `kname` (args w, x, y) over ceil(n_out / bm) x ceil(nt / bn) CTAs.
 KernelLaunch mma_launch(const std::string& kname, const MmaTile& t, int64_t n_out, int64_t nt);
 
