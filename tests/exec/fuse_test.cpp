@@ -196,6 +196,29 @@ TEST(WeightPlan, RowsOutsideAModelGetTheEnginesKernel) {
               t == GgmlType::Q6_K ? "matmul_mma" : "matmul_mmq") << llm::ggml_type_name(t);
     EXPECT_EQ(WeightPlan::for_rows(t, 4096, 4096, 512, ptx, PrefillMatmul::kF16)->op->name(), "matmul_mma");
   }
+  // On Hopper (wgmma) Q4_0 and Q4_K prompts of planar weights take matmul_mma's weights-in-registers
+  // kernel; GGUF rows (for_rows: ggml-hrx's weights), which it does not read, keep matmul_mmq.
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q8_0}) {
+    auto r = WeightPlan::for_rows(t, 4096, 4096, 512, ptx, PrefillMatmul::kAuto, true);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->op->name(), "matmul_mmq") << llm::ggml_type_name(t);
+  }
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0}) {
+    auto m = load_tiny("llama", t);
+    ASSERT_TRUE(m);
+    const WeightPlan plan = WeightPlan::make(*m, ptx, PrefillMatmul::kAuto, true);
+    const int32_t wq = m->layers()[0].wq;
+    auto k = plan.matmul(wq, 512);
+    ASSERT_TRUE(k.ok());
+    if (t == GgmlType::Q8_0) {
+      EXPECT_EQ(k->op->name(), "matmul_mmq");
+      continue;
+    }
+    ASSERT_EQ(k->op->name(), "matmul_mma");
+    EXPECT_EQ(k->shape.at("wgmma"), 1);
+    EXPECT_EQ(k->shape.at("planar"), 1);
+    EXPECT_EQ(k->op->default_schedule(k->shape, ptx).at("wg_rs"), 1) << k->shape.key();
+  }
 }
 
 // Which weights go to the planar layout: on PTX every layer projection of a Q4_0 or Q8_0 model

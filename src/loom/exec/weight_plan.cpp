@@ -20,10 +20,10 @@ kernels::Shape matmul_shape(const llm::ref::WeightView& v, int64_t n_tokens) {
 // 2026-12-03-h200-mmq-q4k.json; Q8_0 as Q4_0).
 bool mmq_measured(llm::GgmlType t) { return t == llm::GgmlType::Q4_0 || t == llm::GgmlType::Q8_0 || t == llm::GgmlType::Q4_K; }
 
-// The formats whose prompts measured faster on matmul_mma's warpgroup MMA than on the integer
-// matmul_mmq: none yet (8B Q4_0 pp512 on an H100: 9370 vs 9998 tok/s,
-// bench/results/2026-12-07-h100-wgmma.json).
-bool wgmma_measured(llm::GgmlType) { return false; }
+// The formats whose prompt matmuls measured faster on matmul_mma's warpgroup MMA (its weights-
+// in-registers kernel) than on the integer matmul_mmq: Q4_0 and Q4_K, at every Llama-3-8B matrix
+// at 512 tokens on an H100 (1.20-1.32x, bench/results/2026-12-07-h100-wgmma-rs.json).
+bool wgmma_measured(llm::GgmlType t) { return t == llm::GgmlType::Q4_0 || t == llm::GgmlType::Q4_K; }
 
 }  // namespace
 
@@ -69,6 +69,7 @@ WeightPlan WeightPlan::make(const llm::Model& model, ir::TargetKind target, Pref
   for (const llm::LayerWeights& l : model.layers())
     for (int32_t id : {l.wq, l.wk, l.wv, l.wo, l.ffn_gate, l.ffn_up, l.ffn_down}) consider(id);
   if (model.output() != model.tok_embd()) consider(model.output());
+  for (Entry& e : p.entries_) e.settle_layout();
   return p;
 }
 
@@ -93,13 +94,17 @@ WeightPlan::Entry WeightPlan::rules(llm::GgmlType type, int64_t n_in, int64_t n_
   // Hopper: matmul_mma on the warpgroup MMA, for every format under kWgmma and under kAuto where
   // it measured faster than the integer kernel (wgmma_measured), which it then replaces.
   e.wgmma = wgmma && e.mma && (prompts == PrefillMatmul::kWgmma || (prompts == PrefillMatmul::kAuto && wgmma_measured(type)));
+  e.wgmma_if_planar = e.wgmma && prompts == PrefillMatmul::kAuto;
+  e.mmq_rows = e.mmq;
   if (e.wgmma) e.mmq = false;
   return e;
 }
 
 Result<MatmulKernel> WeightPlan::for_rows(llm::GgmlType type, int64_t n_in, int64_t n_out, int64_t n_tokens,
                                           ir::TargetKind target, PrefillMatmul prompts, bool wgmma) {
-  return pick(rules(type, n_in, n_out, target, prompts, wgmma), type, n_in, n_out, n_tokens, "");
+  Entry e = rules(type, n_in, n_out, target, prompts, wgmma);
+  e.settle_layout();  // GGUF rows
+  return pick(e, type, n_in, n_out, n_tokens, "");
 }
 
 Result<MatmulKernel> WeightPlan::matmul(int32_t weight, int64_t n_tokens) const {

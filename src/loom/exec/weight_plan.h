@@ -73,6 +73,14 @@ class WeightPlan {
  private:
   struct Entry {
     bool fast_matvec = false, mma = false, mmq = false, planar = false, wgmma = false;
+    // wgmma chosen by measurement (kAuto): that kernel reads the planar layout, so a weight left in
+    // GGUF rows goes back to the integer kernel (mmq_rows) once the layout is known.
+    bool wgmma_if_planar = false, mmq_rows = false;
+    void settle_layout() {
+      if (!wgmma_if_planar || planar) return;
+      wgmma = false;
+      mmq = mmq_rows;
+    }
   };
   const Entry& entry(int32_t w) const { return entries_[static_cast<size_t>(w)]; }
   // Which kernels a matrix of this format and shape can take on `target` (the layout aside).

@@ -122,13 +122,21 @@ class MatmulMmaOp final : public OpSpec {
     // (5132 vs 4993, 57706 vs 53927), so they keep it.
     const bool planar = s.dims.count("planar") && s.at("planar") == 1;
     const int64_t n_out = s.at("n_out");
-    // Shape dim wgmma = 1 (the engine sets it on a Hopper GPU under LOOM_PREFILL_MATMUL=wgmma):
-    // 2 warpgroups x 128 tokens (64 below 128 tokens), one buffer, k_tile 64. 8B Q4_0 pp512 on an
-    // H100 (bench/results/2026-12-07-h100-wgmma.json): 9370 tok/s, two buffers at k_tile 32 8188,
-    // matmul_mmq (the engine's default) 9998 in the same lease.
-    if (s.dims.count("wgmma") && s.at("wgmma") == 1)
+    // Shape dim wgmma = 1 (the engine sets it on a Hopper GPU): 2 warpgroups x 128 tokens (64
+    // below 128 tokens), k_tile 64. Q4_0 and Q4_K in the planar layout take the weights-in-
+    // registers kernel with two cp.async stages: on an H100 at 512 tokens
+    // (bench/results/2026-12-07-h100-wgmma-rs.json) 4096 -> 14336 Q4_0 in 310 us against 394 for
+    // matmul_mmq, 369 for the shared-memory wgmma kernel, 321 with four stages of k 32 and 341
+    // with 64-token tiles; Q4_K 366 against matmul_mmq's 483. Other formats: one shared buffer
+    // (8B Q4_0 pp512 on an H100, bench/results/2026-12-07-h100-wgmma.json: 9370 tok/s, two
+    // buffers at k_tile 32 8188).
+    if (s.dims.count("wgmma") && s.at("wgmma") == 1) {
+      const int64_t wt = s.at("wtype");
+      const bool rs = planar && (wt == static_cast<int64_t>(GgmlType::Q4_0) || wt == static_cast<int64_t>(GgmlType::Q4_K)) &&
+                      n_in % 64 == 0 && x_is_f16(s);
       return {{"warps_m", 2}, {"warps_n", 1}, {"k_tile", n_in % 64 ? 32 : 64}, {"warp_m_tiles", 2}, {"warp_n_tiles", 4},
-              {"pipeline", 2}, {"ldsm", 0}, {"wgmma", 1}, {"wg_m", 2}, {"wg_n", nt >= 128 ? 128 : 64}, {"wg_rs", 0}, {"stages", 2}};
+              {"pipeline", 2}, {"ldsm", 0}, {"wgmma", 1}, {"wg_m", 2}, {"wg_n", nt >= 128 ? 128 : 64}, {"wg_rs", rs ? 1 : 0}, {"stages", 2}};
+    }
     if (planar && s.at("wtype") == static_cast<int64_t>(GgmlType::Q4_0) && nt >= 64 && n_in >= 1024 && n_out >= 1024 &&
         n_in % 64 == 0)
       return {{"warps_m", 4}, {"warps_n", nt >= 128 ? 2 : 1}, {"k_tile", 64}, {"warp_m_tiles", 2},
