@@ -16,6 +16,9 @@ set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/stage_env.sh"
 t0=$(date +%s)
 left() { echo $(( ${PS_BUDGET:-580} - ($(date +%s) - t0) )); }
+# A step's time limit: the time left less what later steps need, at least 1 s (timeout 0 would
+# mean no limit).
+upto() { local t=$(( $(left) - $1 )); echo $(( t > 1 ? t : 1 )); }
 rc=0
 bash tools/gpu/llama_peer.sh build "${PS_LLAMA_JOBS:-12}" > /dev/null 2>&1
 mkdir -p /tmp/models
@@ -36,21 +39,21 @@ for s in $schedules; do
   tail -1 "$out/ops_$s.log"
 done
 echo "=== per matrix ($(left) s left)"
-PM_VARIANTS="$schedules" timeout $(( $(left) - 240 )) bash tools/gpu/prompt_matmul.sh 2>&1 | tail -25 || rc=1
+PM_VARIANTS="$schedules" timeout "$(upto 240)" bash tools/gpu/prompt_matmul.sh 2>&1 | tail -25 || rc=1
 while [[ ! -f /tmp/models/synth-llama3-8b-q4_k.gguf && $(left) -gt 200 ]]; do sleep 5; done
 echo "=== pp512 sweep ($(left) s left)"
 PREFILL_MODELS="llama3-8b:q4_0 llama3-8b:q4_k" PREFILL_VARIANTS="${PS_VARIANTS:-default wgmma:wg_rs=1}" \
-  timeout $(( $(left) - 60 )) bash tools/gpu/prefill.sh sweep 2>&1 | grep -v "^===" | tail -8 || rc=1
+  timeout "$(upto 60)" bash tools/gpu/prefill.sh sweep 2>&1 | grep -v "^===" | tail -8 || rc=1
 if [[ -x /tmp/llama-cuda/build/bin/llama-bench && $(left) -gt 40 ]]; then
   echo "=== llama.cpp pp512 ($(left) s left)"
-  LLAMA_PEER_FLAGS="-p 512 -n 0" timeout $(( $(left) - 5 )) bash tools/gpu/llama_peer.sh bench /tmp/models/synth-llama3-8b-q4_0.gguf \
+  LLAMA_PEER_FLAGS="-p 512 -n 0" timeout "$(upto 5)" bash tools/gpu/llama_peer.sh bench /tmp/models/synth-llama3-8b-q4_0.gguf \
     /tmp/models/synth-llama3-8b-q4_k.gguf 2>&1 | tail -4 || rc=1
 else
   echo "llama.cpp not built yet ($(tail -1 /tmp/llama-cuda/build.log 2>/dev/null)); $(left) s left"
 fi
 if [[ $(left) -gt 60 ]]; then
   echo "=== the engine on cuda against the reference, best variant ($(left) s left)"
-  PREFILL_MODELS="llama3-8b:q4_0 llama3-8b:q4_k" timeout $(( $(left) - 5 )) bash tools/gpu/prefill.sh engine 2>&1 | grep -v "^===" | tail -6 || rc=1
+  PREFILL_MODELS="llama3-8b:q4_0 llama3-8b:q4_k" timeout "$(upto 5)" bash tools/gpu/prefill.sh engine 2>&1 | grep -v "^===" | tail -6 || rc=1
 fi
 echo "commit $commit, exit $rc, $(( $(date +%s) - t0 )) s"
 exit $rc
