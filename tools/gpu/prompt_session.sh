@@ -34,9 +34,10 @@ echo "=== IR goldens on the GPU ($(left) s left)"
 schedules=${PS_SCHEDULES:-"wgmma=1,wg_rs=1 wgmma=1,wg_rs=1,wg_n=64"}
 for s in $schedules; do
   echo "=== matmul_mma op tests, $s"
-  timeout 100 "$bin/loom" ops test matmul_mma --device cuda:0 --schedule "$s" > "$out/ops_$s.log" 2>&1 || rc=1
-  grep -E "^(FAIL|ERROR)" "$out/ops_$s.log" | head -5
-  tail -1 "$out/ops_$s.log"
+  log="$out/ops_${s//[^A-Za-z0-9._-]/_}.log"  # names that come back from the device: letters, digits, . _ -
+  timeout 100 "$bin/loom" ops test matmul_mma --device cuda:0 --schedule "$s" > "$log" 2>&1 || rc=1
+  grep -E "^(FAIL|ERROR)" "$log" | head -5
+  tail -1 "$log"
 done
 echo "=== per matrix ($(left) s left)"
 PM_VARIANTS="$schedules" timeout "$(upto 240)" bash tools/gpu/prompt_matmul.sh 2>&1 | tail -25 || rc=1
