@@ -22,7 +22,7 @@ bool mmq_measured(llm::GgmlType t) { return t == llm::GgmlType::Q4_0 || t == llm
 
 // The formats whose prompt matmuls measured faster on matmul_mma's warpgroup MMA (its weights-
 // in-registers kernel) than on the integer matmul_mmq: Q4_0 and Q4_K, at every Llama-3-8B matrix
-// at 512 tokens on an H100 (1.20-1.32x, bench/results/2026-12-07-h100-wgmma-rs.json).
+// at 512 tokens on an H100 (1.22-1.32x, bench/results/2026-12-07-h100-wgmma-rs.json).
 bool wgmma_measured(llm::GgmlType t) { return t == llm::GgmlType::Q4_0 || t == llm::GgmlType::Q4_K; }
 
 }  // namespace
