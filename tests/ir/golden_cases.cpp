@@ -264,6 +264,28 @@ GoldenRun transpose_shared(std::mt19937& rng) {
   return run;
 }
 
+// See dynamic_shared.loom: 96 KiB of shared memory per block (dynamic on the ptx target).
+GoldenRun dynamic_shared(std::mt19937& rng) {
+  const int blocks = uniform_int(rng, 1, 4);
+  auto in = random_floats(rng, static_cast<size_t>(blocks) * 16384);
+  GoldenRun run;
+  run.buffers = {to_bytes(in), output(in.size() * 4)};
+  run.args = {buf(0), buf(1)};
+  run.block = {256, 1, 1};
+  run.grid = {static_cast<uint32_t>(blocks), 1, 1};
+  run.check = [in, blocks](const std::vector<std::vector<uint8_t>>& out) {
+    std::vector<double> want(in.size());
+    for (int b = 0; b < blocks; ++b)
+      for (int j = 0; j < 16384; ++j) {
+        const size_t at = static_cast<size_t>(b) * 16384;
+        want[at + static_cast<size_t>(j)] =
+            static_cast<float>(in[at + static_cast<size_t>(16383 - j)]) + static_cast<float>(3 * (8191 - j % 8192));
+      }
+    return compare(from_bytes<float>(out[1]), want, want, 0, 0);
+  };
+  return run;
+}
+
 GoldenRun histogram(std::mt19937& rng) {
   int n = uniform_int(rng, 5000, 20000);
   std::vector<uint8_t> x(n);
@@ -801,6 +823,7 @@ const std::vector<GoldenCase>& golden_cases() {
       {"matvec_i8", true, matvec_i8},
       {"transpose_shared", true, transpose_shared},
       {"histogram", true, histogram},
+      {"dynamic_shared", true, dynamic_shared},
       {"mixed_ops", true, mixed_ops},
       {"convert_half", true, convert_half},
       {"dot4_lanes", true, dot4_lanes},

@@ -124,7 +124,8 @@ TEST_P(Golden, AmdgpuCompilesForGfx1100AndGfx1151) {
     auto a = codegen::amdgpu_target().compile(*m, arch);
     if (!a.ok() && a.status().code() == StatusCode::kUnimplemented) {
       EXPECT_TRUE(name == "mma_tile" || name == "mma_s8_tile" || name == "ldmatrix_tile" || name == "ldmatrix_t_tile" ||
-                    name.starts_with("wgmma_") || name == "amx_tile") << a.status().to_string();  // PTX or cpp only
+                    name.starts_with("wgmma_") || name == "amx_tile" || name == "dynamic_shared")
+          << a.status().to_string();  // PTX or cpp only (dynamic_shared: more than the 64 KiB of LDS)
       continue;
     }
     ASSERT_TRUE(a.ok()) << a.status().to_string();

@@ -118,6 +118,9 @@ struct hrx_kernel {
   virtual ~hrx_kernel() = default;
   hrx_module* module = nullptr;
   std::string name;
+  // Dynamic shared memory every launch needs (a kernel whose shared buffers exceed the static
+  // limit; see ir::dynamic_shared_bytes): hrx_launch gives at least this much.
+  uint32_t dynamic_shared = 0;
   virtual void* native_handle() const = 0;
 };
 
@@ -130,6 +133,9 @@ struct hrx_module {
 
   // Kernels by name, created on first lookup and owned here.
   loom::Result<hrx_kernel*> kernel(const std::string& name);
+  // Records that kernel `name` needs `bytes` of dynamic shared memory per launch (set by whoever
+  // compiled the module, before its kernels are looked up).
+  void require_dynamic_shared(const std::string& name, uint32_t bytes);
 
  protected:
   virtual loom::Result<std::unique_ptr<hrx_kernel>> lookup(const std::string& name) = 0;
@@ -137,6 +143,7 @@ struct hrx_module {
  private:
   std::mutex mu_;
   std::unordered_map<std::string, std::unique_ptr<hrx_kernel>> kernels_;
+  std::unordered_map<std::string, uint32_t> dynamic_shared_;
 };
 
 struct hrx_graph {

@@ -1,5 +1,6 @@
 // The C API (hrx.h): argument validation shared by every driver, error translation from Status
 // to hrx_status plus the thread-local message, and device lookup by spec.
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <string>
@@ -74,9 +75,16 @@ loom::Result<hrx_kernel*> hrx_module::kernel(const std::string& name) {
   LOOM_ASSIGN_OR_RETURN(auto k, lookup(name));
   k->module = this;
   k->name = name;
+  if (auto it = dynamic_shared_.find(name); it != dynamic_shared_.end()) k->dynamic_shared = it->second;
   hrx_kernel* raw = k.get();
   kernels_.emplace(name, std::move(k));
   return raw;
+}
+
+void hrx_module::require_dynamic_shared(const std::string& name, uint32_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  dynamic_shared_[name] = bytes;
+  if (auto it = kernels_.find(name); it != kernels_.end()) it->second->dynamic_shared = bytes;
 }
 
 using namespace loom;
@@ -251,7 +259,23 @@ hrx_status hrx_module_load_ptx(hrx_device* device, const char* ptx, hrx_module**
   HRX_REQUIRE(out, "hrx_module_load_ptx: null out");
   *out = nullptr;
   HRX_REQUIRE(device && ptx, "hrx_module_load_ptx: null argument");
-  return deliver(device->load_ptx(ptx), out);
+  auto m = device->load_ptx(ptx);
+  if (m.ok()) {
+    // Loom's PTX names the kernels that need dynamic shared memory, one comment line each:
+    // "// loom.dynamic_shared_bytes KERNEL BYTES" (see the ptx emitter).
+    constexpr std::string_view kTag = "// loom.dynamic_shared_bytes ";
+    const std::string_view text(ptx);
+    for (size_t at = text.find(kTag); at != std::string_view::npos; at = text.find(kTag, at + 1)) {
+      const std::string_view rest = text.substr(at + kTag.size(), text.find('\n', at) - at - kTag.size());
+      const size_t sp = rest.find(' ');
+      uint32_t bytes = 0;
+      if (sp == std::string_view::npos ||
+          std::from_chars(rest.data() + sp + 1, rest.data() + rest.size(), bytes).ec != std::errc())
+        continue;
+      (*m)->require_dynamic_shared(std::string(rest.substr(0, sp)), bytes);
+    }
+  }
+  return deliver(std::move(m), out);
 }
 
 hrx_status hrx_module_load_shared_object(hrx_device* device, const char* path, hrx_module** out) {
@@ -296,10 +320,12 @@ hrx_status hrx_launch(hrx_stream* s, hrx_kernel* k, const hrx_launch_config* c, 
     return fail(invalid_argument("hrx_launch of {}: grid {}x{}x{}, block {}x{}x{} ({} threads; the limit on {} is {})",
                                  k->name, c->grid[0], c->grid[1], c->grid[2], c->block[0], c->block[1], c->block[2],
                                  threads, p.spec, p.max_threads_per_block));
-  if (c->shared_bytes > p.max_shared_per_block_optin) [[unlikely]]
+  hrx_launch_config cfg = *c;
+  cfg.shared_bytes = std::max(cfg.shared_bytes, k->dynamic_shared);
+  if (cfg.shared_bytes > p.max_shared_per_block_optin) [[unlikely]]
     return fail(invalid_argument("hrx_launch of {}: {} bytes of dynamic shared memory; the limit on {} is {}", k->name,
-                                 c->shared_bytes, p.spec, p.max_shared_per_block_optin));
-  Status st = s->launch(LaunchRequest{k, *c, args, n_args, arg_sizes});
+                                 cfg.shared_bytes, p.spec, p.max_shared_per_block_optin));
+  Status st = s->launch(LaunchRequest{k, cfg, args, n_args, arg_sizes});
   if (!st.ok()) [[unlikely]]
     return fail(st);
   return HRX_OK;

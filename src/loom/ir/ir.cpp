@@ -92,4 +92,17 @@ Literal make_literal(Scalar s, double float_value, int64_t int_value) {
   return lit;
 }
 
+int64_t shared_bytes(const Kernel& k) {
+  int64_t total = 0;
+  for (const Inst* i : k.body.insts)  // the verifier keeps alloc_shared at the top level
+    if (i->op == Op::kAllocShared && !i->results.empty())
+      total += (i->imm * i->results[0]->type.elem_bytes() + 15) / 16 * 16;
+  return total;
+}
+
+int64_t dynamic_shared_bytes(const Kernel& k) {
+  const int64_t n = shared_bytes(k);
+  return n > kStaticSharedBytes ? n : 0;
+}
+
 }  // namespace loom::ir

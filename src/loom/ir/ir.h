@@ -107,6 +107,18 @@ void walk(const Block& block, F&& f) {
 // A deep copy (new values and instructions, same names and locations).
 Module clone_module(const Module& module);
 
+// Shared memory. Up to kStaticSharedBytes a kernel's alloc_shared buffers are static (every
+// target takes them as they are); above it, up to kMaxSharedBytes (Hopper's opt-in limit per
+// block), a target places them in the block's dynamic shared memory, and every launch of the
+// kernel must give it dynamic_shared_bytes() (the ptx target writes the figure into its text and
+// HRX's PTX loader makes every launch of that kernel give it).
+constexpr int64_t kStaticSharedBytes = 48 * 1024;
+constexpr int64_t kMaxSharedBytes = 227 * 1024;
+// The bytes of the kernel's alloc_shared buffers, each rounded up to 16 (their alignment).
+int64_t shared_bytes(const Kernel& k);
+// shared_bytes(k) when it is above kStaticSharedBytes, else 0.
+int64_t dynamic_shared_bytes(const Kernel& k);
+
 // Literal helpers shared by the parser, builder and constant folder.
 // Wraps an integer to the width/signedness of `s` (i1: 0 or 1).
 int64_t wrap_int(Scalar s, int64_t v);

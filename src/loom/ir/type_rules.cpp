@@ -217,8 +217,10 @@ std::string check_inst_types(const Inst& inst, bool check_results) {
       AddrSpace space = inst.op == Op::kAllocShared ? AddrSpace::kShared : AddrSpace::kLocal;
       if (!r.is_pointer() || r.addr_space() != space)
         return fmt::format("'{}' makes a ptr<{}, T>, not {}", info.name, addr_space_name(space), r.str());
-      if (inst.imm <= 0 || inst.imm * r.elem_bytes() > 65536)
-        return fmt::format("'{}' of {} elements is outside 1 .. 64 KiB", info.name, inst.imm);
+      // One shared buffer may take all of a block's shared memory; a local one 64 KiB.
+      const int64_t limit = space == AddrSpace::kShared ? kMaxSharedBytes : 65536;
+      if (inst.imm <= 0 || inst.imm * r.elem_bytes() > limit)
+        return fmt::format("'{}' of {} elements is outside 1 .. {} KiB", info.name, inst.imm, limit / 1024);
       return "";
     }
     case TypeRule::kSpecial: return want(Type::scalar(Scalar::kI32));

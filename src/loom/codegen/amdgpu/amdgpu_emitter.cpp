@@ -626,6 +626,10 @@ Result<std::string> emit_amdgpu_llvm(const Module& module, const AmdgpuEmitOptio
   // Attribute group 0: any block size up to 1024; one more group per distinct launch bound.
   std::map<int, int> groups;  // max block threads -> attribute group
   for (const auto& k : lowered.kernels) {
+    // The local data share of a workgroup holds 64 KiB on these GPUs.
+    if (const int64_t lds = shared_bytes(*k); lds > 64 * 1024)
+      return unimplemented("kernel {}: {} bytes of shared memory is not supported by the amdgpu target (its limit is 65536)",
+                           k->name, lds);
     int group = 0;
     if (auto it = options.max_block_threads.find(k->name); it != options.max_block_threads.end()) {
       if (it->second < 1 || it->second > 1024)

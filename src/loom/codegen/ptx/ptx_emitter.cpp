@@ -312,6 +312,12 @@ Status KernelEmitter::inst(const Inst& in) {
     case Op::kAllocShared:
     case Op::kAllocLocal: {
       bool shared = in.op == Op::kAllocShared;
+      if (shared && dynamic_shared_) {
+        line(fmt::format("mov.u64 {}, {};", define(r)[0], kDynamicShared));
+        if (shared_offset_) line(fmt::format("add.u64 {}, {}, {};", reg(r), reg(r), shared_offset_));
+        shared_offset_ += (in.imm * r->type.elem_bytes() + 15) / 16 * 16;
+        return Status();
+      }
       std::string name = fmt::format("{}{}", shared ? "smem" : "lmem", allocs_++);
       decls_ += fmt::format("\t.{} .align 16 .b8 {}[{}];\n", shared ? "shared" : "local", name,
                             in.imm * r->type.elem_bytes());
@@ -568,6 +574,14 @@ Result<std::string> emit_ptx(const ir::Module& module, std::string_view arch, co
   // reaches at most one kernel ahead. PtxOptions::launch_dependents = false leaves the trigger out.
   const bool grid_dependency = arch == "sm_90";
   const bool trigger = options.launch_dependents;
+  // Kernels above the static limit take their shared buffers from dynamic shared memory. A
+  // comment line per kernel tells the loader how much each launch must give (hrx_module_load_ptx
+  // reads it), so the PTX text alone says what it needs to run.
+  std::string dynamic;
+  for (const auto& k : lowered.kernels)
+    if (const int64_t n = ir::dynamic_shared_bytes(*k); n > 0)
+      dynamic += fmt::format("// loom.dynamic_shared_bytes {} {}\n", k->name, n);
+  if (!dynamic.empty()) out += fmt::format("\n{}.extern .shared .align 16 .b8 {}[];\n", dynamic, ptx::kDynamicShared);
   for (const auto& k : lowered.kernels) {
     ptx::KernelEmitter e(*k);
     if (grid_dependency) {

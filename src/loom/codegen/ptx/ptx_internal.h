@@ -20,9 +20,14 @@ std::string_view type_suffix(ir::Scalar s);   // s8, u8, ..., f16, bf16, f32, f6
 std::string_view arith_suffix(ir::Scalar s);  // as type_suffix, but 8-bit values compute as 16-bit
 std::string_view bits_suffix(RC rc);          // pred, b16, b32, b64
 
+// The module-scope symbol of a block's dynamic shared memory.
+inline constexpr std::string_view kDynamicShared = "loom_dynamic_smem";
+
 class KernelEmitter {
  public:
-  explicit KernelEmitter(const ir::Kernel& k) : k_(k), namer_(k), regs_(k.num_values()), uses_(k.num_values()), home_(k.num_values()) {
+  explicit KernelEmitter(const ir::Kernel& k)
+      : k_(k), namer_(k), regs_(k.num_values()), uses_(k.num_values()), home_(k.num_values()),
+        dynamic_shared_(ir::dynamic_shared_bytes(k) > 0) {
     index(k.body);
   }
   // The .entry text of the kernel.
@@ -76,6 +81,10 @@ class KernelEmitter {
   const ir::Block* cur_block_ = nullptr;
   int labels_ = 0;
   int allocs_ = 0;
+  // Above ir::kStaticSharedBytes the shared buffers are slices of the block's dynamic shared
+  // memory (kDynamicShared, declared once per module); the next slice starts here.
+  bool dynamic_shared_ = false;
+  int64_t shared_offset_ = 0;
   std::string body_;
   std::string decls_;
 };
