@@ -240,14 +240,20 @@ TEST(OpPtx, MatmulMmaWeightsInRegistersAssemble) {
     if ((wt != static_cast<int64_t>(loom::llm::GgmlType::Q4_0) && !q4k) || !s.dims.count("planar") || s.at("planar") != 1 ||
         !s.dims.count("xtype") || s.at("xtype") != 1 || s.at("n_in") % 64)
       continue;
-    // The (stages, k_tile) pairs whose buffers fit 48 KiB at 128 x 128 (Q4_K takes whole pairs of
-    // sub-blocks per step: 64 values).
-    const std::vector<std::pair<int64_t, int64_t>> fits =
-        q4k ? std::vector<std::pair<int64_t, int64_t>>{{2, 64}} : std::vector<std::pair<int64_t, int64_t>>{{2, 64}, {2, 32}, {3, 32}, {4, 32}};
-    for (const auto& [stages, kt] : fits) {
+    // (warpgroups, stages, k_tile): those whose buffers fit 48 KiB of static shared memory at
+    // 128 x 128, and deeper ones in dynamic shared memory (Q4_K takes whole pairs of sub-blocks
+    // per step: 64 values).
+    struct Config {
+      int64_t wg_m, stages, kt;
+    };
+    const std::vector<Config> configs =
+        q4k ? std::vector<Config>{{2, 2, 64}, {2, 4, 64}, {4, 4, 64}}
+            : std::vector<Config>{{2, 2, 64}, {2, 2, 32}, {2, 3, 32}, {2, 4, 32}, {2, 4, 64}, {4, 4, 64}, {4, 6, 64}};
+    for (const auto& [wg_m, stages, kt] : configs) {
         Schedule sc = op->default_schedule(s, ir::TargetKind::kPtx);
         sc["wgmma"] = 1;
         sc["wg_rs"] = 1;
+        sc["wg_m"] = wg_m;
         sc["stages"] = stages;
         sc["k_tile"] = kt;
         auto g = op->generate(s, sc, ir::TargetKind::kPtx);
@@ -258,6 +264,10 @@ TEST(OpPtx, MatmulMmaWeightsInRegistersAssemble) {
         EXPECT_NE(text->find("wgmma.mma_async.sync.aligned"), std::string::npos);
         EXPECT_NE(text->find("}, {%r"), std::string::npos) << "no register A operand";
         EXPECT_NE(text->find("cp.async.cg.shared.global"), std::string::npos);
+        // Beyond 48 KiB the stages are dynamic shared memory, and the text says how much.
+        const int64_t hdr = q4k ? 16 : std::max<int64_t>(4, kt / 16), bm = 64 * wg_m;
+        const bool dynamic = stages * (sc.at("wg_n") * kt * 2 + bm * kt / 2 + bm * hdr) > 48 * 1024;
+        EXPECT_EQ(text->find("// loom.dynamic_shared_bytes") != std::string::npos, dynamic);
         std::string file = dir + "/mma_rs_" + std::to_string(n++) + ".ptx";
         std::ofstream(file) << *text;
         auto r = codegen::run_tool({*ptxas, "-arch=sm_90a", file, "-o", "/dev/null"});
@@ -266,7 +276,7 @@ TEST(OpPtx, MatmulMmaWeightsInRegistersAssemble) {
         std::filesystem::remove(file);
       }
   }
-  EXPECT_GE(n, 10);
+  EXPECT_GE(n, 20);
 }
 
 TEST(OpShape, KeyRoundTripAndErrors) {

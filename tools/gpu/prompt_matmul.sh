@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The prompt matmuls of an 8B model one by one on the GPU machine, each kernel variant beside the
 # practical ceiling: `loom ops bench` of matmul_mmq (the engine's integer kernel) and of matmul_mma
-# under each schedule of PM_VARIANTS (space-separated knob lists), then torch's fp16 GEMM
+# under each schedule of PM_VARIANTS (space-separated knob lists; "default": the engine's choice
+# on Hopper), then torch's fp16 GEMM
 # (cuBLAS) of the same (tokens x n_in) x (n_in x n_out) product on the same GPU. `ops bench` checks
 # each kernel against the reference at the shape before it times it (a wrong kernel is not timed)
 # and times each launch from the host (launch included). One JSON line per (shape, kernel) in
@@ -33,7 +34,11 @@ for sh in $shapes; do
   n_in="${sh%%:*}" n_out="${sh##*:}"
   base="n_in=$n_in,n_out=$n_out,n_tokens=$nt,wtype=$wtype"
   bench matmul_mmq "$base,planar=1" "" "matmul_mmq"
-  for v in $variants; do bench matmul_mma "$base,xtype=1,planar=1" "$v" "matmul_mma:$v"; done
+  for v in $variants; do
+    # "default": the engine's own choice on Hopper (the wgmma shape dim, no schedule)
+    if [[ "$v" == default ]]; then bench matmul_mma "$base,xtype=1,planar=1,wgmma=1" "" "matmul_mma:default"
+    else bench matmul_mma "$base,xtype=1,planar=1" "$v" "matmul_mma:$v"; fi
+  done
 done
 # The ceiling: cuBLAS through torch, fp16 in, fp32 accumulate, same products (median of 50 after 5).
 python3 - "$nt" $shapes >> "$res" <<'EOF' || rc=1

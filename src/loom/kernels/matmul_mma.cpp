@@ -4,6 +4,7 @@
 // then each warp runs mma (m16n8k16, f32 accumulate) on its 32 x 32 sub-tile. mma is PTX-only:
 // on the cpu target the op generates a scalar kernel with the same dequantization and f16
 // rounding (one thread per output), so the cpu tests check the numerics, not the tiling.
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -102,8 +103,23 @@ class MatmulMmaOp final : public OpSpec {
       if (s.at("n_in") % kt == 0) kts.push_back(kt);
     return {{"warps_m", {1, 2, 4}}, {"warps_n", {1, 2, 4}}, {"k_tile", kts}, {"warp_m_tiles", {2, 4}},
             {"warp_n_tiles", {4, 8}}, {"pipeline", {0, 1, 2}}, {"ldsm", {0, 1}}, {"wgmma", {0, 1}},
-            {"wg_m", {1, 2}}, {"wg_n", {64, 128}}, {"wg_rs", {0, 1}}, {"stages", {2, 3, 4}}};
+            {"wg_m", {1, 2, 4}}, {"wg_n", {64, 128}}, {"wg_rs", {0, 1}}, {"stages", {2, 3, 4, 6, 8}}};
   }
+  // The weights-in-registers kernel's CTA tile (warpgroups of 64 rows, tokens) for a matrix: the
+  // largest of 256 x 128 (one CTA of four warpgroups per SM), 128 x 128, 128 x 64 (two CTAs per
+  // SM) and 64 x 64 whose grid fills Hopper's 132 SMs to at least 3/4 of its last wave; the
+  // smallest where none does (a small matrix at a short prompt).
+  static std::pair<int64_t, int64_t> rs_tile(int64_t n_out, int64_t nt) {
+    constexpr int64_t kSms = 132;
+    const std::array<std::array<int64_t, 3>, 4> tiles{{{4, 128, 1}, {2, 128, 2}, {2, 64, 2}, {1, 64, 2}}};  // wg_m, wg_n, CTAs per SM
+    for (const auto& [wg_m, wg_n, per_sm] : tiles) {
+      if (wg_n == 128 && nt < 128) continue;
+      const int64_t ctas = (n_out + 64 * wg_m - 1) / (64 * wg_m) * ((nt + wg_n - 1) / wg_n), slots = kSms * per_sm;
+      if (4 * ctas >= 3 * slots * ((ctas + slots - 1) / slots)) return {wg_m, wg_n};
+    }
+    return {1, 64};
+  }
+
   // k_tile: the k elements staged per barrier pair (per barrier when pipelined). pipeline = 0
   // ignores warp_n_tiles and ldsm (its warps hold 32 tokens). Wider tiles put more loads in flight per
   // thread before each barrier and pay the barriers and the load latency once per more mma.
@@ -134,8 +150,15 @@ class MatmulMmaOp final : public OpSpec {
       const int64_t wt = s.at("wtype");
       const bool rs = planar && (wt == static_cast<int64_t>(GgmlType::Q4_0) || wt == static_cast<int64_t>(GgmlType::Q4_K)) &&
                       n_in % 64 == 0 && x_is_f16(s);
-      return {{"warps_m", 2}, {"warps_n", 1}, {"k_tile", n_in % 64 ? 32 : 64}, {"warp_m_tiles", 2}, {"warp_n_tiles", 4},
-              {"pipeline", 2}, {"ldsm", 0}, {"wgmma", 1}, {"wg_m", 2}, {"wg_n", nt >= 128 ? 128 : 64}, {"wg_rs", rs ? 1 : 0}, {"stages", 2}};
+      Schedule sc{{"warps_m", 2}, {"warps_n", 1}, {"k_tile", n_in % 64 ? 32 : 64}, {"warp_m_tiles", 2}, {"warp_n_tiles", 4},
+                  {"pipeline", 2}, {"ldsm", 0}, {"wgmma", 1}, {"wg_m", 2}, {"wg_n", nt >= 128 ? 128 : 64}, {"wg_rs", rs ? 1 : 0}, {"stages", 2}};
+      if (rs) {
+        const auto [wg_m, wg_n] = rs_tile(n_out, nt);
+        sc["wg_m"] = wg_m;
+        sc["wg_n"] = wg_n;
+        sc["stages"] = 4;
+      }
+      return sc;
     }
     if (planar && s.at("wtype") == static_cast<int64_t>(GgmlType::Q4_0) && nt >= 64 && n_in >= 1024 && n_out >= 1024 &&
         n_in % 64 == 0)
@@ -325,8 +348,8 @@ class MatmulMmaOp final : public OpSpec {
     ir::Kernel* k = g.module.add_kernel(kname);
     k->max_threads = static_cast<int>(threads);
     // Two CTAs per SM (registers capped at 128 for 256 threads), so that one CTA's wgmma cover
-    // the other's loads and barriers.
-    k->min_blocks = 2;
+    // the other's loads and barriers; one CTA of four warpgroups.
+    k->min_blocks = threads > 256 ? 1 : 2;
     Emit b(*k);
     Value* w = b.param(Type::pointer(AddrSpace::kConstant, Scalar::kU8), "w");
     const bool xh16 = x_is_f16(s);
@@ -461,10 +484,12 @@ class MatmulMmaOp final : public OpSpec {
     // smallest copy: with one block per stage, the even-odd pair of scales that holds it); Q4_K
     // the 16-byte super-block header (a stage never spans two super-blocks).
     auto hdr_bytes = [&](int64_t k) { return q4k ? int64_t{16} : std::max<int64_t>(4, k / 16); };
+    // Above 48 KiB the stages live in dynamic shared memory (up to 227 KiB per CTA on Hopper).
     auto stage_bytes = [&](int64_t k) { return bn * k * 2 + bm * k / 2 + bm * hdr_bytes(k); };
-    while (kt > (q4k ? 64 : 32) && stages * stage_bytes(kt) > 48 * 1024) kt /= 2;
+    const int64_t smem_cap = ir::kMaxSharedBytes;
+    while (kt > (q4k ? 64 : 32) && stages * stage_bytes(kt) > smem_cap) kt /= 2;
     if ((wt != GgmlType::Q4_0 && !q4k) || !L.planar || !x_is_f16(s) || n_in % kt || n_in % 64 || kt > 128 || (q4k && kt < 64) ||
-        stages * stage_bytes(kt) > 48 * 1024 || (n_out + bm - 1) / bm > 65535)
+        stages * stage_bytes(kt) > smem_cap || (n_out + bm - 1) / bm > 65535)
       return generate_wgmma(s, sch);
     const int64_t c16 = kt / 16, c8 = kt / 8, nq = kt / 32, hb = hdr_bytes(kt);
     const int64_t xsz = bn * kt, wsz = bm * kt / 2, dsz = bm * hb;  // per stage: halves, bytes, bytes
@@ -474,7 +499,10 @@ class MatmulMmaOp final : public OpSpec {
     const std::string kname = fmt::format("matmul_mma_{}", llm::ggml_type_name(wt));
     ir::Kernel* k = g.module.add_kernel(kname);
     k->max_threads = static_cast<int>(threads);
-    k->min_blocks = 2;  // two CTAs per SM: one's wgmma run while the other unpacks or waits
+    // Two CTAs per SM where their registers (128 each at 256 threads) and shared memory (228 KiB
+    // per SM, 1 KiB of it reserved per CTA) fit: one's wgmma run while the other unpacks or waits.
+    // Four warpgroups: one CTA, whose warpgroups cover each other the same way.
+    k->min_blocks = threads <= 256 && 2 * (stages * stage_bytes(kt) + 1024) <= 228 * 1024 ? 2 : 1;
     Emit b(*k);
     Value* w = b.param(Type::pointer(AddrSpace::kConstant, Scalar::kU8), "w");
     Value* x = b.param(ty::gptr(Scalar::kF16), "x");
