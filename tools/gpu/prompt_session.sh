@@ -32,7 +32,7 @@ echo "=== IR goldens on the GPU ($(left) s left)"
 "$bin/test_ir" --gtest_filter='Golden/PtxOnGpu.*' 2>&1 | grep -E "FAILED|PASSED|got" | head -12
 [[ ${PIPESTATUS[0]} -ne 0 ]] && rc=1
 schedules=${PS_SCHEDULES:-"wgmma=1,wg_rs=1 wgmma=1,wg_rs=1,wg_n=64"}
-for s in $schedules; do
+for s in ${PS_TEST_SCHEDULES:-$schedules}; do  # the op tests' schedules (default: PS_SCHEDULES)
   [[ "$s" == default ]] && continue  # per matrix only (the op tests take explicit schedules)
   echo "=== matmul_mma op tests, $s"
   log="$out/ops_${s//[^A-Za-z0-9._-]/_}.log"  # names that come back from the device: letters, digits, . _ -
