@@ -40,6 +40,20 @@ using mma::WLayout;
 // quantize_act instead of in every CTA that reads them, at half the bytes. Absent or 0: f32.
 bool x_is_f16(const Shape& s) { return s.dims.count("xtype") && s.at("xtype") == 1; }
 
+// What every generator reads from the shape: the weight format and layout, and the sizes
+// (`const auto& [wt, f, n_in, n_out, nt, L] = Problem(s);`).
+struct Problem {
+  GgmlType wt;
+  MFormat f{};
+  int64_t n_in, n_out, nt;
+  WLayout L;
+  explicit Problem(const Shape& s)
+      : wt(static_cast<GgmlType>(s.at("wtype"))), n_in(s.at("n_in")), n_out(s.at("n_out")), nt(s.at("n_tokens")) {
+    m_format(wt, &f);
+    L = layout_of(s, wt, n_in, n_out, f.block_elems, f.block_bytes);
+  }
+};
+
 class MatmulMmaOp final : public OpSpec {
  public:
   std::string_view name() const override { return "matmul_mma"; }
@@ -287,11 +301,7 @@ class MatmulMmaOp final : public OpSpec {
  private:
   // cpu (and any non-PTX target): one thread per (row, token), the same f16 roundings.
   Result<Generated> generate_scalar(const Shape& s, const Schedule& sch, ir::TargetKind target) const {
-    const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
-    MFormat f{};
-    m_format(wt, &f);
-    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
-    const WLayout L = layout_of(s, wt, n_in, n_out, f.block_elems, f.block_bytes);
+    const auto& [wt, f, n_in, n_out, nt, L] = Problem(s);
     const bool xh16 = x_is_f16(s);
     return mma::per_output_kernel(
         fmt::format("matmul_mma_scalar_{}", llm::ggml_type_name(wt)), target, xh16 ? Scalar::kF16 : Scalar::kF32, "x", n_out,
@@ -320,11 +330,7 @@ class MatmulMmaOp final : public OpSpec {
   // wgmma (64 x wg_n x 16, f32 accumulators in registers) on the current buffer and, while the
   // tensor cores run, dequantizes the next tile into the other. One barrier per k step.
   Result<Generated> generate_wgmma(const Shape& s, const Schedule& sch) const {
-    const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
-    MFormat f{};
-    m_format(wt, &f);
-    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
-    const WLayout L = layout_of(s, wt, n_in, n_out, f.block_elems, f.block_bytes);
+    const auto& [wt, f, n_in, n_out, nt, L] = Problem(s);
     const int64_t wgs = sch.count("wg_m") ? sch.at("wg_m") : 2, bn = sch.count("wg_n") ? sch.at("wg_n") : 128;
     const int64_t bm = 64 * wgs, threads = 128 * wgs;
     // pipeline = 2: one buffer; the next tile waits in registers (unpacked while the wgmma run)
@@ -470,11 +476,7 @@ class MatmulMmaOp final : public OpSpec {
   // grid runs the token tiles of a row tile side by side, so each weight tile streams from memory
   // once.
   Result<Generated> generate_wgmma_rs(const Shape& s, const Schedule& sch) const {
-    const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
-    MFormat f{};
-    m_format(wt, &f);
-    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
-    const WLayout L = layout_of(s, wt, n_in, n_out, f.block_elems, f.block_bytes);
+    const auto& [wt, f, n_in, n_out, nt, L] = Problem(s);
     const bool q4k = wt == GgmlType::Q4_K;
     const int64_t wgs = sch.count("wg_m") ? sch.at("wg_m") : 2, bn = sch.count("wg_n") ? sch.at("wg_n") : 128;
     const int64_t bm = 64 * wgs, threads = 128 * wgs;
@@ -676,11 +678,7 @@ class MatmulMmaOp final : public OpSpec {
   // the mma fragments with ldmatrix (one instruction per 16 x 16 A tile or pair of 8-token B
   // tiles instead of four or two 32-bit shared loads).
   Result<Generated> generate_pipe(const Shape& s, const Schedule& sch) const {
-    const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
-    MFormat f{};
-    m_format(wt, &f);
-    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
-    const WLayout L = layout_of(s, wt, n_in, n_out, f.block_elems, f.block_bytes);
+    const auto& [wt, f, n_in, n_out, nt, L] = Problem(s);
     const int64_t wm = sch.at("warps_m"), wn = sch.at("warps_n");
     const int64_t mtiles = sch.count("warp_m_tiles") ? sch.at("warp_m_tiles") : 2;
     const int64_t ntiles = sch.count("warp_n_tiles") ? sch.at("warp_n_tiles") : 4;
@@ -846,11 +844,7 @@ class MatmulMmaOp final : public OpSpec {
   // [k_tile + 8 pad]) go through shared memory; each warp owns warp_m_tiles x 4 mma tiles
   // (16 warp_m_tiles rows x 32 tokens).
   Result<Generated> generate_mma(const Shape& s, const Schedule& sch) const {
-    const GgmlType wt = static_cast<GgmlType>(s.at("wtype"));
-    MFormat f{};
-    m_format(wt, &f);
-    const int64_t n_in = s.at("n_in"), n_out = s.at("n_out"), nt = s.at("n_tokens");
-    const WLayout L = layout_of(s, wt, n_in, n_out, f.block_elems, f.block_bytes);
+    const auto& [wt, f, n_in, n_out, nt, L] = Problem(s);
     const int64_t wm = sch.at("warps_m"), wn = sch.at("warps_n");
     const int64_t mtiles = sch.count("warp_m_tiles") ? sch.at("warp_m_tiles") : 2;  // 16-row mma tiles per warp
     const int64_t bm = 16 * mtiles * wm, bn = 32 * wn, threads = 32 * wm * wn;
