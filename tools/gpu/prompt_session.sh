@@ -9,7 +9,8 @@
 #      torch's fp16 GEMM
 #   4. tools/gpu/prefill.sh sweep: pp512 of both models under PS_VARIANTS
 #   5. if llama.cpp's build has finished by then: llama-bench pp512 on both files (same session)
-#   6. with the time left: the engine on cuda against the CPU reference under the best variant
+#   6. with PS_PP4096=1 and llama.cpp built: pp4096 of the 8B Q4_0 model, Loom and llama.cpp
+#   7. with the time left: the engine on cuda against the CPU reference under the best variant
 # Each step is cut off so that the whole ends within PS_BUDGET seconds (default 580).
 # Run there: bash tools/gpu/prompt_session.sh
 set -uo pipefail
@@ -52,6 +53,12 @@ if [[ -x /tmp/llama-cuda/build/bin/llama-bench && $(left) -gt 40 ]]; then
     /tmp/models/synth-llama3-8b-q4_k.gguf 2>&1 | tail -4 || rc=1
 else
   echo "llama.cpp not built yet ($(tail -1 /tmp/llama-cuda/build.log 2>/dev/null)); $(left) s left"
+fi
+if [[ -x /tmp/llama-cuda/build/bin/llama-bench && $(left) -gt 120 && -n "${PS_PP4096:-}" ]]; then
+  echo "=== pp4096, 8B Q4_0, Loom (default) and llama.cpp ($(left) s left)"
+  f=/tmp/models/synth-llama3-8b-q4_0.gguf
+  timeout "$(upto 60)" "$bin/loom" bench -m "$f" --device cuda:0 -c 4096 -p 4096 -n 1 -r 3 --json 2>/dev/null | tee "$out/pp4096_loom.jsonl" || rc=1
+  LLAMA_PEER_FLAGS="-p 4096 -n 0" timeout "$(upto 5)" bash tools/gpu/llama_peer.sh bench "$f" 2>&1 | tail -2 || rc=1
 fi
 if [[ $(left) -gt 60 ]]; then
   echo "=== the engine on cuda against the reference, best variant ($(left) s left)"
