@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "loom/codegen/ptx/ptx_emitter.h"
 #include "loom/hrx/driver.h"
 
 namespace loom::hrx {
@@ -261,9 +262,9 @@ hrx_status hrx_module_load_ptx(hrx_device* device, const char* ptx, hrx_module**
   HRX_REQUIRE(device && ptx, "hrx_module_load_ptx: null argument");
   auto m = device->load_ptx(ptx);
   if (m.ok()) {
-    // Loom's PTX names the kernels that need dynamic shared memory, one comment line each:
-    // "// loom.dynamic_shared_bytes KERNEL BYTES" (see the ptx emitter).
-    constexpr std::string_view kTag = "// loom.dynamic_shared_bytes ";
+    // Loom's PTX names the kernels that need dynamic shared memory, one comment line each
+    // (kPtxDynamicSharedTag KERNEL BYTES, written by the ptx emitter).
+    constexpr std::string_view kTag = loom::codegen::kPtxDynamicSharedTag;
     const std::string_view text(ptx);
     for (size_t at = text.find(kTag); at != std::string_view::npos; at = text.find(kTag, at + 1)) {
       const std::string_view rest = text.substr(at + kTag.size(), text.find('\n', at) - at - kTag.size());

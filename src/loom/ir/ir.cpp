@@ -92,11 +92,14 @@ Literal make_literal(Scalar s, double float_value, int64_t int_value) {
   return lit;
 }
 
+int64_t alloc_shared_bytes(const Inst& alloc) {
+  return alloc.results.empty() ? 0 : (alloc.imm * alloc.results[0]->type.elem_bytes() + 15) / 16 * 16;
+}
+
 int64_t shared_bytes(const Kernel& k) {
   int64_t total = 0;
   for (const Inst* i : k.body.insts)  // the verifier keeps alloc_shared at the top level
-    if (i->op == Op::kAllocShared && !i->results.empty())
-      total += (i->imm * i->results[0]->type.elem_bytes() + 15) / 16 * 16;
+    if (i->op == Op::kAllocShared) total += alloc_shared_bytes(*i);
   return total;
 }
 

@@ -114,7 +114,9 @@ Module clone_module(const Module& module);
 // HRX's PTX loader makes every launch of that kernel give it).
 constexpr int64_t kStaticSharedBytes = 48 * 1024;
 constexpr int64_t kMaxSharedBytes = 227 * 1024;
-// The bytes of the kernel's alloc_shared buffers, each rounded up to 16 (their alignment).
+// The bytes one alloc_shared buffer takes: its size rounded up to 16 (every buffer's alignment).
+int64_t alloc_shared_bytes(const Inst& alloc);
+// The bytes of the kernel's alloc_shared buffers (alloc_shared_bytes summed).
 int64_t shared_bytes(const Kernel& k);
 // shared_bytes(k) when it is above kStaticSharedBytes, else 0.
 int64_t dynamic_shared_bytes(const Kernel& k);

@@ -106,7 +106,7 @@ class Verifier {
       }
       if (inst.op == Op::kAllocShared) {
         if (depth > 0) return error(inst, "'alloc_shared' must be at the top level of the kernel");
-        shared_bytes_ += (inst.imm * inst.results[0]->type.elem_bytes() + 15) / 16 * 16;
+        shared_bytes_ += alloc_shared_bytes(inst);
         if (shared_bytes_ > kMaxSharedBytes)
           return error(inst, fmt::format("kernel uses {} bytes of shared memory; the limit is {}", shared_bytes_,
                                          kMaxSharedBytes));

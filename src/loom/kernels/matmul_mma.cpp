@@ -468,10 +468,9 @@ class MatmulMmaOp final : public OpSpec {
     auto hdr_bytes = [&](int64_t k) { return q4k ? int64_t{16} : std::max<int64_t>(4, k / 16); };
     // Above 48 KiB the stages live in dynamic shared memory (up to 227 KiB per CTA on Hopper).
     auto stage_bytes = [&](int64_t k) { return bn * k * 2 + bm * k / 2 + bm * hdr_bytes(k); };
-    const int64_t smem_cap = ir::kMaxSharedBytes;
-    while (kt > (q4k ? 64 : 32) && stages * stage_bytes(kt) > smem_cap) kt /= 2;
+    while (kt > (q4k ? 64 : 32) && stages * stage_bytes(kt) > ir::kMaxSharedBytes) kt /= 2;
     if ((wt != GgmlType::Q4_0 && !q4k) || !L.planar || !x_is_f16(s) || n_in % kt || n_in % 64 || kt > 128 || (q4k && kt < 64) ||
-        stages * stage_bytes(kt) > smem_cap || (n_out + bm - 1) / bm > 65535)
+        stages * stage_bytes(kt) > ir::kMaxSharedBytes || (n_out + bm - 1) / bm > 65535)
       return generate_wgmma(s, sch);
     const int64_t c16 = kt / 16, c8 = kt / 8, nq = kt / 32, hb = hdr_bytes(kt);
     const int64_t xsz = bn * kt, wsz = bm * kt / 2, dsz = bm * hb;  // per stage: halves, bytes, bytes

@@ -315,7 +315,7 @@ Status KernelEmitter::inst(const Inst& in) {
       if (shared && dynamic_shared_) {
         line(fmt::format("mov.u64 {}, {};", define(r)[0], kDynamicShared));
         if (shared_offset_) line(fmt::format("add.u64 {}, {}, {};", reg(r), reg(r), shared_offset_));
-        shared_offset_ += (in.imm * r->type.elem_bytes() + 15) / 16 * 16;
+        shared_offset_ += ir::alloc_shared_bytes(in);
         return Status();
       }
       std::string name = fmt::format("{}{}", shared ? "smem" : "lmem", allocs_++);
@@ -580,7 +580,7 @@ Result<std::string> emit_ptx(const ir::Module& module, std::string_view arch, co
   std::string dynamic;
   for (const auto& k : lowered.kernels)
     if (const int64_t n = ir::dynamic_shared_bytes(*k); n > 0)
-      dynamic += fmt::format("// loom.dynamic_shared_bytes {} {}\n", k->name, n);
+      dynamic += fmt::format("{}{} {}\n", kPtxDynamicSharedTag, k->name, n);
   if (!dynamic.empty()) out += fmt::format("\n{}.extern .shared .align 16 .b8 {}[];\n", dynamic, ptx::kDynamicShared);
   for (const auto& k : lowered.kernels) {
     ptx::KernelEmitter e(*k);

@@ -26,6 +26,10 @@ struct PtxOptions {
   bool launch_dependents = true;
 };
 
+// The comment line that names a kernel's dynamic shared memory in the emitted text, followed by
+// "KERNEL BYTES" (kernels above ir::kStaticSharedBytes); hrx_module_load_ptx reads it.
+inline constexpr std::string_view kPtxDynamicSharedTag = "// loom.dynamic_shared_bytes ";
+
 // `arch` is "sm_80" or "sm_90". Expects a module verified for TargetKind::kPtx.
 Result<std::string> emit_ptx(const ir::Module& module, std::string_view arch, const PtxOptions& options = {});
 
